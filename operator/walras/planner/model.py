@@ -1,0 +1,214 @@
+"""Data model of the planner: the cluster snapshot it reads and the plan it returns.
+
+The planner is a pure function ``build_plan(snapshot, previous) -> Plan`` (see :mod:`walras.planner.plan`).
+A :class:`Snapshot` holds raw Kubernetes objects as plain dicts (as the API server returns them, already
+decoded from JSON); a :class:`Plan` holds everything the operator writes back (pods to create, bind, resize or
+delete, status bodies, Events) and everything the metrics and the scheduler extender show. Nothing here talks to
+Kubernetes: kopf handlers and HTTP handlers only translate between the API and these objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+#: API group and version of the Walras custom resources.
+GROUP = "walras.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Labels and annotations Walras puts on the pods it manages.
+LABEL_JOB = "walras.dev/job"
+LABEL_POOL = "walras.dev/pool"
+LABEL_MANAGED = "walras.dev/managed"
+ANNOTATION_NODE = "walras.dev/planned-node"
+
+#: A namespaced object's key; cluster-scoped objects use the empty namespace.
+ObjectKey = tuple[str, str]
+
+KubeObject = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as the planner sees it: raw objects (dicts) of each kind, in any order."""
+
+    nodes: tuple[KubeObject, ...] = ()
+    pods: tuple[KubeObject, ...] = ()
+    pools: tuple[KubeObject, ...] = ()  # ResourcePool
+    jobs: tuple[KubeObject, ...] = ()  # FungibleJob
+    profiles: tuple[KubeObject, ...] = ()  # ColocationProfile
+
+
+@dataclass
+class Condition:
+    """A status condition in the Kubernetes convention (``type``, ``status`` True/False/Unknown, reason, message)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class PlanEvent:
+    """A Kubernetes Event the operator should record against an object."""
+
+    kind: str  # "FungibleJob", "ResourcePool", "ColocationProfile", "Pod"
+    namespace: str  # "" for cluster-scoped objects
+    name: str
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+PodAction = Literal["create", "bind", "keep", "resize", "delete"]
+
+
+@dataclass
+class PodPlan:
+    """One pod of a FungibleJob: where it goes and what it gets.
+
+    ``action`` says what the operator must do: ``create`` a new pod (named ``name``, so re-creating after a restart
+    is idempotent), ``bind`` an existing pending pod to ``node``, ``keep`` a running pod as it is, ``resize`` a running
+    pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod.
+    """
+
+    namespace: str
+    name: str
+    job: str
+    pool: str
+    node: str | None
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
+    action: PodAction = "create"
+    exists: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class PoolPlan:
+    """A ResourcePool's market state and placement summary."""
+
+    name: str
+    resource: str
+    policy: str
+    node_count: int
+    nodes: list[str]
+    capacity: float
+    used: float
+    price: float
+    utilisation: float
+    pods_planned: int = 0
+    pods_bound: int = 0
+    conditions: list[Condition] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        """The ``status`` body written to the ResourcePool."""
+        return {
+            "nodeCount": self.node_count,
+            "capacity": self.capacity,
+            "used": self.used,
+            "price": self.price,
+            "utilisation": self.utilisation,
+            "podsPlanned": self.pods_planned,
+            "podsBound": self.pods_bound,
+            "conditions": [c.to_dict() for c in self.conditions],
+        }
+
+
+@dataclass
+class JobPlan:
+    """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it."""
+
+    namespace: str
+    name: str
+    phase: str  # "Pending", "Running", "Invalid", "Unschedulable"
+    allocation: dict[str, float] = field(default_factory=dict)  # pool -> fraction of time (004, x_i)
+    replicas: dict[str, int] = field(default_factory=dict)  # pool -> pods
+    throughput: float = 0.0  # a_i^T x_i
+    utility: float = 0.0  # u_i(a_i^T x_i)
+    cost: float = 0.0  # price paid at current prices: sum_j p_j d_ij x_ij
+    target: float | None = None  # target throughput for target-priority utilities
+    pods: list[PodPlan] = field(default_factory=list)
+    conditions: list[Condition] = field(default_factory=list)
+    observed_generation: int | None = None
+
+    @property
+    def key(self) -> ObjectKey:
+        return (self.namespace, self.name)
+
+    def status(self) -> dict[str, Any]:
+        """The ``status`` body written to the FungibleJob."""
+        body: dict[str, Any] = {
+            "phase": self.phase,
+            "allocation": dict(self.allocation),
+            "replicas": dict(self.replicas),
+            "throughput": self.throughput,
+            "utility": self.utility,
+            "cost": self.cost,
+            "pods": [
+                {"name": p.name, "pool": p.pool, "node": p.node, "requests": p.requests, "limits": p.limits}
+                for p in self.pods
+                if p.action != "delete"
+            ],
+            "conditions": [c.to_dict() for c in self.conditions],
+        }
+        if self.observed_generation is not None:
+            body["observedGeneration"] = self.observed_generation
+        return body
+
+
+@dataclass
+class SolverStats:
+    """The price-discovery solve behind a plan (004, Alg. 2)."""
+
+    iterations: int = 0
+    gap: float = 0.0
+    primal: float = 0.0
+    dual: float = 0.0
+    converged: bool = True
+    seconds: float = 0.0
+    device: str = "cpu"
+
+
+@dataclass
+class Plan:
+    """Everything the operator, the extender and the metrics need from one planning pass."""
+
+    pools: dict[str, PoolPlan] = field(default_factory=dict)
+    jobs: dict[ObjectKey, JobPlan] = field(default_factory=dict)
+    pods: list[PodPlan] = field(default_factory=list)
+    profiles: dict[str, list[Condition]] = field(default_factory=dict)  # ColocationProfile name -> conditions
+    events: list[PlanEvent] = field(default_factory=list)
+    solver: SolverStats = field(default_factory=SolverStats)
+    seconds: float = 0.0
+
+    @property
+    def prices(self) -> dict[str, float]:
+        return {name: pool.price for name, pool in self.pools.items()}
+
+    def pod(self, namespace: str, name: str) -> PodPlan | None:
+        """The plan for one pod, or None if Walras does not manage it."""
+        for pod in self.pods:
+            if pod.namespace == namespace and pod.name == name:
+                return pod
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``walras plan --json``)."""
+        return {
+            "pools": {name: {"resource": p.resource, "policy": p.policy, **p.status()} for name, p in self.pools.items()},
+            "jobs": [{"namespace": j.namespace, "name": j.name, **j.status()} for j in self.jobs.values()],
+            "pods": [p.to_dict() for p in self.pods],
+            "profiles": {name: [c.to_dict() for c in conds] for name, conds in self.profiles.items()},
+            "events": [asdict(e) for e in self.events],
+            "solver": asdict(self.solver),
+            "seconds": self.seconds,
+        }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages the checks need: Prometheus and promtool (real scrapes and rule checks for the dashboard and alerts).
+set -euo pipefail
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+$SUDO apt-get install -y -q --no-install-recommends prometheus >/dev/null
+# The Debian package starts a system service where systemd runs; the tests start their own on loopback.
+(command -v systemctl >/dev/null && $SUDO systemctl disable --now prometheus >/dev/null 2>&1) || true
