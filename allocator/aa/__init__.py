@@ -1,0 +1,152 @@
+"""Utility-optimal assign-and-allocate (AA) of pods ("threads") to nodes ("servers").
+
+Implements Lai, Fan, Zhang, Zhang, Liu, Zhou, *Utility Optimal Thread Assignment and Resource Allocation in
+Multi-Server Systems* (paper 000): each pod has a nondecreasing utility curve of the units of one divisible resource it
+gets; AA decides the node of every pod and its amount, maximising total utility (NP-hard, Theorem IV.1).
+
+Entry points:
+
+- :func:`assign_and_allocate` -- ``(server, amount)`` for one resource type; methods ``alg1`` (Algorithm 1),
+  ``alg2`` (Algorithm 2, default), ``aanc`` (Section VII), baselines ``uu``, ``ur``, ``ru``, ``rr`` (Section VIII).
+- :func:`assign_and_allocate_multi` -- ``d`` resource types: DPSOPT + AAMR (Section IX).
+- Curve builders: :func:`curves_from_points` (profiled points: PCHIP when concave, piecewise-linear otherwise, or
+  always linear for a compact family), :func:`parametric_curves` (``x^beta``, ``log(1+x/s)``, ``min(x, c)``),
+  :func:`as_curves` (dense tables).
+- Building blocks: :func:`super_optimal` (Definition V.1), :func:`algorithm1`, :func:`algorithm2`, :func:`baseline`,
+  :func:`dpsopt`, :func:`aamr`, :func:`total_utility`.
+
+Guarantees (equal capacities only, as in the paper): Algorithms 1 and 2 reach ``2(sqrt 2 - 1) > 0.828`` of the
+optimum on concave curves (Theorems V.17 and VI.1); AANC reaches ``1/2`` on nonconcave curves (Theorem VII.3). With
+unequal node capacities the same algorithms run ("largest remaining capacity first", super-optimal step on the total
+capacity), but no ratio is proven: ``bench/aa.py`` measures it against the exact optimum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .algorithms import Placement, Step, algorithm1, algorithm2, algorithm2_order, baseline
+from .curves import (
+    CurveFamily,
+    FloatArray,
+    IntArray,
+    ParametricCurves,
+    PiecewiseLinearCurves,
+    TableCurves,
+    as_curves,
+    curves_from_points,
+    parametric_curves,
+    pchip_table,
+)
+from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_baseline
+from .superopt import SuperOptimal, super_optimal, super_optimal_concave, super_optimal_dp
+
+__all__ = [
+    "CurveFamily",
+    "FloatArray",
+    "IntArray",
+    "ParametricCurves",
+    "PiecewiseLinearCurves",
+    "Placement",
+    "Step",
+    "SuperOptimal",
+    "TableCurves",
+    "aamr",
+    "algorithm1",
+    "algorithm2",
+    "algorithm2_order",
+    "as_curves",
+    "assign_and_allocate",
+    "assign_and_allocate_multi",
+    "baseline",
+    "check_tables",
+    "curves_from_points",
+    "dpsopt",
+    "multi_baseline",
+    "parametric_curves",
+    "pchip_table",
+    "solve",
+    "super_optimal",
+    "super_optimal_concave",
+    "super_optimal_dp",
+    "total_utility",
+]
+
+METHODS = ("alg1", "alg2", "aanc", "uu", "ur", "ru", "rr")
+
+
+def _capacities(capacities: Sequence[int] | ArrayLike) -> IntArray:
+    caps = np.asarray(capacities)
+    if caps.ndim != 1 or caps.size == 0:
+        raise ValueError("capacities must be a non-empty 1-D sequence of integers")
+    if not np.issubdtype(caps.dtype, np.number):
+        raise ValueError("capacities must be integers")
+    bad = ~np.isfinite(caps.astype(np.float64)) | (caps < 0) | (caps != np.round(caps))
+    if bad.any():
+        raise ValueError(f"server {int(np.argmax(bad))}: capacity must be a nonnegative integer; got {caps[bad][0]}")
+    return caps.astype(np.int64)
+
+
+def total_utility(values: Any, amount: ArrayLike, capacity: int | None = None) -> float:
+    """``sum_i f_i(amount_i)`` -- the AA objective of Section III."""
+    a = np.asarray(amount, dtype=np.int64)
+    if capacity is None:
+        capacity = values.capacity if isinstance(values, CurveFamily) else int(np.max(a))
+        if not isinstance(values, CurveFamily):
+            capacity = max(capacity, np.asarray(values).shape[-1] - 1)
+    curves = as_curves(values, int(capacity))
+    return float(curves.evaluate(a).sum())
+
+
+def solve(
+    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2", trace: bool = False
+) -> tuple[Placement, SuperOptimal | None]:
+    """:func:`assign_and_allocate` with its by-products: the :class:`Placement` (with the step trace when ``trace``)
+    and the super-optimal allocation used (``None`` for the baselines)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    caps = _capacities(capacities)
+    curves = as_curves(values, int(caps.max()))
+    total = int(caps.sum())
+    if method in ("uu", "ur", "ru", "rr"):
+        return baseline(method, curves.n, caps, np.random.default_rng(0)), None
+    so = super_optimal(curves, total, method="dp" if method == "aanc" else "auto")
+    g_hat = curves.evaluate(so.amount)
+    place = algorithm1 if method == "alg1" else algorithm2
+    return place(so.amount, g_hat, caps, trace=trace), so
+
+
+def assign_and_allocate(
+    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2"
+) -> tuple[IntArray, IntArray]:
+    """Assign every thread (pod) to a server (node) and give it an integer amount of the server's resource.
+
+    Parameters
+    ----------
+    values:
+        Either a dense ``(n, C+1)`` array with ``values[i, c]`` = utility of thread ``i`` given ``c`` units
+        (``C`` = the largest capacity; shorter tables, or a list of per-thread 1-D tables, are extended flat), or a
+        compact :class:`CurveFamily` (from :func:`curves_from_points`, :func:`parametric_curves`, or
+        :class:`PiecewiseLinearCurves` directly) for large ``n`` and ``C``. Curves must be finite, nonnegative and
+        nondecreasing, and no longer than the largest capacity; otherwise ``ValueError`` names the thread.
+    capacities:
+        Length-``m`` integer capacities, one per server. The paper's guarantees assume they are equal.
+    method:
+        ``"alg2"`` (Algorithm 2, Section VI), ``"alg1"`` (Algorithm 1, Section V), ``"aanc"`` (Section VII: Algorithm
+        2 on the exact DP super-optimal allocation), or the baselines ``"uu"``, ``"ur"``, ``"ru"``, ``"rr"`` (Section
+        VIII; random ones seeded with 0). With ``alg1``/``alg2`` the super-optimal step is Galil's bisection when every
+        curve is concave and the exact DP otherwise -- so ``alg2`` on nonconcave curves *is* AANC (ratio 1/2).
+
+    Returns
+    -------
+    (server, amount):
+        ``int64`` arrays of length ``n``: 0-based server index and units per thread; per server the amounts sum to at
+        most its capacity.
+    """
+    placement, _ = solve(values, capacities, method=method)
+    return placement.server, placement.amount
+
