@@ -26,6 +26,7 @@ from allocator.aa import (
     dpsopt,
     parametric_curves,
     pchip_table,
+    reallocate,
     solve,
     super_optimal,
     super_optimal_concave,
@@ -509,3 +510,49 @@ def test_multi_bad_input_names_the_thread() -> None:
     V[1, 0, 0] = np.nan
     with pytest.raises(ValueError, match="thread 1"):
         dpsopt(V, (2, 2))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# per-server re-allocation (optional post-step, beyond the paper)
+
+
+@pytest.mark.parametrize("concave", [True, False])
+def test_reallocate_is_per_server_optimal(concave: bool) -> None:
+    rng = np.random.default_rng(21 if concave else 22)
+    caps = np.array([9, 4, 12, 0])
+    n = 11
+    V = random_concave(rng, n, 12) if concave else random_nonconcave(rng, n, 12)
+    curves = as_curves(V, 12)
+    server = rng.integers(0, 4, size=n)
+    a = reallocate(curves, server, caps)
+    check_feasible(server, a, caps.tolist())
+    for j in range(4):
+        idx = np.flatnonzero(server == j)
+        if idx.size:
+            got = V[idx, a[idx]].sum()
+            assert got == pytest.approx(single_server_optimum(V[idx], int(caps[j])), rel=1e-9, abs=1e-12)
+
+
+def test_refine_never_lowers_utility_on_large_family() -> None:
+    rng = np.random.default_rng(8)
+    n, m, C, K = 3000, 40, 1000, 6
+    gaps = rng.uniform(1, C / K, size=(n, K - 1))
+    x = np.concatenate([np.zeros((n, 1)), np.cumsum(gaps, axis=1)], axis=1)
+    slopes = np.sort(rng.uniform(0, 1, size=(n, K - 1)), axis=1)[:, ::-1]
+    y = np.concatenate([np.zeros((n, 1)), np.cumsum(slopes * np.diff(x, axis=1), axis=1)], axis=1)
+    fam = PiecewiseLinearCurves(x, y, C)
+    plain, so = solve(fam, [C] * m)
+    refined, _ = solve(fam, [C] * m, refine=True)
+    check_feasible(refined.server, refined.amount, [C] * m)
+    assert (refined.server == plain.server).all()
+    u0, u1 = fam.evaluate(plain.amount).sum(), fam.evaluate(refined.amount).sum()
+    assert so is not None and u0 - 1e-9 <= u1 <= so.utility * (1 + 1e-12)
+    # per-server optimality of the refined split: no unit move inside a server improves it
+    c = refined.amount
+    up = np.where(c < C, fam.evaluate(np.minimum(c + 1, C)) - fam.evaluate(c), -np.inf)
+    down = np.where(c > 0, fam.evaluate(c) - fam.evaluate(np.maximum(c - 1, 0)), np.inf)
+    used = np.bincount(refined.server, weights=c, minlength=m)
+    for j in range(m):
+        idx = refined.server == j
+        if used[j] == C:
+            assert up[idx].max() <= down[idx].min() + 1e-9

@@ -12,8 +12,9 @@ Entry points:
 - Curve builders: :func:`curves_from_points` (profiled points: PCHIP when concave, piecewise-linear otherwise, or
   always linear for a compact family), :func:`parametric_curves` (``x^beta``, ``log(1+x/s)``, ``min(x, c)``),
   :func:`as_curves` (dense tables).
-- Building blocks: :func:`super_optimal` (Definition V.1), :func:`algorithm1`, :func:`algorithm2`, :func:`baseline`,
-  :func:`dpsopt`, :func:`aamr`, :func:`total_utility`.
+- Building blocks: :func:`super_optimal` (Definition V.1), :func:`reallocate` (optimal per-node split for a
+  fixed assignment; an optional post-step beyond the paper, ``solve(..., refine=True)``), :func:`algorithm1`,
+  :func:`algorithm2`, :func:`baseline`, :func:`dpsopt`, :func:`aamr`, :func:`total_utility`.
 
 Guarantees (equal capacities only, as in the paper): Algorithms 1 and 2 reach ``2(sqrt 2 - 1) > 0.828`` of the
 optimum on concave curves (Theorems V.17 and VI.1); AANC reaches ``1/2`` on nonconcave curves (Theorem VII.3). With
@@ -43,7 +44,7 @@ from .curves import (
     pchip_table,
 )
 from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_baseline
-from .superopt import SuperOptimal, super_optimal, super_optimal_concave, super_optimal_dp
+from .superopt import SuperOptimal, reallocate, super_optimal, super_optimal_concave, super_optimal_dp
 
 __all__ = [
     "CurveFamily",
@@ -69,6 +70,7 @@ __all__ = [
     "multi_baseline",
     "parametric_curves",
     "pchip_table",
+    "reallocate",
     "solve",
     "super_optimal",
     "super_optimal_concave",
@@ -103,10 +105,18 @@ def total_utility(values: Any, amount: ArrayLike, capacity: int | None = None) -
 
 
 def solve(
-    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2", trace: bool = False
+    values: Any,
+    capacities: Sequence[int] | ArrayLike,
+    *,
+    method: str = "alg2",
+    trace: bool = False,
+    refine: bool = False,
 ) -> tuple[Placement, SuperOptimal | None]:
     """:func:`assign_and_allocate` with its by-products: the :class:`Placement` (with the step trace when ``trace``)
-    and the super-optimal allocation used (``None`` for the baselines)."""
+    and the super-optimal allocation used (``None`` for the baselines).
+
+    ``refine=True`` (not in the paper) re-splits every server's capacity optimally among the threads the algorithm
+    put there (:func:`reallocate`); it never lowers the utility, so the guarantees still hold."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     caps = _capacities(capacities)
@@ -117,7 +127,10 @@ def solve(
     so = super_optimal(curves, total, method="dp" if method == "aanc" else "auto")
     g_hat = curves.evaluate(so.amount)
     place = algorithm1 if method == "alg1" else algorithm2
-    return place(so.amount, g_hat, caps, trace=trace), so
+    p = place(so.amount, g_hat, caps, trace=trace)
+    if refine:
+        p = Placement(p.server, reallocate(curves, p.server, caps), p.order, p.steps)
+    return p, so
 
 
 def assign_and_allocate(

@@ -97,9 +97,10 @@ class CurveFamily(ABC):
         one = np.ones(self.n, dtype=np.int64)
         return float(np.max(self.evaluate(one) - self.evaluate(0 * one)))
 
-    def demand(self, lam: float, *, strict: bool = False) -> IntArray:
+    def demand(self, lam: float | FloatArray, *, strict: bool = False) -> IntArray:
         """Units each (concave) thread takes at marginal price ``lam``: the largest ``c`` in ``[0, C]`` with
-        ``f_i(c) - f_i(c-1) >= lam`` (``> lam`` when ``strict``), 0 when there is none.
+        ``f_i(c) - f_i(c-1) >= lam`` (``> lam`` when ``strict``), 0 when there is none. ``lam`` is a scalar or one
+        price per thread.
 
         For concave curves the marginals are nonincreasing, so this is a prefix length; this generic version is a
         vectorised binary search over ``c`` (``O(n log C)`` evaluations). Subclasses override it in closed form.
@@ -107,6 +108,7 @@ class CurveFamily(ABC):
         lo = np.zeros(self.n, dtype=np.int64)
         hi = np.full(self.n, self.capacity, dtype=np.int64)
         rows = np.arange(self.n, dtype=np.int64)
+        lamv = np.broadcast_to(np.asarray(lam, dtype=np.float64), (self.n,))
         while True:
             active = lo < hi
             if not active.any():
@@ -114,7 +116,7 @@ class CurveFamily(ABC):
             r = rows[active]
             mid = (lo[active] + hi[active] + 1) // 2
             marg = self.evaluate(mid, r) - self.evaluate(mid - 1, r)
-            ok = marg > lam if strict else marg >= lam
+            ok = marg > lamv[r] if strict else marg >= lamv[r]
             lo[r] = np.where(ok, mid, lo[r])
             hi[r] = np.where(ok, hi[r], mid - 1)
 
@@ -186,11 +188,12 @@ class TableCurves(CurveFamily):
         pad = np.repeat(self.values[:, -1:], capacity + 1 - width, axis=1)
         return TableCurves(np.concatenate([self.values, pad], axis=1))
 
-    def demand(self, lam: float, *, strict: bool = False) -> IntArray:
+    def demand(self, lam: float | FloatArray, *, strict: bool = False) -> IntArray:
         if self.n * self.capacity > 4_000_000:
             return super().demand(lam, strict=strict)
         marg = np.diff(self.values, axis=1)
-        ok = marg > lam if strict else marg >= lam
+        lv = np.broadcast_to(np.asarray(lam, dtype=np.float64), (self.n,))[:, None]
+        ok = marg > lv if strict else marg >= lv
         # concave rows: a prefix; counting works, and equals the prefix length
         return ok.sum(axis=1).astype(np.int64)
 
@@ -281,11 +284,13 @@ class PiecewiseLinearCurves(CurveFamily):
             return self
         return PiecewiseLinearCurves(self.x, self.y, capacity, self.counts)
 
-    def demand(self, lam: float, *, strict: bool = False) -> IntArray:
+    def demand(self, lam: float | FloatArray, *, strict: bool = False) -> IntArray:
         """Closed form for concave piecewise-linear curves: with ``k`` the number of leading segments whose slope is
         ``>= lam``, every unit left of breakpoint ``x_k`` has marginal ``>= lam`` and every unit right of it less;
         only the unit straddling a non-integer ``x_k`` needs an evaluation."""
-        ok = self._slope > lam if strict else self._slope >= lam
+        lv = np.asarray(lam, dtype=np.float64)
+        lv2 = lv[:, None] if lv.ndim == 1 else lv
+        ok = self._slope > lv2 if strict else self._slope >= lv2
         k = ok.sum(axis=1)
         xk = np.minimum(np.take_along_axis(self._x, k[:, None], axis=1)[:, 0], self.capacity)
         u = np.floor(xk).astype(np.int64)
@@ -294,7 +299,8 @@ class PiecewiseLinearCurves(CurveFamily):
         cand = np.flatnonzero(u < self.capacity)
         if cand.size:
             m = self.evaluate(u[cand] + 1, cand) - self.evaluate(u[cand], cand)
-            take = m > lam if strict else m >= lam
+            lc = lv[cand] if lv.ndim == 1 else lv
+            take = m > lc if strict else m >= lc
             u[cand[take]] += 1
         return u
 

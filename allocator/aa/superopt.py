@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import ArrayLike
 
 from .curves import CurveFamily, IntArray
 
@@ -148,3 +149,68 @@ def super_optimal(curves: CurveFamily, total: int, *, method: str = "auto") -> S
     if method == "auto":
         return super_optimal_dp(curves, total)
     raise ValueError(f"unknown super-optimal method {method!r}; expected 'auto', 'bisection' or 'dp'")
+
+
+def reallocate(curves: CurveFamily, server: ArrayLike, capacities: ArrayLike, *, rel_tol: float = 1e-13) -> IntArray:
+    """Optimal allocation for a *fixed* assignment: each server ``j`` splits its ``C_j`` units among its own threads
+    to maximise their total utility (Definition V.1 applied server by server, i.e. the single-server problem of [12]).
+
+    Never lowers the utility of an assignment whose per-server amounts fit, so Algorithms 1 and 2 followed by it keep
+    their guarantees. This post-step is *not* part of the paper's pseudocode. Concave curves: one bisection on a
+    per-server marginal price, vectorised over all servers at once; otherwise an exact DP per server.
+    """
+    g = np.asarray(server, dtype=np.int64)
+    caps = np.asarray(capacities, dtype=np.int64)
+    n, m = curves.n, caps.size
+    if g.shape != (n,) or (g < 0).any() or (g >= m).any():
+        raise ValueError("server must hold one server index in [0, m) per thread")
+    if not curves.concave().all():
+        from .curves import TableCurves
+
+        table = curves.table()
+        amount = np.zeros(n, dtype=np.int64)
+        for j in range(m):
+            idx = np.flatnonzero(g == j)
+            if idx.size:
+                amount[idx] = super_optimal_dp(TableCurves(table[idx]), int(caps[j])).amount
+        return amount
+    pos = curves.demand(0.0, strict=True)
+    fits = np.bincount(g, weights=pos, minlength=m) <= caps
+    done = fits.copy()
+    hi0 = curves.max_first_marginal() * (1.0 + 1e-12) + 1e-300
+    lo = np.zeros(m)
+    hi = np.full(m, hi0)
+    base = np.zeros(n, dtype=np.int64)
+    top = pos.copy()
+    for _ in range(200):
+        active = ~done & (hi - lo > rel_tol * hi)
+        if not active.any():
+            break
+        mid = np.where(active, 0.5 * (lo + hi), hi)
+        d = curves.demand(mid[g])
+        s = np.bincount(g, weights=d, minlength=m)
+        over = active & (s > caps)
+        under = active & (s <= caps)
+        lo = np.where(over, mid, lo)
+        hi = np.where(under, mid, hi)
+        top = np.where(over[g], d, top)
+        base = np.where(under[g], d, base)
+        done |= under & (s == caps)
+    amount = np.where(fits[g], pos, base)
+    rest = caps - np.bincount(g, weights=amount, minlength=m).astype(np.int64)
+    extra = np.where(fits[g], 0, top - base)
+    cand = np.flatnonzero(extra > 0)
+    if cand.size:
+        first = curves.evaluate(base[cand] + 1, cand) - curves.evaluate(base[cand], cand)
+        order = cand[np.lexsort((-first, g[cand]))]
+        ex = extra[order]
+        grp = g[order]
+        cum = np.cumsum(ex)
+        start = np.concatenate([[0], cum[:-1]])
+        # units already handed out within the same group before this candidate
+        first_of_group = np.concatenate([[True], grp[1:] != grp[:-1]])
+        group_offset = np.maximum.accumulate(np.where(first_of_group, start, 0))
+        before = start - group_offset
+        give = np.minimum(ex, np.maximum(rest[grp] - before, 0))
+        amount[order] += give
+    return np.minimum(amount, curves.capacity).astype(np.int64)
