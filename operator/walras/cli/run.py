@@ -1,0 +1,151 @@
+"""``walras run``: the operator (kopf), the scheduler extender and the metrics endpoint in one process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import ssl
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from walras.extender import Extender
+from walras.metrics import CONTENT_TYPE_LATEST, WalrasMetrics
+from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "run", help="run the operator, the scheduler extender and the metrics endpoint",
+        description="Run the Walras operator (kopf) with the scheduler extender and Prometheus metrics. "
+                    "Connects with $KUBECONFIG / ~/.kube/config, else the in-cluster service account. "
+                    "Log level: $WALRAS_LOG_LEVEL (default INFO).")
+    parser.add_argument("--mode", choices=("direct", "extender"), default="direct",
+                        help="direct: the operator binds pods itself; extender: kube-scheduler calls the extender")
+    parser.add_argument("--namespace", action="append", default=[], metavar="NS",
+                        help="only FungibleJobs in this namespace (repeatable; default: all namespaces)")
+    parser.add_argument("--scheduler-name", default="walras-scheduler", help="schedulerName of the pods Walras creates")
+    parser.add_argument("--extender-port", type=int, default=8888, help="port of /scheduler/{filter,prioritize,...}")
+    parser.add_argument("--extender-tls-cert", help="serve the extender over TLS with this certificate")
+    parser.add_argument("--extender-tls-key", help="private key of --extender-tls-cert")
+    parser.add_argument("--metrics-port", type=int, default=9847, help="port of /metrics")
+    parser.add_argument("--health-port", type=int, default=8080, help="port of kopf's liveness probe /healthz")
+    parser.add_argument("--peering", default="walras", help="kopf cluster-wide peering object (leader election)")
+    parser.add_argument("--standalone", action="store_true", help="no peering: this replica always acts")
+    parser.add_argument("--priority", type=int, default=None,
+                        help="kopf peering priority; the highest live one leads (default: random, so replicas differ)")
+    parser.add_argument("--plan-period", type=float, default=30.0, help="re-plan at least this often (seconds)")
+    parser.add_argument("--debounce", type=float, default=1.0, help="wait this long after a change before planning")
+    parser.add_argument("--job-metrics-limit", type=int, default=500,
+                        help="export walras_job_* for at most this many jobs (highest cost first)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    return parser
+
+
+def setup_logging() -> None:
+    level = os.environ.get("WALRAS_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=getattr(logging, level, logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if level != "DEBUG":
+        logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+def metrics_app(metrics: WalrasMetrics) -> web.Application:
+    """``/metrics`` (Prometheus text exposition) and ``/healthz``."""
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/metrics", serve)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+@dataclass
+class Servers:
+    """The HTTP servers beside kopf (extender, metrics), started and stopped together."""
+
+    runners: list[web.AppRunner]
+
+    @classmethod
+    async def start(cls, apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]]) -> Servers:
+        runners = []
+        for app, host, port, ctx in apps:
+            runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+            await runner.setup()
+            await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+            runners.append(runner)
+        return cls(runners)
+
+    async def stop(self) -> None:
+        for runner in self.runners:
+            await runner.cleanup()
+
+
+def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, IndexSource, Extender, WalrasMetrics]:
+    """The controller, its index source, the extender and the metrics for ``args``."""
+    from walras.planner import build_plan  # type: ignore[attr-defined]
+
+    metrics = WalrasMetrics(job_metrics_limit=args.job_metrics_limit)
+    options = OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
+                              plan_period=args.plan_period, debounce=args.debounce,
+                              identity=f"walras@{os.uname().nodename}/{os.getpid()}")
+    source = IndexSource(options.namespaces)
+    controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
+    extender = Extender(lambda: controller.plan, binder=controller.bind, metrics=metrics)
+    return controller, source, extender, metrics
+
+
+async def serve(args: argparse.Namespace) -> int:
+    kube = KubeConfig.load(args.kubeconfig)
+    controller, source, extender, metrics = build(args, kube)
+    tls = None
+    if args.extender_tls_cert or args.extender_tls_key:
+        if not (args.extender_tls_cert and args.extender_tls_key):
+            raise ValueError("--extender-tls-cert and --extender-tls-key go together")
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(args.extender_tls_cert, args.extender_tls_key)
+    servers = await Servers.start([
+        (extender.app(), "0.0.0.0", args.extender_port, tls),
+        (metrics_app(metrics), "0.0.0.0", args.metrics_port, None),
+    ])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 1_000_000)
+    logging.getLogger("walras").info(
+        "walras run: mode=%s extender=:%d metrics=:%d peering=%s priority=%d", args.mode, args.extender_port,
+        args.metrics_port, "standalone" if args.standalone else args.peering, priority)
+    try:
+        await run_operator(controller, source, kube, peering=None if args.standalone else args.peering,
+                           priority=priority, health_port=args.health_port or None, stop_flag=stop)
+    finally:
+        await servers.stop()
+        await controller.stop()
+        await controller.client.close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging()
+    try:
+        return asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        return 0
+    except ValueError as exc:
+        print(f"walras run: {exc}", file=sys.stderr)
+        return 2

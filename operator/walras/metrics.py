@@ -1,0 +1,200 @@
+"""Prometheus metrics of Walras (prometheus-client), updated from a :class:`~walras.planner.model.Plan`.
+
+All names carry the ``walras_`` prefix and follow Prometheus conventions (base units, ``_total`` for counters,
+``_seconds`` for durations, ``_ratio`` for 0..1 values). Prices are in the pool's price unit per unit of the priced
+resource (the dual variables ``p_j`` of the market-clearing problem, paper 004 Alg. 2); capacity and used are in the
+pool's priced resource (GPUs, or CPU cores).
+
+Cardinality: the per-job gauges (``walras_job_*``) are exported for at most ``job_metrics_limit`` jobs, those with
+the highest cost first (ties broken by namespace/name); ``walras_job_metrics_dropped`` counts the jobs left out.
+Per-pool series are bounded by the number of ResourcePools.
+
+:class:`WalrasMetrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several instances (tests, the
+demo) never collide; :meth:`WalrasMetrics.update` sets every gauge from a plan without touching a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from walras.planner.model import Condition, JobPlan, Plan
+
+__all__ = ["CONTENT_TYPE_LATEST", "WalrasMetrics", "is_invalid"]
+
+_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_EXTENDER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+def is_invalid(phase: str | None, conditions: Iterable[Condition]) -> bool:
+    """Whether an object is semantically invalid: phase ``Invalid`` or a ``Valid``/``Ready`` condition saying
+    ``False`` with reason ``Invalid...``."""
+    if phase == "Invalid":
+        return True
+    for cond in conditions:
+        if cond.type == "Valid" and cond.status == "False":
+            return True
+        if cond.status == "False" and cond.reason.startswith("Invalid"):
+            return True
+    return False
+
+
+class WalrasMetrics:
+    """Every Walras metric in one registry; :meth:`update` refreshes the gauges from a plan."""
+
+    def __init__(self, job_metrics_limit: int = 500, registry: CollectorRegistry | None = None) -> None:
+        if job_metrics_limit < 0:
+            raise ValueError(f"job_metrics_limit must be >= 0, got {job_metrics_limit}")
+        self.job_metrics_limit = job_metrics_limit
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.pool_price = Gauge("walras_pool_price", "Market-clearing price of the pool's priced resource (004, p_j).",
+                                ["pool", "resource"], registry=r)
+        self.pool_capacity = Gauge("walras_pool_capacity", "Capacity of the pool in its priced resource.",
+                                   ["pool", "resource"], registry=r)
+        self.pool_used = Gauge("walras_pool_used", "Amount of the pool's priced resource allocated by the plan.",
+                               ["pool", "resource"], registry=r)
+        self.pool_utilisation = Gauge("walras_pool_utilisation_ratio", "Used over capacity of the pool (0..1).",
+                                      ["pool"], registry=r)
+        self.pool_nodes = Gauge("walras_pool_nodes", "Ready, schedulable nodes in the pool.", ["pool"], registry=r)
+        self.pods_planned = Gauge("walras_pods_planned", "Pods the plan places in the pool.", ["pool"], registry=r)
+        self.pods_pending = Gauge("walras_pods_pending", "Planned pods of the pool not bound to a node yet.",
+                                  ["pool"], registry=r)
+        self.pods_bound = Counter("walras_pods_bound", "Pods Walras bound to a node (direct mode or extender).",
+                                  ["pool", "mode"], registry=r)
+        self.binding_errors = Counter("walras_binding_errors", "Failed binding attempts.", ["pool", "reason"],
+                                      registry=r)
+        self.solver_gap = Gauge("walras_solver_duality_gap", "Duality gap of the last price-discovery solve.",
+                                registry=r)
+        self.solver_iterations = Gauge("walras_solver_iterations", "Iterations of the last price-discovery solve.",
+                                       registry=r)
+        self.solver_converged = Gauge("walras_solver_converged", "1 if the last solve converged, else 0.",
+                                      registry=r)
+        self.solver_duration = Histogram("walras_solver_duration_seconds", "Duration of the price-discovery solve.",
+                                         buckets=_DURATION_BUCKETS, registry=r)
+        self.plan_duration = Histogram("walras_plan_duration_seconds", "Duration of a whole planning pass.",
+                                       buckets=_DURATION_BUCKETS, registry=r)
+        self.plans = Counter("walras_plans", "Planning passes by result (ok, error).", ["result"], registry=r)
+        self.extender_duration = Histogram("walras_extender_request_duration_seconds",
+                                           "Scheduler-extender request duration by verb.", ["verb"],
+                                           buckets=_EXTENDER_BUCKETS, registry=r)
+        self.extender_requests = Counter("walras_extender_requests", "Scheduler-extender requests by verb and code.",
+                                         ["verb", "code"], registry=r)
+        self.job_throughput = Gauge("walras_job_throughput", "Expected throughput of the job (a_i^T x_i).",
+                                    ["namespace", "job"], registry=r)
+        self.job_target = Gauge("walras_job_target_throughput", "Target throughput of a target-priority job.",
+                                ["namespace", "job"], registry=r)
+        self.job_utility = Gauge("walras_job_utility", "Utility of the job at its allocation.", ["namespace", "job"],
+                                 registry=r)
+        self.job_cost = Gauge("walras_job_cost", "Price the job pays at current prices (sum_j p_j d_ij x_ij).",
+                              ["namespace", "job"], registry=r)
+        self.job_dropped = Gauge("walras_job_metrics_dropped",
+                                 "Jobs left out of walras_job_* because of the cardinality limit.", registry=r)
+        self.invalid_objects = Gauge("walras_invalid_objects", "Semantically invalid objects by kind.", ["kind"],
+                                     registry=r)
+        for result in ("ok", "error"):
+            self.plans.labels(result=result)
+        for kind in ("ResourcePool", "FungibleJob", "ColocationProfile"):
+            self.invalid_objects.labels(kind=kind).set(0)
+        self._pool_series: set[tuple[str, str]] = set()
+        self._job_series: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ updates
+
+    def update(self, plan: Plan) -> None:
+        """Set every gauge from ``plan``; series of pools and jobs no longer in the plan are removed."""
+        pools = set()
+        for name, pool in plan.pools.items():
+            pools.add((name, pool.resource))
+            self.pool_price.labels(name, pool.resource).set(pool.price)
+            self.pool_capacity.labels(name, pool.resource).set(pool.capacity)
+            self.pool_used.labels(name, pool.resource).set(pool.used)
+            self.pool_utilisation.labels(name).set(min(max(pool.utilisation, 0.0), 1.0))
+            self.pool_nodes.labels(name).set(pool.node_count)
+        planned: dict[str, int] = {name: 0 for name in plan.pools}
+        pending: dict[str, int] = {name: 0 for name in plan.pools}
+        for pod in plan.pods:
+            if pod.action == "delete":
+                continue
+            planned[pod.pool] = planned.get(pod.pool, 0) + 1
+            if pod.action in ("create", "bind"):
+                pending[pod.pool] = pending.get(pod.pool, 0) + 1
+        for name, count in planned.items():
+            self.pods_planned.labels(name).set(count)
+            self.pods_pending.labels(name).set(pending.get(name, 0))
+        for name, resource in self._pool_series - pools:
+            self._remove(self.pool_price, name, resource)
+            self._remove(self.pool_capacity, name, resource)
+            self._remove(self.pool_used, name, resource)
+        gone_pools = {n for n, _ in self._pool_series} - {n for n, _ in pools}
+        for name in gone_pools:
+            for gauge in (self.pool_utilisation, self.pool_nodes, self.pods_planned, self.pods_pending):
+                self._remove(gauge, name)
+        self._pool_series = pools
+
+        solver = plan.solver
+        self.solver_gap.set(solver.gap)
+        self.solver_iterations.set(solver.iterations)
+        self.solver_converged.set(1.0 if solver.converged else 0.0)
+        self.solver_duration.observe(max(solver.seconds, 0.0))
+        self.plan_duration.observe(max(plan.seconds, 0.0))
+
+        ranked = sorted(plan.jobs.values(), key=lambda j: (-j.cost, j.namespace, j.name))
+        kept = ranked[: self.job_metrics_limit]
+        self.job_dropped.set(len(ranked) - len(kept))
+        series = set()
+        for job in kept:
+            self._set_job(job)
+            series.add(job.key)
+        for ns, name in self._job_series - series:
+            for gauge in (self.job_throughput, self.job_target, self.job_utility, self.job_cost):
+                self._remove(gauge, ns, name)
+        self._job_series = series
+
+        invalid = {"ResourcePool": 0, "FungibleJob": 0, "ColocationProfile": 0}
+        invalid["ResourcePool"] = sum(is_invalid(None, p.conditions) for p in plan.pools.values())
+        invalid["FungibleJob"] = sum(is_invalid(j.phase, j.conditions) for j in plan.jobs.values())
+        invalid["ColocationProfile"] = sum(is_invalid(None, conds) for conds in plan.profiles.values())
+        for kind, count in invalid.items():
+            self.invalid_objects.labels(kind=kind).set(count)
+
+    def _set_job(self, job: JobPlan) -> None:
+        self.job_throughput.labels(job.namespace, job.name).set(job.throughput)
+        self.job_utility.labels(job.namespace, job.name).set(job.utility)
+        self.job_cost.labels(job.namespace, job.name).set(job.cost)
+        if job.target is not None:
+            self.job_target.labels(job.namespace, job.name).set(job.target)
+        else:
+            self._remove(self.job_target, job.namespace, job.name)
+
+    @staticmethod
+    def _remove(metric: Gauge, *labels: str) -> None:
+        try:
+            metric.remove(*labels)
+        except KeyError:
+            pass
+
+    def plan_failed(self) -> None:
+        """Count a planning pass that raised."""
+        self.plans.labels(result="error").inc()
+
+    def plan_succeeded(self, plan: Plan) -> None:
+        """Count a successful planning pass and update every gauge from it."""
+        self.plans.labels(result="ok").inc()
+        self.update(plan)
+
+    def bound(self, pool: str, mode: str) -> None:
+        self.pods_bound.labels(pool=pool, mode=mode).inc()
+
+    def binding_error(self, pool: str, reason: str) -> None:
+        self.binding_errors.labels(pool=pool, reason=reason).inc()
+
+    def extender_request(self, verb: str, code: int, seconds: float) -> None:
+        self.extender_duration.labels(verb=verb).observe(seconds)
+        self.extender_requests.labels(verb=verb, code=str(code)).inc()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

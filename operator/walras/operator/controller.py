@@ -1,0 +1,364 @@
+"""The reconcile loop: snapshot -> ``build_plan`` -> API calls (pods, bindings, resizes, statuses, Events).
+
+kopf feeds the controller (see :mod:`walras.operator.handlers`): indexes hold the objects, event handlers call
+:meth:`Controller.trigger` when something relevant changed, a timer triggers on the plan period. The loop debounces
+triggers, plans off the event loop (``asyncio.to_thread``), then acts:
+
+* ``create``: the pod is created from its job's template (deterministic name: after a restart a 409 AlreadyExists
+  means it is there); in *direct* mode it is then bound to its planned node through ``pods/binding``.
+* ``bind``: direct mode binds the pending pod; extender mode leaves it to kube-scheduler, which calls the extender.
+* ``resize``: ``pods/{name}/resize`` where the cluster supports in-place resize; else the job gets a
+  ``ResizePending`` condition saying the change waits for the next pod.
+* ``delete``: surplus pods are deleted.
+* pods labelled with a job's name but not owned by it are adopted (owner reference added).
+* statuses of pools, jobs and profiles are merge-patched when they differ; the plan's Events are posted once.
+
+A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound, bindings in flight are tracked by uid,
+and a 409 from ``pods/binding`` is resolved by reading the pod back (:meth:`KubeClient.bind`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.metrics import WalrasMetrics
+from walras.operator.kube import KubeClient, KubeError
+from walras.operator.translate import event_body, pod_manifest, resize_containers, status_patch
+from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan, Snapshot
+
+logger = logging.getLogger("walras.operator")
+
+JSON = dict[str, Any]
+Planner = Callable[[Snapshot, Plan | None], Plan]
+
+
+@dataclass
+class OperatorOptions:
+    """What ``walras run`` configures."""
+
+    mode: str = "direct"  # "direct" | "extender"
+    namespaces: tuple[str, ...] = ()
+    scheduler_name: str = "walras-scheduler"
+    plan_period: float = 30.0
+    debounce: float = 1.0
+    identity: str = "walras"
+    concurrency: int = 16
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("direct", "extender"):
+            raise ValueError(f"mode must be 'direct' or 'extender', got {self.mode!r}")
+        if self.plan_period <= 0:
+            raise ValueError(f"plan_period must be > 0, got {self.plan_period}")
+        if self.debounce < 0:
+            raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _ready(node: Mapping[str, Any]) -> str:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status"))
+    return ""
+
+
+def fingerprint(kind: str, obj: Mapping[str, Any]) -> Any:
+    """What of an object matters to the plan; a change of anything else (heartbeats, our own status writes, resource
+    versions) does not trigger a re-plan."""
+    meta = obj.get("metadata") or {}
+    labels = tuple(sorted((meta.get("labels") or {}).items()))
+    if kind == "Node":
+        status = obj.get("status") or {}
+        spec = obj.get("spec") or {}
+        return (labels, repr(status.get("allocatable")), repr(status.get("capacity")), spec.get("unschedulable"),
+                repr(spec.get("taints")), _ready(obj))
+    if kind == "Pod":
+        spec = obj.get("spec") or {}
+        resources = tuple(repr(c.get("resources")) for c in spec.get("containers") or [])
+        return (labels, spec.get("nodeName"), (obj.get("status") or {}).get("phase"), meta.get("deletionTimestamp"),
+                resources)
+    return (labels, meta.get("generation"), meta.get("deletionTimestamp"))
+
+
+@dataclass
+class Controller:
+    """Plans from the cluster's state and writes the plan back; one instance per operator process."""
+
+    client: KubeClient
+    source: Callable[[], Snapshot]
+    planner: Planner
+    options: OperatorOptions = field(default_factory=OperatorOptions)
+    metrics: WalrasMetrics = field(default_factory=WalrasMetrics)
+    plan: Plan | None = None
+    plans: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _fingerprints: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    _binding: set[str] = field(default_factory=set)
+    _posted: set[tuple[str, str, str, str, str]] = field(default_factory=set)
+    _resize_pending: dict[tuple[str, str], str] = field(default_factory=dict)
+    _status_written: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    _task: asyncio.Task[None] | None = None
+    planned: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # ------------------------------------------------------------------ triggers
+
+    def observe(self, kind: str, event_type: str | None, obj: Mapping[str, Any]) -> bool:
+        """Record an object event; trigger a re-plan (and return True) if it matters to the plan."""
+        key = (kind, *_key(obj))
+        if event_type == "DELETED":
+            self._fingerprints.pop(key, None)
+            if kind == "Pod":
+                self._binding.discard(str((obj.get("metadata") or {}).get("uid")))
+            self.trigger(f"{kind} {key[1]}/{key[2]} deleted")
+            return True
+        if kind == "Pod":
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get(LABEL_MANAGED) != "true" and key in self._fingerprints and not event_type:
+                return False
+        fp = fingerprint(kind, obj)
+        if self._fingerprints.get(key) == fp:
+            return False
+        self._fingerprints[key] = fp
+        self.trigger(f"{kind} {key[1]}/{key[2]} changed")
+        return True
+
+    def trigger(self, reason: str = "") -> None:
+        logger.debug("re-plan requested: %s", reason)
+        self._wake.set()
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self.run(), name="walras-planner")
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def run(self) -> None:
+        """Plan once per (debounced) burst of triggers, forever."""
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(self.options.debounce)
+            self._wake.clear()
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("reconcile failed; retrying on the next trigger")
+                await asyncio.sleep(min(self.options.plan_period, 2.0))
+                self._wake.set()
+
+    # ------------------------------------------------------------------ one pass
+
+    async def reconcile(self) -> Plan | None:
+        snapshot = self.source()
+        started = time.perf_counter()
+        try:
+            plan = await asyncio.to_thread(self.planner, snapshot, self.plan)
+        except Exception:
+            self.metrics.plan_failed()
+            logger.exception("planning failed")
+            return None
+        if not plan.seconds:
+            plan.seconds = time.perf_counter() - started
+        self.plan = plan
+        self.plans += 1
+        self.metrics.plan_succeeded(plan)
+        await self.act(plan, snapshot)
+        self.planned.set()
+        return plan
+
+    async def act(self, plan: Plan, snapshot: Snapshot) -> None:
+        pods = {_key(p): p for p in snapshot.pods}
+        jobs = {_key(j): j for j in snapshot.jobs}
+        sem = asyncio.Semaphore(self.options.concurrency)
+
+        async def guarded(coro: Any) -> None:
+            async with sem:
+                try:
+                    await coro
+                except KubeError as exc:
+                    logger.warning("API call failed after retries: %s", exc)
+
+        ops = [guarded(self._adopt(pod, jobs)) for pod in snapshot.pods if self._needs_adoption(pod, jobs)]
+        for pp in plan.pods:
+            current = pods.get((pp.namespace, pp.name))
+            if pp.action == "create" and current is None:
+                job = jobs.get((pp.namespace, pp.job))
+                if job is not None:
+                    ops.append(guarded(self._create(pp, job)))
+            elif pp.action in ("create", "bind") and current is not None:
+                if self.options.mode == "direct" and pp.node and not (current.get("spec") or {}).get("nodeName"):
+                    ops.append(guarded(self._bind(pp, current)))
+            elif pp.action == "resize" and current is not None:
+                ops.append(guarded(self._resize(pp, current)))
+            elif pp.action == "delete" and current is not None:
+                ops.append(guarded(self._delete(pp)))
+        await asyncio.gather(*ops)
+        await asyncio.gather(*(guarded(op) for op in self._status_ops(plan, snapshot)))
+        await asyncio.gather(*(guarded(op) for op in self._event_ops(plan, snapshot)))
+
+    # ------------------------------------------------------------------ pods
+
+    def _needs_adoption(self, pod: Mapping[str, Any], jobs: Mapping[tuple[str, str], Mapping[str, Any]]) -> bool:
+        meta = pod.get("metadata") or {}
+        job_name = (meta.get("labels") or {}).get(LABEL_JOB)
+        if not job_name or (meta.get("namespace"), job_name) not in jobs or meta.get("deletionTimestamp"):
+            return False
+        return not any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+
+    async def _adopt(self, pod: Mapping[str, Any], jobs: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        meta = pod["metadata"]
+        job = jobs[(meta["namespace"], meta["labels"][LABEL_JOB])]
+        ref = {"apiVersion": API_VERSION, "kind": "FungibleJob", "name": job["metadata"]["name"],
+               "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        refs = [*list(meta.get("ownerReferences") or []), ref]
+        patch = {"metadata": {"ownerReferences": refs, "labels": {LABEL_MANAGED: "true"}}}
+        await self.client.request("PATCH", self.client.pod_path(meta["namespace"], meta["name"]), patch,
+                                  content_type="application/merge-patch+json", retry_conflict=True)
+        logger.info("adopted pod %s/%s into FungibleJob %s", meta["namespace"], meta["name"], ref["name"])
+
+    async def _create(self, pp: PodPlan, job: Mapping[str, Any]) -> None:
+        try:
+            body = pod_manifest(job, pp, self.options.scheduler_name)
+        except ValueError as exc:
+            await self._event(job, "Warning", "PodTemplateInvalid", str(exc))
+            return
+        pod, created = await self.client.create_pod(pp.namespace, body)
+        if created:
+            logger.info("created pod %s/%s for job %s in pool %s", pp.namespace, pp.name, pp.job, pp.pool)
+        if self.options.mode == "direct" and pp.node and not (pod.get("spec") or {}).get("nodeName"):
+            await self._bind(pp, pod)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, mode: str = "extender") -> None:
+        """Bind a pod (the extender's binder): at most once per uid, through ``pods/binding``."""
+        if uid and uid in self._binding:
+            raise KubeError(409, "Conflict", f"pod {namespace}/{name} is being bound already")
+        if uid:
+            self._binding.add(uid)
+        pool = ""
+        if self.plan is not None:
+            planned = self.plan.pod(namespace, name)
+            pool = planned.pool if planned is not None else ""
+        try:
+            done = await self.client.bind(namespace, name, uid, node)
+        except KubeError as exc:
+            self.metrics.binding_error(pool, exc.reason or str(exc.code))
+            if uid:
+                self._binding.discard(uid)
+            raise
+        if done:
+            self.metrics.bound(pool, mode)
+
+    async def _bind(self, pp: PodPlan, pod: Mapping[str, Any]) -> None:
+        assert pp.node is not None
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid in self._binding:
+            return
+        try:
+            await self.bind(pp.namespace, pp.name, uid, pp.node, mode="direct")
+        except KubeError as exc:
+            await self._event(pod, "Warning", "BindingFailed", f"binding to {pp.node} failed: {exc}")
+            return
+        logger.info("bound pod %s/%s to %s", pp.namespace, pp.name, pp.node)
+
+    async def _resize(self, pp: PodPlan, pod: Mapping[str, Any]) -> None:
+        containers = resize_containers(pod, pp)
+        if containers is None:
+            self._resize_pending.pop((pp.namespace, pp.job), None)
+            return
+        if await self.client.resize_pod(pp.namespace, pp.name, containers):
+            self._resize_pending.pop((pp.namespace, pp.job), None)
+            logger.info("resized pod %s/%s in place", pp.namespace, pp.name)
+            return
+        message = (f"pod {pp.name}: in-place resize is not supported by this cluster; the new requests/limits apply "
+                   "to the next pod created")
+        self._resize_pending[(pp.namespace, pp.job)] = message
+
+    async def _delete(self, pp: PodPlan) -> None:
+        if await self.client.delete_pod(pp.namespace, pp.name):
+            logger.info("deleted surplus pod %s/%s", pp.namespace, pp.name)
+
+    # ------------------------------------------------------------------ statuses and events
+
+    def _status_ops(self, plan: Plan, snapshot: Snapshot) -> Iterable[Any]:
+        base = f"/apis/{API_VERSION}"
+        pools = {_key(p)[1]: p for p in snapshot.pools}
+        for name, pool_plan in plan.pools.items():
+            obj = pools.get(name)
+            if obj is not None:
+                yield self._write_status(("ResourcePool", "", name), f"{base}/resourcepools/{name}", obj,
+                                         pool_plan.status())
+        jobs = {_key(j): j for j in snapshot.jobs}
+        for key, job_plan in plan.jobs.items():
+            obj = jobs.get(key)
+            if obj is None:
+                continue
+            desired = job_plan.status()
+            pending = self._resize_pending.get(key)
+            if pending:
+                desired["conditions"] = [*desired["conditions"], {
+                    "type": "ResizePending", "status": "True", "reason": "InPlaceResizeUnsupported",
+                    "message": pending}]
+            yield self._write_status(("FungibleJob", *key), f"{base}/namespaces/{key[0]}/fungiblejobs/{key[1]}",
+                                     obj, desired)
+        profiles = {_key(p)[1]: p for p in snapshot.profiles}
+        for name, conditions in plan.profiles.items():
+            obj = profiles.get(name)
+            if obj is not None:
+                desired = {"conditions": [c.to_dict() for c in conditions],
+                           "observedGeneration": (obj.get("metadata") or {}).get("generation")}
+                yield self._write_status(("ColocationProfile", "", name), f"{base}/colocationprofiles/{name}", obj,
+                                         desired)
+
+    async def _write_status(self, key: tuple[str, str, str], path: str, obj: Mapping[str, Any],
+                            desired: Mapping[str, Any]) -> None:
+        current = obj.get("status")
+        written = self._status_written.get(key)
+        if written is not None and written[0] == (obj.get("metadata") or {}).get("resourceVersion"):
+            current = written[1]  # our last write is newer than the cached object
+        patch = status_patch(current, desired)
+        if patch is None:
+            return
+        try:
+            result = await self.client.patch_status(path, patch)
+        except KubeError as exc:
+            if exc.code == 404:
+                return
+            raise
+        self._status_written[key] = ((obj.get("metadata") or {}).get("resourceVersion"), result.get("status"))
+
+    def _event_ops(self, plan: Plan, snapshot: Snapshot) -> Iterable[Any]:
+        objects: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for kind, items in (("ResourcePool", snapshot.pools), ("FungibleJob", snapshot.jobs),
+                            ("ColocationProfile", snapshot.profiles), ("Pod", snapshot.pods)):
+            for obj in items:
+                objects[(kind, *_key(obj))] = obj
+        for ev in plan.events:
+            ident = (ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
+            if ident in self._posted:
+                continue
+            obj = objects.get((ev.kind, ev.namespace, ev.name))
+            if obj is None:
+                continue
+            self._posted.add(ident)
+            yield self._event(obj, ev.type, ev.reason, ev.message)
+
+    async def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        body = event_body(obj, type_, reason, message, self.options.identity)
+        await self.client.post_event(body["metadata"]["namespace"], body)

@@ -1,0 +1,250 @@
+"""A small asynchronous Kubernetes API client (aiohttp) with retries and backoff, for the operator's writes.
+
+kopf reads (list + watch) through its own client; the operator's writes (pods, bindings, resizes, statuses, Events)
+go through :class:`KubeClient`, which retries 429 and 5xx answers, and 409 Conflicts where a retry is meaningful,
+with exponential backoff (honouring ``Retry-After``). Semantics a retry must not break are decided by the caller:
+``create`` treats 409 AlreadyExists as done (pod names are deterministic), ``bind`` reads the pod back after a 409 so
+that a pod is never bound twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+logger = logging.getLogger("walras.operator.kube")
+
+JSON = dict[str, Any]
+
+
+class KubeError(Exception):
+    """An API answer that is not a success (after retries): HTTP ``code``, Kubernetes ``reason`` and message."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """Where the API server is and how to authenticate (from a kubeconfig or the in-cluster service account)."""
+
+    server: str
+    token: str | None = None
+    ca_path: str | None = None
+    cert_path: str | None = None
+    key_path: str | None = None
+    insecure: bool = False
+    namespace: str = "default"
+
+    @classmethod
+    def load(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeConfig:
+        """Load the configuration as kubectl would: ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``, else the
+        in-cluster service account."""
+        from kubernetes import client, config  # only here: the client library is heavy to import
+
+        conf = client.Configuration()
+        namespace = "default"
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=conf)
+            try:
+                _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+                namespace = (active or {}).get("context", {}).get("namespace") or "default"
+            except config.ConfigException:
+                pass
+        except (config.ConfigException, FileNotFoundError, TypeError):
+            config.load_incluster_config(client_configuration=conf)
+        token = None
+        auth = (conf.api_key or {}).get("authorization") or (conf.api_key or {}).get("BearerToken")
+        if auth:
+            token = auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else auth
+        return cls(server=conf.host.rstrip("/"), token=token, ca_path=conf.ssl_ca_cert, cert_path=conf.cert_file,
+                   key_path=conf.key_file, insecure=not conf.verify_ssl, namespace=namespace)
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        if not self.server.startswith("https"):
+            return False
+        ctx = ssl.create_default_context(cafile=self.ca_path) if self.ca_path else ssl.create_default_context()
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert_path and self.key_path:
+            ctx.load_cert_chain(self.cert_path, self.key_path)
+        return ctx
+
+
+@dataclass
+class RetryPolicy:
+    """Exponential backoff: ``base * 2**attempt`` seconds capped at ``cap``, at most ``attempts`` tries."""
+
+    attempts: int = 8
+    base: float = 0.05
+    cap: float = 2.0
+
+    def delay(self, attempt: int, retry_after: str | None = None) -> float:
+        if retry_after:
+            try:
+                return min(float(retry_after), self.cap)
+            except ValueError:
+                pass
+        return min(self.base * (2**attempt), self.cap)
+
+
+RETRYABLE = {429, 500, 502, 503, 504}
+
+
+class KubeClient:
+    """``request`` with retries, and the handful of typed calls the operator makes."""
+
+    def __init__(self, config: KubeConfig, retry: RetryPolicy | None = None) -> None:
+        self.config = config
+        self.retry = retry or RetryPolicy()
+        self._session: aiohttp.ClientSession | None = None
+        self.retries = 0  # how many times a request was retried (for tests and logs)
+
+    async def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            headers = {"Accept": "application/json", "User-Agent": "walras-operator"}
+            if self.config.token:
+                headers["Authorization"] = f"Bearer {self.config.token}"
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context(), limit=32)
+            self._session = aiohttp.ClientSession(headers=headers, connector=connector,
+                                                  timeout=aiohttp.ClientTimeout(total=30))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
+                      retry_conflict: bool = False, ok_conflict: bool = False) -> JSON:
+        """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``) with backoff.
+
+        With ``ok_conflict`` a 409 is returned to the caller as ``{"code": 409, ...}`` instead of raised.
+        """
+        session = await self.session()
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if body is not None else {}
+        last: KubeError | None = None
+        for attempt in range(self.retry.attempts):
+            retry_after = None
+            try:
+                async with session.request(method, self.config.server + path, data=data, headers=headers) as resp:
+                    text = await resp.text()
+                    if resp.status < 300:
+                        return json.loads(text) if text else {}
+                    try:
+                        status = json.loads(text)
+                    except ValueError:
+                        status = {"message": text}
+                    last = KubeError(resp.status, str(status.get("reason", "")), str(status.get("message", text)))
+                    retry_after = resp.headers.get("Retry-After")
+                    if resp.status == 409:
+                        if ok_conflict and (not retry_conflict or status.get("reason") == "AlreadyExists"):
+                            return {"code": 409, **status}
+                        if not retry_conflict:
+                            raise last
+                    elif resp.status not in RETRYABLE:
+                        raise last
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                last = KubeError(503, "ConnectionError", str(exc))
+            self.retries += 1
+            delay = self.retry.delay(attempt, retry_after)
+            logger.info("retrying %s %s after %s (attempt %d, %.2fs)", method, path, last, attempt + 1, delay)
+            await asyncio.sleep(delay)
+        assert last is not None
+        raise last
+
+    # ------------------------------------------------------------------ typed calls
+
+    @staticmethod
+    def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        if name:
+            path += f"/{name}"
+        if sub:
+            path += f"/{sub}"
+        return path
+
+    async def get_pod(self, namespace: str, name: str) -> JSON | None:
+        try:
+            return await self.request("GET", self.pod_path(namespace, name))
+        except KubeError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> tuple[JSON, bool]:
+        """Create a pod; (pod, created). An AlreadyExists answer returns the existing pod with ``created=False``."""
+        result = await self.request("POST", self.pod_path(namespace), body, retry_conflict=True, ok_conflict=True)
+        if result.get("code") == 409:
+            existing = await self.get_pod(namespace, str(body["metadata"]["name"]))
+            if existing is None:
+                raise KubeError(409, str(result.get("reason")), str(result.get("message")))
+            return existing, False
+        return result, True
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        """Bind a pod through ``pods/binding``; True if this call bound it, False if it already was on ``node``.
+
+        A 409 is never retried blindly: the pod is read back; bound elsewhere -> :class:`KubeError` (Conflict),
+        bound to ``node`` -> False (someone, maybe an earlier attempt of ours, did it), still unbound -> retry.
+        """
+        body: JSON = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
+                      "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        if uid:
+            body["metadata"]["uid"] = uid
+        for attempt in range(self.retry.attempts):
+            result = await self.request("POST", self.pod_path(namespace, name, "binding"), body, ok_conflict=True)
+            if result.get("code") != 409:
+                return True
+            pod = await self.get_pod(namespace, name)
+            if pod is None:
+                raise KubeError(404, "NotFound", f"pod {namespace}/{name} is gone")
+            if uid and pod["metadata"].get("uid") != uid:
+                raise KubeError(409, "Conflict", f"pod {namespace}/{name} was replaced (uid changed)")
+            bound = (pod.get("spec") or {}).get("nodeName")
+            if bound == node:
+                return False
+            if bound:
+                raise KubeError(409, "Conflict", f"pod {namespace}/{name} is already bound to {bound}")
+            self.retries += 1
+            await asyncio.sleep(self.retry.delay(attempt))
+        raise KubeError(409, "Conflict", f"binding {namespace}/{name} kept conflicting")
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        try:
+            await self.request("DELETE", self.pod_path(namespace, name), retry_conflict=True)
+            return True
+        except KubeError as exc:
+            if exc.code == 404:
+                return False
+            raise
+
+    async def resize_pod(self, namespace: str, name: str, containers: list[JSON]) -> bool:
+        """Patch ``pods/{name}/resize``; False where the cluster has no in-place resize (404/405/415)."""
+        try:
+            await self.request("PATCH", self.pod_path(namespace, name, "resize"), {"spec": {"containers": containers}},
+                               content_type="application/strategic-merge-patch+json", retry_conflict=True)
+            return True
+        except KubeError as exc:
+            if exc.code in (404, 405, 415):
+                return False
+            raise
+
+    async def patch_status(self, path: str, patch: Mapping[str, Any]) -> JSON:
+        """Merge-patch the ``/status`` sub-resource at ``path`` (the object's path)."""
+        return await self.request("PATCH", f"{path}/status", patch, content_type="application/merge-patch+json",
+                                  retry_conflict=True)
+
+    async def post_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
+        return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event, retry_conflict=True)
