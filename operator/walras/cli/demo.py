@@ -1,0 +1,233 @@
+"""``walras demo``: the whole system on an emulated Kubernetes API, in one process, in seconds.
+
+Starts :mod:`walras.emulator` (an in-memory emulated API on loopback: NOT a real cluster), creates the CRDs and the
+example nodes, pools, profiles and jobs, runs the real operator (kopf, direct binding mode, standalone) until every
+planned pod is bound to its planned node, then prints the pools with their prices, the jobs with allocation,
+throughput and cost, and the pods with their nodes and limits. ``--json`` prints the same as JSON; ``--serve``
+keeps everything running with ``/metrics`` up until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from walras.cli.run import Servers, metrics_app
+from walras.emulator import Emulator
+from walras.metrics import WalrasMetrics
+from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+from walras.planner.model import LABEL_MANAGED, Plan
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo", help="run the operator on an emulated Kubernetes API with the example cluster",
+        description="Start an emulated Kubernetes API in-process (not a real cluster), create the example cluster, "
+                    "run the real operator until every example pod is bound, print prices and placements.")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--serve", action="store_true", help="keep running with /metrics up until interrupted")
+    parser.add_argument("--metrics-port", type=int, default=9847, help="port of /metrics with --serve")
+    parser.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
+    parser.add_argument("-f", "--file", action="append", default=[], metavar="PATH",
+                        help="manifests to use instead of the bundled examples (files or directories)")
+    return parser
+
+
+def crd_paths() -> list[Path]:
+    """The CRD manifests (``crds/`` of the project, or the copy packaged with ``walras``)."""
+    for base in (Path(__file__).resolve().parents[1] / "crds", ROOT / "crds"):
+        found = sorted(base.glob("*.yaml"))
+        if found:
+            return found
+    raise FileNotFoundError("no CRD manifests found (crds/*.yaml)")
+
+
+def example_paths() -> list[Path]:
+    """The bundled example manifests (the planner's example loader where present, else ``examples/``)."""
+    try:
+        from walras.planner import examples as planner_examples  # type: ignore[attr-defined]
+
+        for attr in ("example_paths", "paths"):
+            fn = getattr(planner_examples, attr, None)
+            if callable(fn):
+                return [Path(p) for p in fn()]
+        for attr in ("EXAMPLES_DIR", "EXAMPLES"):
+            value = getattr(planner_examples, attr, None)
+            if value is not None:
+                return [Path(value)]
+    except ImportError:
+        pass
+    for base in (Path(__file__).resolve().parents[1] / "examples", ROOT / "examples"):
+        if base.is_dir() and any(base.rglob("*.yaml")):
+            return [base]
+    raise FileNotFoundError("no example manifests found (examples/)")
+
+
+def read_manifests(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every YAML document of the files (directories: ``*.yaml``/``*.yml`` in sorted order)."""
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        files = sorted([*path.rglob("*.yaml"), *path.rglob("*.yml")]) if path.is_dir() else [path]
+        for file in files:
+            for doc in yaml.safe_load_all(file.read_text()):
+                if isinstance(doc, dict) and doc.get("kind"):
+                    docs.append(doc)
+    return docs
+
+
+_ORDER = {"CustomResourceDefinition": 0, "Namespace": 1, "Node": 2, "ColocationProfile": 3, "ResourcePool": 4,
+          "FungibleJob": 5}
+
+
+def report(plan: Plan, pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Pools with prices, jobs with allocation/throughput/cost, pods with nodes and limits (from the cluster)."""
+    managed = []
+    for pod in pods:
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(LABEL_MANAGED) != "true":
+            continue
+        resources = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("resources") or {}
+        managed.append({"namespace": meta["namespace"], "name": meta["name"],
+                        "job": meta["labels"].get("walras.dev/job"), "pool": meta["labels"].get("walras.dev/pool"),
+                        "node": (pod.get("spec") or {}).get("nodeName"),
+                        "requests": resources.get("requests") or {}, "limits": resources.get("limits") or {}})
+    return {
+        "pools": [{"name": p.name, "resource": p.resource, "policy": p.policy, "nodes": p.node_count,
+                   "capacity": p.capacity, "used": p.used, "price": p.price, "utilisation": p.utilisation}
+                  for p in plan.pools.values()],
+        "jobs": [{"namespace": j.namespace, "name": j.name, "phase": j.phase, "allocation": j.allocation,
+                  "replicas": j.replicas, "throughput": j.throughput, "utility": j.utility, "cost": j.cost}
+                 for j in plan.jobs.values()],
+        "pods": sorted(managed, key=lambda p: (p["namespace"], p["name"])),
+        "solver": {"iterations": plan.solver.iterations, "gap": plan.solver.gap,
+                   "converged": plan.solver.converged},
+    }
+
+
+def render(data: Mapping[str, Any]) -> str:
+    def table(rows: list[list[str]]) -> str:
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+    out = ["POOLS", table([["NAME", "RESOURCE", "POLICY", "NODES", "CAPACITY", "USED", "PRICE", "UTIL"]] + [
+        [p["name"], p["resource"], p["policy"], str(p["nodes"]), f"{p['capacity']:g}", f"{p['used']:g}",
+         f"{p['price']:.4g}", f"{p['utilisation']:.0%}"] for p in data["pools"]]), "", "JOBS"]
+    out.append(table([["NAMESPACE", "NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST"]] + [
+        [j["namespace"], j["name"], j["phase"],
+         ",".join(f"{k}={v:.2f}" for k, v in j["allocation"].items() if v) or "-",
+         ",".join(f"{k}={v}" for k, v in j["replicas"].items() if v) or "-",
+         f"{j['throughput']:.4g}", f"{j['cost']:.4g}"] for j in data["jobs"]]))
+    out += ["", "PODS"]
+    out.append(table([["NAMESPACE", "NAME", "POOL", "NODE", "REQUESTS", "LIMITS"]] + [
+        [p["namespace"], p["name"], p["pool"] or "-", p["node"] or "-",
+         ",".join(f"{k}={v}" for k, v in p["requests"].items()) or "-",
+         ",".join(f"{k}={v}" for k, v in p["limits"].items()) or "-"] for p in data["pods"]]))
+    s = data["solver"]
+    out += ["", f"solver: {s['iterations']} iterations, duality gap {s['gap']:.3g}, converged={s['converged']}"]
+    return "\n".join(out)
+
+
+def settled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Every planned pod exists and is bound to its planned node, and no surplus pod is left."""
+    if plan is None:
+        return False
+    cluster = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    for pod in plan.pods:
+        current = cluster.get((pod.namespace, pod.name))
+        if pod.action == "delete":
+            if current is not None:
+                return False
+            continue
+        if pod.node is None:
+            continue
+        if current is None or (current.get("spec") or {}).get("nodeName") != pod.node:
+            return False
+    return True
+
+
+async def demo(args: argparse.Namespace) -> int:
+    from walras.planner import build_plan  # type: ignore[attr-defined]
+
+    started = time.monotonic()
+    emulator = Emulator()
+    await emulator.start()
+    store = emulator.store
+    docs = read_manifests(crd_paths()) + read_manifests([Path(f) for f in args.file] or example_paths())
+    docs.sort(key=lambda d: _ORDER.get(d["kind"], 9))
+    store.apply_manifests(docs)
+    pod_type = store.types[("", "v1", "pods")]
+
+    with tempfile.TemporaryDirectory(prefix="walras-demo-") as tmp:
+        kubeconfig = emulator.write_kubeconfig(Path(tmp) / "kubeconfig")
+        kube = KubeConfig.load(str(kubeconfig))
+        metrics = WalrasMetrics()
+        options = OperatorOptions(mode="direct", debounce=0.2, plan_period=5.0, identity="walras-demo")
+        source = IndexSource()
+        controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
+        stop = asyncio.Event()
+        operator = asyncio.create_task(run_operator(controller, source, kube, peering=None, priority=0,
+                                                    health_port=None, stop_flag=stop))
+        servers = None
+        status = 0
+        try:
+            while True:
+                await asyncio.sleep(0.2)
+                if operator.done():
+                    operator.result()
+                    print("walras demo: the operator stopped early", file=sys.stderr)
+                    return 1
+                if controller.plans and settled(controller.plan, store.list(pod_type, None)):
+                    break
+                if time.monotonic() - started > args.timeout:
+                    print(f"walras demo: not every pod was bound within {args.timeout:g} s", file=sys.stderr)
+                    status = 1
+                    break
+            plan = controller.plan or Plan()
+            data = report(plan, store.list(pod_type, None))
+            data["seconds"] = round(time.monotonic() - started, 3)
+            data["emulated"] = True
+            print(json.dumps(data, indent=2) if args.json else render(data)
+                  + f"\n\n(emulated Kubernetes API, not a real cluster; {data['seconds']:.1f} s end to end)")
+            if args.serve and status == 0:
+                servers = await Servers.start([(metrics_app(metrics), "127.0.0.1", args.metrics_port, None)])
+                print(f"serving http://127.0.0.1:{args.metrics_port}/metrics (emulated API at {emulator.url}); "
+                      "Ctrl-C stops", flush=True)
+                done = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    with contextlib.suppress(NotImplementedError, RuntimeError):
+                        loop.add_signal_handler(sig, done.set)
+                await done.wait()
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(operator, 10)
+            if servers is not None:
+                await servers.stop()
+            await emulator.stop()
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import os
+
+    logging.basicConfig(level=getattr(logging, os.environ.get("WALRAS_LOG_LEVEL", "WARNING").upper(), 30))
+    logging.getLogger("kopf").setLevel(logging.ERROR)
+    try:
+        return asyncio.run(demo(args))
+    except KeyboardInterrupt:
+        return 0

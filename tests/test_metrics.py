@@ -1,0 +1,111 @@
+"""walras.metrics: every gauge set from a hand-built Plan, the job cardinality limit, series removal."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from walras.metrics import WalrasMetrics
+from walras.planner.model import Condition, JobPlan, Plan, PodPlan, PoolPlan, SolverStats
+
+
+def samples(metrics: WalrasMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def make_plan(n_jobs: int = 3) -> Plan:
+    plan = Plan(solver=SolverStats(iterations=42, gap=1e-5, converged=False, seconds=0.02), seconds=0.05)
+    plan.pools["v100"] = PoolPlan("v100", "nvidia.com/gpu", "utility", 2, ["a", "b"], 8.0, 6.0, 1.5, 0.75)
+    plan.pools["cpu"] = PoolPlan("cpu", "cpu", "colocation", 1, ["c"], 64.0, 16.0, 0.1, 0.25,
+                                 conditions=[Condition("Valid", "False", "InvalidSelector", "bad")])
+    for i in range(n_jobs):
+        plan.jobs[("ns", f"j{i}")] = JobPlan("ns", f"j{i}", "Running", {"v100": 1.0}, {"v100": 1}, throughput=10.0 + i,
+                                             utility=float(i), cost=float(i), target=5.0 if i == 0 else None)
+    plan.jobs[("ns", "bad")] = JobPlan("ns", "bad", "Invalid")
+    plan.pods = [
+        PodPlan("ns", "j0-0", "j0", "v100", "a", action="keep"),
+        PodPlan("ns", "j1-0", "j1", "v100", "b", action="create"),
+        PodPlan("ns", "j2-0", "j2", "v100", "b", action="bind"),
+        PodPlan("ns", "j2-1", "j2", "v100", None, action="delete"),
+        PodPlan("ns", "j3-0", "j3", "cpu", "c", action="keep"),
+    ]
+    return plan
+
+
+def test_pool_and_solver_gauges() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(make_plan())
+    s = samples(m)
+    assert s[("walras_pool_price", (("pool", "v100"), ("resource", "nvidia.com/gpu")))] == 1.5
+    assert s[("walras_pool_capacity", (("pool", "cpu"), ("resource", "cpu")))] == 64.0
+    assert s[("walras_pool_used", (("pool", "v100"), ("resource", "nvidia.com/gpu")))] == 6.0
+    assert s[("walras_pool_utilisation_ratio", (("pool", "v100"),))] == 0.75
+    assert s[("walras_pool_nodes", (("pool", "v100"),))] == 2
+    assert s[("walras_pods_planned", (("pool", "v100"),))] == 3  # the delete is not planned
+    assert s[("walras_pods_pending", (("pool", "v100"),))] == 2  # create + bind
+    assert s[("walras_pods_pending", (("pool", "cpu"),))] == 0
+    assert s[("walras_solver_iterations", ())] == 42
+    assert s[("walras_solver_duality_gap", ())] == 1e-5
+    assert s[("walras_solver_converged", ())] == 0
+    assert s[("walras_plans_total", (("result", "ok"),))] == 1
+    assert s[("walras_plans_total", (("result", "error"),))] == 0
+    assert s[("walras_solver_duration_seconds_count", ())] == 1
+    assert s[("walras_plan_duration_seconds_sum", ())] == pytest.approx(0.05)
+    assert s[("walras_invalid_objects", (("kind", "FungibleJob"),))] == 1
+    assert s[("walras_invalid_objects", (("kind", "ResourcePool"),))] == 1
+    assert s[("walras_invalid_objects", (("kind", "ColocationProfile"),))] == 0
+
+
+def test_job_gauges_and_cardinality_limit() -> None:
+    m = WalrasMetrics(job_metrics_limit=2)
+    m.update(make_plan(n_jobs=4))
+    s = samples(m)
+    jobs = {dict(k[1])["job"] for k in s if k[0] == "walras_job_cost"}
+    assert jobs == {"j3", "j2"}  # the two highest costs
+    assert s[("walras_job_metrics_dropped", ())] == 3  # j0, j1, bad
+    assert s[("walras_job_throughput", (("job", "j3"), ("namespace", "ns")))] == 13.0
+    assert ("walras_job_target_throughput", (("job", "j3"), ("namespace", "ns"))) not in s
+
+
+def test_series_of_removed_pools_and_jobs_disappear() -> None:
+    m = WalrasMetrics()
+    m.update(make_plan())
+    smaller = make_plan(n_jobs=1)
+    del smaller.pools["cpu"]
+    smaller.pods = [p for p in smaller.pods if p.pool != "cpu"]
+    m.update(smaller)
+    s = samples(m)
+    assert not any(k[0] == "walras_pool_price" and ("pool", "cpu") in k[1] for k in s)
+    assert not any(k[0] == "walras_pool_nodes" and ("pool", "cpu") in k[1] for k in s)
+    assert {dict(k[1])["job"] for k in s if k[0] == "walras_job_cost"} == {"j0", "bad"}
+    assert s[("walras_job_target_throughput", (("job", "j0"), ("namespace", "ns")))] == 5.0
+
+
+def test_counters_and_extender_histogram() -> None:
+    m = WalrasMetrics()
+    m.bound("v100", "direct")
+    m.bound("v100", "direct")
+    m.binding_error("v100", "Conflict")
+    m.plan_failed()
+    m.extender_request("filter", 200, 0.003)
+    s = samples(m)
+    assert s[("walras_pods_bound_total", (("mode", "direct"), ("pool", "v100")))] == 2
+    assert s[("walras_binding_errors_total", (("pool", "v100"), ("reason", "Conflict")))] == 1
+    assert s[("walras_plans_total", (("result", "error"),))] == 1
+    assert s[("walras_extender_requests_total", (("code", "200"), ("verb", "filter")))] == 1
+    assert s[("walras_extender_request_duration_seconds_count", (("verb", "filter"),))] == 1
+
+
+def test_bad_limit_is_rejected() -> None:
+    with pytest.raises(ValueError, match="job_metrics_limit"):
+        WalrasMetrics(job_metrics_limit=-1)
+
+
+def test_instances_do_not_share_a_registry() -> None:
+    a, b = WalrasMetrics(), WalrasMetrics()
+    a.bound("p", "direct")
+    assert ("walras_pods_bound_total", (("mode", "direct"), ("pool", "p"))) not in samples(b)
