@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-
 from walras.extender import MAX_EXTENDER_PRIORITY, BadRequest, Extender
 from walras.metrics import WalrasMetrics
 from walras.planner.model import Plan, PodPlan
@@ -133,7 +132,7 @@ async def test_bind_reports_binder_errors() -> None:
     result = await ext.bind(fixture("bind.json"))
     assert "already bound" in result["error"]
     assert "no binder" in (await Extender(lambda: plan_with()).bind(fixture("bind.json")))["error"]
-    with pytest.raises(BadRequest, match="podName|podname"):
+    with pytest.raises(BadRequest, match=r"podName|podname"):
         await ext.bind({"node": "x"})
 
 

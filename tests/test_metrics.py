@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from walras.metrics import WalrasMetrics
 from walras.planner.model import Condition, JobPlan, Plan, PodPlan, PoolPlan, SolverStats
 
