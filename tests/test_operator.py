@@ -1,0 +1,272 @@
+"""walras.operator: translations, the API client's retries against the emulator, and the kopf operator end to end
+with a stand-in planner (the real planner is tested in the planner's own tests and in e2e/).
+
+The stand-in planner below is deliberately trivial and lives here only to drive the operator: job ``j`` wants
+``metadata.annotations["test/replicas"]`` pods named ``j-0, j-1, ...`` on the alphabetically first node, with the
+requests from ``test/cpu``; surplus pods are deleted, bound pods kept (or resized when ``test/cpu`` changed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from walras.emulator import Emulator, Fault
+from walras.emulator.store import Store
+from walras.metrics import WalrasMetrics
+from walras.operator import (
+    Controller,
+    IndexSource,
+    KubeClient,
+    KubeConfig,
+    KubeError,
+    OperatorOptions,
+    RetryPolicy,
+    fingerprint,
+    pod_manifest,
+    run_operator,
+    snapshot_from,
+    status_patch,
+)
+from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
+
+ROOT = Path(__file__).resolve().parents[1]
+POD = ("", "v1", "pods")
+JOB = ("walras.dev", "v1alpha1", "fungiblejobs")
+POOL = ("walras.dev", "v1alpha1", "resourcepools")
+
+
+def job_obj(name: str, replicas: int, cpu: str = "1", ns: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob",
+            "metadata": {"name": name, "namespace": ns, "annotations": {"test/replicas": str(replicas),
+                                                                        "test/cpu": cpu}},
+            "spec": {"throughput": {"p": 1.0}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}}
+
+
+def stand_in_planner(snapshot: Snapshot, previous: Plan | None) -> Plan:
+    node = sorted(n["metadata"]["name"] for n in snapshot.nodes)[0]
+    plan = Plan()
+    for pool in snapshot.pools:
+        plan.pools[pool["metadata"]["name"]] = PoolPlan(pool["metadata"]["name"], "cpu", "utility", len(snapshot.nodes),
+                                                        [node], 8.0, 1.0, 0.25, 0.125)
+    existing = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snapshot.pods}
+    for job in snapshot.jobs:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        want = int(job["metadata"]["annotations"]["test/replicas"])
+        cpu = job["metadata"]["annotations"]["test/cpu"]
+        pods = []
+        for i in range(want):
+            pp = PodPlan(ns, f"{name}-{i}", name, "p", node, {"cpu": cpu}, {"cpu": cpu}, "create")
+            current = existing.get((ns, pp.name))
+            if current is not None:
+                pp.exists = True
+                res = current["spec"]["containers"][0].get("resources", {})
+                if not current["spec"].get("nodeName"):
+                    pp.action = "bind"
+                elif res.get("requests", {}).get("cpu") != cpu:
+                    pp.action = "resize"
+                else:
+                    pp.action = "keep"
+            pods.append(pp)
+        for (pns, pname), pod in existing.items():
+            labels = pod["metadata"].get("labels", {})
+            if pns == ns and labels.get("walras.dev/job") == name and int(pname.rsplit("-", 1)[1]) >= want:
+                pods.append(PodPlan(ns, pname, name, "p", None, action="delete", exists=True))
+        plan.jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25,
+                                        pods=pods)
+        plan.pods.extend(pods)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- translations
+
+
+def test_pod_manifest_from_template() -> None:
+    job = job_obj("resnet", 1)
+    job["metadata"]["uid"] = "uid-1"
+    pp = PodPlan("default", "resnet-0", "resnet", "v100", "gpu-1", {"nvidia.com/gpu": "1"}, {"nvidia.com/gpu": "1"})
+    pod = pod_manifest(job, pp, "walras-scheduler")
+    assert pod["metadata"]["labels"] == {"app": "resnet", "walras.dev/job": "resnet", "walras.dev/pool": "v100",
+                                         "walras.dev/managed": "true"}
+    assert pod["metadata"]["annotations"]["walras.dev/planned-node"] == "gpu-1"
+    assert pod["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob", "name": "resnet", "uid": "uid-1",
+        "controller": True, "blockOwnerDeletion": True}
+    assert pod["spec"]["schedulerName"] == "walras-scheduler"
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"nvidia.com/gpu": "1"},
+                                                         "limits": {"nvidia.com/gpu": "1"}}
+    assert "resources" not in job["spec"]["template"]["spec"]["containers"][0]  # the job is not mutated
+    del job["metadata"]["uid"]
+    with pytest.raises(ValueError, match="uid"):
+        pod_manifest(job, pp, "walras-scheduler")
+
+
+def test_status_patch_nulls_stale_keys_and_skips_equal() -> None:
+    current = {"phase": "Running", "allocation": {"a": 0.5, "b": 0.5}, "kopf": {"x": 1}}
+    desired = {"phase": "Running", "allocation": {"a": 1.0}}
+    assert status_patch(current, desired) == {"status": {"phase": "Running", "allocation": {"a": 1.0, "b": None}}}
+    assert status_patch({"phase": "Running", "n": 1, "kopf": {}}, {"phase": "Running", "n": 1.0}) is None
+
+
+def test_snapshot_namespace_filter_and_fingerprint() -> None:
+    jobs = [job_obj("a", 1, ns="x"), job_obj("b", 1, ns="y")]
+    pods = [{"metadata": {"name": "a-0", "namespace": "x", "labels": {"walras.dev/managed": "true"}}},
+            {"metadata": {"name": "b-0", "namespace": "y", "labels": {"walras.dev/managed": "true"}}},
+            {"metadata": {"name": "web", "namespace": "y"}}]
+    snap = snapshot_from([], pods, [], jobs, [], namespaces=["x"])
+    assert [j["metadata"]["name"] for j in snap.jobs] == ["a"]
+    assert [p["metadata"]["name"] for p in snap.pods] == ["a-0", "web"]
+    job = {"metadata": {"generation": 1, "labels": {}}, "status": {"phase": "Pending"}}
+    same = {"metadata": {"generation": 1, "labels": {}, "resourceVersion": "9"}, "status": {"phase": "Running"}}
+    assert fingerprint("FungibleJob", job) == fingerprint("FungibleJob", same)
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "8"}}}
+    bigger = {"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "16"}}}
+    assert fingerprint("Node", node) != fingerprint("Node", bigger)
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        OperatorOptions(mode="magic")
+    with pytest.raises(ValueError, match="plan_period"):
+        OperatorOptions(plan_period=0)
+
+
+# ---------------------------------------------------------------------------------------------- API client
+
+
+async def started_emulator(tmp_path: Path) -> tuple[Emulator, KubeClient]:
+    emulator = Emulator(Store())
+    await emulator.start()
+    emulator.store.apply_manifests(
+        d for f in sorted(glob.glob(str(ROOT / "crds" / "*.yaml"))) for d in yaml.safe_load_all(open(f)) if d)
+    emulator.store.apply_manifests([
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "8"}}},
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"}, "status": {"allocatable": {"cpu": "8"}}}])
+    kube = KubeConfig.load(str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+    return emulator, KubeClient(kube, RetryPolicy(attempts=6, base=0.01, cap=0.05))
+
+
+@pytest.mark.asyncio
+async def test_client_retries_and_never_binds_twice(tmp_path: Path) -> None:
+    emulator, client = await started_emulator(tmp_path)
+    store = emulator.store
+    try:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        store.faults += [Fault("create", "pods", 429, 1), Fault("create", "pods", 503, 1)]
+        created, fresh = await client.create_pod("default", pod)
+        assert fresh and client.retries == 2
+        again, fresh = await client.create_pod("default", pod)  # AlreadyExists: the existing pod, not an error
+        assert not fresh and again["metadata"]["uid"] == created["metadata"]["uid"]
+        uid = created["metadata"]["uid"]
+        store.faults += [Fault("create", "pods", 409, 2, subresource="binding"),
+                         Fault("create", "pods", 500, 1, subresource="binding")]
+        assert await client.bind("default", "p", uid, "n1") is True
+        assert await client.bind("default", "p", uid, "n1") is False  # already there: not bound again
+        with pytest.raises(KubeError, match="already bound to n1"):
+            await client.bind("default", "p", uid, "n2")
+        assert [b["node"] for b in store.bindings] == ["n1"]
+        store.faults.append(Fault("patch", "fungiblejobs", 409, 1, subresource="status"))
+        store.apply_manifests([job_obj("j", 1)])
+        result = await client.patch_status("/apis/walras.dev/v1alpha1/namespaces/default/fungiblejobs/j",
+                                           {"status": {"phase": "Running"}})
+        assert result["status"] == {"phase": "Running"}
+        store.faults.append(Fault("patch", "fungiblejobs", 500, 10, subresource="status"))
+        with pytest.raises(KubeError) as err:
+            await client.patch_status("/apis/walras.dev/v1alpha1/namespaces/default/fungiblejobs/j",
+                                      {"status": {"phase": "Pending"}})
+        assert err.value.code == 500
+        assert await client.delete_pod("default", "p") is True
+        assert await client.delete_pod("default", "p") is False
+    finally:
+        await client.close()
+        await emulator.stop()
+
+
+# ---------------------------------------------------------------------------------------------- kopf operator
+
+
+async def wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.asyncio
+async def test_operator_creates_binds_scales_resizes_and_writes_status(tmp_path: Path) -> None:
+    emulator, client = await started_emulator(tmp_path)
+    store = emulator.store
+    metrics = WalrasMetrics()
+    options = OperatorOptions(debounce=0.05, plan_period=1.0, identity="test-operator")
+    source = IndexSource()
+    controller = Controller(client, source, stand_in_planner, options, metrics)
+    kube = client.config
+    stop = asyncio.Event()
+    store.apply_manifests([{"apiVersion": "walras.dev/v1alpha1", "kind": "ResourcePool", "metadata": {"name": "p"},
+                            "spec": {}},
+                           job_obj("j", 2)])
+    # a pod labelled with the job's name but created by someone else: adopted
+    store.apply_manifests([{"apiVersion": "v1", "kind": "Pod",
+                            "metadata": {"name": "j-1", "namespace": "default", "labels": {"walras.dev/job": "j"}},
+                            "spec": {"containers": [{"name": "main", "image": "busybox"}]}}])
+    store.faults += [Fault("create", "pods", 409, 1, subresource="binding"),
+                     Fault("patch", "resourcepools", 503, 1, subresource="status")]
+    task = asyncio.create_task(run_operator(controller, source, kube, peering="walras", priority=7,
+                                            health_port=None, stop_flag=stop))
+    pods = store.types[POD]
+
+    def bound(n: int) -> bool:
+        items = store.list(pods, "default")
+        return len(items) == n and all(p["spec"].get("nodeName") == "n1" for p in items)
+
+    try:
+        await wait_for(lambda: bound(2))
+        j1 = store.get(pods, "default", "j-1")
+        assert j1["metadata"]["ownerReferences"][0]["kind"] == "FungibleJob"  # adopted
+        j0 = store.get(pods, "default", "j-0")
+        assert j0["spec"]["schedulerName"] == "walras-scheduler"
+        assert j0["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "1"}
+        assert sorted(b["pod"] for b in store.bindings) == ["j-0", "j-1"]  # each bound exactly once
+        await wait_for(lambda: store.get(store.types[POOL], "", "p").get("status", {}).get("price") == 0.25)
+        await wait_for(lambda: store.get(store.types[JOB], "default", "j").get("status", {}).get("replicas")
+                       == {"p": 2})
+        assert 'walras_pods_bound_total{mode="direct",pool="p"} 2.0' in metrics.exposition().decode()
+        # the peering object exists and lists this operator
+        peering = store.get(store.types[("kopf.dev", "v1", "clusterkopfpeerings")], "", "walras")
+        assert "test-operator" in peering.get("status", {})
+
+        # scale down: the surplus pod goes
+        store.patch(store.types[JOB], "default", "j", {"metadata": {"annotations": {"test/replicas": "1"}},
+                                                       "spec": {"weight": 2}}, "application/merge-patch+json")
+        await wait_for(lambda: bound(1))
+
+        # resize in place where supported
+        store.patch(store.types[JOB], "default", "j", {"metadata": {"annotations": {"test/cpu": "2"}},
+                                                       "spec": {"weight": 3}}, "application/merge-patch+json")
+        await wait_for(lambda: store.get(pods, "default", "j-0")["spec"]["containers"][0]["resources"]
+                       ["requests"] == {"cpu": "2"})
+
+        # where the cluster has no in-place resize, the job says the change waits for the next pod
+        store.faults.append(Fault("patch", "pods", 404, 1000, subresource="resize"))
+        store.patch(store.types[JOB], "default", "j", {"metadata": {"annotations": {"test/cpu": "3"}},
+                                                       "spec": {"weight": 4}}, "application/merge-patch+json")
+
+        def resize_pending() -> bool:
+            conds = store.get(store.types[JOB], "default", "j").get("status", {}).get("conditions", [])
+            return any(c["type"] == "ResizePending" and "next pod" in c["message"] for c in conds)
+
+        await wait_for(resize_pending)
+        assert len(store.bindings) == 2  # nothing was ever bound twice
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await emulator.stop()
