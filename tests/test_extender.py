@@ -40,7 +40,7 @@ def test_filter_nodenames_keeps_only_the_planned_node() -> None:
     result = ext.filter(fixture("filter_nodenames.json"))
     assert result["nodenames"] == ["gpu-v100-1"]
     assert set(result["failedNodes"]) == {"gpu-v100-0", "gpu-k80-0"}
-    assert "planned on node gpu-v100-1" in result["failedNodes"]["gpu-k80-0"]
+    assert "planned on gpu-v100-1" in result["failedNodes"]["gpu-k80-0"]
     assert result["error"] == ""
 
 

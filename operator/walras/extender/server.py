@@ -19,6 +19,7 @@ passes through (every node passes, every score is 0). A malformed request gets H
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -77,16 +78,26 @@ class Extender:
     """Filter / prioritize / bind / preempt over the current plan; also serves them as an aiohttp app."""
 
     def __init__(self, plan_source: PlanSource, binder: Binder | None = None,
-                 metrics: WalrasMetrics | None = None) -> None:
+                 metrics: WalrasMetrics | None = None, freeze_gc: bool = True) -> None:
         self.plan_source = plan_source
+        self.freeze_gc = freeze_gc
         self.binder = binder
         self.metrics = metrics
         self._index = PlanIndex.build(None)
 
     def index(self) -> PlanIndex:
+        """The index of the current plan, rebuilt when the plan changes.
+
+        A new plan's objects are then moved out of the cyclic garbage collector's reach (``gc.freeze``): a plan of
+        20,000 pods otherwise makes every full collection that lands inside a request cost ~20 ms, which alone would
+        break the 10 ms p99 target. Frozen objects are still freed by reference counting when the plan is replaced
+        (plans hold no reference cycles).
+        """
         plan = self.plan_source()
         if plan is not self._index.plan:
             self._index = PlanIndex.build(plan)
+            if self.freeze_gc:
+                gc.freeze()
         return self._index
 
     # ------------------------------------------------------------------ verbs (pure over the plan)
@@ -98,7 +109,7 @@ class Extender:
         if planned is not None:
             if planned.node is None:
                 return True, None, f"Walras: pod {namespace}/{name} has no node in the current plan"
-            return True, planned.node, f"Walras: pod {namespace}/{name} is planned on node {planned.node}"
+            return True, planned.node, f"walras: planned on {planned.node}"
         if str(labels.get(LABEL_MANAGED, "")).lower() == "true":
             return True, None, f"Walras: pod {namespace}/{name} is not in the current plan yet"
         return False, None, ""
