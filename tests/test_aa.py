@@ -95,9 +95,10 @@ def random_nonconcave(rng: np.random.Generator, n: int, C: int) -> np.ndarray:
 # worked examples: Tables II and III
 
 
-def test_table_ii_algorithm1_step_by_step() -> None:
+@pytest.mark.parametrize("fit", ["first", "worst"])
+def test_table_ii_algorithm1_step_by_step(fit: str) -> None:
     # Section V-B example: m = 2, C = 7, c_hat = (2, 3, 3, 6), g(c_hat) = (3, 6, 4, 7)
-    p = algorithm1([2, 3, 3, 6], [3, 6, 4, 7], [7, 7], trace=True)
+    p = algorithm1([2, 3, 3, 6], [3, 6, 4, 7], [7, 7], trace=True, fit=fit)
     # Table II (1-based): (4,1) c4=6 C=(1,7); (2,2) c2=3 C=(1,4); (3,2) c3=3 C=(1,1); (1,1) c1=1 C=(0,1).
     # The paper's table prints C2 = 3 after loop 2, a typo: 7 - 3 = 4, and loop 3 (c3 = 3) leaves C2 = 1.
     got = [(s.thread + 1, s.server + 1, s.amount, s.remaining, s.full) for s in p.steps]
@@ -138,12 +139,16 @@ def test_theorem_v18_ratio_five_sixths() -> None:
     assert so.amount.tolist() == [5, 5, 10]
     opt = milp_optimum(V, [10, 10])
     assert opt == pytest.approx(3.0)
-    for method in ("alg1", "alg2"):
-        s, a = assign_and_allocate(V, [10, 10], method=method)
+    g_hat = V[np.arange(3), so.amount]
+    worst = algorithm1(so.amount, g_hat, [10, 10], fit="worst")
+    for s, a in (assign_and_allocate(V, [10, 10], method="alg2"), (worst.server, worst.amount)):
         check_feasible(s, a, [10, 10])
         util = V[np.arange(3), a].sum()
         assert util / opt == pytest.approx(5 / 6)
         assert util >= ALPHA * opt
+    # with first fit (the default) Algorithm 1 puts threads 1 and 2 together and reaches the optimum here
+    s, a = assign_and_allocate(V, [10, 10], method="alg1")
+    assert s.tolist() == [0, 0, 1] and V[np.arange(3), a].sum() == pytest.approx(opt)
 
 
 @pytest.mark.parametrize("m", [2, 3, 4, 6])
@@ -243,8 +248,10 @@ def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]
     opt = milp_optimum(V, caps)
     so = super_optimal(as_curves(V, caps[0]), sum(caps))
     assert so.utility >= opt - 1e-7 * max(1.0, opt)  # Lemma V.2: SO is an upper bound
-    for method in ("alg1", "alg2"):
-        s, a = assign_and_allocate(V, caps, method=method)
+    g_hat = V[np.arange(V.shape[0]), so.amount]
+    worst = algorithm1(so.amount, g_hat, caps, fit="worst")
+    runs = [assign_and_allocate(V, caps, method=m) for m in ("alg1", "alg2")] + [(worst.server, worst.amount)]
+    for s, a in runs:
         check_feasible(s, a, caps)
         util = V[np.arange(V.shape[0]), a].sum()
         assert util >= ALPHA * opt - 1e-9

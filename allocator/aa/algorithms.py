@@ -8,10 +8,12 @@ two vectors: ``c_hat`` and ``g_hat = f_i(c_hat_i)``.
 - AANC (Section VII) is :func:`algorithm2` fed with the exact nonconcave super-optimal allocation.
 - :func:`baseline` -- Section VIII's heuristics UU, UR, RU, RR.
 
-Tie-breaking (the paper leaves it open): among equal keys the lower thread index comes first (stable sorts); among
-servers, the one with the most remaining capacity, then the lowest index. For Algorithm 1 this "worst fit" choice is
-one of the servers the paper allows in line 6 (every server that can hold ``c_hat_i`` gives the same ``g_i``), and
-it is the choice under which Theorem V.18's 5/6 instance is realised.
+Tie-breaking (the paper leaves it open): among equal keys the lower thread index comes first (stable sorts). Algorithm
+2 always takes the server with the most remaining capacity (its line 6), lowest index first. In Algorithm 1's line 6
+every server that can hold ``c_hat_i`` gives the same ``g_i``; ``fit="first"`` (default: the lowest-indexed such
+server, the literal argmax over pairs) packs better on average, ``fit="worst"`` (the one with the most remaining
+capacity) is the choice under which Theorem V.18's 5/6 instance is realised. The proofs of Section V-C do not depend
+on which server a full thread takes, so both keep the ``2(sqrt 2 - 1)`` guarantee.
 
 Heterogeneous capacities (beyond the paper; its Section X lists them as future work): both algorithms run unchanged
 with per-server capacities ``C_j`` and ``c_hat`` computed on ``sum_j C_j`` pooled units with each thread capped at
@@ -68,12 +70,17 @@ def _check_inputs(c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike) -> 
     return c.astype(np.int64), g, caps.astype(np.int64)
 
 
-def algorithm1(c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike, *, trace: bool = False) -> Placement:
+def algorithm1(
+    c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike, *, trace: bool = False, fit: str = "first"
+) -> Placement:
     """Algorithm 1 (Section V-B). While threads remain: if some remaining thread fits its ``c_hat_i`` on some server
-    (set ``U`` nonempty), place the one with the largest ``g_i(c_hat_i)`` with ``c_hat_i`` units (lines 4-7);
-    otherwise give the remaining thread with the largest ``g_i(C_j)`` all of the best server's remaining ``C_j``
-    (lines 9-10). ``g_i`` is nondecreasing, so the best server is always the one with the most remaining capacity.
+    (set ``U`` nonempty), place the one with the largest ``g_i(c_hat_i)`` with ``c_hat_i`` units (lines 4-7) on the
+    first (``fit="first"``) or the emptiest (``fit="worst"``) server that holds it; otherwise give the remaining
+    thread with the largest ``g_i(C_j)`` all of the best server's remaining ``C_j`` (lines 9-10) -- ``g_i`` is
+    nondecreasing, so that is the server with the most remaining capacity.
     """
+    if fit not in ("first", "worst"):
+        raise ValueError(f"fit must be 'first' or 'worst'; got {fit!r}")
     c, g, rem = _check_inputs(c_hat, g_hat, capacities)
     rem = rem.copy()
     n = c.size
@@ -91,6 +98,8 @@ def algorithm1(c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike, *, tra
         if feas.any():
             i = int(np.argmax(np.where(feas, g, -np.inf)))
             a = int(c[i])
+            if fit == "first":
+                j = int(np.argmax(rem >= a))
             full = True
         else:
             i = int(np.argmax(np.where(left, slope, -np.inf)))

@@ -129,16 +129,15 @@ def dpsopt(values: ArrayLike, totals: ArrayLike) -> tuple[IntArray, float]:
 def aamr(values: ArrayLike, c_hat: ArrayLike, capacities: ArrayLike) -> tuple[IntArray, IntArray]:
     """AAMR, Algorithm 3 (Section IX). While threads remain: if some thread's whole ``c_hat_i`` fits on some server
     (set ``U``), place the one with the largest ``f_i(c_hat_i)`` there (lines 5-8); otherwise place the (thread,
-    server) pair maximising ``f_i(min(C_j, c_hat_i))`` with that allocation (lines 10-11). Among servers that hold
-    ``c_hat_i`` the one with the most remaining capacity (sum of remaining fractions of the largest capacities) is
-    used, then the lowest index. Returns ``(server (n,), amount (n, d))``."""
+    server) pair maximising ``f_i(min(C_j, c_hat_i))`` with that allocation (lines 10-11). Ties go to the lowest
+    (thread, server) indices -- the literal argmax over pairs; in line 7 this is first fit, which packed better than
+    choosing the emptiest server on Section IX's instances. Returns ``(server (n,), amount (n, d))``."""
     v = check_tables(values)
     n, d = v.shape[0], v.ndim - 1
     rem = _capacities(capacities, d).copy()
     ch = np.asarray(c_hat, dtype=np.int64)
     if ch.shape != (n, d):
         raise ValueError(f"c_hat must have shape ({n}, {d})")
-    norm = np.maximum(rem.max(axis=0), 1).astype(np.float64)
     idx = np.arange(n)
     fhat = v[(idx, *ch.T)]
     left = np.ones(n, dtype=bool)
@@ -149,8 +148,7 @@ def aamr(values: ArrayLike, c_hat: ArrayLike, capacities: ArrayLike) -> tuple[In
         fit = (ch[:, None, :] <= rem[None, :, :]).all(axis=2) & left[:, None]
         if fit.any():
             i = int(np.argmax(np.where(fit.any(axis=1), fhat, -np.inf)))
-            room = np.where(fit[i], (rem / norm).sum(axis=1), -np.inf)
-            j = int(np.argmax(room))
+            j = int(np.argmax(fit[i]))
             a = ch[i]
         else:
             alloc = np.minimum(ch[:, None, :], rem[None, :, :])
