@@ -22,6 +22,7 @@ from allocator.aa import (
     assign_and_allocate,
     assign_and_allocate_multi,
     baseline,
+    concat_curves,
     curves_from_points,
     dpsopt,
     parametric_curves,
@@ -563,3 +564,24 @@ def test_refine_never_lowers_utility_on_large_family() -> None:
         idx = refined.server == j
         if used[j] == C:
             assert up[idx].max() <= down[idx].min() + 1e-9
+
+
+def test_concat_curves_mixes_kinds_like_a_dense_table() -> None:
+    C = 30
+    pts = curves_from_points([[(0, 0), (10, 5), (30, 6)], [(0, 0), (5, 1), (20, 8)]], C, interpolation="linear")
+    pw = parametric_curves("power", {"weight": [2.0, 1.0], "beta": [0.5, 0.8]}, C)
+    lg = parametric_curves("log", {"weight": [3.0], "scale": [4.0]}, 20)  # a formula: extends to the larger capacity
+    tab = as_curves(np.array([np.minimum(np.arange(C + 1), 12) * 0.7]), C)
+    mixed = concat_curves([pts, pw, lg, tab])
+    assert mixed.n == 6 and mixed.capacity == C
+    dense = mixed.table()
+    assert dense.shape == (6, C + 1)
+    np.testing.assert_allclose(dense[2], 2.0 * np.sqrt(np.arange(C + 1)))
+    np.testing.assert_allclose(dense[4, 25], 3.0 * np.log1p(25 / 4.0))
+    np.testing.assert_allclose(dense[5, 20:], 0.7 * 12)
+    assert mixed.concave().tolist() == [True, False, True, True, True, True]
+    for caps in ([30, 30], [30, 12, 7]):
+        for method in ("alg1", "alg2", "aanc"):
+            s1, a1 = assign_and_allocate(mixed, caps, method=method)
+            s2, a2 = assign_and_allocate(dense, caps, method=method)
+            assert (s1 == s2).all() and (a1 == a2).all()

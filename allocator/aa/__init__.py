@@ -11,7 +11,7 @@ Entry points:
 - :func:`assign_and_allocate_multi` -- ``d`` resource types: DPSOPT + AAMR (Section IX).
 - Curve builders: :func:`curves_from_points` (profiled points: PCHIP when concave, piecewise-linear otherwise, or
   always linear for a compact family), :func:`parametric_curves` (``x^beta``, ``log(1+x/s)``, ``min(x, c)``),
-  :func:`as_curves` (dense tables).
+  :func:`as_curves` (dense tables), :func:`concat_curves` (stack families of different kinds).
 - Building blocks: :func:`super_optimal` (Definition V.1), :func:`reallocate` (optimal per-node split for a
   fixed assignment; an optional post-step beyond the paper, ``solve(..., refine=True)``), :func:`algorithm1`,
   :func:`algorithm2`, :func:`baseline`, :func:`dpsopt`, :func:`aamr`, :func:`total_utility`.
@@ -32,6 +32,7 @@ from numpy.typing import ArrayLike
 
 from .algorithms import Placement, Step, algorithm1, algorithm2, algorithm2_order, baseline
 from .curves import (
+    ConcatCurves,
     CurveFamily,
     FloatArray,
     IntArray,
@@ -39,6 +40,7 @@ from .curves import (
     PiecewiseLinearCurves,
     TableCurves,
     as_curves,
+    concat_curves,
     curves_from_points,
     parametric_curves,
     pchip_table,
@@ -47,6 +49,7 @@ from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_
 from .superopt import SuperOptimal, reallocate, super_optimal, super_optimal_concave, super_optimal_dp
 
 __all__ = [
+    "ConcatCurves",
     "CurveFamily",
     "FloatArray",
     "IntArray",
@@ -65,6 +68,7 @@ __all__ = [
     "assign_and_allocate_multi",
     "baseline",
     "check_tables",
+    "concat_curves",
     "curves_from_points",
     "dpsopt",
     "multi_baseline",

@@ -78,8 +78,8 @@ class CurveFamily(ABC):
 
     @abstractmethod
     def with_capacity(self, capacity: int) -> CurveFamily:
-        """The same curves on ``0..capacity``: flat beyond their end; ``ValueError`` naming the first thread whose
-        curve is longer than ``capacity``."""
+        """The same curves on ``0..capacity``: tables and point curves stay flat beyond their last point (``ValueError``
+        naming the first thread whose curve is longer than ``capacity``); parametric formulas simply extend."""
 
     def table(self) -> FloatArray:
         """Dense ``(n, capacity+1)`` table ``values[i, c] = f_i(c)``."""
@@ -583,3 +583,57 @@ def as_curves(values: Any, capacity: int) -> CurveFamily:
         table[i, : a.size] = a
         table[i, a.size :] = a[-1]
     return TableCurves(table)
+
+
+class ConcatCurves(CurveFamily):
+    """Several curve families stacked into one (threads of ``parts[0]`` first), e.g. pods whose jobs declare
+    different curve kinds (profiled points for some, ``x^beta`` or ``log`` for others). Every question is answered
+    part by part, so compact parts stay compact."""
+
+    def __init__(self, parts: Sequence[CurveFamily]) -> None:
+        if not parts:
+            raise ValueError("no curve families given")
+        cap = max(p.capacity for p in parts)
+        self.parts = [p.with_capacity(cap) for p in parts]
+        self.capacity = cap
+        self.offsets = np.cumsum([0] + [p.n for p in self.parts]).astype(np.int64)
+        self.n = int(self.offsets[-1])
+
+    def _split(self, rows: IntArray) -> list[tuple[int, NDArray[np.bool_]]]:
+        part = np.searchsorted(self.offsets, rows, side="right") - 1
+        return [(k, part == k) for k in range(len(self.parts))]
+
+    def evaluate(self, c: ArrayLike, rows: ArrayLike | None = None) -> FloatArray:
+        r = np.arange(self.n, dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        cc = np.broadcast_to(np.asarray(c, dtype=np.int64), r.shape)
+        out = np.empty(r.shape, dtype=np.float64)
+        for k, sel in self._split(r):
+            if sel.any():
+                out[sel] = self.parts[k].evaluate(cc[sel], r[sel] - self.offsets[k])
+        return out
+
+    def demand(self, lam: float | FloatArray, *, strict: bool = False) -> IntArray:
+        lv = np.broadcast_to(np.asarray(lam, dtype=np.float64), (self.n,))
+        return np.concatenate(
+            [p.demand(lv[self.offsets[k] : self.offsets[k + 1]], strict=strict) for k, p in enumerate(self.parts)]
+        )
+
+    def concave(self) -> NDArray[np.bool_]:
+        return np.concatenate([p.concave() for p in self.parts])
+
+    def segments(self) -> IntArray:
+        return np.concatenate([p.segments() for p in self.parts])
+
+    def with_capacity(self, capacity: int) -> ConcatCurves:
+        return ConcatCurves([p.with_capacity(capacity) for p in self.parts])
+
+    def table(self) -> FloatArray:
+        return np.concatenate([p.table() for p in self.parts], axis=0)
+
+
+def concat_curves(families: Sequence[CurveFamily]) -> CurveFamily:
+    """Stack curve families (threads in order) into one family on the largest of their capacities; a single family
+    is returned as is. Use it to mix pods whose utility curves come from different builders."""
+    if len(families) == 1:
+        return families[0]
+    return ConcatCurves(families)
