@@ -1,0 +1,156 @@
+"""End to end, direct binding mode: the real ``walras run`` process, driven by the real kubectl.
+
+Scenarios run in file order against one cluster (see ``conftest.py``): apply jobs -> prices and placements; scale a
+job; add and remove a node; delete a job; API faults on binding and status patches; kill the operator mid-cycle and
+restart it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.conftest import GPU_STATUS, MANIFESTS, Cluster, Operator, check, wait_until
+
+pytestmark = pytest.mark.e2e
+NS = "e2e"
+
+
+@pytest.fixture(scope="module")
+def op(cluster: Cluster) -> Iterator[dict[str, Operator]]:
+    holder = {"op": Operator(cluster, "direct").start()}
+    yield holder
+    holder["op"].stop()
+
+
+def job_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    return dict(cluster.get("fungiblejob", name, "-n", NS).get("status") or {})
+
+
+def settled(cluster: Cluster, job: str, replicas: int | None = None) -> list[dict[str, Any]] | None:
+    """The job's pods if every pod in its status exists, bound to its planned node with the planned resources."""
+    status = job_status(cluster, job)
+    planned = status.get("pods") or []
+    if not planned or (replicas is not None and len(planned) != replicas):
+        return None
+    pods = {p["metadata"]["name"]: p for p in cluster.pods(NS, f"walras.dev/job={job}")}
+    if len(pods) != len(planned):
+        return None
+    for want in planned:
+        pod = pods.get(want["name"])
+        if pod is None or not want.get("node") or pod["spec"].get("nodeName") != want["node"]:
+            return None
+    return list(pods.values())
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_apply_publishes_prices_and_binds_pods_to_planned_nodes(cluster: Cluster, op: dict[str, Operator]) -> None:
+    cluster.apply(MANIFESTS / "jobs.yaml")
+    for job, replicas in (("resnet50", 2), ("transformer", 2), ("a3c", 1)):
+        pods = wait_until(lambda j=job, r=replicas: settled(cluster, j, r), 60, f"{job} bound")
+        planned = {p["name"]: p for p in job_status(cluster, job)["pods"]}
+        for pod in pods:
+            want = planned[pod["metadata"]["name"]]
+            container = pod["spec"]["containers"][0]
+            assert container["resources"].get("requests", {}) == {**container["resources"].get("requests", {}),
+                                                                   **want["requests"]}
+            assert container["resources"].get("limits", {}) == {**container["resources"].get("limits", {}),
+                                                                 **want["limits"]}
+            assert pod["metadata"]["annotations"]["walras.dev/planned-node"] == want["node"]
+            assert pod["spec"]["schedulerName"] == "walras-scheduler"
+            assert pod["metadata"]["ownerReferences"][0]["kind"] == "FungibleJob"
+            assert pod["metadata"]["labels"]["walras.dev/pool"] == want["pool"]
+    for pool in ("e2e-v100", "e2e-k80"):
+        status = wait_until(lambda p=pool: cluster.get("resourcepool", p).get("status"), 30, f"{pool} status")
+        assert status["nodeCount"] == 2
+        assert float(status["capacity"]) == 8.0
+        assert float(status["price"]) >= 0.0
+        text = wait_until(lambda p=pool: check(op["op"].metrics(),
+                                               lambda t, p=p: metric(t, "walras_pool_price", pool=p) is not None),
+                          30, "price on /metrics")
+        assert metric(text, "walras_pool_price", pool=pool, resource="nvidia.com/gpu") == pytest.approx(
+            float(cluster.get("resourcepool", pool)["status"]["price"]))
+    text = op["op"].metrics()
+    assert metric(text, "walras_pods_bound_total", pool="e2e-v100", mode="direct") is not None \
+        or metric(text, "walras_pods_bound_total", pool="e2e-k80", mode="direct") is not None
+    assert metric(text, "walras_plans_total", result="ok")
+
+
+def test_scale_a_job(cluster: Cluster, op: dict[str, Operator]) -> None:
+    cluster.kc("patch", "fungiblejob", "resnet50", "-n", NS, "--type=merge", "-p",
+               json.dumps({"spec": {"replicas": {"count": 3}}}))
+    wait_until(lambda: settled(cluster, "resnet50", 3), 60, "resnet50 scaled to 3")
+    cluster.kc("patch", "fungiblejob", "resnet50", "-n", NS, "--type=merge", "-p",
+               json.dumps({"spec": {"replicas": {"count": 1}}}))
+    pods = wait_until(lambda: settled(cluster, "resnet50", 1), 60, "resnet50 scaled to 1")
+    assert len(pods) == 1
+
+
+def test_add_and_remove_a_node(cluster: Cluster, op: dict[str, Operator]) -> None:
+    cluster.apply_text(json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "e2e-v100-2", "labels": {"walras.dev/e2e": "true", "e2e.walras.dev/gpu": "v100"}}}))
+    cluster.set_node_status("e2e-v100-2", GPU_STATUS)
+    wait_until(lambda: cluster.get("resourcepool", "e2e-v100")["status"]["nodeCount"] == 3, 30, "3 v100 nodes")
+    assert float(cluster.get("resourcepool", "e2e-v100")["status"]["capacity"]) == 12.0
+    wait_until(lambda: metric(op["op"].metrics(), "walras_pool_capacity", pool="e2e-v100") == 12.0, 30,
+               "capacity 12 on /metrics")
+    cluster.kc("delete", "node", "e2e-v100-2")
+    wait_until(lambda: cluster.get("resourcepool", "e2e-v100")["status"]["nodeCount"] == 2, 30, "2 v100 nodes")
+    assert float(cluster.get("resourcepool", "e2e-v100")["status"]["capacity"]) == 8.0
+    for job in ("resnet50", "transformer", "a3c"):
+        pods = job_status(cluster, job)["pods"]
+        assert all(p["node"] != "e2e-v100-2" for p in pods)
+
+
+def test_delete_a_job_removes_its_pods(cluster: Cluster, op: dict[str, Operator]) -> None:
+    cluster.kc("delete", "fungiblejob", "a3c", "-n", NS)
+    wait_until(lambda: not cluster.pods(NS, "walras.dev/job=a3c"), 30, "a3c pods gone")
+    assert settled(cluster, "transformer", 2)
+
+
+def test_binding_and_status_faults_are_retried(cluster: Cluster, op: dict[str, Operator]) -> None:
+    if not cluster.emulated:
+        pytest.skip("fault injection needs the emulated API's /_emulator control paths")
+    before = len(cluster.bindings())
+    cluster.faults({"verb": "create", "resource": "pods", "subresource": "binding", "code": 409, "count": 2},
+                   {"verb": "create", "resource": "pods", "subresource": "binding", "code": 429, "count": 1},
+                   {"verb": "create", "resource": "pods", "subresource": "binding", "code": 500, "count": 1},
+                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 503, "count": 2},
+                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 409, "count": 1},
+                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 429, "count": 1})
+    job = (MANIFESTS / "jobs.yaml").read_text().split("---")[-1]
+    cluster.apply_text(job.replace("name: a3c", "name: bert").replace("count: 1", "count: 2"))
+    pods = wait_until(lambda: settled(cluster, "bert", 2), 60, "bert bound despite faults")
+    assert not cluster.pending_faults(), "every injected fault was hit (and retried past)"
+    new = cluster.bindings()[before:]
+    names = sorted(b["pod"] for b in new if b["namespace"] == NS)
+    assert names == sorted(p["metadata"]["name"] for p in pods)  # each pod bound exactly once
+
+
+def test_kill_mid_cycle_and_restart(cluster: Cluster, op: dict[str, Operator]) -> None:
+    job = (MANIFESTS / "jobs.yaml").read_text().split("---")[-1]
+    cluster.apply_text(job.replace("name: a3c", "name: gpt").replace("count: 1", "count: 3"))
+    wait_until(lambda: cluster.pods(NS, "walras.dev/job=gpt"), 60, "the first gpt pod", interval=0.02)
+    op["op"].kill()
+    op["op"] = Operator(cluster, "direct").start()
+    pods = wait_until(lambda: settled(cluster, "gpt", 3), 60, "gpt bound after the restart")
+    names = [p["metadata"]["name"] for p in pods]
+    assert len(names) == len(set(names)) == 3
+    for job_name in ("resnet50", "transformer", "bert"):
+        assert settled(cluster, job_name), f"{job_name} lost pods across the restart"
+    if cluster.emulated:
+        bound = [b["pod"] for b in cluster.bindings() if b["namespace"] == NS]
+        assert len(bound) == len(set(bound)), f"a pod was bound twice: {bound}"
+    assert re.search(r"walras run: mode=direct", op["op"].output())
