@@ -270,3 +270,41 @@ async def test_operator_creates_binds_scales_resizes_and_writes_status(tmp_path:
         stop.set()
         await asyncio.wait_for(task, 15)
         await emulator.stop()
+
+
+@pytest.mark.asyncio
+async def test_peering_lets_only_the_highest_priority_replica_act(tmp_path: Path) -> None:
+    emulator, client = await started_emulator(tmp_path)
+    store = emulator.store
+    store.apply_manifests([{"apiVersion": "walras.dev/v1alpha1", "kind": "ResourcePool", "metadata": {"name": "p"},
+                            "spec": {}}, job_obj("j", 1)])
+    replicas = []
+    for priority, identity in ((1, "low"), (100, "high")):
+        options = OperatorOptions(debounce=0.05, plan_period=60.0, identity=identity)
+        source = IndexSource()
+        controller = Controller(KubeClient(client.config), source, stand_in_planner, options, WalrasMetrics())
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_operator(controller, source, client.config, peering="walras",
+                                                priority=priority, health_port=None, stop_flag=stop))
+        replicas.append((controller, stop, task))
+        if identity == "low":
+            await wait_for(lambda c=controller: c.plans > 0)
+    low, high = replicas[0][0], replicas[1][0]
+    peering = store.types[("kopf.dev", "v1", "clusterkopfpeerings")]
+    try:
+        await wait_for(lambda: {"low", "high"} <= set(store.get(peering, "", "walras").get("status", {})))
+        await asyncio.sleep(1.0)  # let the low-priority replica see its peer and pause
+        low_plans = low.plans
+        store.apply_manifests([job_obj("k", 2)])
+        await wait_for(lambda: len(store.list(store.types[POD], "default")) == 3)
+        await asyncio.sleep(0.5)
+        assert high.plans > 0
+        assert low.plans == low_plans, "the paused replica planned"
+        assert sorted(b["pod"] for b in store.bindings) == ["j-0", "k-0", "k-1"]
+    finally:
+        for _, stop, _task in replicas:
+            stop.set()
+        for _, _, task in replicas:
+            await asyncio.wait_for(task, 15)
+        await client.close()
+        await emulator.stop()
