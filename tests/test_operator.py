@@ -266,6 +266,11 @@ async def test_operator_creates_binds_scales_resizes_and_writes_status(tmp_path:
 
         await wait_for(resize_pending)
         assert len(store.bindings) == 2  # nothing was ever bound twice
+        events = store.list(store.types[("", "v1", "events")], "default")
+        reasons = {(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert ("FungibleJob", "j", "SuccessfulCreate") in reasons
+        assert ("Pod", "j-0", "Scheduled") in reasons
+        assert ("FungibleJob", "j", "SuccessfulDelete") in reasons
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)

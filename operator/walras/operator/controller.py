@@ -208,7 +208,7 @@ class Controller:
             elif pp.action == "resize" and current is not None:
                 ops.append(guarded(self._resize(pp, current)))
             elif pp.action == "delete" and current is not None:
-                ops.append(guarded(self._delete(pp)))
+                ops.append(guarded(self._delete(pp, jobs.get((pp.namespace, pp.job)))))
         await asyncio.gather(*ops)
         await asyncio.gather(*(guarded(op) for op in self._status_ops(plan, snapshot)))
         await asyncio.gather(*(guarded(op) for op in self._event_ops(plan, snapshot)))
@@ -242,6 +242,8 @@ class Controller:
         pod, created = await self.client.create_pod(pp.namespace, body)
         if created:
             logger.info("created pod %s/%s for job %s in pool %s", pp.namespace, pp.name, pp.job, pp.pool)
+            await self._event(job, "Normal", "SuccessfulCreate",
+                              f"Created pod {pp.name} in pool {pp.pool} (planned node {pp.node or 'none'})")
         if self.options.mode == "direct" and pp.node and not (pod.get("spec") or {}).get("nodeName"):
             await self._bind(pp, pod)
 
@@ -276,6 +278,7 @@ class Controller:
             await self._event(pod, "Warning", "BindingFailed", f"binding to {pp.node} failed: {exc}")
             return
         logger.info("bound pod %s/%s to %s", pp.namespace, pp.name, pp.node)
+        await self._event(pod, "Normal", "Scheduled", f"Walras assigned {pp.namespace}/{pp.name} to {pp.node}")
 
     async def _resize(self, pp: PodPlan, pod: Mapping[str, Any]) -> None:
         containers = resize_containers(pod, pp)
@@ -290,9 +293,11 @@ class Controller:
                    "to the next pod created")
         self._resize_pending[(pp.namespace, pp.job)] = message
 
-    async def _delete(self, pp: PodPlan) -> None:
+    async def _delete(self, pp: PodPlan, job: Mapping[str, Any] | None) -> None:
         if await self.client.delete_pod(pp.namespace, pp.name):
             logger.info("deleted surplus pod %s/%s", pp.namespace, pp.name)
+            if job is not None:
+                await self._event(job, "Normal", "SuccessfulDelete", f"Deleted surplus pod {pp.name}")
 
     # ------------------------------------------------------------------ statuses and events
 
@@ -360,5 +365,9 @@ class Controller:
             yield self._event(obj, ev.type, ev.reason, ev.message)
 
     async def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an Event; failing to record one never fails the action it describes."""
         body = event_body(obj, type_, reason, message, self.options.identity)
-        await self.client.post_event(body["metadata"]["namespace"], body)
+        try:
+            await self.client.post_event(body["metadata"]["namespace"], body)
+        except KubeError as exc:
+            logger.warning("could not record Event %s on %s: %s", reason, body["involvedObject"]["name"], exc)
