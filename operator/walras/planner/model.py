@@ -204,7 +204,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``walras plan --json``)."""
         return {
-            "pools": {name: {"resource": p.resource, "policy": p.policy, **p.status()} for name, p in self.pools.items()},
+            "pools": {
+                name: {"resource": p.resource, "policy": p.policy, **p.status()} for name, p in self.pools.items()
+            },
             "jobs": [{"namespace": j.namespace, "name": j.name, **j.status()} for j in self.jobs.values()],
             "pods": [p.to_dict() for p in self.pods],
             "profiles": {name: [c.to_dict() for c in conds] for name, conds in self.profiles.items()},

@@ -1,0 +1,184 @@
+"""The market between pools: price discovery over the jobs' throughput matrix (paper 004, Alg. 2).
+
+Jobs of a cluster mix utility families (004 Sec. 2.2), while :func:`allocator.pricing.solve` takes one object that
+implements the :class:`allocator.utilities.Utility` protocol for all ``n`` jobs. :class:`MixedUtility` is that object:
+it keeps one vectorised utility per family and scatters each call over the family's rows, so the per-job subproblem
+(Alg. 1, eqs. 15-16) stays vectorised within every family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from allocator import pricing, utilities
+from walras.planner.spec import UtilitySpec
+
+
+class MixedUtility:
+    """A :class:`allocator.utilities.Utility` whose job ``i`` uses family ``family[i]`` (an index into ``parts``).
+
+    ``parts[f]`` describes the jobs of family ``f`` in their order; ``row[i]`` is job i's row within its part.
+    """
+
+    def __init__(self, family: Tensor, row: Tensor, parts: Sequence[utilities.Utility]) -> None:
+        self.family = family
+        self.row = row
+        self.parts = list(parts)
+        self._members = [torch.nonzero(family == f).squeeze(1) for f in range(len(self.parts))]
+
+    @property
+    def n_jobs(self) -> int:
+        return int(self.family.shape[0])
+
+    def _apply(self, name: str, *args: Tensor) -> Tensor:
+        out = torch.empty_like(args[0])
+        for f, part in enumerate(self.parts):
+            idx = self._members[f]
+            if idx.numel() == 0:
+                continue
+            sub = part.take(self.row.index_select(0, idx).to(part_device(part)))
+            out[idx] = getattr(sub, name)(*(a.index_select(0, idx) for a in args))
+        return out
+
+    def value(self, t: Tensor) -> Tensor:
+        return self._apply("value", t)
+
+    def derivative(self, t: Tensor) -> Tensor:
+        return self._apply("derivative", t)
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        return self._apply("argmax", alpha, gamma, delta)
+
+    def take(self, index: Tensor) -> MixedUtility:
+        index = index.to(self.family.device)
+        return MixedUtility(self.family.index_select(0, index), self.row.index_select(0, index), self.parts)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> MixedUtility:
+        dev = self.family.device if device is None else torch.device(device)
+        return MixedUtility(self.family.to(dev), self.row.to(dev), [p.to(dev, dtype) for p in self.parts])
+
+
+def part_device(part: utilities.Utility) -> torch.device:
+    for value in vars(part).values():
+        if isinstance(value, Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+def build_utility(specs: Sequence[UtilitySpec], weights: Sequence[float]) -> MixedUtility:
+    """One :class:`MixedUtility` for jobs with the given utility specs; ``weights`` multiply each spec's weight.
+
+    Families (004 Sec. 2.2): linear ``w t``; log ``w log t`` (eq. 1); power ``w t^p`` / ``-w t^p``; alpha-fair
+    ``w t^(1-a)/(1-a)``; target-priority ``w min(t - t_des, 0)`` (eq. 2). Jobs of one family with different
+    parameters share a part (parameters are per-job tensors).
+    """
+    n = len(specs)
+    kinds = ["linear", "log", "power", "alpha-fair", "target-priority"]
+    family = np.array([kinds.index(s.type) for s in specs], dtype=np.int64)
+    row = np.zeros(n, dtype=np.int64)
+    parts: list[utilities.Utility] = []
+    for f, kind in enumerate(kinds):
+        members = np.flatnonzero(family == f)
+        row[members] = np.arange(members.size)
+        w = np.array([specs[i].weight * weights[i] for i in members], dtype=np.float64)
+        if members.size == 0:
+            w = np.ones(1)
+        if kind == "linear":
+            parts.append(utilities.Linear(weight=w))
+        elif kind == "log":
+            parts.append(utilities.Log(weight=w))
+        elif kind == "power":
+            p = np.array([specs[i].exponent for i in members] or [1.0], dtype=np.float64)
+            parts.append(utilities.Power(p, weight=w))
+        elif kind == "alpha-fair":
+            a = np.array([specs[i].alpha for i in members] or [0.0], dtype=np.float64)
+            parts.append(utilities.AlphaFair(a, weight=w))
+        else:
+            t = np.array([specs[i].target for i in members] or [1.0], dtype=np.float64)
+            parts.append(utilities.TargetPriority(t, weight=w))
+    return MixedUtility(torch.from_numpy(family), torch.from_numpy(row), parts)
+
+
+def utility_values(specs: Sequence[UtilitySpec], weights: Sequence[float], t: np.ndarray) -> np.ndarray:
+    """``u_i(t_i)`` for every job, in float64 (what the JobPlan reports)."""
+    mixed = build_utility(specs, weights).to("cpu", torch.float64)
+    return mixed.value(torch.as_tensor(t, dtype=torch.float64)).numpy()
+
+
+@dataclass
+class MarketResult:
+    """Prices per pool, the allocation X (time fractions) and the solver's statistics."""
+
+    prices: np.ndarray
+    allocation: np.ndarray
+    throughputs: np.ndarray
+    iterations: int
+    gap: float
+    primal: float
+    dual: float
+    converged: bool
+    seconds: float
+    device: str
+
+
+def solve_market(
+    throughput: np.ndarray,
+    capacity: np.ndarray,
+    specs: Sequence[UtilitySpec],
+    weights: Sequence[float],
+    demand: np.ndarray,
+    prices: np.ndarray | None,
+    *,
+    device: str = "cpu",
+    max_iter: int = 60,
+) -> MarketResult:
+    """Price discovery (004, Alg. 2) for ``n`` jobs over ``m`` pools, warm-started at ``prices`` when given.
+
+    ``demand[i, j]`` is job i's use of pool j's priced resource when it runs there all the time (its replicas times
+    its demand per replica), so the coupling constraint is ``sum_i demand_ij x_ij <= capacity_j`` (004 Sec. 7.1).
+    ``max_iter`` bounds the dual evaluations so that one plan stays within its time budget; the returned allocation
+    is feasible either way and the gap says how far from optimal it may be.
+    """
+    n, m = throughput.shape
+    if n == 0 or m == 0:
+        return MarketResult(
+            prices=np.zeros(m) if prices is None else np.asarray(prices, dtype=np.float64),
+            allocation=np.zeros((n, m)),
+            throughputs=np.zeros(n),
+            iterations=0,
+            gap=0.0,
+            primal=0.0,
+            dual=0.0,
+            converged=True,
+            seconds=0.0,
+            device=device,
+        )
+    utility = build_utility(specs, weights)
+    result = pricing.solve(
+        throughput,
+        capacity,
+        utility,
+        demand=demand,
+        prices=prices,
+        max_iter=max_iter,
+        device=device,
+        dtype=torch.float64,
+    )
+    allocation = np.asarray(result.allocation, dtype=np.float64)
+    return MarketResult(
+        prices=np.asarray(result.prices, dtype=np.float64),
+        allocation=allocation,
+        throughputs=np.asarray(result.throughputs, dtype=np.float64),
+        iterations=int(result.iterations),
+        gap=float(result.gap),
+        primal=float(result.utility_value),
+        dual=float(result.dual_value),
+        converged=bool(result.converged),
+        seconds=float(result.seconds),
+        device=str(result.device),
+    )

@@ -1,0 +1,389 @@
+"""Placement policies inside one ResourcePool behind one interface.
+
+The market (004, Alg. 2) decides how many replicas of each job go to each pool; a pool's policy then decides on which
+node each new pod lands and how much of the pool's priced resource it gets. Every policy implements
+:class:`PlacementPolicy` (``place(request) -> PlacementResult``) and is registered under the name a ResourcePool's
+``spec.policy.type`` uses:
+
+* ``utility`` -- assign-and-allocate (paper 000, Alg. 2), :mod:`allocator.aa`;
+* ``colocation`` -- interference-aware partition (paper 001), :mod:`allocator.colocation`;
+* ``throughput`` -- degree-limited SEQ (paper 003), :mod:`allocator.degree`;
+* ``fair`` -- PS-DSF / PF-VDS(alpha) (paper 002), :mod:`allocator.fairness`;
+* ``spread`` -- most-free-node first, the fallback when a policy cannot place (no allocator module involved).
+
+Pods that already run never move: the request only holds the pods still to place and the free capacity and degree
+slots that the running pods leave on each node.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, ProfileSpec
+
+#: Slots of a node without a degree limit (larger than any pod count a node can hold).
+UNLIMITED = 1 << 30
+
+
+@dataclass
+class PlacementRequest:
+    """What a policy needs to place the new pods of one pool.
+
+    ``free[k]`` is node k's free amount of the pool's priced resource, ``slots[k]`` how many more Walras pods it may
+    run (degree limit minus running Walras pods), ``node_resources[k, r]`` its free amount of ``resource_names[r]``
+    (the priced resource first). ``pod_job[q]`` is the index in ``jobs`` of pod q; every job has
+    ``job_pods[i]`` pods to place and throughput ``job_throughput[i]`` in this pool (its a_ij, 004 Sec. 2.1).
+    """
+
+    pool: PoolSpec
+    node_names: list[str]
+    free: np.ndarray
+    slots: np.ndarray
+    resource_names: list[str]
+    node_resources: np.ndarray
+    jobs: list[JobSpec]
+    job_pods: np.ndarray
+    job_throughput: np.ndarray
+    job_replicas_total: np.ndarray
+    pod_job: np.ndarray
+    profile: ProfileSpec | None = None
+
+    @property
+    def n_pods(self) -> int:
+        return int(self.pod_job.shape[0])
+
+    def demand(self) -> np.ndarray:
+        """Nominal amount of the priced resource per pod (its job's demand per replica)."""
+        per_job = np.array([job.demand for job in self.jobs], dtype=np.float64)
+        return per_job[self.pod_job] if self.n_pods else np.zeros(0)
+
+    def job_resource_vectors(self) -> np.ndarray:
+        """``(n_jobs, n_resources)`` per-task demand vectors; the priced resource defaults to the job's demand."""
+        out = np.zeros((len(self.jobs), len(self.resource_names)))
+        for i, job in enumerate(self.jobs):
+            for r, name in enumerate(self.resource_names):
+                out[i, r] = job.resources.get(name, job.demand if r == 0 else 0.0)
+            out[i, 0] = job.resources.get(self.resource_names[0], job.demand)
+        return out
+
+
+@dataclass
+class PlacementResult:
+    """``node[q]`` is the index (into the request's nodes) of pod q, or -1 if it stays unplaced; ``amount[q]`` is the
+    amount of the priced resource it requests (and is limited to)."""
+
+    node: np.ndarray
+    amount: np.ndarray
+    notes: list[str] = field(default_factory=list)
+
+
+class PlacementPolicy(Protocol):
+    """A placement policy: ``place`` must be deterministic and respect ``free`` and ``slots``."""
+
+    name: str
+
+    def place(self, request: PlacementRequest) -> PlacementResult: ...
+
+
+def check_result(request: PlacementRequest, result: PlacementResult, *, slack: float = 1e-6) -> None:
+    """Raise ``ValueError`` if ``result`` overfills a node's priced resource or degree slots, or has a bad shape."""
+    n = request.n_pods
+    if result.node.shape != (n,) or result.amount.shape != (n,):
+        raise ValueError(f"placement must return {n} nodes and amounts, got {result.node.shape}/{result.amount.shape}")
+    k = len(request.node_names)
+    placed = result.node >= 0
+    if np.any(result.node >= k):
+        raise ValueError("placement returned a node index out of range")
+    if np.any(result.amount[placed] <= 0):
+        raise ValueError("placement gave a placed pod no resource")
+    load = np.bincount(result.node[placed], weights=result.amount[placed], minlength=k)
+    over = np.flatnonzero(load > request.free + slack)
+    if over.size:
+        j = int(over[0])
+        raise ValueError(f"placement overfills node {request.node_names[j]}: {load[j]:g} > {request.free[j]:g}")
+    count = np.bincount(result.node[placed], minlength=k)
+    over = np.flatnonzero(count > request.slots)
+    if over.size:
+        j = int(over[0])
+        raise ValueError(f"placement exceeds the degree limit on node {request.node_names[j]}")
+
+
+class SpreadPolicy:
+    """Most-free-node first: pods in decreasing demand, each on the node with the most free priced resource.
+
+    A max-heap on free capacity gives O(P log K) for P pods on K nodes. Processing pods in decreasing size means that
+    when the most-free node cannot hold a pod, no node can (first-fit decreasing on the emptiest node).
+    """
+
+    name = "spread"
+
+    def place(self, request: PlacementRequest) -> PlacementResult:
+        demand = request.demand()
+        node = np.full(request.n_pods, -1, dtype=np.int64)
+        free = request.free.astype(np.float64).copy()
+        slots = request.slots.astype(np.int64).copy()
+        heap = [(-free[k], k) for k in range(len(free)) if slots[k] > 0 and free[k] > 0]
+        heapq.heapify(heap)
+        order = np.lexsort((np.arange(request.n_pods), -demand))
+        for q in order:
+            if not heap:
+                break
+            neg, k = heap[0]
+            if -neg + 1e-9 < demand[q]:
+                continue
+            heapq.heappop(heap)
+            node[q] = k
+            free[k] -= demand[q]
+            slots[k] -= 1
+            if slots[k] > 0 and free[k] > 1e-9:
+                heapq.heappush(heap, (-free[k], k))
+        return PlacementResult(node=node, amount=np.where(node >= 0, demand, 0.0))
+
+
+def curve_values(curve: CurveSpec | None, demand: float, capacity: int) -> np.ndarray:
+    """Values of a pod's utility curve at integer amounts ``0..capacity`` (AA's value table row, paper 000 Sec. 3).
+
+    Without a curve a pod values each unit linearly up to its nominal demand and nothing beyond it.
+    """
+    amounts = np.arange(capacity + 1, dtype=np.float64)
+    if curve is None:
+        return np.minimum(amounts, demand)
+    if curve.points:
+        xs = np.array([p[0] for p in curve.points])
+        ys = np.array([p[1] for p in curve.points])
+        values = np.interp(amounts, xs, ys, left=ys[0], right=ys[-1])
+        return values - values[0]
+    if curve.type == "linear":
+        cap = curve.saturation if curve.saturation is not None else demand
+        return curve.scale * np.minimum(amounts, cap)
+    if curve.type == "log":
+        return curve.scale * np.log1p(amounts)
+    if curve.type == "power":
+        return curve.scale * amounts**curve.exponent
+    middle = curve.saturation if curve.saturation is not None else demand
+    values = curve.scale / (1.0 + np.exp(-(amounts - middle)))
+    return values - values[0]
+
+
+class UtilityPolicy:
+    """Assign-and-allocate (paper 000, Alg. 2 by default): each pod gets a node and an integral amount of the priced
+    resource maximising the sum of the pods' utility curves (:func:`allocator.aa.assign_and_allocate`)."""
+
+    name = "utility"
+
+    def place(self, request: PlacementRequest) -> PlacementResult:
+        from allocator import aa
+
+        n = request.n_pods
+        node = np.full(n, -1, dtype=np.int64)
+        amount = np.zeros(n)
+        usable = np.flatnonzero((request.slots > 0) & (np.floor(request.free + 1e-9) >= 1))
+        if n == 0 or usable.size == 0:
+            return PlacementResult(node=node, amount=amount)
+        capacities = np.floor(request.free[usable] + 1e-9).astype(np.int64)
+        top = int(capacities.max())
+        table = np.zeros((len(request.jobs), top + 1))
+        for i, job in enumerate(request.jobs):
+            table[i] = curve_values(job.curve, job.demand, top)
+        values = table[request.pod_job]
+        # Degree limit: AA assigns any number of threads to a server, so pods beyond a node's slots are evicted
+        # below in decreasing node order and the freed amounts stay unused (a sound, conservative repair).
+        server, got = aa.assign_and_allocate(values, capacities, method=request.pool.aa_method)
+        server = np.asarray(server, dtype=np.int64)
+        got = np.asarray(got, dtype=np.float64)
+        ok = (server >= 0) & (got > 0)
+        node[ok] = usable[server[ok]]
+        amount[ok] = got[ok]
+        _enforce_slots(node, amount, request.slots)
+        return PlacementResult(node=node, amount=amount)
+
+
+def _enforce_slots(node: np.ndarray, amount: np.ndarray, slots: np.ndarray) -> None:
+    """Unplace pods beyond each node's slots, keeping the pods with the largest amounts (in place)."""
+    placed = np.flatnonzero(node >= 0)
+    if placed.size == 0:
+        return
+    order = placed[np.lexsort((placed, -amount[placed], node[placed]))]
+    nodes_sorted = node[order]
+    starts = np.searchsorted(nodes_sorted, nodes_sorted, side="left")
+    rank = np.arange(order.size) - starts
+    drop = order[rank >= slots[nodes_sorted]]
+    node[drop] = -1
+    amount[drop] = 0.0
+
+
+class ColocationPolicy:
+    """Interference-aware partition of the pool's pods onto its nodes (paper 001, BestOrS + HILL by default).
+
+    Task sizes and types come from each job's ``spec.colocation``; the interference matrix alpha and the cost from the
+    pool's ColocationProfile (:func:`allocator.colocation.partition`).
+    """
+
+    name = "colocation"
+
+    def place(self, request: PlacementRequest) -> PlacementResult:
+        from allocator import colocation
+
+        profile = request.profile
+        if profile is None:
+            raise ValueError(f"pool {request.pool.name}: colocation policy needs a ColocationProfile")
+        n = request.n_pods
+        node = np.full(n, -1, dtype=np.int64)
+        demand = request.demand()
+        usable = np.flatnonzero((request.slots > 0) & (request.free > 0))
+        if n == 0 or usable.size == 0:
+            return PlacementResult(node=node, amount=np.zeros(n))
+        type_index = {t: k for k, t in enumerate(profile.types)}
+        sizes = np.array([request.jobs[i].colocation_size for i in request.pod_job], dtype=np.float64)
+        types = np.array([type_index[request.jobs[i].colocation_type or ""] for i in request.pod_job], dtype=np.int64)
+        alpha = np.array(profile.interference, dtype=np.float64)
+        machines = usable.size if request.pool.machines is None else min(request.pool.machines, usable.size)
+        cost = "linear" if profile.cost == "linear" else f"convex:{profile.exponent:g}"
+        assignment = colocation.partition(
+            sizes, types, alpha, machines, method=request.pool.colocation_method, cost=cost
+        )
+        assignment = np.asarray(assignment, dtype=np.int64)
+        # Machines are the usable nodes with the most free resource first; pods that do not fit stay unplaced.
+        ranked = usable[np.lexsort((usable, -request.free[usable]))][:machines]
+        node = _fit(ranked[assignment], demand, request.free, request.slots)
+        return PlacementResult(node=node, amount=np.where(node >= 0, demand, 0.0))
+
+
+def _fit(proposed: np.ndarray, demand: np.ndarray, free: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Keep each proposed node while it has room (priced resource and slots), in pod order; unplace the rest."""
+    node = np.full(proposed.shape[0], -1, dtype=np.int64)
+    left = free.astype(np.float64).copy()
+    room = slots.astype(np.int64).copy()
+    for q in range(proposed.shape[0]):
+        k = int(proposed[q])
+        if k >= 0 and room[k] > 0 and left[k] + 1e-9 >= demand[q]:
+            node[q] = k
+            left[k] -= demand[q]
+            room[k] -= 1
+    return node
+
+
+class ThroughputPolicy:
+    """Degree-limited allocation (paper 003, SEQ): each job's demand is split over at most few nodes so that every
+    node serves at most ``degreeLimit`` jobs (+1 with ``extraDegree``), maximising the throughput served
+    (:func:`allocator.degree.seq`). A job's share ``w[i, k]`` on node k becomes ``round(w[i, k] / demand)`` pods by
+    largest remainder, preserving the job's pod count."""
+
+    name = "throughput"
+
+    def place(self, request: PlacementRequest) -> PlacementResult:
+        from allocator import degree
+
+        n = request.n_pods
+        node = np.full(n, -1, dtype=np.int64)
+        demand_pod = request.demand()
+        usable = np.flatnonzero((request.slots > 0) & (request.free > 0))
+        if n == 0 or usable.size == 0:
+            return PlacementResult(node=node, amount=np.zeros(n))
+        per_job = np.array([job.demand for job in request.jobs])
+        need = request.job_pods * per_job
+        for i, job in enumerate(request.jobs):
+            # Splittable throughput demand (003 Sec. 2): the job needs no more resource than brings its target.
+            if job.throughput_demand is not None and request.job_throughput[i] > 0:
+                per_unit = request.job_throughput[i] / (request.job_replicas_total[i] * job.demand)
+                need[i] = min(need[i], job.throughput_demand / per_unit)
+        active = np.flatnonzero(need > 0)
+        degrees = np.minimum(request.slots[usable], UNLIMITED).astype(np.int64)
+        if request.pool.degree_limit is None:
+            degrees = np.full(usable.size, max(1, active.size), dtype=np.int64)
+        w = degree.seq(need[active], request.free[usable], degrees, extra_degree=1 if request.pool.extra_degree else 0)
+        w = np.asarray(w, dtype=np.float64)
+        proposed = np.full(n, -1, dtype=np.int64)
+        for row, i in enumerate(active):
+            pods = np.flatnonzero(request.pod_job == i)
+            counts = largest_remainder(w[row] / per_job[i], min(pods.size, round(w[row].sum() / per_job[i])))
+            targets = np.repeat(usable, counts)
+            proposed[pods[: targets.size]] = targets
+        node = _fit(proposed, demand_pod, request.free, np.full_like(request.slots, UNLIMITED))
+        return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0))
+
+
+class FairPolicy:
+    """Multi-resource fair allocation across the pool's heterogeneous nodes (paper 002: PS-DSF, or PF-VDS(alpha)).
+
+    Each job's per-task vector (its ``spec.resources``, with the priced resource defaulting to its demand) and weight
+    go to :func:`allocator.fairness.allocate`, which returns the number of tasks of each job on each node; a job never
+    gets more pods than the market gave it in this pool."""
+
+    name = "fair"
+
+    def place(self, request: PlacementRequest) -> PlacementResult:
+        from allocator import fairness
+
+        n = request.n_pods
+        node = np.full(n, -1, dtype=np.int64)
+        demand_pod = request.demand()
+        usable = np.flatnonzero(request.slots > 0)
+        if n == 0 or usable.size == 0:
+            return PlacementResult(node=node, amount=np.zeros(n))
+        vectors = request.job_resource_vectors()
+        caps = request.node_resources[usable]
+        weights = np.array([job.weight for job in request.jobs])
+        kwargs: dict[str, object] = {"weights": weights, "mechanism": request.pool.fair_mechanism, "integral": True}
+        if request.pool.fair_alpha is not None:
+            kwargs["alpha"] = request.pool.fair_alpha
+        tasks = np.asarray(fairness.allocate(vectors, caps, **kwargs), dtype=np.float64)
+        tasks = np.floor(tasks + 1e-9).astype(np.int64)
+        proposed = np.full(n, -1, dtype=np.int64)
+        for i in range(len(request.jobs)):
+            pods = np.flatnonzero(request.pod_job == i)
+            targets = np.repeat(usable, tasks[i])[: pods.size]
+            proposed[pods[: targets.size]] = targets
+        node = _fit(proposed, demand_pod, request.free, request.slots)
+        return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0))
+
+
+def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
+    """Round non-negative ``shares`` to integers summing to ``total`` (Hamilton's largest-remainder method).
+
+    When ``total`` lies between the sum of the floors and the sum of the ceilings (the case of rounding a vector whose
+    sum is ``total``), every entry gets its floor and the ``total - sum(floors)`` entries with the largest remainders
+    one more (ties to the lower index), so each entry stays within one unit of its share. Otherwise the shares are
+    first scaled to sum to ``total``.
+    """
+    shares = np.asarray(shares, dtype=np.float64)
+    if shares.ndim != 1 or np.any(shares < 0) or not np.all(np.isfinite(shares)):
+        raise ValueError("shares must be a finite non-negative vector")
+    if total < 0:
+        raise ValueError(f"total must be non-negative, got {total}")
+    if total == 0:
+        return np.zeros(shares.shape, dtype=np.int64)
+    if shares.sum() <= 0:
+        raise ValueError(f"cannot distribute a total of {total} over shares that are all zero")
+    if not np.floor(shares).sum() <= total <= np.ceil(shares).sum():
+        shares = shares * (total / shares.sum())
+    base = np.floor(shares).astype(np.int64)
+    left = total - int(base.sum())
+    order = np.lexsort((np.arange(shares.size), -(shares - base)))
+    base[order[:left]] += 1
+    return base
+
+
+PolicyFactory = Callable[[], PlacementPolicy]
+
+#: Registry of placement policies by ``spec.policy.type`` (plus ``spread``, the fallback).
+REGISTRY: dict[str, PolicyFactory] = {
+    "utility": UtilityPolicy,
+    "colocation": ColocationPolicy,
+    "throughput": ThroughputPolicy,
+    "fair": FairPolicy,
+    "spread": SpreadPolicy,
+}
+
+
+def get_policy(name: str) -> PlacementPolicy:
+    """The registered policy called ``name`` (``ValueError`` for an unknown name)."""
+    try:
+        return REGISTRY[name]()
+    except KeyError:
+        raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(sorted(REGISTRY))}") from None

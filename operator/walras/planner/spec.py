@@ -1,0 +1,343 @@
+"""Typed, validated views of the Walras custom resources (ResourcePool, FungibleJob, ColocationProfile).
+
+The CRD schemas in ``crds/`` reject malformed objects at the API server; this module re-checks what the planner relies
+on (the same rules, including the CEL cross-field rules) so that an object that reached the planner some other way
+(``walras plan -f``, an older CRD) is reported with a clear message instead of breaking the plan. Every parser
+raises ``ValueError`` naming the offending field; :mod:`walras.planner.plan` turns that into a condition and a
+Warning event and goes on with the other objects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.planner.quantity import parse_quantity
+
+POLICIES = ("utility", "colocation", "throughput", "fair")
+UTILITY_TYPES = ("linear", "log", "power", "alpha-fair", "target-priority")
+CURVE_TYPES = ("linear", "log", "power", "sigmoid")
+FAIR_MECHANISMS = ("ps-dsf", "pf-vds")
+COLOCATION_METHODS = ("bestors", "bestors+hill", "dynsize", "hill")
+AA_METHODS = ("alg1", "alg2")
+COST_TYPES = ("linear", "convex")
+
+
+def _name(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("metadata.name is missing")
+    namespace = meta.get("namespace") or ""
+    return str(namespace), name
+
+
+def _mapping(value: Any, field_name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{field_name} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, field_name: str, *, minimum: float | None = None, exclusive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(float(value)):
+        raise ValueError(f"{field_name} must be a finite number, got {value!r}")
+    number = float(value)
+    if minimum is not None and (number < minimum or (exclusive and number == minimum)):
+        relation = ">" if exclusive else ">="
+        raise ValueError(f"{field_name} must be {relation} {minimum:g}, got {value!r}")
+    return number
+
+
+def _integer(value: Any, field_name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{field_name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{field_name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _choice(value: Any, field_name: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{field_name} must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A validated ResourcePool (cluster-scoped)."""
+
+    name: str
+    node_selector: dict[str, str]
+    resource: str
+    policy: str
+    capacity: float | None = None
+    degree_limit: int | None = None
+    extra_degree: bool = False
+    aa_method: str = "alg2"
+    profile: str | None = None
+    colocation_method: str = "bestors+hill"
+    machines: int | None = None
+    fair_mechanism: str = "ps-dsf"
+    fair_alpha: float | None = None
+    fair_integral: bool = True
+
+
+def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
+    """Validate a ResourcePool object and return its :class:`PoolSpec` (``ValueError`` names the bad field)."""
+    _, name = _name(obj)
+    spec = _mapping(obj.get("spec"), "spec")
+    selector = _mapping(spec.get("nodeSelector"), "spec.nodeSelector")
+    if not selector:
+        raise ValueError("spec.nodeSelector must select nodes by at least one label")
+    for key, value in selector.items():
+        if not isinstance(value, str):
+            raise ValueError(f"spec.nodeSelector[{key!r}] must be a string, got {value!r}")
+    resource = spec.get("resource")
+    if not isinstance(resource, str) or not resource:
+        raise ValueError("spec.resource (the priced resource, e.g. nvidia.com/gpu) is required")
+    capacity = spec.get("capacity")
+    degree = spec.get("degreeLimit")
+    policy = _mapping(spec.get("policy"), "spec.policy")
+    kind = _choice(policy.get("type"), "spec.policy.type", POLICIES)
+    utility = _mapping(policy.get("utility"), "spec.policy.utility")
+    colocation = _mapping(policy.get("colocation"), "spec.policy.colocation")
+    fair = _mapping(policy.get("fair"), "spec.policy.fair")
+    profile = colocation.get("profile")
+    if kind == "colocation" and (not isinstance(profile, str) or not profile):
+        raise ValueError("spec.policy.colocation.profile is required when spec.policy.type is colocation")
+    mechanism = _choice(fair.get("mechanism", "ps-dsf"), "spec.policy.fair.mechanism", FAIR_MECHANISMS)
+    alpha = fair.get("alpha")
+    if mechanism == "pf-vds" and alpha is None:
+        raise ValueError("spec.policy.fair.alpha is required when spec.policy.fair.mechanism is pf-vds")
+    machines = colocation.get("machines")
+    return PoolSpec(
+        name=name,
+        node_selector={str(k): str(v) for k, v in selector.items()},
+        resource=resource,
+        policy=kind,
+        capacity=None if capacity is None else _number(capacity, "spec.capacity", minimum=0.0),
+        degree_limit=None if degree is None else _integer(degree, "spec.degreeLimit", minimum=1),
+        extra_degree=bool(spec.get("extraDegree", False)),
+        aa_method=_choice(utility.get("method", "alg2"), "spec.policy.utility.method", AA_METHODS),
+        profile=profile if isinstance(profile, str) else None,
+        colocation_method=_choice(
+            colocation.get("method", "bestors+hill"), "spec.policy.colocation.method", COLOCATION_METHODS
+        ),
+        machines=None if machines is None else _integer(machines, "spec.policy.colocation.machines", minimum=1),
+        fair_mechanism=mechanism,
+        fair_alpha=None if alpha is None else _number(alpha, "spec.policy.fair.alpha", minimum=0.0),
+        fair_integral=bool(fair.get("integral", True)),
+    )
+
+
+@dataclass(frozen=True)
+class UtilitySpec:
+    """A job's utility of its throughput (004 Sec. 2.2): ``type`` with its parameters and a weight."""
+
+    type: str = "linear"
+    exponent: float | None = None
+    alpha: float | None = None
+    target: float | None = None
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    """Utility of a pod as a function of the amount it gets on a node (AA policy, paper 000 Sec. 3).
+
+    Either ``points`` (amount, value) pairs, interpolated linearly and held constant after the last point, or a
+    parametric family ``type`` (linear ``scale*min(a, saturation)``, log ``scale*log(1+a)``, power
+    ``scale*a**exponent``, sigmoid ``scale/(1+exp(-(a-saturation)))``).
+    """
+
+    points: tuple[tuple[float, float], ...] = ()
+    type: str | None = None
+    scale: float = 1.0
+    exponent: float = 0.5
+    saturation: float | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated FungibleJob."""
+
+    namespace: str
+    name: str
+    generation: int | None
+    throughput: dict[str, float]
+    utility: UtilitySpec
+    demand: float
+    replicas: int  # fixed count, or the maximum of an elastic job
+    min_replicas: int  # equals ``replicas`` for a fixed count
+    elastic: bool
+    resources: dict[str, float]
+    resource_text: dict[str, str]  # the same quantities as written in the spec ("16Gi"), for pod requests
+    colocation_type: str | None
+    colocation_size: float
+    curve: CurveSpec | None
+    throughput_demand: float | None
+    weight: float
+    template: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+def _parse_utility(raw: Mapping[str, Any]) -> UtilitySpec:
+    if not raw:
+        return UtilitySpec()
+    kind = _choice(raw.get("type"), "spec.utility.type", UTILITY_TYPES)
+    weight = _number(raw.get("weight", 1.0), "spec.utility.weight", minimum=0.0, exclusive=True)
+    exponent = alpha = target = None
+    if kind == "power":
+        if raw.get("exponent") is None:
+            raise ValueError("spec.utility.exponent is required for a power utility")
+        exponent = _number(raw["exponent"], "spec.utility.exponent")
+        if exponent == 0 or exponent > 1:
+            raise ValueError(f"spec.utility.exponent must be non-zero and at most 1, got {exponent:g}")
+    if kind == "alpha-fair":
+        if raw.get("alpha") is None:
+            raise ValueError("spec.utility.alpha is required for an alpha-fair utility")
+        alpha = _number(raw["alpha"], "spec.utility.alpha", minimum=0.0)
+    if kind == "target-priority":
+        if raw.get("target") is None:
+            raise ValueError("spec.utility.target is required for a target-priority utility")
+        target = _number(raw["target"], "spec.utility.target", minimum=0.0, exclusive=True)
+    return UtilitySpec(type=kind, exponent=exponent, alpha=alpha, target=target, weight=weight)
+
+
+def _parse_curve(raw: Mapping[str, Any]) -> CurveSpec | None:
+    if not raw:
+        return None
+    points = raw.get("points")
+    parametric = _mapping(raw.get("parametric"), "spec.utilityCurve.parametric")
+    if (points is not None) == bool(parametric):
+        raise ValueError("spec.utilityCurve takes either points or parametric")
+    if points is not None:
+        if not isinstance(points, list) or len(points) < 2:
+            raise ValueError("spec.utilityCurve.points needs at least two points")
+        pairs = []
+        for k, point in enumerate(points):
+            point = _mapping(point, f"spec.utilityCurve.points[{k}]")
+            amount = _number(point.get("amount"), f"spec.utilityCurve.points[{k}].amount", minimum=0.0)
+            value = _number(point.get("value"), f"spec.utilityCurve.points[{k}].value")
+            pairs.append((amount, value))
+        amounts = [a for a, _ in pairs]
+        if any(b <= a for a, b in itertools.pairwise(amounts)):
+            raise ValueError("spec.utilityCurve.points must have strictly increasing amounts")
+        return CurveSpec(points=tuple(pairs))
+    kind = _choice(parametric.get("type"), "spec.utilityCurve.parametric.type", CURVE_TYPES)
+    scale = _number(parametric.get("scale", 1.0), "spec.utilityCurve.parametric.scale", minimum=0.0, exclusive=True)
+    exponent = _number(
+        parametric.get("exponent", 0.5), "spec.utilityCurve.parametric.exponent", minimum=0.0, exclusive=True
+    )
+    saturation = parametric.get("saturation")
+    return CurveSpec(
+        type=kind,
+        scale=scale,
+        exponent=exponent,
+        saturation=None
+        if saturation is None
+        else _number(saturation, "spec.utilityCurve.parametric.saturation", minimum=0.0, exclusive=True),
+    )
+
+
+def parse_job(obj: Mapping[str, Any]) -> JobSpec:
+    """Validate a FungibleJob object and return its :class:`JobSpec` (``ValueError`` names the bad field)."""
+    namespace, name = _name(obj)
+    namespace = namespace or "default"
+    spec = _mapping(obj.get("spec"), "spec")
+    raw_throughput = _mapping(spec.get("throughput"), "spec.throughput")
+    if not raw_throughput:
+        raise ValueError("spec.throughput must list the job's throughput on at least one pool")
+    throughput = {
+        str(pool): _number(value, f"spec.throughput[{pool!r}]", minimum=0.0) for pool, value in raw_throughput.items()
+    }
+    replicas_raw = _mapping(spec.get("replicas"), "spec.replicas")
+    has_count = "count" in replicas_raw
+    has_range = "min" in replicas_raw or "max" in replicas_raw
+    if has_count and has_range:
+        raise ValueError("spec.replicas takes either count, or min and max, not both")
+    if has_range:
+        if "max" not in replicas_raw:
+            raise ValueError("spec.replicas.max is required with spec.replicas.min")
+        high = _integer(replicas_raw["max"], "spec.replicas.max", minimum=1)
+        low = _integer(replicas_raw.get("min", 0), "spec.replicas.min", minimum=0)
+        if low > high:
+            raise ValueError(f"spec.replicas.min ({low}) must be at most spec.replicas.max ({high})")
+        elastic = True
+    else:
+        high = low = _integer(replicas_raw.get("count", 1), "spec.replicas.count", minimum=0)
+        elastic = False
+    raw_resources = _mapping(spec.get("resources"), "spec.resources")
+    resources = {str(k): parse_quantity(v, f"spec.resources[{k!r}]") for k, v in raw_resources.items()}
+    colocation = _mapping(spec.get("colocation"), "spec.colocation")
+    colocation_type = colocation.get("type")
+    if colocation and (not isinstance(colocation_type, str) or not colocation_type):
+        raise ValueError("spec.colocation.type is required")
+    throughput_demand = spec.get("throughputDemand")
+    template = _mapping(spec.get("template"), "spec.template")
+    generation = (obj.get("metadata") or {}).get("generation")
+    return JobSpec(
+        namespace=namespace,
+        name=name,
+        generation=generation if isinstance(generation, int) else None,
+        throughput=throughput,
+        utility=_parse_utility(_mapping(spec.get("utility"), "spec.utility")),
+        demand=_number(spec.get("demand", 1.0), "spec.demand", minimum=0.0, exclusive=True),
+        replicas=high,
+        min_replicas=low,
+        elastic=elastic,
+        resources=resources,
+        resource_text={str(k): str(v) for k, v in raw_resources.items()},
+        colocation_type=colocation_type if isinstance(colocation_type, str) else None,
+        colocation_size=_number(colocation.get("size", 1.0), "spec.colocation.size", minimum=0.0, exclusive=True),
+        curve=_parse_curve(_mapping(spec.get("utilityCurve"), "spec.utilityCurve")),
+        throughput_demand=None
+        if throughput_demand is None
+        else _number(throughput_demand, "spec.throughputDemand", minimum=0.0, exclusive=True),
+        weight=_number(spec.get("weight", 1.0), "spec.weight", minimum=0.0, exclusive=True),
+        template=template,
+    )
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """A validated ColocationProfile: type names, interference matrix alpha (001 Sec. 3), cost function."""
+
+    name: str
+    types: tuple[str, ...]
+    interference: tuple[tuple[float, ...], ...]
+    cost: str = "linear"
+    exponent: float = 1.0
+
+
+def parse_profile(obj: Mapping[str, Any]) -> ProfileSpec:
+    """Validate a ColocationProfile and return its :class:`ProfileSpec` (``ValueError`` names the bad field)."""
+    _, name = _name(obj)
+    spec = _mapping(obj.get("spec"), "spec")
+    types = spec.get("types")
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) and t for t in types):
+        raise ValueError("spec.types must be a non-empty list of type names")
+    if len(set(types)) != len(types):
+        raise ValueError("spec.types must not repeat a type name")
+    matrix = spec.get("interference")
+    if not isinstance(matrix, list) or len(matrix) != len(types):
+        raise ValueError(f"spec.interference must have one row per type ({len(types)} rows)")
+    rows = []
+    for k, row in enumerate(matrix):
+        if not isinstance(row, list) or len(row) != len(types):
+            raise ValueError(f"spec.interference[{k}] must have one entry per type ({len(types)} entries)")
+        rows.append(tuple(_number(v, f"spec.interference[{k}][{l}]", minimum=0.0) for l, v in enumerate(row)))
+    cost = _mapping(spec.get("cost"), "spec.cost")
+    kind = _choice(cost.get("type", "linear"), "spec.cost.type", COST_TYPES)
+    if kind == "convex" and cost.get("exponent") is None:
+        raise ValueError("spec.cost.exponent is required for a convex cost")
+    exponent = _number(cost.get("exponent", 1.0), "spec.cost.exponent", minimum=1.0)
+    return ProfileSpec(name=name, types=tuple(types), interference=tuple(rows), cost=kind, exponent=exponent)
