@@ -60,15 +60,10 @@ def example_paths() -> list[Path]:
     try:
         from walras.planner import examples as planner_examples  # type: ignore[attr-defined]
 
-        for attr in ("example_paths", "paths"):
-            fn = getattr(planner_examples, attr, None)
-            if callable(fn):
-                return [Path(p) for p in fn()]
-        for attr in ("EXAMPLES_DIR", "EXAMPLES"):
-            value = getattr(planner_examples, attr, None)
-            if value is not None:
-                return [Path(value)]
-    except ImportError:
+        found = [Path(p) for p in planner_examples.example_paths()]
+        if found and all(p.exists() for p in found):
+            return found
+    except (ImportError, AttributeError):
         pass
     for base in (Path(__file__).resolve().parents[1] / "examples", ROOT / "examples"):
         if base.is_dir() and any(base.rglob("*.yaml")):
@@ -190,7 +185,13 @@ async def demo(args: argparse.Namespace) -> int:
                     print("walras demo: the operator stopped early", file=sys.stderr)
                     return 1
                 if controller.plans and settled(controller.plan, store.list(pod_type, None)):
-                    break
+                    # one more pass, so that statuses and the report see the pods bound
+                    passes = controller.plans
+                    controller.trigger("demo: final pass")
+                    while controller.plans == passes and time.monotonic() - started < args.timeout:
+                        await asyncio.sleep(0.05)
+                    if settled(controller.plan, store.list(pod_type, None)):
+                        break
                 if time.monotonic() - started > args.timeout:
                     print(f"walras demo: not every pod was bound within {args.timeout:g} s", file=sys.stderr)
                     status = 1
