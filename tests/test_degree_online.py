@@ -1,0 +1,190 @@
+"""Online MTBD (paper 003, Section V and VI-A): OSEQ naive vs incremental, Theorem 5.5, Theorem 5.1, OBC."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allocator.degree import OnlineBestConnection, OnlineSeq, OnlineSeqLeft, seq, validate_allocation
+
+
+def random_instance(rng, m, p):
+    n = m * p
+    dem = rng.pareto(1.09, n) + 1.0
+    cap = rng.pareto(1.09, m) + 1.0
+    cap *= dem.sum() / cap.sum()
+    deg = np.maximum(1, np.round(cap / cap.sum() * n * rng.normal(1.0, np.sqrt(0.1), m))).astype(int)
+    return dem, cap, deg
+
+
+def run_events(rng, dem, n_events=300):
+    """300 arrivals/departures, each with probability 1/2 (Section VI-B); yields ('add', id, x) / ('remove', id)."""
+    present = list(range(len(dem)))
+    nxt = len(dem)
+    mean = float(np.mean(dem))
+    for _ in range(n_events):
+        if present and rng.random() < 0.5:
+            yield ("remove", present.pop(int(rng.integers(len(present)))))
+        else:
+            x = float(rng.pareto(1.09) + 1.0) * mean / 10.0
+            yield ("add", nxt, x)
+            present.append(nxt)
+            nxt += 1
+
+
+@pytest.mark.parametrize(("seed", "m", "p", "extra"), [(0, 12, 10, 1), (1, 6, 20, 1), (2, 10, 5, 0), (3, 8, 10, 2)])
+def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra):
+    rng = np.random.default_rng(seed)
+    dem, cap, deg = random_instance(rng, m, p)
+    inc = OnlineSeq(cap, deg, extra_degree=extra)
+    nai = OnlineSeq(cap, deg, extra_degree=extra, method="naive")
+    inc.extend(enumerate(dem))
+    for i, x in enumerate(dem):
+        nai.add(i, float(x))
+    worst = 0
+    skipped = 0
+    for ev in run_events(rng, dem):
+        if ev[0] == "add":
+            inc.add(ev[1], ev[2])
+            nai.add(ev[1], ev[2])
+        else:
+            inc.remove(ev[1])
+            nai.remove(ev[1])
+        clients = nai.clients()
+        assert sorted(inc.clients()) == sorted(clients)
+        w_inc = inc.allocation_matrix(clients)
+        w_nai = nai.allocation_matrix(clients)
+        np.testing.assert_allclose(w_inc, w_nai, atol=1e-9, rtol=1e-9)
+        assert inc.last_changes == nai.last_changes
+        worst = max(worst, max(nai.last_changes.values(), default=0))
+        skipped += m - inc.last_recomputed
+        # the online allocation is SEQ on the current clients (Algorithm 2), in arrival order of ties
+        if ev[0] == "add" and ev[1] % 50 == 0:
+            ref = seq([nai._demand[nai._slot[c]] for c in clients], cap, deg, extra_degree=extra)
+            np.testing.assert_allclose(w_nai, ref, atol=1e-9)
+        rep = validate_allocation(w_nai, [nai._demand[nai._slot[c]] for c in clients], cap, deg, tol=1e-9)
+        assert rep.ok(1e-7, extra_degree=extra)
+    assert worst <= 4  # Theorem 5.5
+    assert skipped > 0  # the incremental version really skipped unaffected servers
+
+
+def test_oseq_allocation_mapping_and_throughput():
+    on = OnlineSeq([10.0, 4.0], [2, 1])
+    on.add("a", 6.0)
+    on.add("b", 5.0)
+    on.add("c", 4.0)
+    alloc = on.allocation()
+    w = seq([6.0, 5.0, 4.0], [10.0, 4.0], [2, 1])
+    for i, c in enumerate("abc"):
+        assert alloc.get(c, {}) == pytest.approx({j: w[i, j] for j in range(2) if w[i, j] > 0})
+    assert on.throughput() == pytest.approx(w.sum())
+    on.remove("a")
+    assert "a" not in on.allocation()
+    assert on.throughput() == pytest.approx(seq([5.0, 4.0], [10.0, 4.0], [2, 1]).sum())
+
+
+def test_theorem_5_1_instance():
+    """One server, b = (2k)^(alpha+1), d = 1, clients (2k)^j arriving by increasing size (Theorem 5.1).
+
+    OSEQ (one extra connection) keeps at least the optimum min(b, largest client) at every round, paying 2 changes
+    (connect the newcomer, drop the previous one) while the clients stay below b, as the theorem says any
+    k-approximation must; an algorithm that never disconnects (cost 1) and may use 1 + alpha connections ends below
+    OPT / k.
+    """
+    k, alpha = 3, 2
+    b = float((2 * k) ** (alpha + 1))
+    clients = [float((2 * k) ** j) for j in range(alpha + 2)]
+    on = OnlineSeq([b], [1])
+    never_disconnect: list[float] = []  # cost-1 policy: connect while degree 1 + alpha allows, never disconnect
+    for j, x in enumerate(clients):
+        on.add(j, x)
+        opt = min(b, x)
+        assert on.throughput() >= opt - 1e-9
+        if 0 < j <= alpha:
+            assert on.last_changes == {0: 2}
+            assert on.allocation() == {j: {0: x}}
+        assert sum(clients[:j]) < 1.5 * k * x  # the paper's inequality: each newcomer dominates the past
+        if len(never_disconnect) < 1 + alpha:
+            never_disconnect.append(x)
+    assert sum(never_disconnect) < opt / k
+    assert on.throughput() == pytest.approx(b)
+
+
+def test_seqleft_online_runs_and_can_exceed_4_changes():
+    rng = np.random.default_rng(11)
+    worst = 0
+    for _ in range(3):
+        dem, cap, deg = random_instance(rng, 10, 10)
+        on = OnlineSeqLeft(cap, deg)
+        on.extend(enumerate(dem))
+        for ev in run_events(rng, dem, 100):
+            on.add(ev[1], ev[2]) if ev[0] == "add" else on.remove(ev[1])
+            worst = max(worst, max(on.last_changes.values(), default=0))
+    assert worst > 4  # the locality of the rightmost interval is what bounds SEQ (Section VI-C)
+
+
+def test_obc_stays_valid_and_reports_changes():
+    rng = np.random.default_rng(5)
+    dem, cap, deg = random_instance(rng, 8, 10)
+    on = OnlineBestConnection(cap, deg)
+    for i, x in enumerate(dem):
+        on.add(i, float(x))
+    demand = {i: float(x) for i, x in enumerate(dem)}
+    for ev in run_events(rng, dem):
+        before = on.allocation()
+        if ev[0] == "add":
+            on.add(ev[1], ev[2])
+            demand[ev[1]] = ev[2]
+        else:
+            on.remove(ev[1])
+            del demand[ev[1]]
+        after = on.allocation()
+        clients = list(demand)
+        w = np.zeros((len(clients), len(cap)))
+        for r, c in enumerate(clients):
+            for j, a in after.get(c, {}).items():
+                w[r, j] = a
+        assert validate_allocation(w, [demand[c] for c in clients], cap, deg, tol=1e-9).ok(1e-7, extra_degree=1)
+        # last_changes is exactly the per-server difference between the two allocations
+        expect: dict[int, int] = {}
+        for c in set(before) | set(after):
+            for j in set(before.get(c, {})) | set(after.get(c, {})):
+                if abs(before.get(c, {}).get(j, 0.0) - after.get(c, {}).get(j, 0.0)) > 1e-9:
+                    expect[j] = expect.get(j, 0) + 1
+        assert on.last_changes == expect
+        assert on.throughput() == pytest.approx(w.sum())
+
+
+def test_obc_arrival_swap_rule():
+    # one server b=10, degree 1 + extra 0: client of 2 connected; a newcomer of 7 finds no free connection and is
+    # swapped in (gain min(7, 2 + 8) - 2 = 5 > 0): the small client is disconnected.
+    on = OnlineBestConnection([10.0], [1], extra_degree=0)
+    on.add("small", 2.0)
+    on.add("big", 7.0)
+    assert on.allocation() == {"big": {0: 7.0}}
+    assert on.last_changes == {0: 2}
+    # a newcomer smaller than every connected client cannot gain by swapping
+    on.add("tiny", 1.0)
+    assert on.allocation() == {"big": {0: 7.0}}
+    assert on.last_changes == {}
+
+
+def test_obc_departure_fold_and_retry_rules():
+    # servers A, B (b=10, d=2, extra 0). X=4 goes to A (both offer 5 per connection; lowest index); Y=8 goes to A
+    # (6 per connection is closest to 8), which takes 6, and the remaining 2 go to B.
+    on = OnlineBestConnection([10.0, 10.0], [2, 2], extra_degree=0)
+    on.add("X", 4.0)
+    on.add("Y", 8.0)
+    assert on.allocation() == {"X": {0: 4.0}, "Y": {0: 6.0, 1: 2.0}}
+    # X leaves A: A's freed 4 can absorb Y's share of 2 on B, so Y is folded onto A and B loses a connection.
+    on.remove("X")
+    assert on.allocation() == {"Y": {0: 8.0}}
+    assert on.last_changes == {0: 2, 1: 1}
+    # retry of unconnected clients: fill degree, evict, free a slot
+    on2 = OnlineBestConnection([10.0], [1], extra_degree=0)
+    on2.add("a", 3.0)
+    on2.add("b", 6.0)  # swaps out "a" (gain 3)
+    assert on2.allocation() == {"b": {0: 6.0}}
+    on2.remove("b")  # "a" has no connection and is retried
+    assert on2.allocation() == {"a": {0: 3.0}}
+    assert on2.last_changes == {0: 2}
