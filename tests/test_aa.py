@@ -585,3 +585,15 @@ def test_concat_curves_mixes_kinds_like_a_dense_table() -> None:
             s1, a1 = assign_and_allocate(mixed, caps, method=method)
             s2, a2 = assign_and_allocate(dense, caps, method=method)
             assert (s1 == s2).all() and (a1 == a2).all()
+
+
+def test_dp_chunked_over_units_matches_bisection() -> None:
+    # C = 3000 makes the DP process its (x, z) candidates in several chunks
+    rng = np.random.default_rng(13)
+    V = random_concave(rng, 3, 3000)
+    curves = as_curves(V, 3000)
+    for total in (1, 2500, 5000, 9000):
+        d = super_optimal_dp(curves, total)
+        b = super_optimal_concave(curves, total)
+        assert d.amount.sum() <= total
+        assert d.utility == pytest.approx(b.utility, rel=1e-9)
