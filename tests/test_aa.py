@@ -234,15 +234,15 @@ def test_parametric_bisection_matches_dp() -> None:
 @st.composite
 def instances(draw: st.DrawFn, concave: bool) -> tuple[np.ndarray, list[int]]:
     seed = draw(st.integers(0, 2**31 - 1))
-    n = draw(st.integers(1, 8))
-    m = draw(st.integers(1, 3))
-    C = draw(st.integers(1, 10))
+    n = draw(st.integers(1, 12))
+    m = draw(st.integers(1, 4))
+    C = draw(st.integers(1, 20))
     rng = np.random.default_rng(seed)
     V = random_concave(rng, n, C) if concave else random_nonconcave(rng, n, C)
     return V, [C] * m
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=50, deadline=None, derandomize=True)
 @given(instances(concave=True))
 def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]]) -> None:
     V, caps = inst
@@ -259,7 +259,7 @@ def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]
         assert util >= ALPHA * so.utility - 1e-9  # Lemma V.16 bounds against SO itself
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=50, deadline=None, derandomize=True)
 @given(instances(concave=False))
 def test_aanc_reaches_half_of_optimum(inst: tuple[np.ndarray, list[int]]) -> None:
     V, caps = inst
