@@ -597,3 +597,16 @@ def test_dp_chunked_over_units_matches_bisection() -> None:
         b = super_optimal_concave(curves, total)
         assert d.amount.sum() <= total
         assert d.utility == pytest.approx(b.utility, rel=1e-9)
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "auto"])
+def test_clip_cuts_curves_profiled_beyond_the_capacity(interpolation: str) -> None:
+    pts = [[(0, 0), (500, 3), (1000, 4)], [(0, 0), (200, 5)], [(0, 0), (600, 2), (900, 3)]]
+    with pytest.raises(ValueError, match="thread 0"):
+        curves_from_points(pts, 600, interpolation=interpolation)
+    cut = curves_from_points(pts, 600, interpolation=interpolation, clip=True)
+    full = curves_from_points(pts, 1000, interpolation=interpolation)
+    assert cut.capacity == 600
+    np.testing.assert_allclose(cut.table(), full.table()[:, :601], rtol=1e-12, atol=1e-12)
+    s, a = assign_and_allocate(cut, [600, 600])
+    check_feasible(s, a, [600, 600])

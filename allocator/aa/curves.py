@@ -433,7 +433,7 @@ def _points_concave(x: FloatArray, y: FloatArray) -> bool:
 
 
 def curves_from_points(
-    points: Sequence[ArrayLike], capacity: int, *, interpolation: str = "auto"
+    points: Sequence[ArrayLike], capacity: int, *, interpolation: str = "auto", clip: bool = False
 ) -> PiecewiseLinearCurves | TableCurves:
     """Build a curve family from per-thread profiled points ``[(x0, y0), (x1, y1), ...]`` in resource units.
 
@@ -449,8 +449,18 @@ def curves_from_points(
       for the others (linear interpolation of concave points is concave, of nonconcave points keeps their shape);
       compact if every thread ends up linear, else a dense table.
 
-    ``ValueError`` names the thread for malformed, decreasing, negative or NaN points, or points beyond ``capacity``.
+    ``clip=True`` cuts curves profiled beyond ``capacity`` at ``capacity`` (the interpolant is built on all points,
+    then restricted), for pods whose declared curve reaches past what a node offers; by default such points raise.
+
+    ``ValueError`` names the thread for malformed, decreasing, negative or NaN points, or points beyond ``capacity``
+    (unless ``clip``).
     """
+    if clip:
+        reach = max((float(np.asarray(p, dtype=np.float64).reshape(-1, 2)[:, 0].max(initial=0.0)) for p in points),
+                    default=0.0)
+        wide = int(np.ceil(max(reach, float(capacity))))
+        if wide > int(capacity):
+            return _restrict(curves_from_points(points, wide, interpolation=interpolation), int(capacity))
     if interpolation not in ("auto", "linear", "pchip"):
         raise ValueError(f"interpolation must be 'auto', 'linear' or 'pchip'; got {interpolation!r}")
     cap = int(capacity)
@@ -508,6 +518,28 @@ def curves_from_points(
             rows, t = rows[keep], t[keep]
         table[rows] = t
     return TableCurves(table)
+
+
+def _restrict(fam: PiecewiseLinearCurves | TableCurves, capacity: int) -> PiecewiseLinearCurves | TableCurves:
+    """The same curves on ``0..capacity`` only (cut, not extended)."""
+    if isinstance(fam, TableCurves):
+        return TableCurves(fam.values[:, : capacity + 1])
+    n, K = fam.x.shape
+    x = np.minimum(fam.x, float(capacity))
+    y_cut = fam.evaluate(np.full(n, capacity), np.arange(n))
+    beyond = fam.x > capacity
+    y = np.where(beyond, y_cut[:, None], fam.y)
+    # keep the first point at or beyond the cut (now at `capacity`), drop the rest
+    first_beyond = np.where(beyond.any(axis=1), np.argmax(beyond, axis=1), K)
+    prev_x = fam.x[np.arange(n), np.maximum(first_beyond - 1, 0)]
+    cut_needed = prev_x < capacity  # else a point already sits exactly at `capacity`
+    have = np.full(n, K, dtype=np.int64) if fam.counts is None else fam.counts
+    counts = np.minimum(have, np.where(cut_needed, first_beyond + 1, first_beyond)).astype(np.int64)
+    keep = np.arange(K)[None, :] < counts[:, None]
+    last = counts - 1
+    x = np.where(keep, x, x[np.arange(n), last][:, None])
+    y = np.where(keep, y, y[np.arange(n), last][:, None])
+    return PiecewiseLinearCurves(x, y, capacity, counts)
 
 
 def parametric_curves(kind: str, params: Mapping[str, ArrayLike], capacity: int) -> CurveFamily:
