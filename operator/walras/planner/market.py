@@ -124,6 +124,7 @@ class MarketResult:
     converged: bool
     seconds: float
     device: str
+    repaired: float = 0.0  #: largest constraint violation of the solver's allocation that :func:`feasible` removed
 
 
 def solve_market(
@@ -169,7 +170,7 @@ def solve_market(
         device=device,
         dtype=torch.float64,
     )
-    allocation = np.asarray(result.allocation, dtype=np.float64)
+    allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
     return MarketResult(
         prices=np.asarray(result.prices, dtype=np.float64),
         allocation=allocation,
@@ -181,4 +182,27 @@ def solve_market(
         converged=bool(result.converged),
         seconds=float(result.seconds),
         device=str(result.device),
+        repaired=repaired,
     )
+
+
+def feasible(
+    allocation: np.ndarray, demand: np.ndarray, capacity: np.ndarray, tol: float = 1e-6
+) -> tuple[np.ndarray, float]:
+    """Project an allocation onto the constraints of (4): ``x >= 0``, rows ``1^T x_i <= 1`` (scaled down), then pool
+    usage ``sum_i d_ij x_ij <= R_j`` (columns scaled down, as Alg. 2's feasible point in 004 Sec. 5).
+
+    Returns the feasible allocation and the largest violation found (0 when the input was already feasible); the
+    planner never hands an over-committed allocation to placement, whatever the solver returned.
+    """
+    x = np.clip(np.nan_to_num(allocation, nan=0.0), 0.0, None)
+    rows = x.sum(axis=1)
+    violation = float(max(rows.max(initial=0.0) - 1.0, 0.0))
+    x = x / np.maximum(rows, 1.0)[:, None]
+    usage = (demand * x).sum(axis=0)
+    over = usage > capacity * (1 + tol) + tol
+    if over.any():
+        violation = max(violation, float(((usage - capacity) / np.maximum(capacity, 1e-12))[over].max()))
+        scale = np.where(over, capacity / np.maximum(usage, 1e-300), 1.0)
+        x = x * scale[None, :]
+    return x, violation

@@ -362,6 +362,17 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         seconds=market.seconds,
         device=market.device,
     )
+    if market.repaired > 1e-6:
+        plan.events.append(
+            PlanEvent(
+                "ResourcePool",
+                "",
+                pools[0].spec.name if pools else "",
+                "Warning",
+                "MarketInfeasible",
+                f"the price solver's allocation broke a constraint by {market.repaired:.3g}; scaled back to feasible",
+            )
+        )
     if not market.converged:
         plan.events.append(
             PlanEvent(

@@ -269,10 +269,11 @@ def _fit(proposed: np.ndarray, demand: np.ndarray, free: np.ndarray, slots: np.n
 
 
 class ThroughputPolicy:
-    """Degree-limited allocation (paper 003, SEQ): each job's demand is split over at most few nodes so that every
-    node serves at most ``degreeLimit`` jobs (+1 with ``extraDegree``), maximising the throughput served
-    (:func:`allocator.degree.seq`). A job's share ``w[i, k]`` on node k becomes ``round(w[i, k] / demand)`` pods by
-    largest remainder, preserving the job's pod count."""
+    """Degree-limited allocation (paper 003, SEQ, Sec. IV-A, Thm. 4.4): each job's splittable demand is split over
+    few nodes so that every node serves at most ``degreeLimit`` jobs (one more with ``extraDegree``), maximising the
+    throughput served (:func:`allocator.degree.plan_pool`). A job's share ``w[i, k]`` on node k becomes pods by
+    largest remainder of ``w[i, k] / demand``; pods beyond a node's free resource or its degree slots (max Walras
+    pods per node, a hard limit) stay unplaced."""
 
     name = "throughput"
 
@@ -293,18 +294,21 @@ class ThroughputPolicy:
                 per_unit = request.job_throughput[i] / (request.job_replicas_total[i] * job.demand)
                 need[i] = min(need[i], job.throughput_demand / per_unit)
         active = np.flatnonzero(need > 0)
-        degrees = np.minimum(request.slots[usable], UNLIMITED).astype(np.int64)
-        if request.pool.degree_limit is None:
-            degrees = np.full(usable.size, max(1, active.size), dtype=np.int64)
-        w = degree.seq(need[active], request.free[usable], degrees, extra_degree=1 if request.pool.extra_degree else 0)
+        if active.size == 0:
+            return PlacementResult(node=node, amount=np.zeros(n))
+        degrees = np.minimum(request.slots[usable], max(1, active.size)).astype(np.int64)
+        w = degree.plan_pool(need[active], request.free[usable], degrees, extra_pod_allowed=request.pool.extra_degree)
         w = np.asarray(w, dtype=np.float64)
         proposed = np.full(n, -1, dtype=np.int64)
         for row, i in enumerate(active):
             pods = np.flatnonzero(request.pod_job == i)
-            counts = largest_remainder(w[row] / per_job[i], min(pods.size, round(w[row].sum() / per_job[i])))
+            total = min(pods.size, round(w[row].sum() / per_job[i]))
+            if total == 0:
+                continue
+            counts = largest_remainder(w[row] / per_job[i], total)
             targets = np.repeat(usable, counts)
             proposed[pods[: targets.size]] = targets
-        node = _fit(proposed, demand_pod, request.free, np.full_like(request.slots, UNLIMITED))
+        node = _fit(proposed, demand_pod, request.free, request.slots)
         return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0))
 
 

@@ -1,0 +1,112 @@
+"""examples/: the packaged copy, coverage of every policy and utility, Gavel numbers, and `walras plan` on them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from walras.cli import plan as plan_cli
+from walras.planner import build_plan, examples, load_manifests
+from walras.planner.spec import parse_job, parse_pool, parse_profile
+
+from allocator.datasets import gavel_throughputs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_packaged_copy_equals_examples() -> None:
+    packaged = ROOT / "operator" / "walras" / "data" / "examples.yaml"
+    assert packaged.read_text() == examples.concatenate(ROOT / "examples")
+    on_disk = sorted(str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.yaml"))
+    assert on_disk == sorted(examples.FILES)
+
+
+def test_packaged_snapshot_equals_directory_snapshot() -> None:
+    packaged, directory = examples.snapshot(), load_manifests(ROOT / "examples")
+    for field in ("nodes", "pods", "pools", "jobs", "profiles"):
+
+        def key(obj: dict) -> tuple[str, str]:
+            return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+        assert sorted(getattr(packaged, field), key=key) == sorted(getattr(directory, field), key=key)
+    assert examples.example_paths()[0].is_file()
+
+
+def test_examples_exercise_every_policy_and_utility() -> None:
+    snap = load_manifests(ROOT / "examples")
+    pools = [parse_pool(p) for p in snap.pools]
+    jobs = [parse_job(j) for j in snap.jobs]
+    profiles = [parse_profile(p) for p in snap.profiles]
+    assert {p.policy for p in pools} == {"utility", "colocation", "throughput", "fair"}
+    assert {j.utility.type for j in jobs} == {"linear", "log", "power", "alpha-fair", "target-priority"}
+    assert any(j.elastic for j in jobs)
+    assert any(j.curve is not None and j.curve.points for j in jobs)
+    assert any(j.curve is not None and j.curve.type for j in jobs)
+    assert any(j.throughput_demand for j in jobs)
+    types = {t for p in profiles for t in p.types}
+    assert {j.colocation_type for j in jobs if j.colocation_type} <= types
+    assert {p.resource for p in pools} == {"nvidia.com/gpu", "cpu"}
+
+
+def test_gpu_throughputs_are_gavels_measurements() -> None:
+    gavel = gavel_throughputs()
+    docs = yaml.safe_load_all((ROOT / "examples" / "jobs" / "gpu.yaml").read_text())
+    checked = 0
+    for doc in docs:
+        model = doc["spec"]["template"]["spec"]["containers"][0]["args"][1]
+        scale = doc["spec"]["demand"]
+        rows = [i for i, (n, s) in enumerate(zip(gavel.job_types, gavel.scale_factors)) if n == model and s == scale]
+        assert len(rows) == 1, model
+        expected = gavel.throughput[rows[0]]
+        got = np.array([doc["spec"]["throughput"][g] for g in gavel.gpu_types])
+        assert got == pytest.approx(expected, rel=1e-4)
+        checked += 1
+    assert checked >= 5
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    plan_cli.add_parser(sub)
+    status = plan_cli.run(parser.parse_args(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_walras_plan_json_on_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples"), "--json"], capsys)
+    assert status == 0
+    data = json.loads(out)
+    assert set(data["pools"]) == {"k80", "p100", "v100", "cpu"}
+    assert {j["name"] for j in data["jobs"]} >= {"resnet50", "frontend"}
+    assert data["pods"]
+    for pool in data["pools"].values():
+        assert {"price", "capacity", "used", "utilisation", "nodeCount"} <= set(pool)
+
+
+def test_walras_plan_table_and_bad_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples")], capsys)
+    assert status == 0
+    assert "POOL" in out and "v100" in out and "solver:" in out
+    status, _, err = run_cli(["plan", "-f", str(tmp_path / "missing.yaml")], capsys)
+    assert status == 1 and "no such file" in err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    status, _, err = run_cli(["plan", "-f", str(bad)], capsys)
+    assert status == 1 and "invalid YAML" in err
+
+
+def test_load_manifests_expands_lists_and_ignores_other_kinds(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        "kind: List\nitems:\n- {kind: Node, metadata: {name: n1}}\n- {kind: ConfigMap, metadata: {name: c}}\n"
+        "---\nkind: ResourcePool\nmetadata: {name: p}\n"
+    )
+    snap = load_manifests(tmp_path)
+    assert [n["metadata"]["name"] for n in snap.nodes] == ["n1"]
+    assert len(snap.pools) == 1 and snap.jobs == ()
+    plan = build_plan(snap)
+    assert plan.pools["p"].conditions[0].status == "False"
