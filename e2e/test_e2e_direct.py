@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 
 from e2e.conftest import GPU_STATUS, MANIFESTS, Cluster, Operator, check, wait_until
 
@@ -86,6 +87,7 @@ def test_apply_publishes_prices_and_binds_pods_to_planned_nodes(cluster: Cluster
     assert metric(text, "walras_pods_bound_total", pool="e2e-v100", mode="direct") is not None \
         or metric(text, "walras_pods_bound_total", pool="e2e-k80", mode="direct") is not None
     assert metric(text, "walras_plans_total", result="ok")
+    assert requests.get(op["op"].url("health", "/healthz"), timeout=5).status_code == 200  # kopf liveness
 
 
 def test_scale_a_job(cluster: Cluster, op: dict[str, Operator]) -> None:
@@ -149,7 +151,7 @@ def test_kill_mid_cycle_and_restart(cluster: Cluster, op: dict[str, Operator]) -
     names = [p["metadata"]["name"] for p in pods]
     assert len(names) == len(set(names)) == 3
     for job_name in ("resnet50", "transformer", "bert"):
-        assert settled(cluster, job_name), f"{job_name} lost pods across the restart"
+        wait_until(lambda j=job_name: settled(cluster, j), 30, f"{job_name} intact after the restart")
     if cluster.emulated:
         bound = [b["pod"] for b in cluster.bindings() if b["namespace"] == NS]
         assert len(bound) == len(set(bound)), f"a pod was bound twice: {bound}"

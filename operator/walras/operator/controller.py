@@ -119,10 +119,6 @@ class Controller:
                 self._binding.discard(str((obj.get("metadata") or {}).get("uid")))
             self.trigger(f"{kind} {key[1]}/{key[2]} deleted")
             return True
-        if kind == "Pod":
-            labels = (obj.get("metadata") or {}).get("labels") or {}
-            if labels.get(LABEL_MANAGED) != "true" and key in self._fingerprints and not event_type:
-                return False
         fp = fingerprint(kind, obj)
         if self._fingerprints.get(key) == fp:
             return False
@@ -361,6 +357,8 @@ class Controller:
             obj = objects.get((ev.kind, ev.namespace, ev.name))
             if obj is None:
                 continue
+            if len(self._posted) > 50_000:  # bound the memory of what was posted; a repeat Event is harmless
+                self._posted.clear()
             self._posted.add(ident)
             yield self._event(obj, ev.type, ev.reason, ev.message)
 
