@@ -177,6 +177,9 @@ def cluster(kubectl_bin: str) -> Iterator[Cluster]:
         finally:
             if REAL_KUBECONFIG:
                 c.kc("delete", "namespace", "e2e", "--wait=false", check=False)
+                for pool in ("e2e-v100", "e2e-k80"):  # the operator's kopf finalizer: nobody left to remove it
+                    c.kc("patch", "resourcepool", pool, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                         check=False)
                 c.kc("delete", "-f", str(MANIFESTS / "pools.yaml"), "--wait=false", check=False)
                 c.kc("delete", "nodes", "-l", "walras.dev/e2e=true", "--wait=false", check=False)
             if c.process is not None:

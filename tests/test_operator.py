@@ -313,3 +313,17 @@ async def test_peering_lets_only_the_highest_priority_replica_act(tmp_path: Path
             await asyncio.wait_for(task, 15)
         await client.close()
         await emulator.stop()
+
+
+def test_walras_run_rejects_half_a_tls_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from walras.cli import run as run_cli
+
+    parser = argparse.ArgumentParser()
+    run_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["run", "--extender-tls-cert", "/nonexistent.pem"])
+    assert args.mode == "direct" and args.extender_port == 8888 and args.metrics_port == 9847
+    assert args.health_port == 8080 and args.peering == "walras" and args.plan_period == 30.0
+    assert run_cli.run(args) == 2
+    assert "go together" in capsys.readouterr().err

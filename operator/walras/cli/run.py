@@ -109,14 +109,14 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
 
 
 async def serve(args: argparse.Namespace) -> int:
-    kube = KubeConfig.load(args.kubeconfig)
-    controller, source, extender, metrics = build(args, kube)
     tls = None
     if args.extender_tls_cert or args.extender_tls_key:
         if not (args.extender_tls_cert and args.extender_tls_key):
             raise ValueError("--extender-tls-cert and --extender-tls-key go together")
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(args.extender_tls_cert, args.extender_tls_key)
+    kube = KubeConfig.load(args.kubeconfig)
+    controller, source, extender, metrics = build(args, kube)
     servers = await Servers.start([
         (extender.app(), "0.0.0.0", args.extender_port, tls),
         (metrics_app(metrics), "0.0.0.0", args.metrics_port, None),
