@@ -1,0 +1,158 @@
+"""Multi-resource fairness on heterogeneous nodes (paper 002: Khamse-Ashari et al., PS-DSF / PF-VDS).
+
+Public entry point :func:`allocate`: how many tasks (pods) each elastic job runs on each node.
+
+Mechanisms (``mechanism=``):
+
+- ``"drf"``: DRF on a single node / pool (Sec. 2.1).
+- ``"drfh"``: weighted max-min on global dominant shares (eq. 5), per-node feasible.
+- ``"tsf"``: weighted max-min on task shares ``x_n / gamma_n`` (Sec. 2.2).
+- ``"ps-dsf"``: per-server max-min on virtual dominant shares (Sec. 2.3, Definition 4).
+- ``"pf-vds"``: alpha-proportional fairness on VDS (Problem 1), ``alpha`` in (0, inf), default 1.
+
+Non-divisible (time-shared) nodes, Problem 2: :func:`allocate_time_shared`. Integral pods: ``integral=True``
+(:mod:`allocator.fairness.rounding`). Identical nodes with identical eligibility are merged before solving and the
+result is split equally among them; this is exact for every mechanism here (``gamma`` of the merged node is the sum,
+VDS are rescaled by a common factor on that node, DRFH/TSF totals are unchanged).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ._model import FloatArray, Instance, make_instance, monopoly_tasks, usage
+from .maxmin import drfh, linear_maxmin, tsf
+from .pfvds import PfVdsResult, best_response, kkt_residual, pf_vds, pf_vds_distributed
+from .psdsf import PsDsfResult, drf, fill_server, ps_dsf
+from .rounding import round_allocation
+
+Mechanism = Literal["drf", "drfh", "tsf", "ps-dsf", "pf-vds"]
+MECHANISMS: tuple[str, ...] = ("drf", "drfh", "tsf", "ps-dsf", "pf-vds")
+
+__all__ = [
+    "MECHANISMS",
+    "Instance",
+    "PfVdsResult",
+    "PsDsfResult",
+    "allocate",
+    "allocate_time_shared",
+    "best_response",
+    "drf",
+    "drfh",
+    "fill_server",
+    "kkt_residual",
+    "linear_maxmin",
+    "make_instance",
+    "merge_identical_nodes",
+    "monopoly_tasks",
+    "pf_vds",
+    "pf_vds_distributed",
+    "ps_dsf",
+    "round_allocation",
+    "tsf",
+    "usage",
+]
+
+
+def merge_identical_nodes(inst: Instance) -> tuple[Instance, np.ndarray, np.ndarray]:
+    """Merge nodes with equal capacity rows and equal eligibility columns.
+
+    Returns ``(merged, group, count)``: ``group[k]`` is the merged index of node ``k``, ``count[g]`` the group size.
+    """
+    key = np.concatenate([inst.capacities, inst.eligible.T.astype(np.float64)], axis=1)
+    _, first, group = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    count = np.bincount(group, minlength=first.size).astype(np.float64)
+    caps = inst.capacities[first] * count[:, None]
+    merged = Instance(
+        demands=inst.demands,
+        capacities=caps,
+        eligible=inst.eligible[:, first],
+        weights=inst.weights,
+        max_tasks=inst.max_tasks,
+        gamma=inst.gamma[:, first] * count[None, :],
+    )
+    return merged, group, count
+
+
+def _solve(inst: Instance, mechanism: str, alpha: float | None) -> FloatArray:
+    if mechanism == "drf":
+        return drf(inst)
+    if mechanism == "drfh":
+        return drfh(inst)
+    if mechanism == "tsf":
+        return tsf(inst)
+    if mechanism == "ps-dsf":
+        return ps_dsf(inst).x
+    a = 1.0 if alpha is None else float(alpha)
+    return pf_vds(inst, a).x
+
+
+def allocate(
+    demands: ArrayLike,
+    capacities: ArrayLike,
+    *,
+    eligible: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
+    mechanism: Mechanism | str = "ps-dsf",
+    alpha: float | None = None,
+    integral: bool = False,
+    max_tasks: ArrayLike | None = None,
+) -> FloatArray:
+    """Tasks ``x`` ``(n, k)`` of each user on each node under a multi-resource fairness mechanism.
+
+    Args:
+        demands: ``(n, r)`` per-task demand of each user (job).
+        capacities: ``(k, r)`` capacity of each node.
+        eligible: ``(n, k)`` placement constraints (default: all nodes). Nodes lacking a needed resource are dropped.
+        weights: ``(n,)`` positive weights ``phi`` (default 1).
+        mechanism: one of ``"drf"``, ``"drfh"``, ``"tsf"``, ``"ps-dsf"``, ``"pf-vds"``.
+        alpha: PF-VDS parameter in (0, inf) (default 1, proportional fairness); only for ``"pf-vds"``.
+        integral: round to whole tasks without exceeding any capacity (:func:`round_allocation`).
+        max_tasks: ``(n,)`` (or scalar) cap on each user's total tasks, e.g. a job's max replicas (default none).
+
+    Raises:
+        ValueError: invalid input (zero demand vector, negative capacity, user eligible on no node, ...), unknown
+            mechanism, ``alpha`` given for another mechanism or not in (0, inf), ``"drf"`` with several nodes.
+    """
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}; expected one of {MECHANISMS}")
+    if alpha is not None:
+        if mechanism != "pf-vds":
+            raise ValueError(f"alpha is only meaningful for mechanism 'pf-vds', not {mechanism!r}")
+        if not (np.isfinite(alpha) and alpha > 0):
+            raise ValueError(f"alpha must be in (0, inf), got {alpha}")
+    inst = make_instance(demands, capacities, eligible, weights, max_tasks)
+    if mechanism == "drf" and inst.k != 1:
+        raise ValueError(f"mechanism 'drf' needs exactly one node (pool), got {inst.k}; use 'drfh', 'tsf' or 'ps-dsf'")
+    merged, group, count = merge_identical_nodes(inst)
+    xm = _solve(merged, mechanism, alpha)
+    x = xm[:, group] / count[group][None, :]
+    x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
+    if integral:
+        x = round_allocation(x, inst)
+    return x
+
+
+def allocate_time_shared(
+    demands: ArrayLike,
+    capacities: ArrayLike,
+    *,
+    eligible: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
+    max_tasks: ArrayLike | None = None,
+) -> FloatArray:
+    """Problem 2 (non-divisible, time-shared nodes): node ``k`` obeys ``sum_n x[n, k] / gamma[n, k] <= 1`` (eq. 17).
+
+    By Theorem 5 the solution is the same for every strictly concave increasing utility (PS-DSF, every PF-VDS alpha,
+    proportional fairness); it is computed by :func:`ps_dsf` with ``time_shared=True``. ``x[n, k]`` is the average
+    number of tasks per unit time.
+    """
+    inst = make_instance(demands, capacities, eligible, weights, max_tasks)
+    merged, group, count = merge_identical_nodes(inst)
+    xm = ps_dsf(merged, time_shared=True).x
+    x = xm[:, group] / count[group][None, :]
+    return np.where(inst.eligible, np.maximum(x, 0.0), 0.0)

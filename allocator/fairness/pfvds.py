@@ -1,0 +1,304 @@
+"""PF-VDS(alpha): alpha-proportional fairness on virtual dominant shares (paper 002, Problem 1, Sec. 3.2, 4, 5).
+
+Server ``k`` chooses its column to maximise ``sum_{n in N_k} phi_n U_alpha(x_n / (phi_n gamma[n, k]))`` subject to its
+capacities (eqs. 12-15), ``U_alpha(y) = y^(1-alpha)/(1-alpha)`` (``log y`` for alpha = 1), taking the other columns as
+given; the solution concept is the Nash equilibrium of this concave game. Its KKT conditions (eqs. 23-29) are, with
+``pi[n, k] = sum_r lambda[k, r] d[n, r]`` and the marginal utility ``g[n, k] = phi_n^alpha gamma[n, k]^(alpha-1)
+x_n^(-alpha)`` (eq. 59):
+
+- ``0 <= lambda[k, r]  _|_  c[k, r] - sum_n x[n, k] d[n, r] >= 0`` (eq. 28),
+- ``0 <= x[n, k]  _|_  pi[n, k] - g[n, k] >= 0`` (eq. 29).
+
+:func:`kkt_residual` measures these conditions for any allocation, recovering ``lambda`` per server by non-negative
+least squares on the saturated resources, so it checks the solvers below independently of their internals.
+
+Centralised solver (:func:`pf_vds`): Gauss-Seidel best response. Server ``k`` replaces its column with the *exact*
+maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton method on the
+``r``-dimensional dual, eqs. 27/30). Why it converges:
+
+- alpha = 1: server ``k``'s objective equals ``Phi(x) = sum_n phi_n log x_n`` up to a constant independent of its
+  column, so the game is an exact potential game and the iteration is block-coordinate ascent on the concave,
+  continuously differentiable ``Phi`` over a product of compact convex sets (one polytope per server). Each block
+  maximiser is unique because ``Phi`` is strictly concave in the column (one strictly concave term per user). By
+  Bertsekas, *Nonlinear Programming* (2nd ed.), Prop. 2.7.1, every limit point is a maximiser of ``Phi``, i.e. the
+  weighted proportionally fair allocation, which by Theorem 2 is the PF-VDS(1) equilibrium. Iterates stay in the
+  level set ``{Phi >= Phi(x0)}`` where every ``x_n`` is bounded away from 0, so ``Phi`` is smooth there.
+- alpha != 1: the game is not a potential game (the weight ``gamma[n, k]^(alpha-1)`` depends on the server) and no
+  convergence proof of best response is claimed here; the iteration stops on the KKT residual, which is reported, and
+  ``converged`` is False when the tolerance is not reached. Paper 002 proves global convergence of its PS-MFA merit
+  descent (Sec. 5.1, Theorems 6-8); that algorithm is not reproduced here.
+
+Distributed heuristic (:func:`pf_vds_distributed`, Sec. 5.2): every server updates only its own column, from its own
+capacities and the users' totals, along eqs. 55-56 with the multipliers replaced by the quadratic-penalty estimate of
+eq. 57; convergence is only observed numerically, and the residual is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import nnls
+
+from ._model import FloatArray, Instance, usage
+
+
+def _log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
+    """``log g[n, k] = alpha log phi_n + (alpha - 1) log gamma[n, k] - alpha log x_n`` (-inf where not eligible)."""
+    with np.errstate(divide="ignore"):
+        lg = np.log(np.where(inst.eligible, inst.gamma, 1.0))
+        out = alpha * np.log(inst.weights)[:, None] + (alpha - 1.0) * lg - alpha * np.log(x_tot)[:, None]
+        return np.asarray(np.where(inst.eligible, out, -np.inf), dtype=np.float64)
+
+
+def _util(qv: FloatArray, z: FloatArray, alpha: float) -> FloatArray:
+    """``W(z) = w U_alpha(z)`` with ``w = q^alpha``, written as ``q (z/q)^(1-alpha)/(1-alpha)`` to avoid overflow."""
+    with np.errstate(divide="ignore", over="ignore"):
+        if alpha == 1.0:
+            return np.asarray(qv * np.log(z), dtype=np.float64)
+        return np.asarray(qv * (z / qv) ** (1.0 - alpha) / (1.0 - alpha), dtype=np.float64)
+
+
+def best_response(
+    qv: FloatArray,
+    o: FloatArray,
+    u: FloatArray,
+    dem: FloatArray,
+    cap: FloatArray,
+    alpha: float,
+    lam0: FloatArray | None = None,
+    tol: float = 1e-12,
+    max_iter: int = 100,
+) -> tuple[FloatArray, FloatArray]:
+    """Exact maximiser of ``sum_n q_n^alpha U_alpha(o_n + y_n)`` s.t. ``dem.T @ y <= cap``, ``0 <= y <= u``.
+
+    ``q_n = phi_n gamma[n, k]^(1 - 1/alpha)``, so this is server ``k``'s problem in Problem 1 (eq. 12 up to a positive
+    constant). Solved on the dual: for prices ``lambda >= 0`` the maximiser is
+    ``y_n = clip(q_n (lambda . d_n)^(-1/alpha) - o_n, 0, u_n)`` (eq. 27), and the convex dual
+    ``lambda . cap + sum_n max_y [W(o_n + y) - (lambda . d_n) y]`` is minimised by projected Newton with an Armijo
+    search. Returns ``(y, lambda)``.
+    """
+    m, r = dem.shape
+    need = (dem > 0).any(axis=0)
+
+    def primal(lam: FloatArray) -> tuple[FloatArray, FloatArray, np.ndarray]:
+        pi = dem @ lam
+        with np.errstate(divide="ignore", over="ignore"):
+            z = qv * pi ** (-1.0 / alpha)
+        y = np.clip(z - o, 0.0, u)
+        inner = (z - o > 0) & (z - o < u)
+        return y, pi, inner
+
+    def dual(lam: FloatArray) -> float:
+        y, pi, _ = primal(lam)
+        with np.errstate(invalid="ignore"):
+            val = float(lam @ cap + (_util(qv, o + y, alpha) - pi * y).sum())
+        return val if np.isfinite(val) else np.inf
+
+    if np.isfinite(u).all() and (dem.T @ u <= cap * (1 + 1e-12)).all():
+        return u.copy(), np.zeros(r)
+    if lam0 is None or not np.all(np.isfinite(lam0)) or (dem @ lam0 <= 0).any():
+        share = (cap[None, :] / np.where(dem > 0, dem * m, np.inf)).min(axis=1)
+        target = np.log(qv) - np.log(o + share)
+        target = np.exp(alpha * (target - target.max()))
+        lam0 = np.maximum(nnls(dem, target)[0], 1e-6 * target.max() / np.maximum(dem.max(axis=0), 1e-300))
+        lam0 = np.where(need, lam0, 0.0)
+        # Rescale so the shift used above disappears: choose the scale that makes usage match capacity in total.
+        lo, hi = 1e-300, 1e300
+        for _ in range(200):
+            s = np.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+            y, _, _ = primal(lam0 * s)
+            if ((dem.T @ y) > cap).any():
+                lo = s
+            else:
+                hi = s
+            if hi / lo < 1 + 1e-3:
+                break
+        lam0 = lam0 * hi
+    lam = np.array(lam0, dtype=np.float64)
+    g_val = dual(lam)
+    for _ in range(max_iter):
+        y, pi, inner = primal(lam)
+        grad = cap - dem.T @ y
+        scale = np.maximum(cap, 1e-300)
+        viol = np.where(lam > 0, np.abs(grad), np.maximum(-grad, 0.0)) / scale
+        if viol.max() <= tol:
+            break
+        bind = (lam <= 0) & (grad > 0)
+        free = ~bind & need
+        h = (dem[inner].T * (qv[inner] * pi[inner] ** (-1.0 / alpha - 1.0) / alpha)) @ dem[inner]
+        p = np.zeros(r)
+        fi = np.flatnonzero(free)
+        hf = h[np.ix_(fi, fi)]
+        try:
+            ridge = 1e-12 * max(np.trace(hf), 1e-300)
+            p[fi] = -np.linalg.solve(hf + ridge * np.eye(fi.size), grad[fi])
+        except np.linalg.LinAlgError:
+            p[fi] = -grad[fi] * lam[fi] / scale[fi]
+        if not np.all(np.isfinite(p)) or grad @ p >= 0:
+            p = np.where(free, -grad * np.maximum(lam, 1e-300) / scale, 0.0)
+        step = 1.0
+        for _ in range(60):
+            cand = np.maximum(lam + step * p, 0.0)
+            g_new = dual(cand)
+            if g_new <= g_val + 1e-4 * grad @ (cand - lam) + 1e-15 * abs(g_val):
+                break
+            step *= 0.5
+        lam, g_val = cand, g_new
+    y, _, _ = primal(lam)
+    load = dem.T @ y
+    worst = float(np.max(load / np.maximum(cap, 1e-300)))
+    if worst > 1.0:
+        y = y / worst
+    return y, lam
+
+
+@dataclass(frozen=True)
+class PfVdsResult:
+    """Outcome of a PF-VDS solver: tasks ``x``, iterations, the :func:`kkt_residual` and whether it met ``tol``."""
+
+    x: FloatArray
+    iterations: int
+    residual: float
+    converged: bool
+
+
+def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
+    """Largest violation of the PF-VDS equilibrium conditions (eqs. 28-29), scale free.
+
+    Per server the multipliers ``lambda[k]`` are fitted by NNLS to the marginal utilities of the users it serves,
+    using only saturated resources (complementarity of eq. 28). Reported is the max of: relative capacity excess;
+    ``|min(x[n,k]/x_n, pi[n,k]/g[n,k] - 1)|`` over eligible pairs (eq. 29 as a min-complementarity function), ignoring
+    the dual sign for users at their ``max_tasks`` cap; and, for an unsaturated server with an uncapped eligible user,
+    1 (the column would not be optimal).
+    """
+    x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
+    tot = x.sum(axis=1)
+    if (tot <= 0).any():
+        return float("inf")
+    load = usage(x, inst)
+    cap = inst.capacities
+    with np.errstate(divide="ignore", invalid="ignore"):
+        excess = np.where(cap > 0, load / np.where(cap > 0, cap, 1.0) - 1.0, np.where(load > 0, np.inf, 0.0))
+    res = max(0.0, float(excess.max()))
+    lg = _log_marginal(inst, tot, alpha)
+    at_cap = tot >= inst.max_tasks * (1 - 1e-9)
+    for k in range(inst.k):
+        idx = np.flatnonzero(inst.eligible[:, k])
+        if idx.size == 0:
+            continue
+        sat = load[k] >= cap[k] * (1 - 1e-7)
+        share = x[idx, k] / tot[idx]
+        sup = share > 1e-9
+        if not sat.any():
+            if (~at_cap[idx]).any():
+                return max(res, 1.0)
+            continue
+        shift = lg[idx, k][sup].max() if sup.any() else lg[idx, k].max()
+        target = np.exp(lg[idx, k] - shift)
+        dem = inst.demands[idx][:, sat]
+        fit_rows = sup & ~at_cap[idx]
+        lam = nnls(dem[fit_rows], target[fit_rows])[0] if fit_rows.any() else np.zeros(int(sat.sum()))
+        ratio = (dem @ lam) / target - 1.0
+        ratio = np.where(at_cap[idx], np.minimum(ratio, 0.0), ratio)
+        ratio = np.where(at_cap[idx] & sup, 0.0, ratio)
+        res = max(res, float(np.abs(np.minimum(share, ratio)).max()))
+    return res
+
+
+def pf_vds(
+    inst: Instance,
+    alpha: float,
+    *,
+    tol: float = 1e-6,
+    max_sweeps: int = 2000,
+    x0: FloatArray | None = None,
+) -> PfVdsResult:
+    """Centralised PF-VDS(alpha) equilibrium by Gauss-Seidel exact best responses (see the module docstring).
+
+    Starts from the equal-share allocation (each server split among its eligible users by weight, a feasible point
+    with every ``x_n > 0``); stops when :func:`kkt_residual` ``<= tol`` (checked every few sweeps).
+    """
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a positive finite number, got {alpha}")
+    k = inst.k
+    if x0 is None:
+        wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
+        frac = np.where(inst.eligible, inst.weights[:, None] / np.where(wsum > 0, wsum, 1.0), 0.0)
+        x = frac * inst.gamma
+        over = x.sum(axis=1) / np.minimum(inst.max_tasks, np.inf)
+        x = np.where(over[:, None] > 1, x / np.maximum(over, 1.0)[:, None], x)
+    else:
+        x = np.array(x0, dtype=np.float64)
+    tot = x.sum(axis=1)
+    idxs = [np.flatnonzero(inst.eligible[:, j]) for j in range(k)]
+    with np.errstate(divide="ignore"):
+        qall = inst.weights[:, None] * inst.gamma ** (1.0 - 1.0 / alpha)
+    lams: list[FloatArray | None] = [None] * k
+    residual = np.inf
+    sweeps = 0
+    for sweeps in range(1, max_sweeps + 1):
+        for j in range(k):
+            idx = idxs[j]
+            if idx.size == 0:
+                continue
+            old = x[idx, j]
+            o = np.maximum(tot[idx] - old, 0.0)
+            u = np.maximum(inst.max_tasks[idx] - o, 0.0)
+            y, lams[j] = best_response(qall[idx, j], o, u, inst.demands[idx], inst.capacities[j], alpha, lams[j])
+            tot[idx] += y - old
+            x[idx, j] = y
+        if sweeps % 5 == 0 or sweeps == max_sweeps:
+            residual = kkt_residual(x, inst, alpha)
+            if residual <= tol:
+                break
+    return PfVdsResult(x=x, iterations=sweeps, residual=residual, converged=residual <= tol)
+
+
+def pf_vds_distributed(
+    inst: Instance,
+    alpha: float,
+    *,
+    penalty: float = 1000.0,
+    step: float = 1.0,
+    iterations: int = 50000,
+    tol: float = 1e-4,
+) -> PfVdsResult:
+    """Distributed heuristic of Sec. 5.2: each server moves its own column along eqs. 55-56, all servers in parallel.
+
+    Server ``k`` only reads its own capacities and the users' totals ``x_n``. Its multipliers are the penalty
+    estimate of eq. 57, ``lambda[k, r] = penalty * max(0, load[k, r] / c[k, r] - 1)``, in units where the marginal
+    utility is normalised by the largest one the server sees; the update is
+    ``x[n, k] <- max(0, x[n, k] + eta_k * gamma[n, k] * (g[n, k] - pi[n, k]))`` (projected on ``x >= 0``, eq. 56)
+    with the server's own step ``eta_k = step / (penalty * |N_k|)``.
+    Capacities may be exceeded by ``O(1/penalty)`` during the iteration, so the returned ``x`` is finally scaled per
+    server to be feasible; the reported residual is :func:`kkt_residual` of that feasible allocation.
+    """
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a positive finite number, got {alpha}")
+    e = inst.eligible
+    wsum = (inst.weights[:, None] * e).sum(axis=0)
+    x = np.where(e, inst.weights[:, None] / np.where(wsum > 0, wsum, 1.0), 0.0) * inst.gamma
+    cap = np.where(inst.capacities > 0, inst.capacities, np.inf)
+    dn = inst.demands
+    eta = step / (penalty * np.maximum(e.sum(axis=0), 1))
+    gbar = np.where(e, inst.gamma, 0.0).sum(axis=0) / np.maximum(e.sum(axis=0), 1)  # server-local task scale
+    it = 0
+    for it in range(1, iterations + 1):
+        tot = np.maximum(x.sum(axis=1), 1e-300)
+        lg = _log_marginal(inst, tot, alpha)
+        lg = np.where(e, lg, -np.inf)
+        gmax = lg.max(axis=0)
+        g = np.exp(lg - gmax[None, :])  # per-server normalised marginal (local information only)
+        over = np.maximum(usage(x, inst) / cap - 1.0, 0.0)
+        pi = (dn @ (penalty * over / cap).T) * gbar[None, :]  # eq. 57, in the server's own task units
+        direction = g - pi
+        x = np.where(e, np.maximum(x + eta[None, :] * inst.gamma * direction, 0.0), 0.0)
+        x = np.minimum(x, np.maximum(inst.max_tasks[:, None], 0.0))
+        if it % 200 == 0 and np.abs(np.where(x > 0, direction, np.maximum(direction, 0.0))).max() < 1e-9:
+            break
+    load = usage(x, inst)
+    worst = np.max(load / cap, axis=1)
+    x = x / np.maximum(worst, 1.0)[None, :]
+    res = kkt_residual(x, inst, alpha)
+    return PfVdsResult(x=x, iterations=it, residual=res, converged=res <= tol)

@@ -1,0 +1,204 @@
+"""Per-Server Dominant-Share Fairness (PS-DSF, paper 002 Sec. 2.3, Definitions 3-4) and DRF on one server.
+
+PS-DSF: every server ``k`` runs weighted max-min fairness on the virtual dominant shares (eq. 9)
+``s[n, k] / phi_n = x_n / (phi_n gamma[n, k])`` of its eligible users, where ``x_n`` counts the user's tasks on *all*
+servers. For one server, given the other servers' columns (``o_n = x_n - x[n, k]``), that max-min column is computed
+exactly by :func:`fill_server`, a multi-resource progressive filling in the common level ``t``: an unfrozen user holds
+``y_n = clip(t phi_n gamma[n, k] - o_n, 0, cap_n)``; when a resource saturates, every unfrozen user that needs it is
+frozen (it cannot grow without taking from a user of lower-or-equal VDS); the others keep rising (this is what makes the
+column non-wasteful). Each event is found in closed form from the sorted breakpoints of the piecewise-linear usage.
+
+A PS-DSF allocation is exactly a fixed point of these per-server fillings (Definition 4 read server by server), so
+:func:`ps_dsf` sweeps Gauss-Seidel over the servers until no column moves by more than ``tol`` (relative). The
+fixed-point residual is returned; with one server one filling is exact and PS-DSF is DRF (Sec. 2.3).
+
+Non-divisible (time-shared) servers, Problem 2 (eqs. 17-21): the capacity of server ``k`` becomes the single constraint
+``sum_n x[n, k] / gamma[n, k] <= 1``. By Theorem 5 the solution of Problem 2 is PS-DSF under that constraint for every
+strictly concave increasing utility, so :func:`ps_dsf` with ``time_shared=True`` solves it with the same filling, using
+a one-resource server whose per-user demand is ``1 / gamma[n, k]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._model import FloatArray, Instance
+
+
+def _first_crossing(b: FloatArray, o: FloatArray, u: FloatArray, dem: FloatArray, rem: FloatArray) -> FloatArray:
+    """Smallest ``t`` with ``sum_n dem[n, r] clip(t b_n - o_n, 0, u_n) >= rem[r]``, per resource (``inf`` if never).
+
+    The left side is piecewise linear and non-decreasing in ``t`` with breakpoints ``o_n / b_n`` (the user starts
+    receiving) and ``(o_n + u_n) / b_n`` (it reaches its cap).
+    """
+    r = dem.shape[1]
+    start = o / b
+    finite_cap = np.isfinite(u)
+    end = np.where(finite_cap, (o + np.where(finite_cap, u, 0.0)) / b, np.inf)
+    fin = np.flatnonzero(finite_cap)
+    times = np.concatenate([start, end[fin]])
+    dslope = np.concatenate([dem * b[:, None], -(dem[fin] * b[fin, None])])
+    dinter = np.concatenate([dem * o[:, None], -(dem[fin] * (o[fin] + u[fin])[:, None])])
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    slope = np.cumsum(dslope[order], axis=0)
+    inter = np.cumsum(dinter[order], axis=0)
+    value = times[:, None] * slope - inter  # usage just after each breakpoint (continuous)
+    out = np.full(r, np.inf)
+    reached = value >= rem[None, :] * (1 - 1e-13)
+    any_reached = reached.any(axis=0)
+    j = np.argmax(reached, axis=0)
+    for q in range(r):
+        if rem[q] <= 0:
+            # Saturated already: blocks from the moment a user that needs it would start receiving.
+            users = dem[:, q] > 0
+            out[q] = start[users].min() if users.any() else np.inf
+            continue
+        if any_reached[q]:
+            jj = j[q]
+            if jj == 0:
+                out[q] = times[0]
+            else:
+                s = slope[jj - 1, q]
+                out[q] = (rem[q] + inter[jj - 1, q]) / s if s > 0 else times[jj]
+                out[q] = min(max(out[q], times[jj - 1]), times[jj])
+        else:
+            s = slope[-1, q]
+            if s > 0:
+                out[q] = max((rem[q] + inter[-1, q]) / s, times[-1])
+    return out
+
+
+def fill_server(b: FloatArray, o: FloatArray, u: FloatArray, dem: FloatArray, cap: FloatArray) -> FloatArray:
+    """Weighted max-min column of one server on the levels ``(o_n + y_n) / b_n`` (exact progressive filling).
+
+    Args:
+        b: ``(m,)`` positive level-to-task rates (``phi_n gamma[n, k]`` for PS-DSF, eq. 9).
+        o: ``(m,)`` tasks the users already hold elsewhere (``>= 0``).
+        u: ``(m,)`` extra tasks each user may still take (``inf`` = no cap).
+        dem: ``(m, r)`` per-task demand on this server.
+        cap: ``(r,)`` capacity.
+
+    Returns:
+        ``y`` ``(m,)``: tasks given on this server. Feasible (``dem.T @ y <= cap``) and non-wasteful: every user that
+        ends below its cap needs at least one saturated resource.
+    """
+    m = b.size
+    y = np.zeros(m)
+    active = (u > 0) & (dem > 0).any(axis=1)
+    used = np.zeros(cap.size)
+    while active.any():
+        a = np.flatnonzero(active)
+        rem = np.maximum(cap - used, 0.0)
+        need = (dem[a] > 0).any(axis=0)
+        t_r = np.full(cap.size, np.inf)
+        t_r[need] = _first_crossing(b[a], o[a], u[a], dem[a][:, need], rem[need])
+        t_star = t_r.min()
+        if not np.isfinite(t_star):
+            y[a] = u[a]  # every active user reaches its cap before any resource saturates
+            break
+        ya = np.clip(t_star * b[a] - o[a], 0.0, u[a])
+        y[a] = ya
+        sat = t_r <= t_star * (1 + 1e-12) + 1e-300
+        freeze = (dem[a][:, sat] > 0).any(axis=1) | (ya >= u[a])
+        if not freeze.any():  # numerical guard: freeze the users of the first saturating resource
+            freeze = dem[a][:, int(np.argmin(t_r))] > 0
+        used = used + dem[a[freeze]].T @ ya[freeze]
+        active[a[freeze]] = False
+    # Remove round-off overshoot so the column is feasible.
+    load = dem.T @ y
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = np.where(cap > 0, load / np.where(cap > 0, cap, 1.0), np.where(load > 0, np.inf, 0.0))
+    worst = over.max() if over.size else 0.0
+    if worst > 1.0:
+        y = y / worst
+    return y
+
+
+@dataclass(frozen=True)
+class PsDsfResult:
+    """Outcome of :func:`ps_dsf`.
+
+    Attributes:
+        x: ``(n, k)`` tasks.
+        sweeps: Gauss-Seidel sweeps used.
+        residual: largest change of any column in the last sweep, relative to the user's total (fixed-point residual).
+        converged: ``residual <= tol``.
+    """
+
+    x: FloatArray
+    sweeps: int
+    residual: float
+    converged: bool
+
+
+def _server_problem(inst: Instance, k: int, time_shared: bool) -> tuple[np.ndarray, FloatArray, FloatArray]:
+    idx = np.flatnonzero(inst.eligible[:, k])
+    if time_shared:
+        dem = (1.0 / inst.gamma[idx, k])[:, None]
+        cap = np.ones(1)
+    else:
+        dem = inst.demands[idx]
+        cap = inst.capacities[k]
+    return idx, dem, cap
+
+
+def ps_dsf(
+    inst: Instance,
+    *,
+    time_shared: bool = False,
+    tol: float = 1e-9,
+    max_sweeps: int = 500,
+    x0: FloatArray | None = None,
+) -> PsDsfResult:
+    """PS-DSF allocation (Definition 4) by Gauss-Seidel sweeps of exact per-server max-min fillings.
+
+    Each server ``k`` in turn replaces its column by :func:`fill_server` with ``b_n = phi_n gamma[n, k]`` given the
+    other columns; a sweep that moves no column by more than ``tol`` times the user's total ends the iteration.
+    """
+    n, k = inst.n, inst.k
+    x = np.zeros((n, k)) if x0 is None else np.array(x0, dtype=np.float64)
+    tot = x.sum(axis=1)
+    probs = [_server_problem(inst, j, time_shared) for j in range(k)]
+    b_all = inst.weights[:, None] * inst.gamma
+    residual = np.inf
+    sweeps = 0
+    for sweeps in range(1, max_sweeps + 1):  # noqa: B007
+        residual = 0.0
+        for j in range(k):
+            idx, dem, cap = probs[j]
+            if idx.size == 0:
+                continue
+            old = x[idx, j]
+            o = np.maximum(tot[idx] - old, 0.0)
+            u = np.maximum(inst.max_tasks[idx] - o, 0.0)
+            y = fill_server(b_all[idx, j], o, u, dem, cap)
+            diff = np.abs(y - old)
+            scale = np.maximum(tot[idx] - old + y, 1e-300)
+            residual = max(residual, float((diff / scale).max()))
+            tot[idx] += y - old
+            x[idx, j] = y
+        if residual <= tol:
+            break
+    return PsDsfResult(x=x, sweeps=sweeps, residual=residual, converged=residual <= tol)
+
+
+def drf(inst: Instance) -> FloatArray:
+    """DRF on a single server (Definition 1): one exact progressive filling on weighted dominant shares.
+
+    ``b_n = phi_n / max_r (d[n, r] / c[r]) = phi_n gamma[n, 0]`` (eqs. 2-3).
+    """
+    if inst.k != 1:
+        raise ValueError(f"mechanism 'drf' needs exactly one node (pool), got {inst.k}; use 'drfh', 'tsf' or 'ps-dsf'")
+    idx = np.flatnonzero(inst.eligible[:, 0])
+    x = np.zeros((inst.n, 1))
+    x[idx, 0] = fill_server(
+        inst.weights[idx] * inst.gamma[idx, 0],
+        np.zeros(idx.size),
+        inst.max_tasks[idx],
+        inst.demands[idx],
+        inst.capacities[0],
+    )
+    return x

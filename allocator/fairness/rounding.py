@@ -1,0 +1,56 @@
+"""Integral task counts (pods) from a divisible allocation, never exceeding any capacity.
+
+Kubernetes runs whole pods, so the divisible solution of any mechanism in :mod:`allocator.fairness` is rounded:
+``floor`` every ``x[n, k]`` (feasible, since usage only drops), then hand the remaining fractional tasks back one pod
+at a time, always to the user with the lowest fill ratio ``(integral total) / (divisible total)``, on the eligible server
+where that user had the largest fractional remainder and the pod still fits. A pod that does not fit now never fits
+later (capacity only gets used), so every candidate pair is tried at most once. No pair gets more than
+``ceil(x[n, k])`` pods and no user more than ``max_tasks``.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from ._model import FloatArray, Instance
+
+
+def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7) -> FloatArray:
+    """Round a feasible divisible allocation to integers without violating capacities (see module docstring)."""
+    x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
+    xi = np.floor(x + eps)
+    # floor(x + eps) may round 2.9999999 up to 3: undo any such step that breaks a capacity.
+    load = xi.T @ inst.demands
+    cap = inst.capacities
+    target = x.sum(axis=1)
+    frac = x - xi
+    cand: list[list[int]] = []
+    for kk in np.flatnonzero((load > cap * (1 + 1e-12)).any(axis=1)):
+        for ii in np.flatnonzero(xi[:, kk] > x[:, kk]):
+            xi[ii, kk] -= 1
+        load[kk] = xi[:, kk] @ inst.demands
+    for i in range(inst.n):
+        row = np.flatnonzero(frac[i] > eps)
+        cand.append([int(v) for v in row[np.argsort(-frac[i, row], kind="stable")]])
+    tot = xi.sum(axis=1)
+    heap: list[tuple[float, int]] = [(float(tot[i] / target[i]), i) for i in range(inst.n) if cand[i] and target[i] > 0]
+    heapq.heapify(heap)
+    while heap:
+        _, i = heapq.heappop(heap)
+        if tot[i] + 1 > inst.max_tasks[i] + eps:
+            continue
+        d = inst.demands[i]
+        placed = False
+        while cand[i]:
+            k = cand[i].pop(0)
+            if np.all(load[k] + d <= cap[k] * (1 + 1e-12)):
+                xi[i, k] += 1
+                load[k] += d
+                tot[i] += 1
+                placed = True
+                break
+        if placed and cand[i]:
+            heapq.heappush(heap, (float(tot[i] / target[i]), i))
+    return xi

@@ -1,0 +1,187 @@
+"""Hand-checked examples, input validation and the Sec. 2.2 counter-examples for ``allocator.fairness`` (paper 002).
+
+Every expected number here is derived by hand in the comments, never produced by the code under test.
+"""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from allocator.fairness import (
+    allocate,
+    allocate_time_shared,
+    kkt_residual,
+    make_instance,
+    pf_vds,
+    pf_vds_distributed,
+    round_allocation,
+)
+
+# Fig. 1 servers of paper 002: [cores, GB, Mb/s].
+FIG1_NODES = [[12.0, 4.0, 75.0], [8.0, 16.0, 0.0]]
+# Users 1-2 need bandwidth (so only node 0 is possible), users 3-4 do not. RAM is every eligible user's dominant
+# resource on every node (Definition 2): u1 on node 0: cpu 1/12, ram 1/4, bw 17/75 -> ram; u3 on node 0: 1/12 vs 4/4,
+# on node 1: 1/8 vs 4/16 -> ram. Globally (DRFH, C = [20, 20, 75]) u1's dominant resource is bandwidth (17/75 > 1/20).
+FIG1_USERS = [[1.0, 1.0, 17.0], [1.0, 1.0, 17.0], [1.0, 4.0, 0.0], [1.0, 4.0, 0.0]]
+
+
+def test_drf_paper_example() -> None:
+    # DRF paper example: 9 CPU, 18 GB; A <1 CPU, 4 GB>, B <3 CPU, 1 GB>: A gets 3 tasks, B 2 (shares 2/3 each).
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="drf")
+    np.testing.assert_allclose(x[:, 0], [3.0, 2.0], rtol=1e-9)
+
+
+def test_drf_weighted() -> None:
+    # Weights 2:1 on one resource of 9 units, unit demands: 6 and 3.
+    x = allocate([[1.0], [1.0]], [[9.0]], weights=[2.0, 1.0], mechanism="drf")
+    np.testing.assert_allclose(x[:, 0], [6.0, 3.0], rtol=1e-9)
+
+
+@pytest.mark.parametrize("mechanism", ["drf", "drfh", "tsf", "ps-dsf"])
+def test_one_server_reduces_to_drf_hand(mechanism: str) -> None:
+    # One server [9, 18]: DRFH, TSF and PS-DSF are DRF there (A 3 tasks, B 2 tasks).
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism=mechanism)
+    np.testing.assert_allclose(x[:, 0], [3.0, 2.0], rtol=1e-6)
+
+
+def test_pfvds_one_server_is_alpha_fair_not_drf() -> None:
+    # On one server PF-VDS(1) is proportional fairness on dominant shares (002 Sec. 3.3), not DRF: for [9, 18] with
+    # <1,4>, <3,1> both resources bind: a + 3b = 9, 4a + b = 18 -> a = 45/11, b = 18/11, and the KKT multipliers
+    # 1/a = l1 + 4 l2, 1/b = 3 l1 + l2 are positive, so this vertex is the maximiser of log a + log b.
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="pf-vds", alpha=1.0)
+    np.testing.assert_allclose(x[:, 0], [45 / 11, 18 / 11], rtol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 3.0])
+def test_pfvds_one_server_with_bottleneck_is_drf(alpha: float) -> None:
+    # [10 CPU, 10 GB], A <1, 2>, B <1, 3>: RAM dominant for both, so every alpha gives DRF (Theorem 4):
+    # equal RAM 2a = 3b with 2a + 3b = 10 -> a = 5/2, b = 5/3.
+    x = allocate([[1, 2], [1, 3]], [[10, 10]], mechanism="pf-vds", alpha=alpha)
+    np.testing.assert_allclose(x[:, 0], [2.5, 5 / 3], rtol=1e-6)
+
+
+def test_drfh_violates_bottleneck_fairness() -> None:
+    # DRFH: equal global dominant shares 17/75 x1 = 4/20 x3 -> x1 = 15/17 t, x3 = t. Users 3-4 fill node 1's 16 GB at
+    # t = 2; then node 0's RAM: 2 (15/17) t + 4 * 2 (t - 2) = 4 -> t = 170/83. So x1 = x2 = 150/83, x3 = x4 = 170/83,
+    # and users 3-4 take RAM on node 0 although they hold 680/83 GB in total against 150/83 GB for users 1-2.
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="drfh")
+    np.testing.assert_allclose(x.sum(axis=1), [150 / 83, 150 / 83, 170 / 83, 170 / 83], rtol=1e-6)
+    assert x[2:, 0].sum() == pytest.approx(2 * 4 / 83, rel=1e-5)
+    ram_held = x.sum(axis=1) * np.array(FIG1_USERS)[:, 1]
+    assert ram_held[2] > ram_held[0] + 1.0  # RAM on node 0 goes to the user holding more of the bottleneck
+
+
+def test_tsf_violates_bottleneck_fairness() -> None:
+    # TSF: gamma ignoring constraints: u1 = min(12, 4, 75/17) + 0 = 4; u3 = min(12, 1) + min(8, 4) = 5.
+    # x1 / 4 = x3 / 5 -> x1 = 0.8 t. Node 1 full at t = 2; node 0 RAM: 1.6 t + 8 (t - 2) = 4 -> t = 25/12.
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="tsf")
+    np.testing.assert_allclose(x.sum(axis=1), [5 / 3, 5 / 3, 25 / 12, 25 / 12], rtol=1e-6)
+    assert x[2:, 0].sum() == pytest.approx(2 / 12, rel=1e-5)
+
+
+@pytest.mark.parametrize(("mechanism", "alpha"), [("ps-dsf", None), ("pf-vds", 0.5), ("pf-vds", 1.0), ("pf-vds", 4.0)])
+def test_psdsf_and_pfvds_bottleneck_fair_on_fig1(mechanism: str, alpha: float | None) -> None:
+    # Max-min on RAM per node: node 1 splits 16 GB between users 3-4 (2 tasks each); node 0's 4 GB goes to users 1-2
+    # (2 tasks each, bandwidth 68 <= 75). Theorem 4: every PF-VDS alpha gives the same allocation.
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism=mechanism, alpha=alpha)
+    np.testing.assert_allclose(x.sum(axis=1), [2, 2, 2, 2], rtol=1e-5)
+    np.testing.assert_allclose(x[2:, 0], [0, 0], atol=1e-6)
+
+
+def test_validation_errors_name_the_culprit() -> None:
+    with pytest.raises(ValueError, match="user 1 has a zero demand vector"):
+        allocate([[1, 1], [0, 0]], [[4, 4]])
+    with pytest.raises(ValueError, match="node 1 has a negative capacity for resource 0"):
+        allocate([[1, 1]], [[4, 4], [-1, 4]])
+    with pytest.raises(ValueError, match="user 0 is eligible on no node"):
+        allocate([[1, 1], [1, 1]], [[4, 4], [4, 4]], eligible=[[False, False], [True, True]])
+    with pytest.raises(ValueError, match="user 0 is eligible on no node"):
+        allocate([[1, 1, 1]], [[4, 4, 0]])  # the only node lacks resource 2
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        allocate([[1.0]], [[1.0]], mechanism="fifo")
+    with pytest.raises(ValueError, match="alpha"):
+        allocate([[1.0]], [[1.0]], mechanism="pf-vds", alpha=0.0)
+    with pytest.raises(ValueError, match="alpha is only meaningful"):
+        allocate([[1.0]], [[1.0]], mechanism="ps-dsf", alpha=2.0)
+    with pytest.raises(ValueError, match="exactly one node"):
+        allocate([[1.0]], [[1.0], [1.0]], mechanism="drf")
+    with pytest.raises(ValueError, match="user 0 has a non-positive"):
+        allocate([[1.0]], [[1.0]], weights=[0.0])
+
+
+def test_max_tasks_caps_and_redistributes() -> None:
+    # One resource of 10, unit demands: uncapped 5/5; with user 0 capped at 2 the other gets the remaining 8.
+    for mech in ("drf", "drfh", "tsf", "ps-dsf", "pf-vds"):
+        x = allocate([[1.0], [1.0]], [[10.0]], mechanism=mech, max_tasks=[2, np.inf])
+        np.testing.assert_allclose(x[:, 0], [2.0, 8.0], rtol=1e-6, err_msg=mech)
+
+
+def test_merging_identical_nodes_is_exact() -> None:
+    # Two identical nodes [6, 6] behave like one [12, 12] split equally: DRF on [12, 12] with <1,2>, <2,1> gives 4 / 4.
+    x = allocate([[1, 2], [2, 1]], [[6, 6], [6, 6]], mechanism="ps-dsf")
+    np.testing.assert_allclose(x, [[2, 2], [2, 2]], rtol=1e-9)
+
+
+def test_time_shared_matches_eisenberg_gale() -> None:
+    # Problem 2 / Theorem 5: with sum_n x[n,k]/gamma[n,k] <= 1 the solution is the same for every strictly concave
+    # utility, in particular the weighted proportionally fair one, max sum phi_n log x_n (solved here by Clarabel).
+    rng = np.random.default_rng(3)
+    d = rng.uniform(0.2, 2.0, (5, 3))
+    c = rng.uniform(2.0, 10.0, (3, 3))
+    e = np.array([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [0, 0, 1]], dtype=bool)
+    w = np.array([1.0, 2.0, 1.0, 0.5, 1.5])
+    x = allocate_time_shared(d, c, eligible=e, weights=w)
+    inst = make_instance(d, c, e, w)
+    X = cp.Variable((5, 3), nonneg=True)
+    inv_g = np.where(e, 1.0 / np.where(e, inst.gamma, 1.0), 0.0)
+    cons = [cp.multiply(X, (~e).astype(float)) == 0, cp.sum(cp.multiply(X, inv_g), axis=0) <= 1]
+    cp.Problem(cp.Maximize(w @ cp.log(cp.sum(X, axis=1))), cons).solve(solver=cp.CLARABEL)
+    # Clarabel stops at ~1e-8 duality gap, so totals agree to ~1e-4 and ours is at least as good.
+    np.testing.assert_allclose(x.sum(axis=1), X.value.sum(axis=1), rtol=3e-4)
+    assert w @ np.log(x.sum(axis=1)) >= w @ np.log(np.maximum(X.value, 0).sum(axis=1)) - 1e-7
+    assert (np.where(e, x / np.where(e, inst.gamma, 1.0), 0).sum(axis=0) <= 1 + 1e-9).all()
+
+
+def test_pfvds_one_matches_convex_solve_and_distributed() -> None:
+    # PF-VDS(1) is weighted proportional fairness (Theorem 2): compare with CVXPY/Clarabel on the same instance.
+    rng = np.random.default_rng(1)
+    d = rng.uniform(0.1, 1.0, (6, 3))
+    c = rng.uniform(5.0, 10.0, (3, 3))
+    e = rng.random((6, 3)) < 0.7
+    e[:, 0] |= ~e.any(axis=1)
+    inst = make_instance(d, c, e)
+    res = pf_vds(inst, 1.0, tol=1e-8)
+    assert res.converged and res.residual <= 1e-8
+    X = cp.Variable((6, 3), nonneg=True)
+    cons = [cp.multiply(X, (~inst.eligible).astype(float)) == 0] + [d.T @ X[:, k] <= c[k] for k in range(3)]
+    cp.Problem(cp.Maximize(cp.sum(cp.log(cp.sum(X, axis=1)))), cons).solve(solver=cp.CLARABEL)
+    np.testing.assert_allclose(res.x.sum(axis=1), X.value.sum(axis=1), rtol=1e-4)
+    assert np.log(res.x.sum(axis=1)).sum() >= np.log(np.maximum(X.value, 0).sum(axis=1)).sum() - 1e-9
+    # A point that is not the equilibrium has a large residual (the check can fail).
+    assert kkt_residual(X.value * 0.9, inst, 1.0) > 1e-3
+    dist = pf_vds_distributed(inst, 1.0, iterations=20000)
+    np.testing.assert_allclose(dist.x.sum(axis=1), X.value.sum(axis=1), rtol=2e-2)
+
+
+def test_rounding_is_feasible_and_close() -> None:
+    rng = np.random.default_rng(5)
+    d = rng.uniform(0.5, 2.0, (8, 3))
+    c = rng.uniform(10.0, 30.0, (4, 3))
+    for mech in ("drfh", "tsf", "ps-dsf", "pf-vds"):
+        x = allocate(d, c, mechanism=mech)
+        xi = allocate(d, c, mechanism=mech, integral=True)
+        assert np.array_equal(xi, np.round(xi))
+        assert (xi.T @ d <= c * (1 + 1e-12)).all(), mech
+        assert (xi <= np.ceil(x - 1e-9) + 1e-9).all()  # never more than ceil of the divisible pair
+        assert xi.sum() >= np.floor(x).sum()
+
+
+def test_rounding_respects_capacity_under_float_noise() -> None:
+    inst = make_instance([[1.0]], [[3.0]])
+    xi = round_allocation(np.array([[2.9999999999]]), inst)
+    assert xi[0, 0] == 3.0
+    inst = make_instance([[1.0], [1.0]], [[1.0]])
+    xi = round_allocation(np.array([[0.5], [0.5]]), inst)
+    assert xi.sum() == 1.0  # one pod fits, not two
