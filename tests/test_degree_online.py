@@ -32,17 +32,21 @@ def run_events(rng, dem, n_events=300):
             nxt += 1
 
 
-@pytest.mark.parametrize(("seed", "m", "p", "extra"), [(0, 12, 10, 1), (1, 6, 20, 1), (2, 10, 5, 0), (3, 8, 10, 2)])
-def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra):
+@pytest.mark.parametrize(
+    ("seed", "m", "p", "extra", "budget"),
+    [(0, 12, 10, 1, 0), (1, 6, 20, 1, 0), (2, 10, 5, 0, 0), (3, 8, 10, 2, 0), (4, 40, 5, 1, 10**6), (5, 12, 10, 1, 3)],
+)
+def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra, budget):
     rng = np.random.default_rng(seed)
     dem, cap, deg = random_instance(rng, m, p)
-    inc = OnlineSeq(cap, deg, extra_degree=extra)
+    inc = OnlineSeq(cap, deg, extra_degree=extra, local_budget=budget)
     nai = OnlineSeq(cap, deg, extra_degree=extra, method="naive")
     inc.extend(enumerate(dem))
     for i, x in enumerate(dem):
         nai.add(i, float(x))
     worst = 0
     skipped = 0
+    local = 0
     for ev in run_events(rng, dem):
         if ev[0] == "add":
             inc.add(ev[1], ev[2])
@@ -58,6 +62,7 @@ def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra):
         assert inc.last_changes == nai.last_changes
         worst = max(worst, max(nai.last_changes.values(), default=0))
         skipped += m - inc.last_recomputed
+        local += inc.last_local
         # the online allocation is SEQ on the current clients (Algorithm 2), in arrival order of ties
         if ev[0] == "add" and ev[1] % 50 == 0:
             ref = seq([nai._demand[nai._slot[c]] for c in clients], cap, deg, extra_degree=extra)
@@ -66,6 +71,7 @@ def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra):
         assert rep.ok(1e-7, extra_degree=extra)
     assert worst <= 4  # Theorem 5.5
     assert skipped > 0  # the incremental version really skipped unaffected servers
+    assert (local > 0) == (budget > 0)  # and re-decided servers locally when allowed to
 
 
 def test_oseq_allocation_mapping_and_throughput():

@@ -11,7 +11,7 @@ Both variants of Section VI-C are here: ``left=False`` is SEQ (rightmost suitabl
 SEQLEFT (leftmost suitable interval).
 
 For the incremental online version (Section V-C) every server step also records the *range* of list keys whose
-insertion or removal can change that server's step (half-open ``(lo, hi]`` in the lexicographic ``(value, rank)``
+insertion or removal can change that server's step (inclusive ``[lo, hi]`` in the lexicographic ``(value, rank)``
 order): outside it the step is unchanged, which is the "change outside ``[l, l + d]``" case of Lemma 5.4.
 """
 
@@ -26,6 +26,10 @@ FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
 _INF = float("inf")
+#: clients recorded on each side of a server's interval for the incremental OSEQ
+MARGIN = 2
+
+Segment = tuple[IntArray, FloatArray, bool, bool]
 
 
 @dataclass
@@ -41,6 +45,9 @@ class SweepResult:
     hi_r: FloatArray  # affect range upper key, rank part
     left_vals: FloatArray  # clients left after the last server (sorted)
     left_ids: IntArray
+    #: per server, for case 1 away from the list's right end: (ids, values, at list start, at list end) of the
+    #: input list from ``MARGIN`` clients before the interval to ``MARGIN + 1`` after it; ``None`` otherwise
+    seg: list[Segment | None]
 
 
 def _sorted_pos(vals: FloatArray, ranks: FloatArray, stop: int, v: float, rk: float) -> int:
@@ -61,6 +68,7 @@ def sweep(
     tol: float,
     *,
     left: bool = False,
+    segments: bool = False,
 ) -> SweepResult:
     """Run Algorithm 1 for servers ``start, ..., m-1`` on the sorted list ``(vals, ids)``.
 
@@ -84,6 +92,7 @@ def sweep(
     hi_r = np.full(k_servers, -1.0)
     empty_i = np.zeros(0, dtype=np.int64)
     empty_f = np.zeros(0, dtype=np.float64)
+    seg: list[Segment | None] = [None] * k_servers
 
     def key(pos: int) -> tuple[float, float]:
         return float(vals[pos]), float(rank_of[ids[pos]])
@@ -163,8 +172,22 @@ def sweep(
             lo_v[t] = -_INF
         if edge or left:
             hi_v[t] = _INF
-        else:
+        elif not segments:
             hi_v[t], hi_r[t] = key(l + D)
+        else:
+            # Record the list around the interval (MARGIN clients each side) for the local step of the incremental
+            # OSEQ; the affect range widens to that whole segment (inclusive), which is conservative.
+            s0 = max(0, l - MARGIN)
+            s1 = min(r, l + D + 2 + MARGIN)
+            seg[t] = (ids[s0:s1].copy(), vals[s0:s1].copy(), s0 == 0, s1 == r)
+            if s0 == 0:
+                lo_v[t] = -_INF
+            else:
+                lo_v[t], lo_r[t] = key(s0)
+            if s1 == r:
+                hi_v[t] = _INF
+            else:
+                hi_v[t], hi_r[t] = key(s1 - 1)
         inner = P[l + D] - P[l]
         rem = float(P[l + D + 1] - P[l] - b)
         last = float(vals[l + D])
@@ -211,6 +234,7 @@ def sweep(
         hi_r=hi_r,
         left_vals=vals,
         left_ids=ids,
+        seg=seg,
     )
 
 

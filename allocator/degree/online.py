@@ -4,14 +4,21 @@ Two implementations that must give the same allocation after every event:
 
 * ``method="naive"`` is Algorithm 2: SEQ recomputed from scratch on the sorted current clients at every round.
 * ``method="incremental"`` re-uses the previous round (Section V-C). Every server step of the last run recorded the
-  range of list keys ``(value, rank)`` whose insertion or removal can change that step (its interval plus the
-  neighbour on the left, see :mod:`allocator.degree._engine`). A client that joins or leaves passes unchanged through
-  every server whose range does not contain its key (the "change outside ``[l, l + d]``" case of Lemma 5.4), so
-  these servers keep their allocation and nothing is computed for them: the first server ``j0`` whose range contains
-  the key is found by one vectorised comparison over all ``m`` servers. The list seen by ``j0`` is rebuilt from the
-  final remaining list plus what servers ``j0..m-1`` took (``O(n)``), and SEQ resumes from ``j0``. An event that
-  reaches no server only updates the remaining list. Both versions report ``last_changes``: ``N_j^t`` of
-  Section III-A (new connection, disconnection or changed amount), at most 4 per server by Theorem 5.5.
+  range of list keys ``(value, rank)`` whose insertion or removal can change that step (its interval and the
+  neighbour on its left, see :mod:`allocator.degree._engine`). The event's client passes unchanged through every
+  server whose range does not contain its key (the "change outside ``[l, l + d]``" case of Lemma 5.4), so these
+  servers keep their allocation and nothing is computed for them: the first server ``j0`` whose range contains the
+  key is found by one vectorised comparison over all ``m`` servers. From ``j0`` on, the difference between the old
+  and the new input list is carried from server to server: an affected server in case 1 is re-decided on a recorded
+  segment of its list (Lemma 5.4: the new interval starts at ``l`` or next to it) for at most ``local_budget``
+  servers, and otherwise SEQ resumes from that server on the list rebuilt from the remaining clients and what the
+  later servers took (``O(n)``). An event that reaches no server only updates the remaining list.
+  ``local_budget=0`` (default) resumes at ``j0`` directly; in CPython it is the faster choice on the Section VI
+  instances, because the difference reaches a large share of the servers (the paper's ``Theta(m)``) and a local
+  re-decision costs about as much interpreter time as a resumed SEQ step (see ``docs/bench/degree.md``).
+
+Both versions report ``last_changes``: ``N_j^t`` of Section III-A (new connection, disconnection or changed amount),
+at most 4 per server by Theorem 5.5, and ``last_recomputed``, the number of servers re-decided.
 
 Clients are ordered by demand with ties broken by arrival order, in both versions.
 """
@@ -23,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._engine import SweepResult, sweep
+from ._engine import MARGIN, Segment, SweepResult, sweep
 from .model import REL_TOL, FloatArray, IntArray, as_instance, changes_between
 
 __all__ = ["OnlineSeq", "OnlineSeqLeft"]
@@ -46,6 +53,7 @@ class OnlineSeq:
         *,
         extra_degree: int = 1,
         method: Literal["incremental", "naive"] = "incremental",
+        local_budget: int = 0,
     ) -> None:
         inst = as_instance([], capacities, degrees)
         if int(extra_degree) != extra_degree or extra_degree < 0:
@@ -78,7 +86,12 @@ class OnlineSeq:
         self._hi_r = np.full(self.m, -1.0)
         self._left_vals = empty_f
         self._left_ids = empty_i
+        self._seg: list[Segment | None] = [None] * self.m
         self.last_changes: dict[int, int] = {}
+        #: most servers re-decided locally per event before SEQ simply resumes (both give the same allocation)
+        self.local_budget = local_budget
+        #: servers re-decided on their recorded segment (Lemma 5.4) in the last event
+        self.last_local = 0
         #: servers SEQ was re-run for in the last event (``m`` for the naive version)
         self.last_recomputed = 0
 
@@ -98,15 +111,29 @@ class OnlineSeq:
         self._counter += 1
         return s
 
-    def _first_affected(self, v: float, r: float) -> int:
-        # A boundary with the same rank is the same client (its stored value may differ by rounding).
-        gt = (r != self._lo_r) & ((v > self._lo_v) | ((v == self._lo_v) & (r > self._lo_r)))
-        le = (r == self._hi_r) | (v < self._hi_v) | ((v == self._hi_v) & (r < self._hi_r))
-        hit = np.flatnonzero(gt & le)
-        return int(hit[0]) if hit.size else self.m
+    def _next_affected(self, delta: dict[int, tuple[float, float]], start: int) -> int:
+        """First server ``>= start`` whose recorded key range ``[lo, hi]`` meets the key of a changed client.
+
+        A changed client spans the keys from its old to its new value (both when it is in both lists); a boundary
+        with the same rank is the same client (its stored value may differ by rounding), which counts as a hit.
+        """
+        lo_v, lo_r = self._lo_v[start:], self._lo_r[start:]
+        hi_v, hi_r = self._hi_v[start:], self._hi_r[start:]
+        hit = np.zeros(self.m - start, dtype=bool)
+        for c, (old, new) in delta.items():
+            r = float(self._rank[c])
+            present = [v for v in (old, new) if v > 0.0]
+            if not present:
+                continue
+            vmin, vmax = min(present), max(present)
+            below_hi = (vmin < hi_v) | ((vmin == hi_v) & (r <= hi_r))
+            above_lo = (vmax > lo_v) | ((vmax == lo_v) & (r >= lo_r))
+            hit |= (below_hi & above_lo) | (r == lo_r) | (r == hi_r)
+        idx = np.flatnonzero(hit)
+        return start + int(idx[0]) if idx.size else self.m
 
     # -- runs --------------------------------------------------------------------------------------------------
-    def _resume(self, start: int) -> None:
+    def _resume(self, start: int, changes: dict[int, int] | None = None) -> None:
         """Rebuild the list seen by server ``start`` and run SEQ for servers ``start..m-1``."""
         n_slots = len(self._name)
         tol = self._tol
@@ -130,15 +157,25 @@ class OnlineSeq:
         idx = np.flatnonzero(vals > tol)
         order = idx[np.lexsort((self._rank[idx], vals[idx]))]
         res = sweep(
-            vals[order], order.astype(np.int64), self._rank, self.capacities, self._dparam, start, tol, left=self._left
+            vals[order],
+            order.astype(np.int64),
+            self._rank,
+            self.capacities,
+            self._dparam,
+            start,
+            tol,
+            left=self._left,
+            segments=self.local_budget > 0,
         )
-        self._install(start, res)
+        self._install(start, res, changes)
 
-    def _install(self, start: int, res: SweepResult) -> None:
+    def _install(self, start: int, res: SweepResult, changes: dict[int, int] | None = None) -> None:
         tol = self._tol
         old = {j: self._as_dict(self._ids[j], self._amt[j]) for j in range(start, self.m)}
         new = {j: self._as_dict(res.alloc_ids[j - start], res.alloc_amounts[j - start]) for j in range(start, self.m)}
-        self.last_changes = changes_between(old, new, self.m, 10 * tol)
+        self.last_changes = dict(changes or {})
+        self.last_changes.update(changes_between(old, new, self.m, 10 * tol))
+        self._seg[start:] = res.seg
         self._ids[start:] = res.alloc_ids
         self._amt[start:] = res.alloc_amounts
         self._lo_v[start:] = res.lo_v
@@ -148,6 +185,147 @@ class OnlineSeq:
         self._left_vals = res.left_vals
         self._left_ids = res.left_ids
         self.last_recomputed = self.m - start
+
+    def _propagate(self, delta: dict[int, tuple[float, float]]) -> None:
+        """Section V-C: carry the difference between the old and the new input list from server to server.
+
+        ``delta`` maps a client slot to its (old, new) value in the list a server sees (0 = absent). Servers whose
+        key range misses every changed client keep their step and pass the difference on unchanged (Lemma 5.4,
+        change outside the interval). An affected server in case 1 is re-decided on its recorded segment of the list
+        with the difference applied (:meth:`_local_step`), which yields the next difference (an augmented list again,
+        Lemma 5.4); any other affected server (cases 2, 3, short list, right end of the list, or a segment too short
+        to certify the rightmost interval) makes SEQ resume from it on the rebuilt list.
+        """
+        tol = self._tol
+        changes: dict[int, int] = {}
+        j = 0
+        touched = 0
+        while delta:
+            j = self._next_affected(delta, j)
+            if j == self.m:
+                break
+            nxt = self._local_step(j, delta, tol, changes) if touched < self.local_budget else None
+            if nxt is None:
+                self._resume(j, changes)
+                self.last_recomputed = touched + (self.m - j)
+                self.last_local = touched
+                return
+            delta = nxt
+            touched += 1
+            j += 1
+        for c, (old, new) in delta.items():
+            if old > 0.0:
+                keep = self._left_ids != c
+                self._left_vals = self._left_vals[keep]
+                self._left_ids = self._left_ids[keep]
+            if new > tol:
+                rk = float(self._rank[c])
+                pos = int(np.searchsorted(self._left_vals, new, side="left"))
+                while (
+                    pos < self._left_vals.shape[0]
+                    and self._left_vals[pos] == new
+                    and self._rank[self._left_ids[pos]] < rk
+                ):
+                    pos += 1
+                self._left_vals = np.insert(self._left_vals, pos, new)
+                self._left_ids = np.insert(self._left_ids, pos, c)
+        self.last_changes = changes
+        self.last_recomputed = touched
+        self.last_local = touched
+
+    def _local_step(
+        self, j: int, delta: dict[int, tuple[float, float]], tol: float, changes: dict[int, int]
+    ) -> dict[int, tuple[float, float]] | None:
+        """Re-run server ``j``'s step of Algorithm 1 on its recorded segment with ``delta`` applied.
+
+        The segment is a contiguous piece of the server's input list; if it holds a start ``s`` with
+        ``LC(s, s+d-1) < b <= LC(s+1, s+d)`` and one more client after the interval, ``s`` is the rightmost
+        suitable interval of the whole list (window sums are monotone) and away from its right end, so the step is
+        exactly SEQ's case 1. Returns the difference for the next server, or ``None`` when this cannot be certified.
+        """
+        seg = self._seg[j]
+        if seg is None:
+            return None
+        seg_ids, seg_vals, at_start, at_end = seg
+        b = float(self.capacities[j])
+        D = int(self._dparam[j])
+        lo_v, lo_r, hi_v, hi_r = self._lo_v[j], self._lo_r[j], self._hi_v[j], self._hi_r[j]
+        before: dict[int, float] = dict(zip(seg_ids.tolist(), seg_vals.tolist()))  # LC^j on the segment
+        local: dict[int, float] = dict(before)
+        for c, (_old, new) in delta.items():
+            local.pop(c, None)
+            if new > 0.0:
+                r = float(self._rank[c])
+                if ((new > lo_v) or (new == lo_v and r >= lo_r)) and ((new < hi_v) or (new == hi_v and r <= hi_r)):
+                    local[c] = new
+        ids = np.fromiter(local.keys(), dtype=np.int64, count=len(local))
+        vals = np.fromiter(local.values(), dtype=np.float64, count=len(local))
+        order = np.lexsort((self._rank[ids], vals))
+        ids, vals = ids[order], vals[order]
+        L = vals.shape[0]
+        if D < 1 or L < D + 2:
+            return None
+        P = np.empty(L + 1)
+        P[0] = 0.0
+        np.cumsum(vals, out=P[1:])
+        W = P[D:] - P[:-D]  # W[s] = LC(s, s + d - 1), s = 0 .. L - D
+        cand = np.flatnonzero((W[:-1] < b) & (W[1:] >= b))
+        if cand.size == 0:
+            return None
+        l = int(cand[-1])
+        if l + D + 1 > L - 1 or (l == 0 and not at_start):
+            return None
+        inner = float(P[l + D] - P[l])
+        rem = float(P[l + D + 1] - P[l] - b)
+        a_ids = ids[l : l + D + 1].copy()
+        a_amt = vals[l : l + D + 1].copy()
+        if rem <= tol:
+            rem = 0.0
+        else:
+            a_amt[D] = b - inner
+            if a_amt[D] <= tol:
+                a_amt = a_amt[:D]
+                a_ids = a_ids[:D]
+        old_alloc = self._as_dict(self._ids[j], self._amt[j])
+        new_alloc = self._as_dict(a_ids, a_amt)
+        n_changes = sum(
+            1
+            for c in old_alloc.keys() | new_alloc.keys()
+            if abs(old_alloc.get(c, 0.0) - new_alloc.get(c, 0.0)) > 10 * tol
+        )
+        if n_changes:
+            changes[j] = n_changes
+        # the next difference: LC^{j+1} = LC^j - old allocation, R^{j+1} = R^j - new allocation
+        nxt: dict[int, tuple[float, float]] = {}
+        for c in delta.keys() | old_alloc.keys() | new_alloc.keys():
+            if c in delta:
+                o, n = delta[c]
+            else:
+                o = before.get(c, 0.0)
+                n = local.get(c, o)
+            o -= old_alloc.get(c, 0.0)
+            n -= new_alloc.get(c, 0.0)
+            o = o if o > tol else 0.0
+            n = n if n > tol else 0.0
+            if abs(o - n) > tol:
+                nxt[c] = (o, n)
+        # record the new step: allocation, segment of R^j around the interval, key range
+        self._ids[j] = a_ids
+        self._amt[j] = a_amt
+        s0 = max(0, l - MARGIN)
+        s1 = min(L, l + D + 2 + MARGIN)
+        new_start = at_start and s0 == 0
+        new_end = at_end and s1 == L
+        self._seg[j] = (ids[s0:s1].copy(), vals[s0:s1].copy(), new_start, new_end)
+        if new_start:
+            self._lo_v[j], self._lo_r[j] = -np.inf, -1.0
+        else:
+            self._lo_v[j], self._lo_r[j] = float(vals[s0]), float(self._rank[ids[s0]])
+        if new_end:
+            self._hi_v[j], self._hi_r[j] = np.inf, -1.0
+        else:
+            self._hi_v[j], self._hi_r[j] = float(vals[s1 - 1]), float(self._rank[ids[s1 - 1]])
+        return nxt
 
     @staticmethod
     def _as_dict(ids: IntArray, amt: FloatArray) -> dict[int, float]:
@@ -169,17 +347,7 @@ class OnlineSeq:
         if self.method == "naive":
             self._resume(0)
             return
-        j0 = self._first_affected(x, float(self._rank[s]))
-        if j0 == self.m:
-            pos = int(np.searchsorted(self._left_vals, x, side="left"))
-            while pos < self._left_vals.shape[0] and self._left_vals[pos] == x:
-                pos += 1  # equal demands: the newcomer has the largest rank
-            self._left_vals = np.insert(self._left_vals, pos, x)
-            self._left_ids = np.insert(self._left_ids, pos, s)
-            self.last_changes = {}
-            self.last_recomputed = 0
-            return
-        self._resume(j0)
+        self._propagate({s: (0.0, x)})
 
     def extend(self, clients: Iterable[tuple[Hashable, float]]) -> None:
         """Add many clients as one round (one SEQ run over all servers); used to load a starting instance."""
@@ -216,15 +384,7 @@ class OnlineSeq:
         if self.method == "naive":
             self._resume(0)
             return
-        j0 = self._first_affected(x, float(self._rank[s]))
-        if j0 == self.m:
-            keep = self._left_ids != s
-            self._left_vals = self._left_vals[keep]
-            self._left_ids = self._left_ids[keep]
-            self.last_changes = {}
-            self.last_recomputed = 0
-            return
-        self._resume(j0)
+        self._propagate({s: (x, 0.0)})
 
     def allocation(self) -> dict[Hashable, dict[int, float]]:
         """``{client_id: {server: amount}}`` for every client with at least one connection."""

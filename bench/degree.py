@@ -1,0 +1,337 @@
+"""Benchmark for ``allocator.degree`` (paper 003, Beaumont et al.): the Section VI reproduction and timings.
+
+Run ``python -m bench.degree`` (full) or ``python -m bench.degree --quick`` (smoke); writes ``docs/bench/degree.md``.
+
+Instances follow Section VI-B: client demands and server capacities drawn from a power law of exponent 2.09 (Pareto
+with ``x_min = 1``, density ``~ x^-2.09``), capacities scaled so that ``sum b = sum w``, degrees proportional to the
+capacity times a Gaussian factor of mean 1 and variance 0.1 (``sum d ~ n``, at least 1), ``n = p m`` clients.
+Online runs start from a complete instance and apply 300 events, arrival (a fresh client from the same law) or
+departure (uniform) with probability 1/2 each, at Poisson times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from allocator.degree import (
+    OnlineBestConnection,
+    OnlineSeq,
+    OnlineSeqLeft,
+    lcbc,
+    lcls,
+    min_extra_degree,
+    seq,
+    seq_left,
+    seq_sparse,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "bench" / "degree.md"
+EXPONENT = 2.09
+
+
+# ------------------------------------------------------------------------------------------------ instances
+def power_law(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Pareto(x_min = 1) with density proportional to x^-2.09 (numpy's Lomax shifted by 1)."""
+    return rng.pareto(EXPONENT - 1.0, size) + 1.0
+
+
+def instance(rng: np.random.Generator, m: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """One Section VI-B instance; also returns the factor applied to client demands (for online arrivals)."""
+    n = p * m
+    w = power_law(rng, n)
+    b = power_law(rng, m)
+    b *= w.sum() / b.sum()
+    g = rng.normal(1.0, np.sqrt(0.1), m)
+    d = np.maximum(1, np.round(n * b / b.sum() * g)).astype(np.int64)
+    return w, b, d, 1.0
+
+
+def deciles(xs: list[float]) -> tuple[float, float, float, float]:
+    a = np.asarray(xs, dtype=np.float64)
+    return float(a.mean()), float(np.median(a)), float(np.quantile(a, 0.1)), float(np.quantile(a, 0.9))
+
+
+def cell(xs: list[float], fmt: str = ".3f") -> str:
+    mean, med, lo, hi = deciles(xs)
+    return f"{mean:{fmt}} ({med:{fmt}}; {lo:{fmt}}-{hi:{fmt}})"
+
+
+# --------------------------------------------------------------------------------------------------- offline
+OFFLINE: dict[str, Callable[..., np.ndarray]] = {"SEQ": seq, "SEQLEFT": seq_left, "LCBC": lcbc, "LCLS": lcls}
+
+
+def offline(rng: np.random.Generator, ms: list[int], ps: list[int], trials: int) -> tuple[str, str]:
+    thr_rows = []
+    alpha_rows = []
+    for p in ps:
+        for m in ms:
+            thr: dict[str, list[float]] = {k: [] for k in OFFLINE}
+            alpha: dict[str, list[float]] = {k: [] for k in ("SEQ", "LCBC", "LCLS")}
+            for _ in range(trials):
+                w, b, d, _ = instance(rng, m, p)
+                bound = min(w.sum(), b.sum())
+                for name, alg in OFFLINE.items():
+                    thr[name].append(float(alg(w, b, d, extra_degree=1).sum()) / bound)
+                for name in alpha:
+                    alpha[name].append(float(min_extra_degree(OFFLINE[name], w, b, d)))
+            thr_rows.append(f"| {p} | {m} | " + " | ".join(cell(thr[k]) for k in OFFLINE) + " |")
+            share = float(np.mean(np.asarray(alpha["SEQ"]) <= 2.0))
+            alpha_rows.append(
+                f"| {p} | {m} | " + " | ".join(cell(alpha[k], ".2f") for k in alpha) + f" | {share:.2f} |"
+            )
+    head = "| p | m | " + " | ".join(OFFLINE) + " |\n|---|---|" + "---|" * len(OFFLINE)
+    ahead = "| p | m | SEQ | LCBC | LCLS | share SEQ <= 2 |\n|---|---|---|---|---|---|"
+    return head + "\n" + "\n".join(thr_rows), ahead + "\n" + "\n".join(alpha_rows)
+
+
+# ---------------------------------------------------------------------------------------------------- online
+def online_run(
+    rng: np.random.Generator, make: Callable[[np.ndarray, np.ndarray], object], m: int, p: int, events: int
+) -> tuple[float, int, float]:
+    """One 300-event run: (normalised time-averaged throughput, max cost, mean cost), cost = max_j N_j^t."""
+    w, b, d, _ = instance(rng, m, p)
+    algo = make(b, d)
+    if isinstance(algo, OnlineSeq):
+        algo.extend(enumerate(w.tolist()))
+    else:
+        assert isinstance(algo, OnlineBestConnection)
+        for i in np.lexsort((np.arange(w.size), -w)):
+            algo.add(int(i), float(w[i]))
+    present = {i: float(x) for i, x in enumerate(w)}
+    keys = list(present)
+    nxt = w.size
+    area = 0.0
+    total_t = 0.0
+    costs = []
+    cap = float(b.sum())
+    for _ in range(events):
+        dt = float(rng.exponential(1.0))
+        area += dt * algo.throughput() / min(cap, sum(present.values()))  # type: ignore[attr-defined]
+        total_t += dt
+        if keys and rng.random() < 0.5:
+            k = int(rng.integers(len(keys)))
+            c = keys[k]
+            keys[k] = keys[-1]
+            keys.pop()
+            del present[c]
+            algo.remove(c)  # type: ignore[attr-defined]
+        else:
+            x = float(power_law(rng, 1)[0])
+            present[nxt] = x
+            keys.append(nxt)
+            algo.add(nxt, x)  # type: ignore[attr-defined]
+            nxt += 1
+        costs.append(max(algo.last_changes.values(), default=0))  # type: ignore[attr-defined]
+    return area / total_t, max(costs), float(np.mean(costs))
+
+
+ONLINE: dict[str, Callable[[np.ndarray, np.ndarray], object]] = {
+    "SEQ (OSEQ)": lambda b, d: OnlineSeq(b, d),
+    "SEQLEFT": lambda b, d: OnlineSeqLeft(b, d),
+    "OBC": lambda b, d: OnlineBestConnection(b, d),
+}
+
+
+def online(seed: int, ms: list[int], ps: list[int], trials: int, events: int) -> tuple[str, str, str]:
+    rows_t, rows_max, rows_avg = [], [], []
+    for p in ps:
+        for m in ms:
+            res: dict[str, list[tuple[float, int, float]]] = {k: [] for k in ONLINE}
+            for t in range(trials):
+                for name, make in ONLINE.items():
+                    # same instance and event sequence for every algorithm
+                    res[name].append(online_run(np.random.default_rng([seed, p, m, t]), make, m, p, events))
+            rows_t.append(f"| {p} | {m} | " + " | ".join(cell([r[0] for r in res[k]]) for k in ONLINE) + " |")
+            rows_max.append(
+                f"| {p} | {m} | " + " | ".join(cell([float(r[1]) for r in res[k]], ".1f") for k in ONLINE) + " |"
+            )
+            rows_avg.append(f"| {p} | {m} | " + " | ".join(cell([r[2] for r in res[k]], ".2f") for k in ONLINE) + " |")
+    head = "| p | m | " + " | ".join(ONLINE) + " |\n|---|---|" + "---|" * len(ONLINE)
+    return (head + "\n" + "\n".join(rows_t), head + "\n" + "\n".join(rows_max), head + "\n" + "\n".join(rows_avg))
+
+
+# --------------------------------------------------------------------------------------------------- timings
+def median_time(fn: Callable[[], object], runs: int) -> tuple[float, list[float]]:
+    ts = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts), ts
+
+
+def timings(quick: bool, runs: int) -> tuple[str, dict[str, float]]:
+    rng = np.random.default_rng(2024)
+    n, m = (20_000, 200) if quick else (100_000, 1_000)
+    w = power_law(rng, n)
+    b = power_law(rng, m)
+    b *= w.sum() / b.sum()
+    d = np.maximum(1, np.round(n * b / b.sum() * rng.normal(1.0, np.sqrt(0.1), m))).astype(np.int64)
+    t_seq, all_seq = median_time(lambda: seq_sparse(w, b, d), runs)
+    out = {"seq": t_seq}
+    lines = [
+        "| what | size | median | all runs |",
+        "|---|---|---|---|",
+        f"| SEQ offline (`seq_sparse`) | n={n}, m={m} | {t_seq:.3f} s | "
+        + ", ".join(f"{x:.3f}" for x in all_seq)
+        + " |",
+    ]
+    mo, po = (200, 10) if quick else (1_000, 10)
+    events = 50 if quick else 100
+    variants = [("incremental", 0), ("incremental", 10**6), ("naive", 0)]
+    for method, budget in variants:
+        per_event = []
+        for r in range(runs):
+            erng = np.random.default_rng([7, r])
+            ww, bb, dd, _ = instance(erng, mo, po)
+            on = OnlineSeq(bb, dd, method=method, local_budget=budget)  # type: ignore[arg-type]
+            on.extend(enumerate(ww.tolist()))
+            present = list(range(ww.size))
+            nxt = ww.size
+            ops = []
+            for _ in range(events):
+                if erng.random() < 0.5:
+                    k = int(erng.integers(len(present)))
+                    ops.append(("r", present[k], 0.0))
+                    present[k] = present[-1]
+                    present.pop()
+                else:
+                    ops.append(("a", nxt, float(power_law(erng, 1)[0])))
+                    present.append(nxt)
+                    nxt += 1
+            t0 = time.perf_counter()
+            for op, c, x in ops:
+                if op == "a":
+                    on.add(c, x)
+                else:
+                    on.remove(c)
+            per_event.append((time.perf_counter() - t0) / events)
+        med = statistics.median(per_event)
+        label = method if method == "naive" else f"incremental, local_budget={budget}"
+        out[f"oseq_{method}_{budget}"] = med
+        lines.append(
+            f"| OSEQ {label}, per event ({events} events) | m={mo}, n={mo * po} | {med * 1e3:.2f} ms | "
+            + ", ".join(f"{x * 1e3:.2f}" for x in per_event)
+            + " |"
+        )
+    return "\n".join(lines), out
+
+
+# ------------------------------------------------------------------------------------------------------- doc
+def machine() -> str:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        tv = torch.__version__
+    except ImportError:  # pragma: no cover
+        tv = "absent"
+    return (
+        f"`os.cpu_count()` = {os.cpu_count()}, CPU: {cpu}, Python {platform.python_version()}, "
+        f"numpy {np.__version__}, torch {tv}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="paper 003 (degree constraints) benchmark")
+    ap.add_argument("--quick", action="store_true", help="smoke-sized run")
+    ap.add_argument("--seed", type=int, default=3)
+    args = ap.parse_args(argv)
+    quick = args.quick
+    ms = [10, 40] if quick else [10, 20, 40, 80, 160]
+    ps = [10, 50]
+    trials_off = 3 if quick else 16
+    trials_on = 1 if quick else 3
+    online_ms = [10, 40] if quick else [10, 40, 160]
+    events = 60 if quick else 300
+    runs = 5
+    t_start = time.perf_counter()
+    thr, alpha = offline(np.random.default_rng(args.seed), ms, ps, trials_off)
+    on_thr, on_max, on_avg = online(args.seed, online_ms, ps, trials_on, events)
+    timing_table, tm = timings(quick, runs)
+    elapsed = time.perf_counter() - t_start
+    cmd = "python -m bench.degree" + (" --quick" if quick else "") + (f" --seed {args.seed}" if args.seed != 3 else "")
+    seq_ok = "meets" if tm["seq"] <= 1.0 else "misses"
+    inc_ok = "meets" if min(tm["oseq_incremental_0"], tm[f"oseq_incremental_{10**6}"]) <= 1e-3 else "misses"
+    text = f"""## Degree constraints (`allocator.degree`, paper 003)
+
+Command: `{cmd}` ({_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}, {elapsed:.0f} s in all).
+Machine: {machine()}.
+
+Instances as in Section VI-B (power law of exponent {EXPONENT} for demands and capacities, `sum b = sum w`,
+degrees proportional to capacity times a N(1, 0.1) factor, `n = p m`). Cells read
+`mean (median; first decile-last decile)` over {trials_off} offline instances per point (the paper uses 250) and
+{trials_on} online runs per point. All algorithms get the same augmentation (one extra connection per server).
+
+### Offline normalised throughput (paper Figure 1)
+
+Throughput / `min(sum b, sum w)`. Paper: SEQ almost always reaches the bound; LCBC about 4 % lower; LCLS 10-12 %
+lower; p changes little except SEQ's variability.
+
+{thr}
+
+### Extra degree alpha* needed to reach the bound (paper Figure 2)
+
+Smallest uniform `a` such that the algorithm with at most `d_j + a` connections per server reaches
+`min(sum b, sum w)` (dichotomic search, `min_extra_degree`; for SEQ `a = 1` is Algorithm 1 as published and `a = 0`
+is Algorithm 1 run with `d_j - 1`). Paper: SEQ almost always 1 or 2; LCBC about 5 for p = 10 and 10-15 for p = 50;
+LCLS higher; heavy-tailed instances push the averages up. The last column is the share of instances where SEQ
+needs at most 2.
+
+{alpha}
+
+### Online: normalised integral of the throughput over {events} events (paper Figure 4)
+
+Time-average of throughput / `min(sum b, sum w present)` over Poisson event times. Paper: OBC about 5 % below SEQ,
+SEQ very close to the bound.
+
+{on_thr}
+
+### Online: maximum cost over the run (paper Figure 5)
+
+Cost of an event = `max_j N_j^t` (changes at the most affected server). Paper: SEQ always 4 (Theorem 5.5 bound);
+OBC 10-20 on average and up to 35; SEQLEFT unbounded, as high as OBC.
+
+{on_max}
+
+### Online: average cost per event (paper Figure 6)
+
+Paper: SEQ between 3 and 4; OBC around 1.5 (1.3-2).
+
+{on_avg}
+
+### Timings (median of {runs} runs)
+
+Targets from the issue: SEQ offline n = 1e5, m = 1e3 within 1 s on a 2-core machine (this run {seq_ok} it); OSEQ
+incremental within 1 ms per event at m = 1e3 (this run {inc_ok} it). The incremental OSEQ skips every server up to
+the first one whose recorded key range contains the event's client and re-runs SEQ from there (Section V-C's
+"outside [l, l + d]" case of Lemma 5.4); the naive version re-runs SEQ on every server (Algorithm 2).
+
+{timing_table}
+"""
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
