@@ -98,7 +98,8 @@ def best_response(
     if np.isfinite(u).all() and (dem.T @ u <= cap * (1 + 1e-12)).all():
         return u.copy(), np.zeros(r)
     if lam0 is None or not np.all(np.isfinite(lam0)) or (dem @ lam0 <= 0).any():
-        share = (cap[None, :] / np.where(dem > 0, dem * m, np.inf)).min(axis=1)
+        with np.errstate(divide="ignore"):
+            share = np.where(dem > 0, cap[None, :] / (np.where(dem > 0, dem, 1.0) * m), np.inf).min(axis=1)
         target = np.log(qv) - np.log(o + share)
         target = np.exp(alpha * (target - target.max()))
         lam0 = np.maximum(nnls(dem, target)[0], 1e-6 * target.max() / np.maximum(dem.max(axis=0), 1e-300))

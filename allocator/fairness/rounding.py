@@ -2,9 +2,9 @@
 
 Kubernetes runs whole pods, so the divisible solution of any mechanism in :mod:`allocator.fairness` is rounded:
 ``floor`` every ``x[n, k]`` (feasible, since usage only drops), then hand the remaining fractional tasks back one pod
-at a time, always to the user with the lowest fill ratio ``(integral total) / (divisible total)``, on the eligible server
-where that user had the largest fractional remainder and the pod still fits. A pod that does not fit now never fits
-later (capacity only gets used), so every candidate pair is tried at most once. No pair gets more than
+at a time, always to the user with the lowest fill ratio ``(integral total) / (divisible total)``, on the eligible
+server where that user had the largest fractional remainder and the pod still fits. A pod that does not fit now never
+fits later (capacity only gets used), so every candidate pair is tried at most once. No pair gets more than
 ``ceil(x[n, k])`` pods and no user more than ``max_tasks``.
 """
 
