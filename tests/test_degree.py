@@ -193,10 +193,18 @@ instances = st.integers(1, 3).flatmap(
         st.lists(st.integers(1, 3), min_size=m, max_size=m),
     )
 )
+# larger, real-valued instances (ties are rare here; the integer ones above are full of ties)
+float_instances = st.integers(1, 4).flatmap(
+    lambda m: st.tuples(
+        st.lists(st.floats(0.1, 50.0), min_size=1, max_size=8),
+        st.lists(st.floats(0.1, 80.0), min_size=m, max_size=m),
+        st.lists(st.integers(1, 4), min_size=m, max_size=m),
+    )
+)
 
 
-@settings(max_examples=40, deadline=None)
-@given(instances)
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(instances, float_instances))
 def test_theorem_4_4_seq_beats_exact_optimum(inst):
     dem, cap, deg = inst
     opt = milp_opt(dem, cap, deg)
