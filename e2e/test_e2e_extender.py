@@ -80,8 +80,8 @@ def test_pods_wait_for_the_scheduler_then_bind_through_the_extender(cluster: Clu
                               "podUID": pod["metadata"]["uid"], "node": want[pod["metadata"]["name"]]})
     assert again.status_code == 200
     if cluster.emulated:
-        names = [b["pod"] for b in cluster.bindings() if b["namespace"] == NS]
-        assert len(names) == len(set(names))
+        uids = [b["uid"] for b in cluster.bindings() if b["namespace"] == NS]
+        assert len(uids) == len(set(uids))
     text = op.metrics()
     assert 'walras_pods_bound_total{mode="extender"' in text
     assert 'walras_extender_requests_total{code="200",verb="filter"}' in text
