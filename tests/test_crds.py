@@ -150,6 +150,7 @@ INVALID = [
     ("ResourcePool", "cpu", "spec.capacity", -1),
     ("ResourcePool", "cpu", "spec.resource", "Not A Resource!"),
     ("ResourcePool", "p100", "spec.policy.fair.mechanism", "drf-ish"),
+    ("ResourcePool", "p100", "spec.policy.fair.alpha", 0),
     ("FungibleJob", "resnet50", "spec.throughput", {}),
     ("FungibleJob", "resnet50", "spec.throughput", {"v100": -1}),
     ("FungibleJob", "resnet50", "spec.utility.type", "quadratic"),

@@ -320,6 +320,20 @@ def test_throughput_policy_uses_seq_under_degree_limits() -> None:
     assert placed == 6  # 3 nodes x 2 slots: the degree limit, not the 12 GPUs, binds
 
 
+@pytest.mark.parametrize("mechanism", ["ps-dsf", "pf-vds", "drfh", "tsf"])
+def test_fair_policy_uses_the_fairness_mechanism(mechanism: str) -> None:
+    alpha = 1.0 if mechanism == "pf-vds" else None
+    req = request([4, 2, 3], [3, 3, 3], [1, 2, 1], [3, 2, 6], policy="fair", fair_mechanism=mechanism, fair_alpha=alpha)
+    result = get_policy("fair").place(req)
+    check_result(req, result)
+    placed = result.node >= 0
+    per_job = np.bincount(req.pod_job[placed], minlength=3)
+    assert np.all(per_job <= req.job_pods)
+    assert result.amount[placed].sum() <= 9
+    assert per_job.sum() >= 5  # 9 GPUs and 9 slots: a fair mechanism leaves no job starved while capacity remains
+    assert np.all(per_job >= 1)
+
+
 def test_curve_values() -> None:
     assert curve_values(None, 2.0, 4).tolist() == [0, 1, 2, 2, 2]
     pts = CurveSpec(points=((0, 0), (2, 1.0), (4, 1.5)))
@@ -543,6 +557,17 @@ def test_failing_policy_falls_back_to_spread(monkeypatch: pytest.MonkeyPatch) ->
     assert any(c.reason == "PolicyFallback" and "solver exploded" in c.message for c in plan.pools["a"].conditions)
     assert warnings(plan, "PolicyFallback")
     assert any(p.node is not None for p in plan.pods)
+
+
+def test_plan_pod_lookup_follows_the_pod_list() -> None:
+    plan = build_plan(small_cluster())
+    first = plan.pods[0]
+    assert plan.pod(first.namespace, first.name) is first
+    assert plan.pod("ml", "no-such-pod") is None
+    extra = copy.copy(first)
+    extra.name = "added-later"
+    plan.pods.append(extra)
+    assert plan.pod("ml", "added-later") is extra
 
 
 def test_empty_snapshot() -> None:

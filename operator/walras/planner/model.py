@@ -189,17 +189,27 @@ class Plan:
     events: list[PlanEvent] = field(default_factory=list)
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
+    _index: dict[tuple[str, str], PodPlan] | None = field(default=None, init=False, repr=False, compare=False)
+    _index_key: tuple[int, int, int] = field(default=(0, 0, 0), init=False, repr=False, compare=False)
 
     @property
     def prices(self) -> dict[str, float]:
         return {name: pool.price for name, pool in self.pools.items()}
 
     def pod(self, namespace: str, name: str) -> PodPlan | None:
-        """The plan for one pod, or None if Walras does not manage it."""
-        for pod in self.pods:
-            if pod.namespace == namespace and pod.name == name:
-                return pod
-        return None
+        """The plan for one pod, or None if Walras does not manage it (O(1) through an index of ``pods``, rebuilt
+        whenever the list changed length or its first/last entries were replaced)."""
+        index = self._index
+        if index is None or self._index_key != self._key():
+            index = {(p.namespace, p.name): p for p in self.pods}
+            self._index = index
+            self._index_key = self._key()
+        return index.get((namespace, name))
+
+    def _key(self) -> tuple[int, int, int]:
+        if not self.pods:
+            return (0, 0, 0)
+        return (len(self.pods), id(self.pods[0]), id(self.pods[-1]))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``walras plan --json``)."""

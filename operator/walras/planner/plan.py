@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -113,17 +114,27 @@ class _Pod:
 
 
 def _pod_requests(spec: Mapping[str, Any]) -> dict[str, float]:
-    total: dict[str, float] = defaultdict(float)
+    """Sum of the containers' requests (a limit stands in for a missing request, as Kubernetes defaults it)."""
+    total: dict[str, float] = {}
     for container in spec.get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        limits = (container.get("resources") or {}).get("limits") or {}
-        for key in set(requests) | set(limits):
-            raw = requests.get(key, limits.get(key))
-            try:
-                total[key] += parse_quantity(raw)
-            except ValueError:
-                continue
-    return dict(total)
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        merged = {**limits, **requests}
+        for key, value in _parsed(tuple(sorted((k, str(v)) for k, v in merged.items()))):
+            total[key] = total.get(key, 0.0) + value
+    return total
+
+
+@lru_cache(maxsize=4096)
+def _parsed(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, float], ...]:
+    out = []
+    for key, raw in items:
+        try:
+            out.append((key, parse_quantity(raw)))
+        except ValueError:
+            continue
+    return tuple(out)
 
 
 def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
@@ -484,6 +495,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         rows = sorted({row for row, _, _ in entries})
         local = {row: q for q, row in enumerate(rows)}
         pool_jobs = [jobs[r] for r in rows]
+        pod_local = np.array([local[row] for row, _, _ in entries], dtype=np.int64)
         extra_resources = sorted({r for job in pool_jobs for r in job.resources if r != pool.spec.resource})
         resource_names = [pool.spec.resource, *extra_resources]
         node_resources = np.zeros((nodes_k.size, len(resource_names)))
@@ -502,10 +514,10 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
             resource_names=resource_names,
             node_resources=node_resources,
             jobs=pool_jobs,
-            job_pods=np.array([sum(1 for r, _, _ in entries if r == row) for row in rows], dtype=np.int64),
+            job_pods=np.bincount(pod_local, minlength=len(rows)).astype(np.int64),
             job_throughput=np.array([A[r, j] for r in rows]),
             job_replicas_total=np.array([max(jobs[r].replicas, 1) for r in rows], dtype=np.float64),
-            pod_job=np.array([local[row] for row, _, _ in entries], dtype=np.int64),
+            pod_job=pod_local,
             profile=pool.profile,
         )
         result = _place(request, pp, warn)
@@ -613,7 +625,12 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
 
 
 def _fmt(requests: Mapping[str, float]) -> dict[str, str]:
-    return {k: format_quantity(v) for k, v in sorted(requests.items())}
+    return dict(_formatted(tuple(sorted(requests.items()))))
+
+
+@lru_cache(maxsize=4096)
+def _formatted(items: tuple[tuple[str, float], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((k, format_quantity(v)) for k, v in items)
 
 
 def _place(request: PlacementRequest, pool_plan: PoolPlan, warn: Any) -> PlacementResult:

@@ -313,7 +313,8 @@ class ThroughputPolicy:
 
 
 class FairPolicy:
-    """Multi-resource fair allocation across the pool's heterogeneous nodes (paper 002: PS-DSF, or PF-VDS(alpha)).
+    """Multi-resource fair allocation across the pool's heterogeneous nodes (paper 002: PS-DSF, or PF-VDS(alpha);
+    DRFH and TSF as the paper's baselines).
 
     Each job's per-task vector (its ``spec.resources``, with the priced resource defaulting to its demand) and weight
     go to :func:`allocator.fairness.allocate`, which returns the number of tasks of each job on each node; a job never
@@ -333,8 +334,13 @@ class FairPolicy:
         vectors = request.job_resource_vectors()
         caps = request.node_resources[usable]
         weights = np.array([job.weight for job in request.jobs])
-        kwargs: dict[str, object] = {"weights": weights, "mechanism": request.pool.fair_mechanism, "integral": True}
-        if request.pool.fair_alpha is not None:
+        kwargs: dict[str, object] = {
+            "weights": weights,
+            "mechanism": request.pool.fair_mechanism,
+            "integral": True,
+            "max_tasks": request.job_pods.astype(np.float64),
+        }
+        if request.pool.fair_mechanism == "pf-vds" and request.pool.fair_alpha is not None:
             kwargs["alpha"] = request.pool.fair_alpha
         tasks = np.asarray(fairness.allocate(vectors, caps, **kwargs), dtype=np.float64)
         tasks = np.floor(tasks + 1e-9).astype(np.int64)

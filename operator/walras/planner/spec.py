@@ -20,7 +20,7 @@ from walras.planner.quantity import parse_quantity
 POLICIES = ("utility", "colocation", "throughput", "fair")
 UTILITY_TYPES = ("linear", "log", "power", "alpha-fair", "target-priority")
 CURVE_TYPES = ("linear", "log", "power", "sigmoid")
-FAIR_MECHANISMS = ("ps-dsf", "pf-vds")
+FAIR_MECHANISMS = ("ps-dsf", "pf-vds", "drfh", "tsf")
 COLOCATION_METHODS = ("bestors", "bestors+hill", "dynsize", "hill")
 AA_METHODS = ("alg1", "alg2")
 COST_TYPES = ("linear", "convex")
@@ -130,7 +130,7 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         ),
         machines=None if machines is None else _integer(machines, "spec.policy.colocation.machines", minimum=1),
         fair_mechanism=mechanism,
-        fair_alpha=None if alpha is None else _number(alpha, "spec.policy.fair.alpha", minimum=0.0),
+        fair_alpha=None if alpha is None else _number(alpha, "spec.policy.fair.alpha", minimum=0.0, exclusive=True),
         fair_integral=bool(fair.get("integral", True)),
     )
 
