@@ -409,6 +409,19 @@ def test_scaling_down_deletes_surplus_running_pods() -> None:
     assert second.jobs[("ml", "j1")].replicas == {}
 
 
+def test_pods_of_a_job_made_invalid_are_kept() -> None:
+    snap = small_cluster()
+    first = build_plan(snap)
+    jobs = [copy.deepcopy(j) for j in snap.jobs]
+    jobs[0]["spec"]["utility"] = {"type": "quadratic"}
+    snap2 = Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=tuple(jobs), pods=tuple(bind(first)))
+    second = build_plan(snap2, first)
+    j1 = [p for p in second.pods if p.job == "j1"]
+    assert j1 and all(p.action == "keep" for p in j1)
+    assert second.jobs[("ml", "j1")].phase == "Invalid"
+    assert {p.name for p in second.jobs[("ml", "j1")].pods} == {p.name for p in j1}
+
+
 def test_pods_of_deleted_jobs_are_deleted() -> None:
     snap = small_cluster()
     first = build_plan(snap)
@@ -557,6 +570,27 @@ def test_failing_policy_falls_back_to_spread(monkeypatch: pytest.MonkeyPatch) ->
     assert any(c.reason == "PolicyFallback" and "solver exploded" in c.message for c in plan.pools["a"].conditions)
     assert warnings(plan, "PolicyFallback")
     assert any(p.node is not None for p in plan.pods)
+
+
+@pytest.mark.parametrize(
+    ("policy", "params"),
+    [
+        ("utility", {}),
+        ("throughput", {"throughput": {"method": "seq"}}),
+        ("fair", {"fair": {"mechanism": "ps-dsf"}}),
+        ("fair", {"fair": {"mechanism": "pf-vds", "alpha": 2.0}}),
+    ],
+)
+def test_each_policy_plans_through_its_allocator_module(policy: str, params: dict[str, Any]) -> None:
+    nodes = [node(f"g{k}", {"gpu": "g"}, **{"nvidia.com/gpu": str(2 + k), "cpu": "16"}) for k in range(3)]
+    pools = [pool("g", "g", policy=policy, degreeLimit=2, **params)]
+    jobs = [job(f"j{i}", {"g": 1.0 + i}, count=2, resources={"cpu": "2"}) for i in range(3)]
+    snap = Snapshot(nodes=tuple(nodes), pools=tuple(pools), jobs=tuple(jobs))
+    plan = build_plan(snap)
+    check_plan(snap, plan)
+    assert not warnings(plan, "PolicyFallback")
+    assert plan.pools["g"].policy == policy
+    assert sum(1 for p in plan.pods if p.node is not None) >= 1
 
 
 def test_plan_pod_lookup_follows_the_pod_list() -> None:

@@ -427,6 +427,26 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         namespace, name = key
         row = job_row.get(key)
         existing = managed.get(key, [])
+        frozen = plan.jobs.get(key)
+        if row is None and frozen is not None and frozen.phase == "Invalid":
+            # A job whose spec became invalid keeps its pods as they are until it is fixed or deleted: one bad edit
+            # must not tear down a running job.
+            for pod in existing:
+                node_name = nodes.names[pod.node] if pod.node >= 0 else None
+                pod_plans[key].append(
+                    PodPlan(
+                        namespace,
+                        pod.name,
+                        name,
+                        pod.pool_label or "",
+                        node_name,
+                        _fmt(pod.requests),
+                        _fmt(pod.requests),
+                        "keep",
+                        True,
+                    )
+                )
+            continue
         wanted = replicas[row] if row is not None else np.zeros(m, dtype=np.int64)
         kept = np.zeros(m, dtype=np.int64)
         pending_by_pool: dict[int, list[_Pod]] = defaultdict(list)
@@ -612,7 +632,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
                     f"replicas {jp.replicas or '{}'}, throughput {jp.throughput:.4g}, cost {jp.cost:.4g}",
                 )
             )
-    # Pods of jobs that no longer exist (or are invalid) are surplus.
+    # Pods of invalid or unschedulable jobs are listed in their status; pods of deleted jobs only in plan.pods.
     for key, plans in pod_plans.items():
         if key not in job_row:
             jp = plan.jobs.get(key)
