@@ -141,3 +141,10 @@ def test_preempt_converts_full_victims() -> None:
             "nodeToVictims": {"n1": {"pods": [{"metadata": {"uid": "u1"}}], "numPDBViolations": 2}}}
     assert Extender(lambda: None).preempt(body) == {
         "nodeNameToMetaVictims": {"n1": {"pods": [{"uid": "u1"}], "numPDBViolations": 2}}}
+
+
+def test_prioritize_json_matches_the_plain_encoding() -> None:
+    ext = Extender(lambda: plan_with())
+    body = fixture("prioritize_nodenames.json")
+    body["nodenames"].append('odd "name"\\')
+    assert json.loads(ext.prioritize_json(body)) == ext.prioritize(body)

@@ -34,6 +34,8 @@ from walras.planner.model import LABEL_MANAGED, Plan, PodPlan
 #: The highest score an extender may give (``MaxExtenderPriority`` in kube-scheduler).
 MAX_EXTENDER_PRIORITY = 10
 
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
 PlanSource = Callable[[], Plan | None]
 Binder = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, uid, node)
 
@@ -149,6 +151,11 @@ class Extender:
 
     def prioritize(self, body: Any) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``: the planned node scores 10, every other node 0."""
+        node, names = self.prioritize_hosts(body)
+        return [{"host": n, "score": MAX_EXTENDER_PRIORITY if n == node else 0} for n in names]
+
+    def prioritize_hosts(self, body: Any) -> tuple[str | None, list[str]]:
+        """(planned node or None, the node names of the request) for :meth:`prioritize`."""
         args = _lower_keys(body, "ExtenderArgs")
         _, node, _ = self._decision(args.get("pod"))
         names = args.get("nodenames")
@@ -161,9 +168,9 @@ class Extender:
                 names = [item["metadata"]["name"] for item in items]
             except (KeyError, TypeError) as exc:
                 raise BadRequest("ExtenderArgs.nodes.items[*] needs metadata.name") from exc
-        elif not isinstance(names, list):
+        elif not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise BadRequest("ExtenderArgs.nodenames must be a list of strings")
-        return [{"host": n, "score": MAX_EXTENDER_PRIORITY if n == node else 0} for n in names]
+        return node, names
 
     async def bind(self, body: Any) -> dict[str, Any]:
         """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``; refuses a managed pod off its planned node."""
@@ -182,6 +189,13 @@ class Extender:
         except Exception as exc:  # the scheduler needs the reason as text
             return {"error": f"Walras: binding {namespace}/{name} to {node} failed: {exc}"}
         return {"error": ""}
+
+    def prioritize_json(self, body: Any) -> bytes:
+        """:meth:`prioritize` encoded as JSON bytes without building one dict per node (the HTTP path)."""
+        hosts = self.prioritize_hosts(body)
+        node, names = hosts
+        parts = [f'{{"host":{_encode_str(n)},"score":{MAX_EXTENDER_PRIORITY if n == node else 0}}}' for n in names]
+        return ("[" + ",".join(parts) + "]").encode()
 
     def preempt(self, body: Any) -> dict[str, Any]:
         """``ExtenderPreemptionArgs`` -> ``ExtenderPreemptionResult``: the candidates pass through unchanged."""
@@ -224,19 +238,22 @@ class Extender:
                     body = json.loads(raw)
                 except ValueError as exc:
                     raise BadRequest(f"the body is not JSON: {exc}") from exc
+                encoded: bytes | None = None
                 if verb == "filter":
                     result: Any = self.filter(body)
                 elif verb == "prioritize":
-                    result = self.prioritize(body)
+                    encoded = self.prioritize_json(body)
                 elif verb == "bind":
                     result = await self.bind(body)
                 else:
                     result = self.preempt(body)
             except BadRequest as exc:
                 code = 400
+                encoded = None
                 result = {"error": f"Walras extender: malformed {verb} request: {exc}"}
-            response = web.Response(body=json.dumps(result, separators=(",", ":")).encode(), status=code,
-                                    content_type="application/json")
+            if encoded is None:
+                encoded = json.dumps(result, separators=(",", ":")).encode()
+            response = web.Response(body=encoded, status=code, content_type="application/json")
             if self.metrics is not None:
                 self.metrics.extender_request(verb, code, time.perf_counter() - started)
             return response
