@@ -83,10 +83,11 @@ def build_utility(specs: Sequence[UtilitySpec], weights: Sequence[float]) -> Mix
     row = np.zeros(n, dtype=np.int64)
     parts: list[utilities.Utility] = []
     for f, kind in enumerate(kinds):
-        members = np.flatnonzero(family == f)
-        row[members] = np.arange(members.size)
+        index = np.flatnonzero(family == f)
+        row[index] = np.arange(index.size)
+        members = index.tolist()
         w = np.array([specs[i].weight * weights[i] for i in members], dtype=np.float64)
-        if members.size == 0:
+        if not members:
             w = np.ones(1)
         if kind == "linear":
             parts.append(utilities.Linear(weight=w))

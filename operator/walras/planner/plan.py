@@ -36,6 +36,7 @@ from walras.planner.model import (
     JobPlan,
     Plan,
     PlanEvent,
+    PodAction,
     PodPlan,
     PoolPlan,
     Snapshot,
@@ -205,13 +206,13 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
     for obj in sorted(snapshot.profiles, key=_object_name):
         _, name = _object_name(obj)
         try:
-            profile = parse_profile(obj)
+            parsed = parse_profile(obj)
         except ValueError as exc:
             plan.profiles[name] = [Condition("Valid", "False", "InvalidSpec", str(exc))]
             warn("ColocationProfile", "", name, "InvalidSpec", str(exc))
             continue
-        profiles[name] = profile
-        plan.profiles[name] = [Condition("Valid", "True", "Valid", f"{len(profile.types)} types")]
+        profiles[name] = parsed
+        plan.profiles[name] = [Condition("Valid", "True", "Valid", f"{len(parsed.types)} types")]
 
     # --- ResourcePools -------------------------------------------------------------------------------------------
     pools: list[_Pool] = []
@@ -227,7 +228,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
             warn("ResourcePool", "", name, "InvalidSpec", str(exc))
             continue
         conditions: list[Condition] = []
-        profile = None
+        profile: ProfileSpec | None = None
         if spec.policy == "colocation":
             profile = profiles.get(spec.profile or "")
             if profile is None:
@@ -340,8 +341,8 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
     # --- The market (004, Alg. 2) -------------------------------------------------------------------------------
     A = np.zeros((n, m))
     for i, job in enumerate(jobs):
-        for j in np.flatnonzero(usable_pools[i]):
-            A[i, j] = job.throughput[pools[j].spec.name]
+        for jj in np.flatnonzero(usable_pools[i]).tolist():
+            A[i, jj] = job.throughput[pools[jj].spec.name]
     replicas_max = np.array([job.replicas for job in jobs], dtype=np.float64)
     per_replica = np.array([job.demand for job in jobs], dtype=np.float64)
     D = np.repeat((np.maximum(replicas_max, 1.0) * per_replica)[:, None], m, axis=1) if n else np.zeros((0, m))
@@ -551,6 +552,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
                 **job.resource_text,
                 pool.spec.resource: format_quantity(amount),
             }
+            action: PodAction
             if exists:
                 action = "bind" if node_name is not None else "keep"
             else:
@@ -578,8 +580,8 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         pp.utilisation = float(min(pp.used / pool.capacity, 1.0)) if pool.capacity > 0 else 0.0
         pp.pods_planned = planned + kept_here
         pp.pods_bound = kept_here
-        old = previous.pools.get(pool.spec.name) if previous is not None else None
-        if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
+        old_pool = previous.pools.get(pool.spec.name) if previous is not None else None
+        if old_pool is None or abs(old_pool.price - price) > 1e-3 * max(abs(old_pool.price), 1e-9):
             events.append(
                 PlanEvent(
                     "ResourcePool",
@@ -635,9 +637,9 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
     # Pods of invalid or unschedulable jobs are listed in their status; pods of deleted jobs only in plan.pods.
     for key, plans in pod_plans.items():
         if key not in job_row:
-            jp = plan.jobs.get(key)
-            if jp is not None:
-                jp.pods = sorted(plans, key=lambda p: p.name)
+            gone = plan.jobs.get(key)
+            if gone is not None:
+                gone.pods = sorted(plans, key=lambda p: p.name)
     for key in sorted(pod_plans):
         plan.pods.extend(sorted(pod_plans[key], key=lambda p: p.name))
     plan.seconds = time.perf_counter() - started

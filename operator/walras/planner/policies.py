@@ -18,9 +18,10 @@ slots that the running pods leave on each node.
 from __future__ import annotations
 
 import heapq
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -227,7 +228,7 @@ class ColocationPolicy:
     name = "colocation"
 
     def place(self, request: PlacementRequest) -> PlacementResult:
-        from allocator import colocation
+        colocation = importlib.import_module("allocator.colocation")
 
         profile = request.profile
         if profile is None:
@@ -300,9 +301,9 @@ class ThroughputPolicy:
         w = degree.plan_pool(need[active], request.free[usable], degrees, extra_pod_allowed=request.pool.extra_degree)
         w = np.asarray(w, dtype=np.float64)
         proposed = np.full(n, -1, dtype=np.int64)
-        for row, i in enumerate(active):
+        for row, i in enumerate(active.tolist()):
             pods = np.flatnonzero(request.pod_job == i)
-            total = min(pods.size, round(w[row].sum() / per_job[i]))
+            total = int(min(pods.size, round(float(w[row].sum() / per_job[i]))))
             if total == 0:
                 continue
             counts = largest_remainder(w[row] / per_job[i], total)
@@ -334,7 +335,7 @@ class FairPolicy:
         vectors = request.job_resource_vectors()
         caps = request.node_resources[usable]
         weights = np.array([job.weight for job in request.jobs])
-        kwargs: dict[str, object] = {
+        kwargs: dict[str, Any] = {
             "weights": weights,
             "mechanism": request.pool.fair_mechanism,
             "integral": True,
