@@ -123,9 +123,7 @@ class _LinearMaxMin:
             level_tasks[cand] = t_star * rate[cand]
         # (3) a feasible split with exactly the max-min totals.
         a_ub = sp.vstack([self.cap_a]).tocsr()
-        sol = self._solve(
-            np.zeros(p), a_ub, self.cap_b, a_eq=self.tot.tocsr(), b_eq=level_tasks * (1 - _TOL)
-        )
+        sol = self._solve(np.zeros(p), a_ub, self.cap_b, a_eq=self.tot.tocsr(), b_eq=level_tasks * (1 - _TOL))
         x = np.zeros((n, inst.k))
         x[self.users, self.nodes] = sol
         return x
