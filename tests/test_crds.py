@@ -268,3 +268,17 @@ def test_cel_rules_reject_and_the_planner_agrees(kind: str, name: str, path: str
     parse = {"ResourcePool": parse_pool, "FungibleJob": parse_job, "ColocationProfile": parse_profile}[kind]
     with pytest.raises(ValueError, match=path.split(".")[1]):
         parse(obj)
+
+
+def test_crds_and_example_nodes_validate_against_kubernetes_schemas() -> None:
+    import kubernetes_validate
+
+    for name, crd in CRDS.items():
+        assert kubernetes_validate.validate(crd, "1.30", strict=True), name
+    typo = copy.deepcopy(KINDS["FungibleJob"])
+    typo["spec"]["versions"][0]["subresource"] = {"status": {}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(typo, "1.30", strict=True)
+    for doc in examples():
+        if doc["kind"] == "Node":
+            kubernetes_validate.validate(doc, "1.30", strict=True)
