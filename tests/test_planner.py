@@ -621,3 +621,16 @@ def test_examples_plan_respects_every_invariant() -> None:
     for jp in plan.jobs.values():
         assert jp.observed_generation is None or isinstance(jp.observed_generation, int)
         assert jp.cost >= 0
+
+
+def test_pods_on_a_removed_node_are_replaced() -> None:
+    snap = small_cluster()
+    first = build_plan(snap)
+    pods = bind(first)
+    lost = next(p for p in pods if p["spec"].get("nodeName") == "b0")
+    remaining = tuple(n for n in snap.nodes if n["metadata"]["name"] != "b0")
+    snap2 = Snapshot(nodes=remaining, pools=snap.pools, jobs=snap.jobs, pods=tuple(pods))
+    second = build_plan(snap2, first)
+    check_plan(snap2, second)
+    assert second.pod("ml", lost["metadata"]["name"]).action == "delete"
+    assert all(p.node != "b0" for p in second.pods if p.action != "delete")

@@ -55,6 +55,7 @@ from walras.planner.quantity import format_quantity, parse_quantity
 from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec, parse_job, parse_pool, parse_profile
 
 _TERMINAL = ("Succeeded", "Failed")
+_GONE = -2
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
 
 
@@ -108,7 +109,7 @@ def _parse_nodes(objs: Iterable[Mapping[str, Any]]) -> _Nodes:
 class _Pod:
     namespace: str
     name: str
-    node: int  # index into nodes, -1 when not bound (or bound to an unknown node)
+    node: int  # index into nodes; -1 when not bound; _GONE when bound to a node that no longer exists
     requests: dict[str, float]
     job: str | None
     pool_label: str | None
@@ -152,7 +153,7 @@ def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
             _Pod(
                 namespace=meta.get("namespace") or "default",
                 name=str(meta.get("name")),
-                node=nodes.index.get(node_name, -1) if node_name else -1,
+                node=nodes.index.get(node_name, _GONE) if node_name else -1,
                 requests=_pod_requests(spec),
                 job=labels.get(LABEL_JOB) if managed else None,
                 pool_label=labels.get(LABEL_POOL) if managed else None,
@@ -474,7 +475,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
                     pod_plans[key].append(
                         PodPlan(namespace, pod.name, name, pool_name, nodes.names[pod.node], {}, {}, "delete", True)
                     )
-            elif j >= 0:
+            elif j >= 0 and pod.node != _GONE:
                 pending_by_pool[j].append(pod)
             else:
                 pod_plans[key].append(PodPlan(namespace, pod.name, name, pool_name, None, {}, {}, "delete", True))
