@@ -1,0 +1,444 @@
+"""The Helm chart ``helm/walras``: linted and rendered by the real ``helm`` (4.x), every rendered object validated
+against the Kubernetes JSON schemas of ``kubernetes-validate``, and the chart's contracts checked object by object.
+
+What is validated how:
+
+* built-in kinds (Deployment, Service, RBAC, ConfigMap, CRDs, ...): ``kubernetes_validate.validate`` in strict mode
+  (no unknown fields) for Kubernetes 1.35 (the bundled kubectl's version) and for the newest version the package
+  ships;
+* ``ServiceMonitor`` and ``PrometheusRule`` (prometheus-operator CRDs, not in those schemas, and no PyPI package in
+  the dev dependencies ships their CRD schema): the fields the chart sets are checked here by hand, and the rule
+  groups of the PrometheusRule go through the real ``promtool check rules``;
+* ``ClusterKopfPeering``: against the ``openAPIV3Schema`` of the chart's own ``kopf.dev`` CRD with ``jsonschema``;
+* the ``KubeSchedulerConfiguration`` inside the scheduler ConfigMap: compared with the sample
+  ``deploy/scheduler/kube-scheduler-config.yaml`` and checked field by field (kube-scheduler's config API has no
+  JSON schema in ``kubernetes-validate``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "helm" / "walras"
+RELEASE = "walras"
+NAMESPACE = "walras-system"
+
+ALL_ON = {
+    "operator.mode": "extender",
+    "operator.replicas": "2",
+    "operator.namespaces[0]": "team-a",
+    "operator.namespaces[1]": "team-b",
+    "scheduler.enabled": "true",
+    "scheduler.extender.managedResources[0].name": "nvidia.com/gpu",
+    "extender.tls.enabled": "true",
+    "extender.tls.secretName": "walras-extender-tls",
+    "metrics.serviceMonitor.enabled": "true",
+    "metrics.prometheusRule.enabled": "true",
+    "dashboard.enabled": "true",
+}
+
+
+def tool(name: str) -> str:
+    """Path of a real tool (``.tools/bin`` first, then PATH); missing fails under CI=true and skips elsewhere."""
+    local = ROOT / ".tools" / "bin" / name
+    found = str(local) if local.is_file() and os.access(local, os.X_OK) else shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (make tools / scripts/install_k8s_tools.sh)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def set_args(values: dict[str, str]) -> list[str]:
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+@cache
+def render(extra: tuple[tuple[str, str], ...] = ()) -> tuple[dict[str, Any], ...]:
+    out = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds", *set_args(dict(extra)))
+    assert out.returncode == 0, out.stderr
+    return tuple(doc for doc in yaml.safe_load_all(out.stdout) if doc)
+
+
+def default_objects() -> tuple[dict[str, Any], ...]:
+    return render()
+
+
+def all_on_objects() -> tuple[dict[str, Any], ...]:
+    return render(tuple(ALL_ON.items()))
+
+
+def find(objects: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: tuple[dict[str, Any], ...], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def crd_sources() -> Iterator[dict[str, Any]]:
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        yield from (doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+
+
+# --- lint and render ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-optional-parts"])
+def test_helm_lint_passes(values: dict[str, str]) -> None:
+    out = helm("lint", str(CHART), "--strict", "--namespace", NAMESPACE, *set_args(values))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
+
+
+def test_default_render_has_the_core_objects_and_no_optional_ones() -> None:
+    kinds = sorted(o["kind"] for o in default_objects())
+    for kind in ("Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
+        assert kind in kinds
+    for kind in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "Role", "RoleBinding"):
+        assert kind not in kinds
+    assert len(find(default_objects(), "Deployment")) == 1
+
+
+def test_all_on_render_has_every_optional_part() -> None:
+    objects = all_on_objects()
+    one(objects, "ServiceMonitor")
+    one(objects, "PrometheusRule")
+    one(objects, "ConfigMap", f"{RELEASE}-dashboard")
+    one(objects, "ConfigMap", f"{RELEASE}-scheduler")
+    one(objects, "Deployment", f"{RELEASE}-scheduler")
+    one(objects, "ServiceAccount", f"{RELEASE}-scheduler")
+
+
+def builtin(objects: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [o for o in objects if not o["apiVersion"].startswith(("monitoring.coreos.com/", "kopf.dev/"))]
+
+
+@pytest.mark.parametrize("version", ["1.35.0", kubernetes_validate.latest_version()])
+@pytest.mark.parametrize("which", ["defaults", "all-optional-parts"])
+def test_every_builtin_object_validates_against_kubernetes_schemas(which: str, version: str) -> None:
+    objects = default_objects() if which == "defaults" else all_on_objects()
+    checked = builtin(objects)
+    assert len(checked) >= 8
+    for obj in checked:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:  # pragma: no cover - the message is the point
+            pytest.fail(f"{obj['kind']}/{obj['metadata']['name']} invalid for {version}: {exc.message} at {exc.path}")
+
+
+def test_schema_validation_is_not_vacuous() -> None:
+    deployment = json.loads(json.dumps(one(default_objects(), "Deployment")))
+    deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] = "yes"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.35.0", strict=True)
+    deployment = json.loads(json.dumps(one(default_objects(), "Deployment")))
+    deployment["spec"]["replicaz"] = 1
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.35.0", strict=True)
+
+
+# --- CRDs -----------------------------------------------------------------------------------------------------------
+
+
+def test_chart_crds_equal_the_single_source() -> None:
+    """The chart's walras.dev CRDs are the files of crds/ (linked, not copied), and nothing else claims that group."""
+    sources = list(crd_sources())
+    assert {d["spec"]["names"]["kind"] for d in sources} >= {"ResourcePool", "FungibleJob", "ColocationProfile"}
+    chart_walras = []
+    for path in sorted((CHART / "crds").iterdir()):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if any(d["spec"]["group"] == "walras.dev" for d in docs):
+            assert path.is_symlink(), f"{path.name} must link to crds/, not copy it"
+            assert path.resolve() == (ROOT / "crds" / path.name).resolve()
+            chart_walras.extend(docs)
+    assert sorted(chart_walras, key=lambda d: d["metadata"]["name"]) == sorted(
+        sources, key=lambda d: d["metadata"]["name"]
+    )
+    rendered = {o["metadata"]["name"]: o for o in find(default_objects(), "CustomResourceDefinition")}
+    for source in sources:
+        assert rendered[source["metadata"]["name"]] == source
+
+
+def test_kopf_peering_crds_are_installed_and_the_peering_object_validates() -> None:
+    rendered = {o["metadata"]["name"]: o for o in find(default_objects(), "CustomResourceDefinition")}
+    cluster = rendered["clusterkopfpeerings.kopf.dev"]
+    assert cluster["spec"]["scope"] == "Cluster"
+    assert rendered["kopfpeerings.kopf.dev"]["spec"]["scope"] == "Namespaced"
+    peering = one(default_objects(), "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1" and peering["metadata"]["name"] == "walras"
+    version = next(v for v in cluster["spec"]["versions"] if v["name"] == "v1")
+    jsonschema.validate(peering, version["schema"]["openAPIV3Schema"])
+    args = one(default_objects(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peering=walras" in args and "--standalone" not in args
+
+
+def test_peering_off_runs_standalone_and_drops_the_peering_object() -> None:
+    objects = render((("peering.enabled", "false"),))
+    assert not find(objects, "ClusterKopfPeering")
+    args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--standalone" in args and not any(a.startswith("--peering") for a in args)
+    rules = one(objects, "ClusterRole")["rules"]
+    assert not any("kopf.dev" in r["apiGroups"] for r in rules)
+
+
+# --- operator Deployment --------------------------------------------------------------------------------------------
+
+
+def test_operator_deployment_is_hardened_and_probed() -> None:
+    deployment = one(default_objects(), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"extender": 8888, "metrics": 9847, "health": 8080}
+    assert container["image"] == "walras:0.1.0"
+    assert container["args"][0] == "run"
+    assert {"--mode=direct", "--scheduler-name=walras-scheduler", "--extender-port=8888", "--metrics-port=9847",
+            "--health-port=8080", "--plan-period=30", "--debounce=1", "--job-metrics-limit=500"} <= set(
+        container["args"]
+    )
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_two_replicas_and_namespaces_and_tls_reach_the_args() -> None:
+    deployment = one(all_on_objects(), "Deployment", RELEASE)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert "--mode=extender" in args
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--extender-tls-cert=/etc/walras/tls/tls.crt" in args
+    assert "--extender-tls-key=/etc/walras/tls/tls.key" in args
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "walras-extender-tls"
+    service = one(all_on_objects(), "Service")
+    assert {p["name"]: p["appProtocol"] for p in service["spec"]["ports"]} == {
+        "extender-https": "https",
+        "metrics": "http",
+    }
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"operator.replicas": "2", "peering.enabled": "false"}, "needs peering.enabled=true"),
+        ({"scheduler.enabled": "true"}, "needs operator.mode=extender"),
+        ({"extender.tls.enabled": "true"}, "needs extender.tls.secretName"),
+        ({"operator.mode": "fast"}, "operator/mode"),
+        ({"operator.ports.metrics": "70000"}, "operator/ports/metrics"),
+        ({"scheduler.extender.httpTimeout": "soon"}, "httpTimeout"),
+        ({"scheduler.extender.managedResources[0].name": "cpu"}, "managedResources"),
+        ({"operator.replicaz": "1"}, "replicaz"),
+    ],
+)
+def test_bad_values_are_refused(values: dict[str, str], message: str) -> None:
+    out = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *set_args(values))
+    assert out.returncode != 0
+    assert message in out.stderr
+
+
+# --- RBAC -----------------------------------------------------------------------------------------------------------
+
+EXPECTED_RULES = {
+    ("", "nodes"): {"get", "list", "watch"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "pods/binding"): {"create"},
+    ("", "pods/resize"): {"patch"},
+    ("", "pods/status"): {"patch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "namespaces"): {"list", "watch"},
+    ("walras.dev", "resourcepools"): {"get", "list", "watch", "patch"},
+    ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "patch"},
+    ("walras.dev", "colocationprofiles"): {"get", "list", "watch", "patch"},
+    ("walras.dev", "resourcepools/status"): {"patch"},
+    ("walras.dev", "fungiblejobs/status"): {"patch"},
+    ("walras.dev", "colocationprofiles/status"): {"patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
+    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},
+}
+
+
+def test_operator_rbac_is_exactly_least_privilege() -> None:
+    role = one(default_objects(), "ClusterRole")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in group and "*" not in resource and "*" not in rule["verbs"]
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    assert granted == EXPECTED_RULES
+    binding = one(default_objects(), "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    account = one(default_objects(), "ServiceAccount")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
+    pod = one(default_objects(), "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+# --- second scheduler -----------------------------------------------------------------------------------------------
+
+
+def scheduler_config(objects: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    configmap = one(objects, "ConfigMap", f"{RELEASE}-scheduler")
+    loaded: dict[str, Any] = yaml.safe_load(configmap["data"]["kube-scheduler-config.yaml"])
+    return loaded
+
+
+def test_sample_scheduler_config_is_what_the_chart_renders() -> None:
+    sample = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    rendered = scheduler_config(render((("operator.mode", "extender"), ("scheduler.enabled", "true"))))
+    assert rendered == sample
+
+
+def test_scheduler_config_points_the_profile_at_the_extender_service() -> None:
+    sample = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    assert sample["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert sample["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in sample["profiles"]] == ["walras-scheduler"]
+    (extender,) = sample["extenders"]
+    service = one(default_objects(), "Service")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
+    assert extender["urlPrefix"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port}/scheduler"
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
+        "filter", "prioritize", "bind", "preempt")
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
+    assert extender["weight"] >= 1 and extender["httpTimeout"] == "5s"
+    assert extender["managedResources"] == []
+    # the operator's pods use the same scheduler name as the profile
+    args = one(default_objects(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--scheduler-name=walras-scheduler" in args
+
+
+def test_scheduler_with_tls_and_managed_resources() -> None:
+    objects = all_on_objects()
+    (extender,) = scheduler_config(objects)["extenders"]
+    assert extender["urlPrefix"].startswith(f"https://{RELEASE}.{NAMESPACE}.svc:8888/")
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {"insecure": False, "serverName": f"{RELEASE}.{NAMESPACE}.svc",
+                                     "caFile": "/etc/walras/extender-ca/ca.crt"}
+    assert extender["managedResources"] == [{"name": "nvidia.com/gpu"}]
+    deployment = one(objects, "Deployment", f"{RELEASE}-scheduler")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--config=/etc/walras-scheduler/kube-scheduler-config.yaml" in container["command"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["extender-ca"] == "/etc/walras/extender-ca"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["serviceAccountName"] == f"{RELEASE}-scheduler"
+    roles = {b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding")
+             if b["subjects"][0]["name"] == f"{RELEASE}-scheduler"}
+    assert roles == {"system:kube-scheduler", "system:volume-scheduler"}
+    lease = one(objects, "Role", f"{RELEASE}-scheduler-leader-election")
+    assert any(r.get("resourceNames") == ["walras-scheduler"] for r in lease["rules"])
+    auth = one(objects, "RoleBinding", f"{RELEASE}-scheduler-auth-reader")
+    assert auth["metadata"]["namespace"] == "kube-system"
+    assert auth["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+
+
+# --- monitoring objects ---------------------------------------------------------------------------------------------
+
+
+def test_service_monitor_scrapes_the_metrics_port_as_job_walras() -> None:
+    objects = all_on_objects()
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor["spec"]) == {"jobLabel", "selector", "namespaceSelector", "endpoints"}
+    service = one(objects, "Service")
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "walras"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert selector.items() <= service["spec"]["selector"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics" and endpoint["port"] == "metrics"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_prometheus_rule_embeds_the_rules_file_and_passes_promtool(tmp_path: Path) -> None:
+    rule = one(all_on_objects(), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    source = yaml.safe_load((ROOT / "deploy" / "prometheus" / "walras-rules.yaml").read_text())
+    assert rule["spec"] == source
+    for group in rule["spec"]["groups"]:
+        assert set(group) <= {"name", "interval", "rules"}
+        for r in group["rules"]:
+            assert set(r) <= {"alert", "record", "expr", "for", "labels", "annotations", "keep_firing_for"}
+    extracted = tmp_path / "rules.yaml"
+    extracted.write_text(yaml.safe_dump(rule["spec"]))
+    out = subprocess.run([tool("promtool"), "check", "rules", str(extracted)], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
+    configmap = one(all_on_objects(), "ConfigMap", f"{RELEASE}-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    embedded = json.loads(configmap["data"]["walras-dashboard.json"])
+    assert embedded == json.loads((ROOT / "deploy" / "grafana" / "walras-dashboard.json").read_text())
+    for link in ("walras-dashboard.json", "walras-rules.yaml"):
+        assert (CHART / "files" / link).is_symlink()
+
+
+def test_notes_render_for_both_modes() -> None:
+    for values in ({}, ALL_ON):
+        out = helm("install", RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE, *set_args(values))
+        assert out.returncode == 0, out.stderr
+        notes = out.stdout.split("NOTES:", 1)[1]
+        assert "kubectl apply -f examples/" in notes
+        assert f"deployment/{RELEASE}" in notes
+    assert "Second scheduler: walras-scheduler" in notes
+
+
+def test_operator_args_parse_with_the_real_walras_run_parser() -> None:
+    """The chart's container args are accepted by ``walras run``'s own argument parser (both renders)."""
+    import argparse
+
+    from walras.cli import run as run_command
+
+    for objects in (default_objects(), all_on_objects()):
+        args = one(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
+        parser = argparse.ArgumentParser(prog="walras", exit_on_error=False)
+        run_command.add_parser(parser.add_subparsers(dest="command"))
+        parsed = parser.parse_args(args)
+        assert parsed.command == "run"
+        assert parsed.metrics_port == 9847 and parsed.extender_port == 8888 and parsed.health_port == 8080
