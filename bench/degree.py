@@ -322,8 +322,13 @@ Paper: SEQ between 3 and 4; OBC around 1.5 (1.3-2).
 
 Targets from the issue: SEQ offline n = 1e5, m = 1e3 within 1 s on a 2-core machine (this run {seq_ok} it); OSEQ
 incremental within 1 ms per event at m = 1e3 (this run {inc_ok} it). The incremental OSEQ skips every server up to
-the first one whose recorded key range contains the event's client and re-runs SEQ from there (Section V-C's
-"outside [l, l + d]" case of Lemma 5.4); the naive version re-runs SEQ on every server (Algorithm 2).
+the first one whose recorded key range contains the event's client (Section V-C, the "change outside [l, l + d]"
+case of Lemma 5.4) and re-runs SEQ from there (`local_budget=0`, the default); with `local_budget > 0` it first
+carries the list difference from server to server and re-decides affected case-1 servers on a recorded segment of
+their list (Lemma 5.4). The naive version re-runs SEQ on every server (Algorithm 2). All three give the same
+allocation after every event (tests/test_degree_online.py). On these instances an event reaches a large share of
+the servers (the paper's Theta(m) per event), and each re-decided server costs tens of microseconds of interpreter
+time, which is why 1 ms per event at m = 1e3 is out of reach in CPython.
 
 {timing_table}
 """

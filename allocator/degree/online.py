@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 
 from ._engine import MARGIN, Segment, SweepResult, sweep
-from .model import REL_TOL, FloatArray, IntArray, as_instance, changes_between
+from .model import REL_TOL, FloatArray, IntArray, as_instance
 
 __all__ = ["OnlineSeq", "OnlineSeqLeft"]
 
@@ -171,10 +171,8 @@ class OnlineSeq:
 
     def _install(self, start: int, res: SweepResult, changes: dict[int, int] | None = None) -> None:
         tol = self._tol
-        old = {j: self._as_dict(self._ids[j], self._amt[j]) for j in range(start, self.m)}
-        new = {j: self._as_dict(res.alloc_ids[j - start], res.alloc_amounts[j - start]) for j in range(start, self.m)}
         self.last_changes = dict(changes or {})
-        self.last_changes.update(changes_between(old, new, self.m, 10 * tol))
+        self.last_changes.update(self._diff(start, res.alloc_ids, res.alloc_amounts, 10 * tol))
         self._seg[start:] = res.seg
         self._ids[start:] = res.alloc_ids
         self._amt[start:] = res.alloc_amounts
@@ -326,6 +324,26 @@ class OnlineSeq:
         else:
             self._hi_v[j], self._hi_r[j] = float(vals[s1 - 1]), float(self._rank[ids[s1 - 1]])
         return nxt
+
+    def _diff(self, start: int, ids: list[IntArray], amt: list[FloatArray], tol: float) -> dict[int, int]:
+        """``N_j`` for servers ``start..m-1`` between the stored allocation and ``(ids, amt)``, vectorised."""
+        k = self.m - start
+        sizes_o = [a.shape[0] for a in self._ids[start:]]
+        sizes_n = [a.shape[0] for a in ids]
+        if not sum(sizes_o) and not sum(sizes_n):
+            return {}
+        cols = np.concatenate(
+            (np.repeat(np.arange(k, dtype=np.int64), sizes_o), np.repeat(np.arange(k, dtype=np.int64), sizes_n))
+        )
+        who = np.concatenate((*self._ids[start:], *ids, np.zeros(0, dtype=np.int64))).astype(np.int64)
+        val = np.concatenate((*self._amt[start:], *[-a for a in amt], np.zeros(0)))
+        keys = cols * (len(self._name) + 1) + who
+        uniq, inv = np.unique(keys, return_inverse=True)
+        net = np.bincount(inv, weights=val, minlength=uniq.shape[0])
+        changed = uniq[np.abs(net) > tol] // (len(self._name) + 1)
+        counts = np.bincount(changed, minlength=k)
+        hit = np.flatnonzero(counts)
+        return {start + int(t): int(counts[t]) for t in hit}
 
     @staticmethod
     def _as_dict(ids: IntArray, amt: FloatArray) -> dict[int, float]:
