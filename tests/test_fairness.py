@@ -16,6 +16,7 @@ from allocator.fairness import (
     make_instance,
     pf_vds,
     pf_vds_distributed,
+    ps_dsf,
     round_allocation,
 )
 
@@ -185,3 +186,22 @@ def test_rounding_respects_capacity_under_float_noise() -> None:
     inst = make_instance([[1.0], [1.0]], [[1.0]])
     xi = round_allocation(np.array([[0.5], [0.5]]), inst)
     assert xi.sum() == 1.0  # one pod fits, not two
+
+
+def test_psdsf_reports_non_convergence_and_allocate_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.1, 1.0, (12, 3))
+    c = rng.uniform(10.0, 100.0, (6, 3))
+    e = rng.random((12, 6)) < 0.6
+    e[:, 0] = True
+    inst = make_instance(d, c, e)
+    one = ps_dsf(inst, max_sweeps=1)
+    assert not one.converged and one.residual > 1e-6
+    full = ps_dsf(inst)
+    assert full.converged and full.residual <= 1e-9
+    import allocator.fairness as fairness
+
+    real = fairness.ps_dsf
+    monkeypatch.setattr(fairness, "ps_dsf", lambda i: real(i, max_sweeps=1))
+    with pytest.warns(RuntimeWarning, match="PS-DSF sweeps stopped"):
+        fairness.allocate(d, c, eligible=e)

@@ -18,6 +18,7 @@ VDS are rescaled by a common factor on that node, DRFH/TSF totals are unchanged)
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import numpy as np
@@ -86,9 +87,23 @@ def _solve(inst: Instance, mechanism: str, alpha: float | None) -> FloatArray:
     if mechanism == "tsf":
         return tsf(inst)
     if mechanism == "ps-dsf":
-        return ps_dsf(inst).x
+        res = ps_dsf(inst)
+        if not res.converged:
+            warnings.warn(
+                f"PS-DSF sweeps stopped after {res.sweeps} with fixed-point residual {res.residual:.1e}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return res.x
     a = 1.0 if alpha is None else float(alpha)
-    return pf_vds(inst, a).x
+    res2 = pf_vds(inst, a)
+    if not res2.converged:
+        warnings.warn(
+            f"PF-VDS({a:g}) stopped after {res2.iterations} sweeps with KKT residual {res2.residual:.1e}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return res2.x
 
 
 def allocate(
