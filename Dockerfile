@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# The Walras operator image (walras run: operator + scheduler extender + metrics), referenced by the Helm chart's
+# default values (image.repository "walras", tag = the chart's appVersion). Build from the repository root:
+#   docker build -t walras:0.1.0 .
+# Two stages: the build stage installs torch (CPU wheel, pinned, first and explicitly, so that nothing pulls a CUDA
+# build) and then the project into a virtual environment; the runtime stage copies only that environment into a
+# slim base and runs as an unprivileged user with a read-only root filesystem in mind (writes go to /tmp only).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/walras
+ENV PATH=/opt/walras/bin:$PATH
+RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY allocator ./allocator
+COPY operator ./operator
+COPY crds ./crds
+RUN pip install . && python -c "import torch, walras; assert torch.__version__.startswith('${TORCH_VERSION}')"
+
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="walras" \
+      org.opencontainers.image.description="Walras: a market for heterogeneous Kubernetes clusters" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --gid 10001 walras \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin walras
+COPY --from=build /opt/walras /opt/walras
+ENV PATH=/opt/walras/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TMPDIR=/tmp
+USER 10001:10001
+# extender, metrics, kopf health
+EXPOSE 8888 9847 8080
+ENTRYPOINT ["walras"]
+CMD ["run"]
