@@ -205,3 +205,11 @@ def test_psdsf_reports_non_convergence_and_allocate_warns(monkeypatch: pytest.Mo
     monkeypatch.setattr(fairness, "ps_dsf", lambda i: real(i, max_sweeps=1))
     with pytest.warns(RuntimeWarning, match="PS-DSF sweeps stopped"):
         fairness.allocate(d, c, eligible=e)
+
+
+@pytest.mark.parametrize("mechanism", ["drfh", "tsf", "ps-dsf", "pf-vds"])
+def test_max_tasks_on_two_nodes(mechanism: str) -> None:
+    # Nodes of 10 and 6 units, unit demands, user 0 capped at 3 replicas: every mechanism gives 3 and 13.
+    x = allocate([[1.0], [1.0]], [[10.0], [6.0]], mechanism=mechanism, max_tasks=[3, np.inf])
+    np.testing.assert_allclose(x.sum(axis=1), [3.0, 13.0], rtol=1e-6)
+    assert (x.T @ np.ones((2, 1)) <= np.array([[10.0], [6.0]]) + 1e-9).all()

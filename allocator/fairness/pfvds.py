@@ -41,6 +41,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from ._model import FloatArray, Instance, usage
+from .ipm import proportional_fair_barrier
 
 
 def _log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
@@ -207,6 +208,21 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     return res
 
 
+def _barrier_start(inst: Instance) -> FloatArray | None:
+    """Near-optimal interior start for alpha = 1 from the barrier method; ``None`` if it failed numerically."""
+    try:
+        x = proportional_fair_barrier(inst)
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        return None
+    tot = x.sum(axis=1)
+    if not (np.all(np.isfinite(x)) and np.all(tot > 0)):
+        return None
+    if (usage(x, inst) > inst.capacities * (1 + 1e-9)).any():
+        return None
+    # Drop the barrier's tiny off-support entries; the exact best responses restore optimality.
+    return np.where(x > 1e-6 * tot[:, None], x, 0.0)
+
+
 def pf_vds(
     inst: Instance,
     alpha: float,
@@ -218,11 +234,15 @@ def pf_vds(
     """Centralised PF-VDS(alpha) equilibrium by Gauss-Seidel exact best responses (see the module docstring).
 
     Starts from the equal-share allocation (each server split among its eligible users by weight, a feasible point
-    with every ``x_n > 0``); stops when :func:`kkt_residual` ``<= tol`` (checked every few sweeps).
+    with every ``x_n > 0``) or, for alpha = 1, from the near-optimal interior point of the barrier method
+    (:mod:`allocator.fairness.ipm`, itself globally convergent on this convex program); stops when
+    :func:`kkt_residual` ``<= tol`` (checked every few sweeps).
     """
     if not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
     k = inst.k
+    if x0 is None and alpha == 1.0 and inst.k > 1:
+        x0 = _barrier_start(inst)
     if x0 is None:
         wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
         frac = np.where(inst.eligible, inst.weights[:, None] / np.where(wsum > 0, wsum, 1.0), 0.0)
