@@ -6,9 +6,14 @@ What is validated how:
 * built-in kinds (Deployment, Service, RBAC, ConfigMap, CRDs, ...): ``kubernetes_validate.validate`` in strict mode
   (no unknown fields) for Kubernetes 1.35 (the bundled kubectl's version) and for the newest version the package
   ships;
-* ``ServiceMonitor`` and ``PrometheusRule`` (prometheus-operator CRDs, not in those schemas, and no PyPI package in
-  the dev dependencies ships their CRD schema): the fields the chart sets are checked here by hand, and the rule
-  groups of the PrometheusRule go through the real ``promtool check rules``;
+* ``ServiceMonitor`` and ``PrometheusRule`` (prometheus-operator CRDs, not in those schemas): against strict JSON
+  schemas in ``tests/test_helm_data/prometheus-operator-v0.80.1.schema.json``, generated once (no runtime
+  dependency) from the pydantic models of the PyPI package ``cloudcoil-models-prometheus-operator`` 0.80.1.0
+  (Apache-2.0) with ``model_json_schema(by_alias=True)`` and made strict (``additionalProperties: false`` on every
+  object with declared properties); their fields are also checked by hand, and the rule groups of the PrometheusRule
+  go through the real ``promtool check rules``. To regenerate the schemas:
+  ``pip install --target /tmp/cc cloudcoil-models-prometheus-operator==0.80.1.0``, then with ``PYTHONPATH=/tmp/cc``
+  dump ``v1.ServiceMonitor`` and ``v1.PrometheusRule`` (``cloudcoil.models.prometheus_operator``) the same way;
 * ``ClusterKopfPeering``: against the ``openAPIV3Schema`` of the chart's own ``kopf.dev`` CRD with ``jsonschema``;
 * the ``KubeSchedulerConfiguration`` inside the scheduler ConfigMap: compared with the sample
   ``deploy/scheduler/kube-scheduler-config.yaml`` and checked field by field (kube-scheduler's config API has no
@@ -17,6 +22,7 @@ What is validated how:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -32,6 +38,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+MONITORING_SCHEMAS = json.loads(
+    (ROOT / "tests" / "test_helm_data" / "prometheus-operator-v0.80.1.schema.json").read_text()
+)
 CHART = ROOT / "helm" / "walras"
 RELEASE = "walras"
 NAMESPACE = "walras-system"
@@ -442,3 +451,34 @@ def test_operator_args_parse_with_the_real_walras_run_parser() -> None:
         parsed = parser.parse_args(args)
         assert parsed.command == "run"
         assert parsed.metrics_port == 9847 and parsed.extender_port == 8888 and parsed.health_port == 8080
+
+
+def monitoring_errors(kind: str, obj: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft202012Validator(MONITORING_SCHEMAS[kind])
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+@pytest.mark.parametrize("kind", ["ServiceMonitor", "PrometheusRule"])
+def test_monitoring_objects_validate_against_the_prometheus_operator_schema(kind: str) -> None:
+    obj = one(all_on_objects(), kind)
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitoring_errors(kind, obj) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value"),
+    [
+        ("ServiceMonitor", ("spec", "endpointz"), []),
+        ("ServiceMonitor", ("spec", "endpoints", 0, "port"), 9847),
+        ("ServiceMonitor", ("spec", "selector", "matchLabelz"), {}),
+        ("PrometheusRule", ("spec", "groups", 0, "rules", 0, "expresion"), "up"),
+        ("PrometheusRule", ("spec", "groups", 0, "rules", 0, "expr"), ["up"]),
+    ],
+)
+def test_the_prometheus_operator_schema_rejects_broken_objects(kind: str, path: tuple[Any, ...], value: Any) -> None:
+    obj = copy.deepcopy(one(all_on_objects(), kind))
+    node = obj
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert monitoring_errors(kind, obj), f"{kind} with {path}={value!r} was accepted"
