@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -482,3 +483,39 @@ def test_the_prometheus_operator_schema_rejects_broken_objects(kind: str, path: 
         node = node[key]
     node[path[-1]] = value
     assert monitoring_errors(kind, obj), f"{kind} with {path}={value!r} was accepted"
+
+
+#: Field names of kubescheduler.config.k8s.io/v1 (k8s.io/kube-scheduler/config/v1: KubeSchedulerConfiguration,
+#: LeaderElectionConfiguration, Extender, ExtenderTLSConfig, ExtenderManagedResource); kubernetes-validate has no
+#: schema for this config API, so the sample is checked for unknown (misspelt) fields against these lists.
+SCHEDULER_CONFIG_FIELDS = {
+    "": {"apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "healthzBindAddress",
+         "metricsBindAddress", "enableProfiling", "enableContentionProfiling", "percentageOfNodesToScore",
+         "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive"},
+    "leaderElection": {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock", "resourceName",
+                       "resourceNamespace"},
+    "extenders": {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight", "bindVerb", "enableHTTPS",
+                  "tlsConfig", "httpTimeout", "nodeCacheCapable", "managedResources", "ignorable"},
+    "tlsConfig": {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData", "caData"},
+    "managedResources": {"name", "ignoredByScheduler"},
+    "profiles": {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"},
+}
+
+
+@pytest.mark.parametrize("which", ["sample", "all-optional-parts"])
+def test_scheduler_config_uses_only_known_fields(which: str) -> None:
+    if which == "sample":
+        config = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
+    else:
+        config = scheduler_config(all_on_objects())
+    assert set(config) <= SCHEDULER_CONFIG_FIELDS[""]
+    assert set(config["leaderElection"]) <= SCHEDULER_CONFIG_FIELDS["leaderElection"]
+    for profile in config["profiles"]:
+        assert set(profile) <= SCHEDULER_CONFIG_FIELDS["profiles"]
+    for extender in config["extenders"]:
+        assert set(extender) <= SCHEDULER_CONFIG_FIELDS["extenders"]
+        assert set(extender.get("tlsConfig", {})) <= SCHEDULER_CONFIG_FIELDS["tlsConfig"]
+        for resource in extender["managedResources"]:
+            assert set(resource) <= SCHEDULER_CONFIG_FIELDS["managedResources"]
+        assert isinstance(extender["weight"], int) and extender["weight"] > 0
+        assert re.fullmatch(r"([0-9]+(\.[0-9]+)?(ms|s|m|h))+", extender["httpTimeout"])
