@@ -90,3 +90,26 @@ def test_market_matches_cvxpy_on_a_small_log_instance() -> None:
     assert achieved == pytest.approx(market.primal, rel=1e-9, abs=1e-9)
     assert achieved >= optimum - market.gap - 1e-6
     assert market.dual - optimum <= 1e-3 * n
+
+
+def test_market_on_the_example_gpu_jobs_matches_cvxpy() -> None:
+    """The seven GPU jobs of examples/ (Gavel throughputs, demands of 2-6 GPUs) on three 8-GPU pools, log utility."""
+    a = np.array(
+        [
+            [3.4388, 5.6814, 7.1758],
+            [0.5048, 2.4027, 4.4261],
+            [17.1423, 58.1727, 64.7425],
+            [10.4412, 16.5966, 7.4696],
+            [12.4955, 41.4822, 74.1359],
+            [0.619, 2.6195, 4.3948],
+            [1.7522, 5.0918, 8.6178],
+        ]
+    )
+    d = np.repeat(np.array([2.0, 4, 2, 4, 6, 4, 4])[:, None], 3, axis=1)
+    r = np.array([8.0, 8.0, 8.0])
+    optimum, prices = cvxpy_reference(a, d, r)
+    market = solve_market(a, r, [UtilitySpec("log")] * 7, [1.0] * 7, d, None, max_iter=500)
+    achieved = float(np.log(np.einsum("ij,ij->i", a, market.allocation)).sum())
+    assert achieved == pytest.approx(market.primal, rel=1e-9, abs=1e-9)
+    assert market.dual >= optimum - 1e-6
+    assert market.prices == pytest.approx(prices, rel=1e-2, abs=1e-3)
