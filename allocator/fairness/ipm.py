@@ -22,6 +22,15 @@ import scipy.sparse as sp
 from ._model import FloatArray, Instance
 
 
+def _add_cap_rows(small: FloatArray, a: sp.csr_matrix, x2: FloatArray, n_res: int) -> FloatArray:
+    """Recompute the rows/columns of ``A diag(x^2) A^T`` that involve the ``max_tasks`` rows (index >= n_res)."""
+    ax2 = a.multiply(x2).tocsr()
+    cap_part = (ax2[n_res:] @ a.T).toarray()
+    small[n_res:, :] += cap_part
+    small[:n_res, n_res:] += cap_part[:, :n_res].T
+    return small
+
+
 def proportional_fair_barrier(
     inst: Instance, *, gap: float = 1e-9, mu: float = 30.0, max_newton: int = 200
 ) -> FloatArray:
@@ -50,7 +59,7 @@ def proportional_fair_barrier(
         a = sp.vstack([a, a_cap]).tocsr()
         cap = np.concatenate([cap, inst.max_tasks[capped]])
     m = a.shape[0]
-    t_mat = sp.csr_matrix((np.ones(p), (users, np.arange(p))), shape=(n, p))
+    du = inst.demands[users]
     phi = inst.weights
     # Strictly feasible start: half of the weighted equal-share allocation.
     wsum = (phi[:, None] * inst.eligible).sum(axis=0)
@@ -86,10 +95,29 @@ def proportional_fair_barrier(
                 q = np.bincount(users, weights=u, minlength=n)
                 return u - beta[users] * x2 * q[users]
 
-            ax2 = a.multiply(x2).tocsr()
-            v_mat = (ax2 @ t_mat.T).toarray()  # (m, n)
-            small = (ax2 @ a.T).toarray()
-            small -= (v_mat * beta) @ v_mat.T
+            # V = A diag(x^2) T^T: row (k, r), column n holds x[n, k]^2 d[n, r] (dense (k r) x n, built directly).
+            v_full = np.zeros((k, r, n))
+            v_full[nodes, :, users] = x2[:, None] * inst.demands[users]
+            v_mat = v_full.reshape(k * r, n)[used_rows]
+            if capped.size:
+                v_cap = np.zeros((capped.size, n))
+                v_cap[np.arange(capped.size), capped] = np.bincount(users, weights=x2, minlength=n)[capped]
+                v_mat = np.vstack([v_mat, v_cap])
+            # A diag(x^2) A^T is block diagonal: one r x r block per server.
+            blocks = np.zeros((k, r, r))
+            for i in range(r):
+                for j in range(i, r):
+                    blocks[:, i, j] = np.bincount(nodes, weights=x2 * du[:, i] * du[:, j], minlength=k)
+                    blocks[:, j, i] = blocks[:, i, j]
+            small = -((v_mat * beta) @ v_mat.T)
+            bd = np.zeros((k * r, k * r))
+            for i in range(r):
+                for j in range(r):
+                    bd[np.arange(k) * r + i, np.arange(k) * r + j] = blocks[:, i, j]
+            nr = used_rows.size
+            small[:nr, :nr] += bd[np.ix_(used_rows, used_rows)]
+            if capped.size:
+                small = _add_cap_rows(small, a, x2, used_rows.size)
             small[np.diag_indices(m)] += s * s
             bg = binv(g)
             try:
