@@ -1,0 +1,216 @@
+"""Per-job subproblem of price discovery, solved analytically and vectorised over jobs (paper 004, Sec. 4, Alg. 1).
+
+For prices ``p`` and job ``i`` with throughputs ``a_ij`` and demands ``d_ij`` the subproblem (eq. 10) is
+
+    maximise u_i(t) - c_i(t),    c_i(t) = min { sum_j p_j d_ij x_j : x >= 0, 1^T x <= 1, a_i^T x = t },
+
+and ``c_i`` is the lower convex hull of the points ``(0, 0)`` and ``(a_ij, c_ij)`` with ``c_ij = p_j d_ij``
+(Sec. 4.1; the demand multiplies the price as in Sec. 7.1). Two solvers live here:
+
+:func:`solve_hull`
+    walks the hull from ``(0, 0)`` to the right, one vertex per step (gift wrapping: the next vertex is the point
+    right of the current one with the smallest slope, ties resolved to any of them, which only splits a collinear
+    segment). On each segment ``c`` is affine with slope ``alpha`` and the utility's ``argmax`` gives the best ``t``
+    there (eq. 15/16). Because ``u - c`` is concave, the first segment whose maximiser lies left of its right end
+    holds a global maximiser; a job stops walking there, and the walk continues only on the jobs still climbing
+    (compacted each step). Memory: a few ``n x m`` temporaries; work: at most ``m`` steps of ``O(m)`` per job, and
+    in practice most jobs stop after one or two steps.
+:func:`solve_pairs`
+    the enumeration of Alg. 1 step 1: every chord between two of the ``m + 1`` points is an upper bound of ``c`` on
+    its interval, and the hull segments are among them, so the best chord-restricted maximiser over all
+    ``m (m + 1) / 2`` chords solves the subproblem. It materialises ``n x m(m+1)/2`` tensors and evaluates the
+    utility on every chord; kept as an independent reference and for the hull-vs-pairs benchmark.
+
+Both return a :class:`Subsolution`: the optimal ``t`` and the (at most two, Sec. 4.1) pools used, as a left and a
+right vertex of the active segment with their time fractions (pool index ``m`` stands for "none": the origin or the
+slack), so resource usage and the feasible-allocation utility are computed without an ``n x m`` allocation matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from allocator.utilities import Utility
+
+__all__ = ["Subsolution", "solve_hull", "solve_pairs"]
+
+
+@dataclass
+class Subsolution:
+    """Optimal solutions of all job subproblems at one price vector (all tensors have shape ``(n,)``).
+
+    Job ``i`` runs a fraction ``x_lo[i]`` of its time on pool ``j_lo[i]`` and ``x_hi[i]`` on pool ``j_hi[i]``
+    (index ``m`` = unused, fraction 0); ``a_*`` and ``c_*`` are the throughputs and costs ``p_j d_ij`` of those
+    pools, so ``t = a_lo x_lo + a_hi x_hi`` and ``c(t) = c_lo x_lo + c_hi x_hi``.
+    """
+
+    t: Tensor
+    j_lo: Tensor
+    x_lo: Tensor
+    a_lo: Tensor
+    c_lo: Tensor
+    j_hi: Tensor
+    x_hi: Tensor
+    a_hi: Tensor
+    c_hi: Tensor
+
+    def cost(self) -> Tensor:
+        """``c_i(t_i)``: what each job pays at the prices of this evaluation."""
+        return self.x_lo * self.c_lo + self.x_hi * self.c_hi
+
+    def dense(self, m: int) -> Tensor:
+        """The allocation as an ``n x m`` matrix."""
+        n = self.t.shape[0]
+        x = torch.zeros((n, m + 1), dtype=self.t.dtype, device=self.t.device)
+        x.scatter_add_(1, self.j_lo.unsqueeze(1), self.x_lo.unsqueeze(1))
+        x.scatter_add_(1, self.j_hi.unsqueeze(1), self.x_hi.unsqueeze(1))
+        return x[:, :m]
+
+
+_FIELDS = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
+
+
+def solve_hull(a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None = None) -> Subsolution:
+    """Solve every job's subproblem by walking the lower convex hull of ``(0,0), (a_ij, c_ij)`` (see module doc).
+
+    ``a`` and ``c`` are ``n x m`` (throughputs and costs ``p_j d_ij``), ``utility`` describes the ``n`` jobs.
+    ``a_pos`` (optional, ``a > 0``) can be passed precomputed since it does not depend on the prices.
+    """
+    n, m = a.shape
+    dtype, device = a.dtype, a.device
+    inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+    if a_pos is None:
+        a_pos = a > 0
+    # Step 0 from the origin: the most efficient pool, slope c/a (pools with a = 0 are never used).
+    slope = torch.where(a_pos, c / a, inf)
+    s, k = slope.min(dim=1)
+    has = s < inf
+    kk = k.unsqueeze(1)
+    na = a.gather(1, kk).squeeze(1)
+    nc = c.gather(1, kk).squeeze(1)
+    zero = torch.zeros(n, dtype=dtype, device=device)
+    none = torch.full((n,), m, dtype=torch.long, device=device)
+    # Rows that cannot run anywhere (all a = 0): alpha = inf makes every argmax return gamma = 0.
+    t = utility.argmax(s, zero, torch.where(has, na, zero))
+    done = (~has) | (t < na)
+    x_hi = torch.where(has, t / torch.where(has, na, torch.ones_like(na)), zero)
+    out = Subsolution(
+        t=t,
+        j_lo=none.clone(),
+        x_lo=zero.clone(),
+        a_lo=zero.clone(),
+        c_lo=zero.clone(),
+        j_hi=torch.where(has, k, none),
+        x_hi=x_hi,
+        a_hi=torch.where(has, na, zero),
+        c_hi=torch.where(has, nc, zero),
+    )
+    if m == 1 or bool(done.all()):
+        return out
+    # Continue with the jobs still climbing: their current vertex is the pool just reached.
+    keep = torch.nonzero(~done).squeeze(1)
+    active = keep
+    a_act = a.index_select(0, keep)
+    c_act = c.index_select(0, keep)
+    cur_a = na.index_select(0, keep)
+    cur_c = nc.index_select(0, keep)
+    cur_j = k.index_select(0, keep)
+    util = utility.take(keep)
+    for _ in range(1, m):
+        da = a_act - cur_a.unsqueeze(1)
+        slope = torch.where(da > 0, (c_act - cur_c.unsqueeze(1)) / da, inf)
+        s, k = slope.min(dim=1)
+        has = s < inf
+        kk = k.unsqueeze(1)
+        na = torch.where(has, a_act.gather(1, kk).squeeze(1), cur_a)
+        nc = torch.where(has, c_act.gather(1, kk).squeeze(1), cur_c)
+        t = util.argmax(torch.where(has, s, torch.zeros_like(s)), cur_a, na)
+        t = torch.where(has, t, cur_a)
+        done = (~has) | (t < na)
+        span = torch.where(has, na - cur_a, torch.ones_like(na))
+        frac_hi = torch.where(has, (t - cur_a) / span, torch.zeros_like(t))
+        none_k = torch.full_like(k, m)
+        # Jobs at their last vertex use that pool fully; otherwise the segment (cur, next) is active.
+        vals = {
+            "t": t,
+            "j_lo": torch.where(has, cur_j, none_k),
+            "x_lo": torch.where(has, 1 - frac_hi, torch.zeros_like(t)),
+            "a_lo": torch.where(has, cur_a, torch.zeros_like(t)),
+            "c_lo": torch.where(has, cur_c, torch.zeros_like(t)),
+            "j_hi": torch.where(has, k, cur_j),
+            "x_hi": torch.where(has, frac_hi, torch.ones_like(t)),
+            "a_hi": na,
+            "c_hi": nc,
+        }
+        for name in _FIELDS:
+            getattr(out, name).index_copy_(0, active, vals[name])
+        if bool(done.all()):
+            break
+        sel = torch.nonzero(~done).squeeze(1)
+        active = active.index_select(0, sel)
+        a_act = a_act.index_select(0, sel)
+        c_act = c_act.index_select(0, sel)
+        cur_a = na.index_select(0, sel)
+        cur_c = nc.index_select(0, sel)
+        cur_j = k.index_select(0, sel)
+        util = util.take(sel)
+    return out
+
+
+def pair_indices(m: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
+    """Index pairs ``(v, w)`` over points ``0..m`` where ``m`` is the origin: all ``m (m + 1) / 2`` chords."""
+    lo, hi = torch.triu_indices(m + 1, m + 1, offset=1, device=device)
+    return lo, hi
+
+
+def solve_pairs(a: Tensor, c: Tensor, utility: Utility) -> Subsolution:
+    """Solve every job's subproblem by enumerating all ``m (m + 1) / 2`` chords (Alg. 1 as written, see module doc)."""
+    n, m = a.shape
+    dtype, device = a.dtype, a.device
+    zcol = torch.zeros((n, 1), dtype=dtype, device=device)
+    a1 = torch.cat([a, zcol], dim=1)  # point m is the origin
+    c1 = torch.cat([c, zcol], dim=1)
+    lo, hi = pair_indices(m, device)
+    av, aw = a1[:, lo], a1[:, hi]
+    cv, cw = c1[:, lo], c1[:, hi]
+    swap = av > aw
+    a_l, a_r = torch.where(swap, aw, av), torch.where(swap, av, aw)
+    c_l, c_r = torch.where(swap, cw, cv), torch.where(swap, cv, cw)
+    j_l = torch.where(swap, hi.expand(n, -1), lo.expand(n, -1))
+    j_r = torch.where(swap, lo.expand(n, -1), hi.expand(n, -1))
+    valid = a_r > a_l
+    span = torch.where(valid, a_r - a_l, torch.ones_like(a_r))
+    slope = torch.where(valid, (c_r - c_l) / span, torch.zeros_like(span))
+    npairs = lo.shape[0]
+    flat = torch.arange(n, device=device).repeat_interleave(npairs)
+    util = utility.take(flat) if utility.n_jobs is not None else utility
+    t = util.argmax(slope.reshape(-1), a_l.reshape(-1), a_r.reshape(-1)).reshape(n, npairs)
+    net = util.value(t.reshape(-1)).reshape(n, npairs) - (c_l + slope * (t - a_l))
+    ninf = torch.tensor(float("-inf"), dtype=dtype, device=device)
+    net = torch.where(valid, torch.nan_to_num(net, nan=float("-inf")), ninf)
+    best = net.argmax(dim=1, keepdim=True)
+    anyv = valid.any(dim=1)
+    zero = torch.zeros(n, dtype=dtype, device=device)
+    none = torch.full((n,), m, dtype=torch.long, device=device)
+
+    def pick(x: Tensor) -> Tensor:
+        return x.gather(1, best).squeeze(1)
+
+    tb, al, ar, cl, cr = pick(t), pick(a_l), pick(a_r), pick(c_l), pick(c_r)
+    jl, jr = pick(j_l), pick(j_r)
+    frac_hi = torch.where(anyv, (tb - al) / pick(span), zero)
+    frac_lo = torch.where(anyv & (jl < m), 1 - frac_hi, zero)
+    return Subsolution(
+        t=torch.where(anyv, tb, zero),
+        j_lo=torch.where(anyv, jl, none),
+        x_lo=frac_lo,
+        a_lo=torch.where(anyv & (jl < m), al, zero),
+        c_lo=torch.where(anyv & (jl < m), cl, zero),
+        j_hi=torch.where(anyv, jr, none),
+        x_hi=frac_hi,
+        a_hi=torch.where(anyv, ar, zero),
+        c_hi=torch.where(anyv, cr, zero),
+    )

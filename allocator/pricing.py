@@ -1,0 +1,722 @@
+"""Price discovery for fungible resources across node pools (paper 004, Sec. 3-5, Alg. 2, vector demands of Sec. 7.1).
+
+The problem (eq. 4 with demands)::
+
+    maximise    sum_i u_i(a_i^T x_i)
+    subject to  x_i >= 0,  1^T x_i <= 1,           i = 1..n
+                sum_i d_i * x_i <= R                (elementwise; d_i a scalar or an m-vector)
+
+``a_ij`` is job ``i``'s throughput on pool ``j``, ``R_j`` the pool's capacity, ``x_ij`` the fraction of time job
+``i`` runs on pool ``j`` and ``u_i`` a concave nondecreasing utility (:mod:`allocator.utilities`).
+
+Method (Alg. 2): the dual function ``g(p) = p^T R + sum_i max_{x_i} [u_i(a_i^T x_i) - (p * d_i)^T x_i]`` (Sec. 3)
+splits into one small problem per job, solved analytically and vectorised over all jobs
+(:mod:`allocator._pricing_kernel`, Sec. 4 / Alg. 1). ``q = R - r`` is a subgradient (eq. 9). Prices are updated by
+a projected L-BFGS on ``p >= 0`` (memory 10, Armijo backtracking along the projected path, preconditioned by the
+unit-elasticity scaling ``diag(p / R)``), falling back to projected subgradient steps when the line search fails
+(Sec. 5). Every evaluation also yields a feasible allocation, by scaling down the columns of over-used pools
+(Sec. 5), whose utility is a lower bound; the method stops when ``g(p) - U(X_feasible) <= eps``
+(default ``eps = 1e-3 n``). Initial prices are eq. (17) (:func:`allocator.utilities.initial_prices`), or the given
+``prices`` (warm start).
+
+Scale-out: the dual function is a sum over jobs, so :func:`solve_distributed` shards jobs over the processes of a
+``torch.distributed`` group and all-reduces resource usage, dual and primal sums every evaluation; the price update
+is replicated identically on every rank.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from allocator._pricing_kernel import Subsolution, solve_hull, solve_pairs
+from allocator.utilities import Utility, initial_prices
+
+__all__ = [
+    "IterationRecord",
+    "PriceDiscovery",
+    "PricingResult",
+    "dual_evaluation",
+    "resolve_device",
+    "resolve_dtype",
+    "solve",
+    "solve_distributed",
+]
+
+ArrayLike = Any
+Status = Literal["optimal", "max_iter", "infeasible", "empty"]
+
+
+@dataclass
+class IterationRecord:
+    """One evaluation of the dual function (one entry of the optional history)."""
+
+    iteration: int
+    prices: np.ndarray
+    usage: np.ndarray  #: resource usage ``r`` of the subproblem solutions (may exceed capacity)
+    dual_value: float  #: ``g(p)``, an upper bound on the optimum
+    primal_value: float  #: utility of the column-scaled feasible allocation, a lower bound
+    gap: float  #: best upper bound minus best lower bound so far
+    kind: str  #: "init", "lbfgs", "subgradient"
+
+
+@dataclass
+class PricingResult:
+    """Outcome of price discovery.
+
+    ``utility_value`` (a lower bound on the optimum ``U*``, the utility of ``allocation``) and ``dual_value`` (an upper
+    bound, ``g(prices)``) bracket ``U*``; ``gap = dual_value - utility_value``. ``converged`` is true when
+    ``gap <= eps``. ``status`` is ``"optimal"`` (converged), ``"max_iter"`` (stopped by the iteration limit; the bounds
+    still hold), ``"infeasible"`` (some job has utility ``-inf`` at zero throughput, e.g. log utility, and no pool
+    with positive throughput and capacity: ``infeasible_jobs`` lists them, they get nothing, and the prices and
+    allocation are optimal for the other jobs) or ``"empty"`` (no jobs).
+    """
+
+    prices: np.ndarray  #: (m,) optimal prices (the price vector with the smallest dual value seen)
+    allocation: np.ndarray  #: (n, m) feasible allocation X: time fractions, rows sum to <= 1, usage <= capacity
+    throughputs: np.ndarray  #: (n,) t_i = a_i^T x_i of ``allocation``
+    usage: np.ndarray  #: (m,) sum_i d_i * x_i of ``allocation``
+    utility_value: float  #: U(X), lower bound
+    dual_value: float  #: g(prices), upper bound
+    gap: float
+    eps: float
+    iterations: int  #: dual-function evaluations, line-search trials included
+    converged: bool
+    status: Status
+    message: str
+    seconds: float
+    device: str
+    dtype: str
+    infeasible_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    history: list[IterationRecord] = field(default_factory=list)
+
+    @property
+    def X(self) -> np.ndarray:  # noqa: N802 - the paper's name
+        return self.allocation
+
+    @property
+    def n_jobs(self) -> int:
+        return int(self.allocation.shape[0])
+
+    @property
+    def n_resources(self) -> int:
+        return int(self.prices.shape[0])
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-serialisable digest (what ``walras solve --json`` prints, minus the problem description)."""
+        return {
+            "prices": [float(v) for v in self.prices],
+            "utility_value": _finite_or_str(self.utility_value),
+            "dual_value": _finite_or_str(self.dual_value),
+            "gap": _finite_or_str(self.gap),
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "status": self.status,
+            "seconds": self.seconds,
+            "device": self.device,
+        }
+
+
+def _finite_or_str(v: float) -> float | str:
+    return float(v) if math.isfinite(v) else str(v)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Input handling
+
+
+def resolve_device(device: torch.device | str | None, *inputs: Any) -> torch.device:
+    """``device=None``: the device of a torch tensor input, else CUDA when available, else CPU."""
+    if device is not None:
+        return torch.device(device)
+    for x in inputs:
+        if isinstance(x, Tensor):
+            return x.device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_dtype(dtype: torch.dtype | str | np.dtype | type | None) -> torch.dtype:
+    """``None`` -> float32; accepts torch dtypes, numpy dtypes and the names float32/float64."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        out = dtype
+    else:
+        name = np.dtype(dtype).name
+        out = {"float32": torch.float32, "float64": torch.float64}.get(name)  # type: ignore[assignment]
+        if out is None:
+            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    if out not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
+    return out
+
+
+def _to_tensor(name: str, x: ArrayLike, device: torch.device, dtype: torch.dtype) -> Tensor:
+    if isinstance(x, Tensor):
+        t = x.detach()
+    else:
+        arr = np.asarray(x)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    return t.to(device=device, dtype=dtype)
+
+
+def _first_bad(name: str, bad: Tensor, values: Tensor, rule: str) -> None:
+    if bool(bad.any()):
+        idx = tuple(int(v) for v in torch.nonzero(bad)[0])
+        val = float(values[idx])
+        where = f"{name}[{', '.join(map(str, idx))}]"
+        if name in ("throughput", "demand") and len(idx) >= 1:
+            who = f"job {idx[0]}" + (f", pool {idx[1]}" if len(idx) == 2 else "")
+        elif name in ("capacity", "prices"):
+            who = f"pool {idx[0]}"
+        else:
+            who = ""
+        raise ValueError(f"{where} = {val!r} ({who}): {name} must be {rule}")
+
+
+@dataclass
+class _Problem:
+    a: Tensor  # (n, m)
+    capacity: Tensor  # (m,)
+    demand: Tensor | None  # None, (n,) or (n, m)
+    utility: Utility
+
+
+def _prepare(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    demand: ArrayLike | None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> _Problem:
+    a = _to_tensor("throughput", throughput, device, dtype)
+    if a.ndim != 2:
+        raise ValueError(f"throughput must be a 2-d array (jobs x pools), got shape {tuple(a.shape)}")
+    n, m = a.shape
+    if m == 0:
+        raise ValueError("throughput has no columns: there must be at least one pool")
+    _first_bad("throughput", ~torch.isfinite(a) | (a < 0), a, "finite and non-negative")
+    cap = _to_tensor("capacity", capacity, device, dtype)
+    if cap.ndim != 1 or cap.shape[0] != m:
+        raise ValueError(f"capacity has shape {tuple(cap.shape)} but throughput has {m} pools: expected ({m},)")
+    _first_bad("capacity", ~torch.isfinite(cap) | (cap < 0), cap, "finite and non-negative")
+    d: Tensor | None = None
+    if demand is not None:
+        d = _to_tensor("demand", demand, device, dtype)
+        if d.ndim == 0:
+            d = d.expand(n)
+        if d.shape not in ((n,), (n, m)):
+            raise ValueError(f"demand has shape {tuple(d.shape)}: expected a scalar, ({n},) or ({n}, {m})")
+        _first_bad("demand", ~torch.isfinite(d) | (d <= 0), d, "finite and positive")
+        if d.ndim == 1 and bool((d == 1).all()):
+            d = None
+    if not isinstance(utility, Utility):
+        raise ValueError(f"utility must implement allocator.utilities.Utility, got {type(utility).__name__}")
+    nu = utility.n_jobs
+    if nu is not None and nu != n:
+        raise ValueError(f"utility has parameters for {nu} jobs but throughput has {n} rows (jobs)")
+    return _Problem(a=a, capacity=cap, demand=d, utility=utility.to(device=device, dtype=dtype))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Dual evaluation
+
+
+@dataclass
+class _Evaluation:
+    prices: np.ndarray  # float64 (m,)
+    dual: float
+    primal: float
+    usage: np.ndarray  # float64 (m,)
+    grad: np.ndarray  # R - r
+    scale: Tensor  # (m + 1,) column scaling of the feasible allocation (last entry: the "none" pool)
+    sol: Subsolution
+    t_feasible: Tensor
+
+
+class _Evaluator:
+    """Evaluates ``g(p)``, its subgradient and the feasible-allocation utility for a (possibly sharded) problem."""
+
+    def __init__(self, prob: _Problem, method: str = "hull", group: Any = None) -> None:
+        self.prob = prob
+        self.group = group
+        self.method = method
+        a = prob.a
+        self.n, self.m = a.shape
+        self.a_pos = a > 0
+        self.cap64 = prob.capacity.detach().double().cpu().numpy()
+        self.evaluations = 0
+
+    def _allreduce(self, values: list[float] | np.ndarray) -> np.ndarray:
+        buf = torch.tensor(np.asarray(values, dtype=np.float64), dtype=torch.float64)
+        if self.group is not None:
+            import torch.distributed as dist
+
+            backend = dist.get_backend(self.group)
+            dev = self.prob.a.device if backend == "nccl" else torch.device("cpu")
+            buf = buf.to(dev)
+            dist.all_reduce(buf, group=self.group)
+        return buf.cpu().numpy()
+
+    def costs(self, p: Tensor) -> Tensor:
+        d = self.prob.demand
+        if d is None:
+            return p.expand(self.n, self.m)
+        if d.ndim == 1:
+            return d.unsqueeze(1) * p
+        return d * p
+
+    def usage_weights(self, sol: Subsolution) -> tuple[Tensor, Tensor]:
+        d = self.prob.demand
+        if d is None:
+            return sol.x_lo, sol.x_hi
+        if d.ndim == 1:
+            return sol.x_lo * d, sol.x_hi * d
+        last = self.m - 1
+        d_lo = d.gather(1, sol.j_lo.clamp(max=last).unsqueeze(1)).squeeze(1)
+        d_hi = d.gather(1, sol.j_hi.clamp(max=last).unsqueeze(1)).squeeze(1)
+        return sol.x_lo * d_lo, sol.x_hi * d_hi
+
+    def __call__(self, prices: np.ndarray) -> _Evaluation:
+        prob = self.prob
+        self.evaluations += 1
+        p = torch.as_tensor(prices, dtype=prob.a.dtype).to(prob.a.device)
+        c = self.costs(p)
+        if self.method == "hull":
+            sol = solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
+        else:
+            sol = solve_pairs(prob.a, c, prob.utility)
+        u_t = prob.utility.value(sol.t)
+        net = (u_t - sol.cost()).sum(dtype=torch.float64)
+        w_lo, w_hi = self.usage_weights(sol)
+        r = torch.zeros(self.m + 1, dtype=torch.float64, device=p.device)
+        r.index_add_(0, sol.j_lo, w_lo.double())
+        r.index_add_(0, sol.j_hi, w_hi.double())
+        packed = torch.cat([r[: self.m], net.reshape(1)]).cpu().numpy()
+        packed = self._allreduce(packed)
+        usage = packed[: self.m]
+        dual = float(np.dot(prices, self.cap64) + packed[self.m])
+        over = usage > self.cap64
+        scale64 = np.ones(self.m + 1)
+        scale64[: self.m][over] = self.cap64[over] / usage[over]
+        scale = torch.as_tensor(scale64, dtype=prob.a.dtype).to(p.device)
+        if over.any():
+            t_feas = sol.a_lo * sol.x_lo * scale[sol.j_lo] + sol.a_hi * sol.x_hi * scale[sol.j_hi]
+            primal_local = prob.utility.value(t_feas).sum(dtype=torch.float64)
+        else:
+            t_feas = sol.t
+            primal_local = u_t.sum(dtype=torch.float64)
+        primal = float(self._allreduce([float(primal_local)])[0])
+        if math.isnan(primal):
+            primal = -math.inf
+        return _Evaluation(
+            prices=np.asarray(prices, dtype=np.float64),
+            dual=dual,
+            primal=primal,
+            usage=usage,
+            grad=self.cap64 - usage,
+            scale=scale,
+            sol=sol,
+            t_feasible=t_feas,
+        )
+
+
+def dual_evaluation(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    prices: ArrayLike,
+    *,
+    demand: ArrayLike | None = None,
+    method: str = "hull",
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> tuple[float, np.ndarray, float]:
+    """Evaluate the dual function once: ``(g(p), usage r, utility of the column-scaled feasible allocation)``."""
+    dev = resolve_device(device, throughput)
+    prob = _prepare(throughput, capacity, utility, demand, dev, resolve_dtype(dtype))
+    ev = _Evaluator(prob, method=method)(np.asarray(prices, dtype=np.float64))
+    return ev.dual, ev.usage, ev.primal
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Price updates (Alg. 2)
+
+
+@dataclass
+class PriceDiscovery:
+    """Configuration of Algorithm 2; :meth:`solve` runs it. :func:`solve` uses the defaults.
+
+    ``method`` selects the subproblem solver (``"hull"``: convex-hull walk; ``"pairs"``: all ``m(m+1)/2`` chords).
+    ``memory`` is the L-BFGS memory; ``max_line_search`` the backtracking trials per iteration.
+    """
+
+    eps: float | None = None
+    max_iter: int | None = None
+    method: Literal["hull", "pairs"] = "hull"
+    memory: int = 10
+    max_line_search: int = 12
+    armijo: float = 1e-4
+    device: torch.device | str | None = None
+    dtype: torch.dtype | str | None = None
+    record_history: bool = True
+
+    def solve(
+        self,
+        throughput: ArrayLike,
+        capacity: ArrayLike,
+        utility: Utility,
+        *,
+        demand: ArrayLike | None = None,
+        prices: ArrayLike | None = None,
+        group: Any = None,
+    ) -> PricingResult:
+        """Run price discovery; ``group`` (a ``torch.distributed`` process group) means the rows are this rank's shard."""
+        start = time.perf_counter()
+        if self.method not in ("hull", "pairs"):
+            raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
+        dev = resolve_device(self.device, throughput, capacity)
+        dtype = resolve_dtype(self.dtype)
+        prob = _prepare(throughput, capacity, utility, demand, dev, dtype)
+        n, m = prob.a.shape
+        n_total = n
+        if group is not None:
+            import torch.distributed as dist
+
+            buf = torch.tensor([float(n)], dtype=torch.float64)
+            if dist.get_backend(group) == "nccl":
+                buf = buf.to(dev)
+            dist.all_reduce(buf, group=group)
+            n_total = int(buf.item())
+        eps = 1e-3 * max(n_total, 1) if self.eps is None else float(self.eps)
+        if not (eps > 0 and math.isfinite(eps)):
+            raise ValueError(f"eps must be positive and finite, got {self.eps!r}")
+        max_iter = 200 if self.max_iter is None else int(self.max_iter)
+        if max_iter < 1:
+            raise ValueError(f"max_iter must be at least 1, got {self.max_iter!r}")
+        p0_given: np.ndarray | None = None
+        if prices is not None:
+            p0t = _to_tensor("prices", prices, torch.device("cpu"), torch.float64)
+            if p0t.shape != (m,):
+                raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
+            _first_bad("prices", ~torch.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
+            p0_given = p0t.numpy().copy()
+
+        # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible.
+        zero_t = torch.zeros(n, dtype=dtype, device=dev)
+        u0 = prob.utility.value(zero_t)
+        runnable = ((prob.a > 0) & (prob.capacity > 0)).any(dim=1)
+        bad_rows = torch.isneginf(u0) & ~runnable
+        infeasible = torch.nonzero(bad_rows).squeeze(1).cpu().numpy()
+        keep: Tensor | None = None
+        if infeasible.size:
+            keep = torch.nonzero(~bad_rows).squeeze(1)
+            prob = _Problem(
+                a=prob.a.index_select(0, keep),
+                capacity=prob.capacity,
+                demand=None if prob.demand is None else prob.demand.index_select(0, keep),
+                utility=prob.utility.take(keep),
+            )
+        evaluator = _Evaluator(prob, method=self.method, group=group)
+        if p0_given is not None:
+            p0 = p0_given
+        else:
+            p0 = self._initial_prices(prob, group)
+        run = _Run(self, evaluator, eps, max_iter)
+        run.optimise(p0)
+        best_p, best_d = run.best_dual
+        best_e = run.best_primal
+        gap = best_d.dual - best_e.primal
+        converged = bool(gap <= eps)
+        if n_total == 0:
+            status: Status = "empty"
+            converged = True
+            gap = 0.0
+            message = "no jobs"
+        elif infeasible.size:
+            status = "infeasible"
+            converged = False
+            message = (
+                f"{infeasible.size} job(s) have utility -inf at zero throughput and no pool with positive throughput "
+                f"and capacity (first: job {int(infeasible[0])}); they get nothing, the rest is solved"
+            )
+        elif converged:
+            status = "optimal"
+            message = f"duality gap {gap:.3g} <= eps {eps:.3g} after {run.evaluations} evaluations"
+        else:
+            status = "max_iter"
+            message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
+        sol, scale = best_e.sol, best_e.scale
+        x = sol.dense(m) * scale[:m]
+        t = best_e.t_feasible
+        if keep is not None:
+            x_full = torch.zeros((n, m), dtype=dtype, device=dev)
+            x_full.index_copy_(0, keep, x)
+            t_full = torch.zeros(n, dtype=dtype, device=dev)
+            t_full.index_copy_(0, keep, t)
+            x, t = x_full, t_full
+        usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
+        primal, dual = best_e.primal, best_d.dual
+        if status == "infeasible":
+            primal, dual, gap = -math.inf, -math.inf, math.inf
+        return PricingResult(
+            prices=best_p,
+            allocation=x.cpu().numpy(),
+            throughputs=t.cpu().numpy(),
+            usage=usage,
+            utility_value=primal,
+            dual_value=dual,
+            gap=float(gap),
+            eps=eps,
+            iterations=run.evaluations,
+            converged=converged,
+            status=status,
+            message=message,
+            seconds=time.perf_counter() - start,
+            device=str(dev),
+            dtype=str(dtype).replace("torch.", ""),
+            infeasible_jobs=infeasible.astype(np.int64),
+            history=run.history,
+        )
+
+    @staticmethod
+    def _initial_prices(prob: _Problem, group: Any) -> np.ndarray:
+        """Eq. (17); under sharding the per-rank sums are all-reduced first."""
+        if group is None:
+            return initial_prices(prob.utility, prob.a, prob.capacity, prob.demand).double().cpu().numpy()
+        import torch.distributed as dist
+
+        # p_j = (1/R_j) sum_i u'(t_i) a_ij x_ij with x_ij = R_j / D_j: all-reduce D_j, then the sums.
+        n, m = prob.a.shape
+        d = prob.demand
+        total = torch.full((m,), float(n), dtype=torch.float64) if d is None else (
+            d.double().sum().expand(m).clone() if d.ndim == 1 else d.double().sum(0)
+        ).cpu()
+        backend = dist.get_backend(group)
+        dev = prob.a.device if backend == "nccl" else torch.device("cpu")
+        total = total.to(dev)
+        dist.all_reduce(total, group=group)
+        cap = prob.capacity.double().to(dev)
+        share = torch.where(total > 0, cap / total.clamp_min(1e-30), torch.zeros_like(cap))
+        x = share.to(prob.a.device, prob.a.dtype).expand(n, m)
+        scale = 1.0 / x.sum(1).clamp_min(1.0)
+        t = (prob.a * x).sum(1) * scale
+        du = prob.utility.derivative(t)
+        du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
+        s = ((du * scale).unsqueeze(1) * prob.a * x).sum(0).double().to(dev)
+        dist.all_reduce(s, group=group)
+        p = torch.where(cap > 0, s / cap.clamp_min(1e-30), torch.zeros_like(s))
+        if bool((cap <= 0).any()) and bool((cap > 0).any()):
+            p = torch.where(cap > 0, p, p[cap > 0].max())
+        return p.clamp_min(0).cpu().numpy()
+
+
+class _Run:
+    """State of one run of Algorithm 2 (projected L-BFGS on the dual, with best-bound bookkeeping)."""
+
+    def __init__(self, cfg: PriceDiscovery, evaluator: _Evaluator, eps: float, max_iter: int) -> None:
+        self.cfg = cfg
+        self.evaluate_fn = evaluator
+        self.eps = eps
+        self.max_iter = max_iter
+        self.evaluations = 0
+        self.history: list[IterationRecord] = []
+        self.best_dual: tuple[np.ndarray, _Evaluation]
+        self.best_primal: _Evaluation
+        self._started = False
+        self.cap = evaluator.cap64
+
+    def gap(self) -> float:
+        return self.best_dual[1].dual - self.best_primal.primal
+
+    def done(self) -> bool:
+        return self.gap() <= self.eps or self.evaluations >= self.max_iter
+
+    def evaluate(self, p: np.ndarray, kind: str) -> _Evaluation:
+        ev = self.evaluate_fn(p)
+        self.evaluations += 1
+        if not self._started:
+            self.best_dual = (p.copy(), ev)
+            self.best_primal = ev
+            self._started = True
+        else:
+            if ev.dual < self.best_dual[1].dual:
+                self.best_dual = (p.copy(), ev)
+            if ev.primal > self.best_primal.primal:
+                self.best_primal = ev
+        if self.cfg.record_history:
+            self.history.append(
+                IterationRecord(
+                    iteration=self.evaluations,
+                    prices=p.copy(),
+                    usage=ev.usage.copy(),
+                    dual_value=ev.dual,
+                    primal_value=ev.primal,
+                    gap=self.gap(),
+                    kind=kind,
+                )
+            )
+        return ev
+
+    def optimise(self, p0: np.ndarray) -> None:
+        p = np.maximum(np.asarray(p0, dtype=np.float64), 0.0)
+        ev = self.evaluate(p, "init")
+        if self.done():
+            return
+        cap = self.cap
+        # Preconditioner diag(p / R): the exact Newton scaling for log utility with one pool (unit price elasticity).
+        pscale = p.max() if p.max() > 0 else 1.0
+        rscale = cap.max() if cap.max() > 0 else 1.0
+        h = np.maximum(p, 1e-3 * pscale) / np.maximum(cap, 1e-3 * rscale)
+        mem_s: list[np.ndarray] = []
+        mem_y: list[np.ndarray] = []
+        sub_step = 1.0
+        while not self.done():
+            q = ev.grad
+            free = ~((p <= 0) & (q > 0))
+            direction = -self._two_loop(q * free, mem_s, mem_y, h) * free
+            slope = float(direction @ q)
+            if not (slope < 0) or not np.all(np.isfinite(direction)):
+                mem_s.clear()
+                mem_y.clear()
+                direction = -h * q * free
+                slope = float(direction @ q)
+                if not slope < 0:
+                    return  # projected gradient is zero: p is optimal up to ties
+            step = 1.0
+            accepted: tuple[np.ndarray, _Evaluation] | None = None
+            best_trial: tuple[np.ndarray, _Evaluation] | None = None
+            for _ in range(self.cfg.max_line_search):
+                p_new = np.maximum(p + step * direction, 0.0)
+                ev_new = self.evaluate(p_new, "lbfgs")
+                if self.done():
+                    return
+                if best_trial is None or ev_new.dual < best_trial[1].dual:
+                    best_trial = (p_new, ev_new)
+                decrease = float(q @ (p_new - p))
+                if ev_new.dual <= ev.dual + self.cfg.armijo * decrease:
+                    accepted = (p_new, ev_new)
+                    break
+                # Safeguarded quadratic interpolation of phi(step) = g(p + step d) along the path.
+                denom = 2.0 * (ev_new.dual - ev.dual - step * slope)
+                cand = -slope * step * step / denom if denom > 0 else 0.5 * step
+                step = float(min(max(cand, 0.1 * step), 0.5 * step))
+            if accepted is None:
+                # Line search failed (nonsmooth g): projected subgradient step with diminishing length.
+                mem_s.clear()
+                mem_y.clear()
+                if best_trial is not None and best_trial[1].dual < ev.dual:
+                    accepted = best_trial
+                else:
+                    sub_step *= 0.5
+                    p_new = np.maximum(p - sub_step * h * q, 0.0)
+                    accepted = (p_new, self.evaluate(p_new, "subgradient"))
+                    if self.done():
+                        return
+            p_new, ev_new = accepted
+            s_vec = p_new - p
+            y_vec = ev_new.grad - ev.grad
+            # g is convex so s.y >= 0; the sign of y is that of the gradient of g, i.e. -(r - R) = q.
+            sy = float(s_vec @ y_vec)
+            if sy > 1e-12 * float(np.linalg.norm(s_vec) * np.linalg.norm(y_vec)) and sy > 0:
+                mem_s.append(s_vec)
+                mem_y.append(y_vec)
+                if len(mem_s) > self.cfg.memory:
+                    mem_s.pop(0)
+                    mem_y.pop(0)
+            p, ev = p_new, ev_new
+
+    @staticmethod
+    def _two_loop(g: np.ndarray, mem_s: list[np.ndarray], mem_y: list[np.ndarray], h: np.ndarray) -> np.ndarray:
+        """L-BFGS two-loop recursion: ``H g`` with initial matrix ``gamma diag(h)``."""
+        q = g.copy()
+        alphas = []
+        rhos = [1.0 / float(s @ y) for s, y in zip(mem_s, mem_y)]
+        for s, y, rho in zip(reversed(mem_s), reversed(mem_y), reversed(rhos)):
+            alpha = rho * float(s @ q)
+            q -= alpha * y
+            alphas.append(alpha)
+        if mem_s:
+            s, y = mem_s[-1], mem_y[-1]
+            gamma = float(s @ y) / float(y @ (h * y))
+        else:
+            gamma = 1.0
+        r = gamma * h * q
+        for s, y, rho, alpha in zip(mem_s, mem_y, rhos, reversed(alphas)):
+            beta = rho * float(y @ r)
+            r += s * (alpha - beta)
+        return r
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def solve(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    *,
+    demand: ArrayLike | None = None,
+    eps: float | None = None,
+    prices: ArrayLike | None = None,
+    max_iter: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> PricingResult:
+    """Discover optimal pool prices and a near-optimal allocation (Alg. 2 of 004 with the demands of its Sec. 7.1).
+
+    Args:
+        throughput: ``(n, m)`` throughputs ``a_ij >= 0`` (numpy array or torch tensor).
+        capacity: ``(m,)`` capacities ``R_j >= 0``.
+        utility: a :class:`allocator.utilities.Utility` for the ``n`` jobs (e.g. ``utilities.Log()``).
+        demand: ``None`` (1), a scalar, ``(n,)`` per-job or ``(n, m)`` per-job-and-pool demands ``d > 0``.
+        eps: stop when ``g(p) - U(X) <= eps``; default ``1e-3 n``.
+        prices: ``(m,)`` initial prices (warm start); default eq. (17).
+        max_iter: limit on dual evaluations (default 200).
+        device: torch device; default the input tensor's device, else CUDA when available, else CPU.
+        dtype: float32 (default) or float64.
+
+    Returns:
+        A :class:`PricingResult`. Raises ``ValueError`` on malformed input, naming the job/pool index and field.
+    """
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices)
+
+
+def solve_distributed(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    *,
+    group: Any = None,
+    demand: ArrayLike | None = None,
+    eps: float | None = None,
+    prices: ArrayLike | None = None,
+    max_iter: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> PricingResult:
+    """Price discovery with jobs sharded over the processes of a ``torch.distributed`` group.
+
+    Every rank passes its own rows (``throughput``, ``utility``, ``demand``) and the same ``capacity``; usage, dual
+    and primal sums are all-reduced each evaluation (gloo on CPU, nccl on GPUs), so all ranks follow the same price
+    path and return the same prices and bounds. The allocation returned on each rank covers that rank's rows.
+    ``group=None`` uses the default (world) group, which must be initialised.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError("solve_distributed needs an initialised torch.distributed process group")
+    grp = group if group is not None else dist.group.WORLD
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, group=grp)

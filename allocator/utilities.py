@@ -1,0 +1,406 @@
+"""Vectorised utility functions of throughput for price discovery (paper 004, Sec. 2.2 and Sec. 4.2).
+
+Every utility here is a *concave, nondecreasing* function ``u_i(t)`` of a job's throughput ``t >= 0``, with
+per-job parameters held as torch tensors (a 0-d tensor is shared by all jobs, a 1-d tensor of length ``n`` gives one
+value per job). The families are
+
+========================  =============================================================  ==============================
+class                     ``u_i(t)``                                                     spec string
+========================  =============================================================  ==============================
+:class:`Linear`           ``w_i t``                                                      ``"linear"``
+:class:`Log`              ``w_i log t`` (eq. 1)                                          ``"log"``
+:class:`Power`            ``w_i t^p`` for ``p in (0, 1]``, ``-w_i t^p`` for ``p < 0``    ``"power:P"``
+:class:`AlphaFair`        ``w_i t^(1-a)/(1-a)``, ``w_i log t`` at ``a = 1`` (Sec. 2.2)   ``"alpha:A"``
+:class:`TargetPriority`   ``w_i min(t - t_des_i, 0)`` (eq. 2)                            ``"target:T[:W1,W2]"``
+========================  =============================================================  ==============================
+
+``w_i > 0`` is a per-job weight (priority) available in every family.
+
+The protocol
+------------
+The price-discovery engine (:mod:`allocator.pricing`) touches a utility only through the :class:`Utility` protocol.
+To add a utility, write a class with these members, all vectorised over jobs (tensors of shape ``(k,)`` where ``k``
+is the number of jobs the object currently describes):
+
+``value(t)``
+    ``u_i(t_i)``; ``-inf`` where the utility is unbounded below (``log 0``), never NaN for ``t >= 0``.
+``derivative(t)``
+    a supergradient of ``u_i`` at ``t_i`` (``+inf`` allowed at ``t = 0``); used for the initial prices (eq. 17).
+``argmax(alpha, gamma, delta)``
+    a maximiser of ``u_i(t) - (alpha_i t + beta_i)`` over ``t in [gamma_i, delta_i]`` with ``alpha_i >= 0``
+    (``beta`` shifts the value only, so it is not passed). This is step 2 of Algorithm 1: ``c(t)`` is affine on each
+    hull segment. ``alpha`` may be 0 (free resource); ``gamma <= delta`` always. For strictly concave ``u`` this is
+    eq. (15), ``clip((u')^{-1}(alpha), gamma, delta)``; for target-priority it is eq. (16).
+``take(index)``
+    the same utility restricted to the jobs ``index`` (a long tensor), in that order.
+``to(device, dtype)``
+    a copy with its tensors on ``device`` in floating dtype ``dtype``.
+``n_jobs``
+    the number of jobs with their own parameters, or ``None`` if every parameter is shared.
+
+Concavity is required: the subproblem solver walks the segments of the convex cost ``c(t)`` left to right and stops
+at the first segment whose maximiser lies left of its right end, which is a global maximiser exactly when
+``u - c`` is concave. :class:`UtilityBase` supplies ``take``/``to``/``n_jobs`` for classes whose parameters are
+tensor attributes listed in ``_params``.
+
+Spec strings
+------------
+:func:`from_spec` builds a utility from a short string, as used by ``walras solve --utility`` and the planner:
+
+- ``"linear"``, ``"log"``: the families above with unit weights;
+- ``"power:P"``: :class:`Power` with exponent ``P`` (``0 < P <= 1`` or ``P < 0``);
+- ``"alpha:A"``: :class:`AlphaFair` with ``A >= 0``;
+- ``"target:T"``: :class:`TargetPriority` with target ``T > 0`` for every job and unit weights;
+- ``"target:T:W1,W2,..."``: the same with each job's weight drawn uniformly from ``{W1, W2, ...}`` using
+  ``numpy.random.default_rng(seed)`` (``"target:0.2:1,2"`` is the instance of 004 Sec. 6.2).
+
+Keyword arguments of :func:`from_spec` override the spec: ``weight`` (per-job weights for any family) and
+``target`` (per-job targets for ``target``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "AlphaFair",
+    "Linear",
+    "Log",
+    "Power",
+    "TargetPriority",
+    "Utility",
+    "UtilityBase",
+    "as_param",
+    "from_spec",
+    "initial_prices",
+]
+
+ArrayLike = Any
+
+
+@runtime_checkable
+class Utility(Protocol):
+    """What the price-discovery engine needs from a utility (see the module docstring)."""
+
+    @property
+    def n_jobs(self) -> int | None: ...
+
+    def value(self, t: Tensor) -> Tensor: ...
+
+    def derivative(self, t: Tensor) -> Tensor: ...
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor: ...
+
+    def take(self, index: Tensor) -> Utility: ...
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Utility: ...
+
+
+def as_param(name: str, value: ArrayLike, *, positive: bool = False, nonnegative: bool = False) -> Tensor:
+    """Convert a scalar or 1-d array of per-job parameters to a float64 tensor, validating it.
+
+    Raises ``ValueError`` naming ``name`` and the first offending job index when a value is NaN/inf, or not
+    positive (``positive=True``) / negative (``nonnegative=True``).
+    """
+    if isinstance(value, Tensor):
+        tensor = value.detach().to(dtype=torch.float64)
+    else:
+        tensor = torch.as_tensor(np.asarray(value, dtype=np.float64))
+    if tensor.ndim > 1:
+        raise ValueError(f"{name} must be a scalar or a 1-d array of per-job values, got shape {tuple(tensor.shape)}")
+    flat = tensor.reshape(-1)
+    bad = ~torch.isfinite(flat)
+    what = "finite"
+    if positive:
+        bad |= flat <= 0
+        what = "finite and positive"
+    elif nonnegative:
+        bad |= flat < 0
+        what = "finite and non-negative"
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad)[0, 0])
+        where = f"{name}[{i}] (job {i})" if tensor.ndim == 1 else name
+        raise ValueError(f"{where} = {float(flat[i])!r}: must be {what}")
+    return tensor
+
+
+def _clip(t: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    # torch.clamp with tensor bounds; NaN-free as long as lo <= hi and t is not NaN.
+    return torch.minimum(torch.maximum(t, lo), hi)
+
+
+class UtilityBase:
+    """Shared plumbing: per-job tensor parameters named in ``_params`` support ``take``, ``to`` and ``n_jobs``."""
+
+    _params: tuple[str, ...] = ()
+
+    def _with(self, changes: dict[str, Tensor]) -> Any:
+        new = copy.copy(self)
+        new.__dict__.update(changes)
+        return new
+
+    @property
+    def n_jobs(self) -> int | None:
+        sizes = {int(getattr(self, p).shape[0]) for p in self._params if getattr(self, p).ndim == 1}
+        if len(sizes) > 1:
+            raise ValueError(f"{type(self).__name__}: per-job parameters have different lengths {sorted(sizes)}")
+        return sizes.pop() if sizes else None
+
+    def take(self, index: Tensor) -> Any:
+        changes = {}
+        for p in self._params:
+            v = getattr(self, p)
+            if v.ndim == 1:
+                changes[p] = v.index_select(0, index.to(v.device))
+        return self._with(changes) if changes else self
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Any:
+        changes = {p: getattr(self, p).to(device=device, dtype=dtype) for p in self._params}
+        return self._with(changes)
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in self._params:
+            v = getattr(self, name)
+            parts.append(f"{name}={float(v):g}" if v.ndim == 0 else f"{name}=<{v.shape[0]} values>")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _weight(weight: ArrayLike) -> Tensor:
+    return as_param("weight", weight, positive=True)
+
+
+class Linear(UtilityBase):
+    """``u_i(t) = w_i t``: total (weighted) throughput (Sec. 2.2)."""
+
+
+    def __init__(self, weight: ArrayLike = 1.0) -> None:
+        self.weight = _weight(weight)
+        self._params = ("weight",)
+
+    def value(self, t: Tensor) -> Tensor:
+        return self.weight * t
+
+    def derivative(self, t: Tensor) -> Tensor:
+        return self.weight.expand_as(t) if self.weight.ndim == 0 else self.weight.clone()
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        # Linear net utility (w - alpha) t: right end when w > alpha, left end otherwise.
+        return torch.where(self.weight > alpha, delta, gamma)
+
+
+class Log(UtilityBase):
+    """``u_i(t) = w_i log t`` (eq. 1): proportional fairness. ``u(0) = -inf``."""
+
+
+    def __init__(self, weight: ArrayLike = 1.0) -> None:
+        self.weight = _weight(weight)
+        self._params = ("weight",)
+
+    def value(self, t: Tensor) -> Tensor:
+        return self.weight * torch.log(t)
+
+    def derivative(self, t: Tensor) -> Tensor:
+        return self.weight / t
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        # eq. (15): u'(t) = w / t = alpha  ->  t = w / alpha (inf when alpha = 0), projected on [gamma, delta].
+        return _clip(self.weight / alpha, gamma, delta)
+
+
+class Power(UtilityBase):
+    """Power (CRRA) utility: ``w_i t^p`` for ``p in (0, 1]``, ``-w_i t^p`` for ``p < 0`` (Sec. 2.2).
+
+    ``p`` may differ per job. ``p = 1`` is linear utility.
+    """
+
+
+    def __init__(self, p: ArrayLike, weight: ArrayLike = 1.0) -> None:
+        pt = as_param("p", p)
+        bad = (pt == 0) | (pt > 1)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad.reshape(-1))[0, 0])
+            where = f"p[{i}] (job {i})" if pt.ndim == 1 else "p"
+            raise ValueError(f"{where} = {float(pt.reshape(-1)[i])!r}: power utility needs p in (0, 1] or p < 0")
+        self.p = pt
+        self.weight = _weight(weight)
+        self._params = ("p", "weight")
+
+    def value(self, t: Tensor) -> Tensor:
+        return self.weight * torch.sign(self.p) * torch.pow(t, self.p)
+
+    def derivative(self, t: Tensor) -> Tensor:
+        return self.weight * torch.abs(self.p) * torch.pow(t, self.p - 1)
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        # u'(t) = w |p| t^(p-1) = alpha  ->  t = (alpha / (w |p|))^(1/(p-1)); p = 1 is linear.
+        p = self.p
+        linear = p == 1
+        expo = 1.0 / torch.where(linear, torch.full_like(p, -1.0), p - 1)
+        t = torch.pow(alpha / (self.weight * torch.abs(p)), expo)
+        if bool(linear.any()):
+            t = torch.where(linear, torch.where(self.weight > alpha, delta, gamma), t)
+        return _clip(t, gamma, delta)
+
+
+class AlphaFair(UtilityBase):
+    """Alpha-fair utility (Sec. 2.2): ``w_i t^(1-a)/(1-a)`` for ``a != 1``, ``w_i log t`` for ``a = 1``.
+
+    ``a = 0`` is linear, ``a = 1`` log; a large ``a`` approximates max-min fairness. ``a`` may differ per job.
+    """
+
+
+    def __init__(self, alpha: ArrayLike, weight: ArrayLike = 1.0) -> None:
+        self.alpha = as_param("alpha", alpha, nonnegative=True)
+        self.weight = _weight(weight)
+        self._params = ("alpha", "weight")
+
+    def value(self, t: Tensor) -> Tensor:
+        a = self.alpha
+        is_log = a == 1
+        one_minus = torch.where(is_log, torch.ones_like(a), 1 - a)
+        power = torch.pow(t, one_minus) / one_minus
+        if bool(is_log.any()):
+            power = torch.where(is_log, torch.log(t), power)
+        return self.weight * power
+
+    def derivative(self, t: Tensor) -> Tensor:
+        return self.weight * torch.pow(t, -self.alpha)
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        # u'(t) = w t^(-a) = alpha  ->  t = (w / alpha)^(1/a); a = 0 is linear.
+        a = self.alpha
+        linear = a == 0
+        t = torch.pow(self.weight / alpha, 1.0 / torch.where(linear, torch.ones_like(a), a))
+        if bool(linear.any()):
+            t = torch.where(linear, torch.where(self.weight > alpha, delta, gamma), t)
+        return _clip(t, gamma, delta)
+
+
+class TargetPriority(UtilityBase):
+    """Target-priority utility (eq. 2): ``w_i min(t - t_des_i, 0)`` with ``w_i > 0`` and ``t_des_i > 0``."""
+
+
+    def __init__(self, target: ArrayLike, weight: ArrayLike = 1.0) -> None:
+        self.target = as_param("target", target, positive=True)
+        self.weight = _weight(weight)
+        self._params = ("target", "weight")
+
+    def value(self, t: Tensor) -> Tensor:
+        return self.weight * torch.clamp(t - self.target, max=0.0)
+
+    def derivative(self, t: Tensor) -> Tensor:
+        # Supergradient: w below the target, 0 at or above it.
+        return torch.where(t < self.target, self.weight, torch.zeros_like(self.weight))
+
+    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+        # eq. (16): climb to the target (or as far as allowed) only when the marginal value w beats the price slope.
+        return torch.where(self.weight > alpha, _clip(self.target.expand_as(gamma), gamma, delta), gamma)
+
+
+def initial_prices(
+    utility: Utility, throughput: Tensor, capacity: Tensor, demand: Tensor | None = None
+) -> Tensor:
+    """Initial prices of eq. (17), generalised to demands.
+
+    Every job gets the same share ``x_ij = R_j / D_j`` of each pool (``D_j = sum_i d_ij``, so the shares use exactly
+    the capacity), rows scaled down when ``1^T x_i > 1`` (the ``kappa`` of Sec. 5). The price of pool ``j`` is the
+    sensitivity of the total utility to its capacity, ``p_j = (1/R_j) sum_i u_i'(a_i^T x_i) a_ij x_ij`` (which is
+    ``(1/n) sum_i u_i'(t_i) a_ij`` for unit demands). Pools with ``R_j = 0`` get the largest other price.
+    """
+    n, m = throughput.shape
+    if n == 0:
+        return torch.zeros(m, dtype=throughput.dtype, device=throughput.device)
+    if demand is None:
+        total = torch.full((m,), float(n), dtype=throughput.dtype, device=throughput.device)
+    elif demand.ndim == 1:
+        total = demand.sum().expand(m)
+    else:
+        total = demand.sum(0)
+    share = torch.where(total > 0, capacity / total.clamp_min(1e-30), torch.zeros_like(capacity))
+    x = share.expand(n, m)
+    rowsum = x.sum(1)
+    scale = 1.0 / rowsum.clamp_min(1.0)
+    t = (throughput * x).sum(1) * scale
+    du = utility.derivative(t)
+    du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
+    weighted = (du * scale).unsqueeze(1) * throughput * x
+    p = weighted.sum(0) / capacity.clamp_min(1e-30)
+    p = torch.where(capacity > 0, p, torch.zeros_like(p))
+    if bool((capacity <= 0).any()) and bool((capacity > 0).any()):
+        p = torch.where(capacity > 0, p, p[capacity > 0].max())
+    return p.clamp_min(0)
+
+
+def _parse_float(text: str, what: str, spec: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"utility spec {spec!r}: {what} {text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise ValueError(f"utility spec {spec!r}: {what} must be finite")
+    return v
+
+
+def from_spec(
+    spec: str,
+    n: int,
+    *,
+    weight: ArrayLike | None = None,
+    target: ArrayLike | None = None,
+    seed: int | np.random.Generator | None = 0,
+) -> Utility:
+    """Build a utility for ``n`` jobs from a spec string (grammar in the module docstring).
+
+    ``weight`` (scalar or length-``n``) sets per-job weights for any family; ``target`` (scalar or length-``n``) sets
+    the targets of ``target:`` specs (the ``T`` in the spec is then ignored). Weight lists in a ``target:T:W1,W2``
+    spec are sampled with ``numpy.random.default_rng(seed)``.
+    """
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    parts = spec.strip().split(":")
+    kind = parts[0].strip().lower()
+
+    def check_len(name: str, v: ArrayLike | None) -> ArrayLike | None:
+        if v is not None and np.ndim(v) == 1 and len(v) != n:
+            raise ValueError(f"{name} has {len(v)} values but there are {n} jobs")
+        return v
+
+    weight = check_len("weight", weight)
+    target = check_len("target", target)
+    w = 1.0 if weight is None else weight
+    if kind in ("linear", "log"):
+        if len(parts) != 1:
+            raise ValueError(f"utility spec {spec!r}: {kind!r} takes no parameter")
+        return Linear(w) if kind == "linear" else Log(w)
+    if kind in ("power", "alpha"):
+        if len(parts) != 2:
+            raise ValueError(f"utility spec {spec!r}: expected '{kind}:<number>'")
+        v = _parse_float(parts[1], "exponent" if kind == "power" else "alpha", spec)
+        return Power(v, w) if kind == "power" else AlphaFair(v, w)
+    if kind == "target":
+        if len(parts) not in (2, 3):
+            raise ValueError(f"utility spec {spec!r}: expected 'target:T' or 'target:T:W1,W2,...'")
+        t_des: ArrayLike = _parse_float(parts[1], "target", spec) if target is None else target
+        if len(parts) == 3 and weight is None:
+            choices = [_parse_float(x, "weight", spec) for x in parts[2].split(",") if x.strip()]
+            if not choices:
+                raise ValueError(f"utility spec {spec!r}: empty weight list")
+            rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+            w = np.asarray(choices, dtype=np.float64)[rng.integers(0, len(choices), size=n)]
+        return TargetPriority(t_des, w)
+    raise ValueError(
+        f"unknown utility spec {spec!r}: expected one of linear, log, power:P, alpha:A, target:T[:W1,W2,...]"
+    )
+
+
+def spec_names() -> Sequence[str]:
+    """The spec-string forms :func:`from_spec` accepts (for help texts)."""
+    return ("linear", "log", "power:P", "alpha:A", "target:T[:W1,W2,...]")
