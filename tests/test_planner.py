@@ -634,3 +634,20 @@ def test_pods_on_a_removed_node_are_replaced() -> None:
     check_plan(snap2, second)
     assert second.pod("ml", lost["metadata"]["name"]).action == "delete"
     assert all(p.node != "b0" for p in second.pods if p.action != "delete")
+
+
+def test_node_selector_needs_every_label() -> None:
+    nodes = [
+        node("x", {"gpu": "a", "zone": "1"}, **{"nvidia.com/gpu": "4"}),
+        node("y", {"gpu": "a", "zone": "2"}, **{"nvidia.com/gpu": "4"}),
+        node("z", {"gpu": "b", "zone": "1"}, **{"nvidia.com/gpu": "4"}),
+    ]
+    two = pool("a1", "a")
+    two["spec"]["nodeSelector"]["zone"] = "1"
+    alone = build_plan(Snapshot(nodes=tuple(nodes), pools=(two,)))
+    assert alone.pools["a1"].nodes == ["x"]
+    # pools claim nodes in name order: "a" takes x and y, "a1" keeps none and reports the overlap
+    plan = build_plan(Snapshot(nodes=tuple(nodes), pools=(two, pool("a", "a"))))
+    assert plan.pools["a"].nodes == ["x", "y"]
+    assert plan.pools["a1"].nodes == []
+    assert any(c.type == "NodesOverlap" for c in plan.pools["a1"].conditions)

@@ -113,3 +113,24 @@ def test_market_on_the_example_gpu_jobs_matches_cvxpy() -> None:
     assert achieved == pytest.approx(market.primal, rel=1e-9, abs=1e-9)
     assert market.dual >= optimum - 1e-6
     assert market.prices == pytest.approx(prices, rel=1e-2, abs=1e-3)
+
+
+def test_small_markets_run_single_threaded_and_restore_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    from walras.planner import market as market_module
+
+    seen: list[int] = []
+    real = market_module._solve
+
+    def spy(*args: object) -> object:
+        seen.append(torch.get_num_threads())
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(market_module, "_solve", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        solve_market(np.ones((2, 2)), np.ones(2), [UtilitySpec("log")] * 2, [1.0, 1.0], np.ones((2, 2)), None)
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

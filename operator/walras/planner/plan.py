@@ -67,6 +67,24 @@ class _Nodes:
     allocatable: list[Mapping[str, Any]]
     index: dict[str, int]
     _cache: dict[str, np.ndarray] = field(default_factory=dict)
+    _by_label: dict[tuple[str, str], np.ndarray] | None = None
+
+    def select(self, selector: Mapping[str, str]) -> np.ndarray:
+        """Boolean mask of the nodes whose labels include every ``key: value`` of ``selector``."""
+        if self._by_label is None:
+            index: dict[tuple[str, str], list[int]] = defaultdict(list)
+            for k, labels in enumerate(self.labels):
+                for item in labels.items():
+                    index[item].append(k)
+            self._by_label = {item: np.array(ks, dtype=np.int64) for item, ks in index.items()}
+        mask = np.ones(len(self.names), dtype=bool)
+        for item in selector.items():
+            hit = np.zeros(len(self.names), dtype=bool)
+            found = self._by_label.get(item)
+            if found is not None:
+                hit[found] = True
+            mask &= hit
+        return mask
 
     def resource(self, name: str) -> np.ndarray:
         """Allocatable amount of resource ``name`` per node (0 where absent or malformed)."""
@@ -118,22 +136,25 @@ class _Pod:
 def _pod_requests(spec: Mapping[str, Any]) -> dict[str, float]:
     """Sum of the containers' requests (a limit stands in for a missing request, as Kubernetes defaults it)."""
     total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        merged = {**limits, **requests}
-        for key, value in _parsed(tuple(sorted((k, str(v)) for k, v in merged.items()))):
-            total[key] = total.get(key, 0.0) + value
+    for container in spec.get("containers") or ():
+        resources = container.get("resources")
+        if not resources:
+            continue
+        requests = resources.get("requests")
+        limits = resources.get("limits")
+        key = (tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ())
+        for name, value in _parsed(key):
+            total[name] = total.get(name, 0.0) + value
     return total
 
 
 @lru_cache(maxsize=4096)
-def _parsed(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, float], ...]:
+def _parsed(key: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]) -> tuple[tuple[str, float], ...]:
+    merged = {**dict(key[1]), **dict(key[0])}
     out = []
-    for key, raw in items:
+    for name, raw in merged.items():
         try:
-            out.append((key, parse_quantity(raw)))
+            out.append((name, parse_quantity(raw)))
         except ValueError:
             continue
     return tuple(out)
@@ -161,10 +182,6 @@ def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
         )
     pods.sort(key=lambda p: (p.namespace, p.name))
     return pods
-
-
-def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def _object_name(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -239,7 +256,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
                 plan.pools[name] = pp
                 warn("ResourcePool", "", name, "ProfileNotFound", message)
                 continue
-        match = np.array([_matches(labels, spec.node_selector) for labels in nodes.labels], dtype=bool)
+        match = nodes.select(spec.node_selector)
         overlap = match & (claimed >= 0)
         if overlap.any():
             other = pools[int(claimed[np.flatnonzero(overlap)[0]])].spec.name
@@ -493,10 +510,11 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
                     pod_plans[key].append(
                         PodPlan(namespace, pod.name, name, pools[j].spec.name, None, {}, {}, "delete", True)
                     )
+            base = _pod_name(name, pools[j].spec.name, 0)[:-2]
             for _ in range(left):
-                while _pod_name(name, pools[j].spec.name, counter) in taken:
+                while f"{base}-{counter}" in taken:
                     counter += 1
-                new_name = _pod_name(name, pools[j].spec.name, counter)
+                new_name = f"{base}-{counter}"
                 taken.add(new_name)
                 to_place[j].append((row, _Pod(namespace, new_name, -1, {}, name, pools[j].spec.name), False))
             counter = 0
