@@ -9,8 +9,10 @@ backtracking; it converges globally and the duality gap after centring is ``(#pa
 The Newton system ``H dx = g`` is solved exactly through its structure: ``H = B + A^T S A`` where
 ``B = diag(1/x^2) + T^T diag(t phi / X^2) T`` is block diagonal per user with rank-one blocks (Sherman-Morrison), and
 the capacity term has rank ``#rows = k r`` (Woodbury), so each step costs one dense ``(k r) x (k r)`` Cholesky.
-The result is a strictly interior, near-optimal point; :func:`allocator.fairness.pfvds.pf_vds` then polishes it with
-exact best-response sweeps until the KKT residual meets its tolerance.
+In floating point the Woodbury solve loses accuracy once slacks become tiny (observed near a relative objective gap
+of ~1e-7); the method then stops at its current feasible point (a Newton decrement that is not positive is the
+signal). The result is a strictly interior, near-optimal point; :func:`allocator.fairness.pfvds.pf_vds` then polishes
+it with exact best-response sweeps until the KKT residual meets its tolerance.
 """
 
 from __future__ import annotations
