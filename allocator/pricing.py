@@ -97,7 +97,7 @@ class PricingResult:
     history: list[IterationRecord] = field(default_factory=list)
 
     @property
-    def X(self) -> np.ndarray:  # noqa: N802 - the paper's name
+    def X(self) -> np.ndarray:
         return self.allocation
 
     @property
@@ -380,7 +380,7 @@ class PriceDiscovery:
         prices: ArrayLike | None = None,
         group: Any = None,
     ) -> PricingResult:
-        """Run price discovery; ``group`` (a ``torch.distributed`` process group) means the rows are this rank's shard."""
+        """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard."""
         start = time.perf_counter()
         if self.method not in ("hull", "pairs"):
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
