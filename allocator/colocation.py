@@ -739,9 +739,7 @@ def _cutjuxtapose(inst: _Instance, budget: int, juxtapose: str) -> tuple[np.ndar
     total = math.prod(full)
     complete = total <= budget
     limits = full if complete else _water_fill(full, budget)
-    pls = [
-        _placements(inst.sizes[orders[t]], m, t == best_fixed, limits[i]) for i, t in enumerate(present)
-    ]
+    pls = [_placements(inst.sizes[orders[t]], m, t == best_fixed, limits[i]) for i, t in enumerate(present)]
     sizes_ = [pl.L.shape[0] for pl in pls]
     evaluations = math.prod(sizes_)
     P = len(present)
@@ -883,9 +881,7 @@ def _per_machine(value: Any, m: int, name: str, integer: bool) -> np.ndarray:
     return arr
 
 
-def _hill(
-    inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | None
-) -> tuple[np.ndarray, int, int]:
+def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | None) -> tuple[np.ndarray, int, int]:
     """Best-improvement hill climbing over the four OrS-preserving moves of Sec. 8.1.1.
 
     For every type, machines holding that type are ordered by their block of the type's sorted tasks (OrS: each
@@ -1266,9 +1262,11 @@ def gavel_alpha(data: Any = None, *, gpu: str = "v100", classes: str = "model", 
     slow[~np.isfinite(iso) | (iso <= 0), :] = np.nan
     missing = int(np.isnan(slow).sum())
     measured = slow[~np.isnan(slow)]
-    fill = (float(np.clip(measured, 0, 1).max()) if nan == "max" else float(np.clip(measured, 0, 1).mean())) if (
-        measured.size
-    ) else 1.0
+    fill = (
+        (float(np.clip(measured, 0, 1).max()) if nan == "max" else float(np.clip(measured, 0, 1).mean()))
+        if (measured.size)
+        else 1.0
+    )
     slow = np.clip(np.where(np.isnan(slow), fill, slow), 0.0, 1.0)
     jobs = list(data.job_types)
     if classes == "job":

@@ -434,7 +434,7 @@ def test_bad_input_raises():
         partition([1, 2], [0, 1], a, 2, cost=np.sqrt)
     with pytest.raises(ValueError, match="unknown option"):
         partition([1, 2], [0, 1], a, 2, capcity=3)
-    with pytest.raises(ValueError, match="diagonal|independent"):
+    with pytest.raises(ValueError, match=r"diagonal|independent"):
         partition([1, 2], [0, 1], np.ones((2, 2)) + np.eye(2), 2, method="independent")
     x = partition([1, 2, 3], ["web", "db", "web"], a, 2, type_names=["web", "db"])
     assert x.shape == (3,)

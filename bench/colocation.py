@@ -1,0 +1,319 @@
+"""Benchmark for allocator.colocation (paper 001, Sec. 8): ``python -m bench.colocation [--quick]``.
+
+Writes ``docs/bench/colocation.md``. The Google trace used in Sec. 8.1.2 is not available offline, so the Section 8
+reproduction runs on a SYNTHETIC data set generated to match what Sec. 8.1.2 and Figures 1-2 describe (see
+``synthetic_dataset``). A second section builds instances from Gavel's measured GPU interference (OSDI 2020).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from allocator.colocation import gavel_alpha, lower_bound, solve
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "bench" / "colocation.md"
+BUDGET = 10**6
+HEURISTICS = ("bestors", "bestors+hill", "one+hill", "dedic+hill")
+
+# Sec. 8.1.2 interference coefficients (symmetric, alpha_tt = 1)
+ALPHAS = {
+    2: np.array([[1.0, 0.5], [0.5, 1.0]]),
+    3: np.array([[1.0, 0.5, 0.25], [0.5, 1.0, 0.5], [0.25, 0.5, 1.0]]),
+    4: np.array([[1.0, 0.75, 0.5, 0.25], [0.75, 1.0, 0.75, 0.5], [0.5, 0.75, 1.0, 0.75], [0.25, 0.5, 0.75, 1.0]]),
+}
+THRESHOLDS = {2: [0.0], 3: [-0.66, 0.66], 4: [-0.66, 0.0, 0.66]}
+
+
+def synthetic_dataset(seed: int = 2018, records: int = 10_000) -> tuple[np.ndarray, np.ndarray]:
+    """Synthetic stand-in for the 10k Google task records of Sec. 8.1.2 (NOT the trace).
+
+    Task magnitude ``s`` (the larger of CPU and memory usage) is log-normal, ``log10 s ~ N(-2.2, 0.6)``: heavy-tailed,
+    most tasks small as in Figure 2. ``log(rho) = log(cpu / mem) ~ N(0, 0.515)`` puts ~10 % of tasks below -0.66
+    (memory-dominated), ~40 % in [-0.66, 0), ~40 % in [0, 0.66) and ~10 % above 0.66, the split Sec. 8.1.2 reports
+    (10/40/39/11 %). CPU and memory are normalised by their maxima, records below 0.005 in both are dropped (Sec. 8.1.2
+    drops 45 %; here ~43 %), and the load is ``round(100 * max(cpu, mem))``. Returns (loads, log_rho).
+    """
+    rng = np.random.default_rng(seed)
+    s = 10 ** rng.normal(-2.2, 0.6, records)
+    log_rho = rng.normal(0.0, 0.515, records)
+    rho = np.exp(log_rho)
+    cpu = np.where(rho >= 1, s, s * rho)
+    mem = np.where(rho >= 1, s / rho, s)
+    cpu, mem = cpu / cpu.max(), mem / mem.max()
+    keep = (cpu >= 0.005) | (mem >= 0.005)
+    loads = np.rint(100 * np.maximum(cpu, mem))[keep]
+    return loads, log_rho[keep]
+
+
+def make_instance(
+    rng: np.random.Generator, loads: np.ndarray, log_rho: np.ndarray, n: int, T: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sample n records, type by the log(rho) thresholds; a missing type replaces a task of the most common type."""
+    idx = rng.choice(loads.size, n, replace=False)
+    types = np.searchsorted(THRESHOLDS[T], log_rho[idx], side="right")
+    sizes = loads[idx].copy()
+    pool_types = np.searchsorted(THRESHOLDS[T], log_rho, side="right")
+    for t in range(T):
+        if not np.any(types == t):
+            common = int(np.argmax(np.bincount(types, minlength=T)))
+            victim = int(np.flatnonzero(types == common)[0])
+            donor = int(rng.choice(np.flatnonzero(pool_types == t)))
+            types[victim], sizes[victim] = t, loads[donor]
+    return sizes, types
+
+
+def header(cmd: str) -> list[str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        tv = torch.__version__
+    except ImportError:  # pragma: no cover
+        tv = "n/a"
+    return [
+        "## Colocation with side effects (paper 001, `allocator.colocation`)",
+        "",
+        f"Command: `{cmd}`  ",
+        f"Machine: {os.cpu_count()} CPUs, {cpu}; Python {platform.python_version()}, numpy {np.__version__}, "
+        f"torch {tv}; {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        "",
+    ]
+
+
+def timed(fn, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def section8(quick: bool, seed: int) -> tuple[list[str], float]:
+    t_start = time.perf_counter()
+    loads, log_rho = synthetic_dataset(seed)
+    Ts = (2, 3, 4)
+    ns = (10, 20) if quick else (10, 20, 50, 100)
+    ms = (2, 3) if quick else (2, 3, 5, 10)
+    reps = 5 if quick else 30
+    rng = np.random.default_rng(seed + 1)
+    rows = []
+    for T in Ts:
+        for n in ns:
+            for m in ms:
+                for _ in range(reps):
+                    p, t = make_instance(rng, loads, log_rho, n, T)
+                    a = ALPHAS[T]
+                    rec = {"T": T, "n": n, "m": m}
+                    for meth in HEURISTICS:
+                        r = solve(p, t, a, m, method=meth, budget=BUDGET)
+                        rec[meth] = r.cost
+                        rec[meth + ":evals"] = r.evaluations
+                    cj = solve(p, t, a, m, method="cutjuxtapose", budget=BUDGET)
+                    rec["cj"], rec["cj_done"] = cj.cost, cj.complete
+                    rec["lb"] = lower_bound(p, t, a, m)
+                    rows.append(rec)
+    elapsed = time.perf_counter() - t_start
+    out = [
+        "### Section 8 reproduction on SYNTHETIC data",
+        "",
+        "The Google trace of Sec. 8.1.2 is not available offline. Instances come from a synthetic data set generated "
+        "to match Sec. 8.1.2 / Figures 1-2 (log-normal task magnitudes, log(CPU/memory) split at -0.66 / 0 / 0.66 "
+        "into 10/40/40/10 %, records below 0.005 in both dropped, load = round(100 max(cpu, mem)), alpha of "
+        "Sec. 8.1.2); see `bench/colocation.py::synthetic_dataset`. Every algorithm is limited to "
+        f"{BUDGET:.0e} evaluations. Grid: T in {Ts}, n in {ns}, m in {ms}, {reps} instances each "
+        f"({len(rows)} instances; the paper: 1440). Grid wall time: {elapsed:.1f} s.",
+        "",
+    ]
+    solved = [r for r in rows if r["cj_done"]]
+    out.append(
+        f"CutJuxtapose solved **{len(solved)} of {len(rows)}** instances within the budget (paper: 464 of 1440)."
+    )
+    out += ["", "Percentage solved by CutJuxtapose (ours / paper Table 1 where the paper reports it):", ""]
+    paper_t1 = {
+        (2, 2): [100, 100, 100, 100], (2, 3): [100, 100, 100, 100], (2, 4): [100, 100, 77, 0],
+        (3, 2): [100, 100, 0, 0], (3, 3): [100, 67, 0, 0], (3, 4): [100, 0, 0, 0],
+    }  # fmt: skip
+    out.append("| m | T | " + " | ".join(f"n={n}" for n in ns) + " |")
+    out.append("|---|---|" + "---|" * len(ns))
+    for m in ms:
+        for T in Ts:
+            cells = []
+            for n in ns:
+                sel = [r for r in rows if (r["T"], r["n"], r["m"]) == (T, n, m)]
+                pct = 100 * np.mean([r["cj_done"] for r in sel])
+                ref = paper_t1.get((m, T))
+                paper = ref[(10, 20, 50, 100).index(n)] if ref else (0 if m == 10 else None)
+                cells.append(f"{pct:.0f}" + (f" / {paper}" if paper is not None else ""))
+            out.append(f"| {m} | {T} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append("Paper: CutJuxtapose finished one instance with m = 5 and none with m = 10.")
+    out.append("")
+    if solved:
+        out += [
+            "Quality on the instances CutJuxtapose solved (cost / optimum):",
+            "",
+            "| algorithm | optimal (%) | mean ratio | worst ratio | paper |",
+            "|---|---|---|---|---|",
+        ]
+        papers = {"bestors": "optimal 32 %", "bestors+hill": "optimal 68 %, worst within 15 %"}
+        for meth in HEURISTICS:
+            ratios = np.array([r[meth] / r["cj"] if r["cj"] > 0 else 1.0 for r in solved])
+            opt = 100 * np.mean(ratios <= 1 + 1e-9)
+            out.append(
+                f"| {meth.upper()} | {opt:.0f} | {ratios.mean():.3f} | {ratios.max():.3f} | {papers.get(meth, '')} |"
+            )
+        out.append("")
+    out += [
+        "Mean cost / lower bound (Sec. 8.1.3) by number of types:",
+        "",
+        "| T | CutJuxtapose, solved instances (paper) | BestOrS+HILL, all instances (paper) | BestOrS, all | "
+        "ONE+HILL, all | DEDIC+HILL, all | CutJuxtapose, all |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    paper_cj = {2: 1.54, 3: 3.16, 4: 3.15}
+    paper_bh = {2: 1.59, 3: 3.27, 4: 3.23}
+    for T in Ts:
+        allT = [r for r in rows if r["T"] == T and r["lb"] > 0]
+        sol = [r for r in allT if r["cj_done"]]
+
+        def mean(key: str, rs: list[dict]) -> str:
+            return f"{np.mean([r[key] / r['lb'] for r in rs]):.2f}" if rs else "n/a"
+
+        out.append(
+            f"| {T} | {mean('cj', sol)} ({paper_cj[T]}) | {mean('bestors+hill', allT)} ({paper_bh[T]}) | "
+            f"{mean('bestors', allT)} | {mean('one+hill', allT)} | {mean('dedic+hill', allT)} | {mean('cj', allT)} |"
+        )
+    ev = np.array([r["bestors+hill:evals"] for r in rows])
+    out += [
+        "",
+        f"BestOrS+HILL evaluated on average {ev.mean():.0f} candidate moves per instance (sd {ev.std():.0f}, "
+        f"max {ev.max()}); the paper reports 185 configurations on average (sd 345, max 2028), counting differently "
+        "(we count every candidate move evaluated in every iteration).",
+        "",
+        "Counting: CutJuxtapose enumerates OrS placements per type (cuts x injective maps onto machines, one type "
+        "fixed by machine symmetry) and counts one evaluation per juxtaposed partition (m^2 per bipartite matching "
+        "when two types and m >= 5); the paper does not give its exact count, so the solved percentages differ.",
+        "",
+    ]
+    return out, elapsed
+
+
+def gavel_section(quick: bool, seed: int) -> list[str]:
+    g = gavel_alpha(gpu="v100")
+    pick = ["ResNet-50", "Transformer", "LM", "Recommendation"]
+    idx = [g.names.index(k) for k in pick]
+    rng = np.random.default_rng(seed + 7)
+    reps = 3 if quick else 10
+    methods = ["bestors", "bestors+hill", "one+hill", "dedic+hill", "cutjuxtapose", "dynsize", "approx"]
+    out = [
+        "### Instances from measured GPU interference (Gavel, v100)",
+        "",
+        "alpha from `gavel_alpha()`: slowdown of class t next to class u is `1 - paired/isolated` from Gavel's "
+        "measured space-sharing throughputs (Narayanan et al., OSDI 2020, MIT licence), averaged over batch sizes of "
+        "each model family, placed at `alpha[u, t]`; classes used (first T): " + ", ".join(pick) + ". Each job has "
+        "a size drawn from {1, 2, 4} (GPU share); machines are GPUs. Cost / optimum (DynSize, exact) averaged over "
+        f"{reps} instances per row; ApproxScheme with eps = 0.5; special cases of Sec. 6 noted when they apply.",
+        "",
+        "| T | n | m | " + " | ".join(m.upper() for m in methods) + " | lower bound | large-infl. applies |",
+        "|---|---|---|" + "---|" * (len(methods) + 2),
+    ]
+    for T, n, m in [(2, 8, 2), (2, 10, 3), (3, 9, 3), (4, 10, 3)] + ([] if quick else [(3, 12, 4), (4, 12, 4)]):
+        sub = idx[:T]
+        a = g.alpha[np.ix_(sub, sub)]
+        ratios: dict[str, list[float]] = {k: [] for k in [*methods, "lb"]}
+        applies = 0
+        for _ in range(reps):
+            t = rng.integers(0, T, n)
+            p = rng.choice([1.0, 2.0, 4.0], n)
+            opt = solve(p, t, a, m, method="dynsize", budget=10**9).cost
+            for meth in methods:
+                kw = {"eps": 0.5} if meth == "approx" else {}
+                r = solve(p, t, a, m, method=meth, budget=10**9 if meth in ("dynsize", "approx") else BUDGET, **kw)
+                ratios[meth].append(r.cost / opt)
+            ratios["lb"].append(lower_bound(p, t, a, m) / opt)
+            try:
+                solve(p, t, a, m, method="large-influences")
+                applies += 1
+            except ValueError:
+                pass
+        cells = [f"{np.mean(ratios[k]):.3f}" for k in methods]
+        out.append(f"| {T} | {n} | {m} | " + " | ".join(cells) + f" | {np.mean(ratios['lb']):.3f} | {applies}/{reps} |")
+    out += [
+        "",
+        "Gavel alpha (rows: influencer u, columns: victim t) for the four classes:",
+        "",
+        "| u \\ t | " + " | ".join(pick) + " |",
+        "|---|" + "---|" * len(pick),
+    ]
+    for i, k in zip(idx, pick):
+        out.append(f"| {k} | " + " | ".join(f"{g.alpha[i, j]:.3f}" for j in idx) + " |")
+    out.append("")
+    return out
+
+
+def performance() -> list[str]:
+    rng = np.random.default_rng(42)
+    n, m, T = 2000, 50, 4
+    p = rng.integers(1, 101, n).astype(float)
+    t = rng.integers(0, T, n)
+    a = ALPHAS[4]
+    bh = timed(lambda: solve(p, t, a, m, method="bestors+hill"))
+    n2, m2 = 10_000, 100
+    p2 = rng.integers(1, 101, n2).astype(float)
+    t2 = rng.integers(0, T, n2)
+    bo = timed(lambda: solve(p2, t2, a, m2, method="bestors"))
+    bq = timed(lambda: solve(p[:1000], t[:1000], a, 20, method="bestors", dp="quadratic"), repeats=5)
+    bd = timed(lambda: solve(p[:1000], t[:1000], a, 20, method="bestors", dp="dc"), repeats=5)
+    return [
+        "### Performance (median of 5 runs)",
+        "",
+        "| case | time (s) | target |",
+        "|---|---|---|",
+        f"| BestOrS+HILL, n = 2000, m = 50, T = 4 | {bh:.3f} | <= 2 s |",
+        f"| BestOrS (divide-and-conquer DP), n = 10^4, m = 100 | {bo:.3f} | <= 2 s |",
+        f"| BestOrS, eq. (5) quadratic DP, n = 1000, m = 20 | {bq:.3f} | |",
+        f"| BestOrS, divide-and-conquer DP, n = 1000, m = 20 | {bd:.3f} | |",
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.colocation", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="reduced grid (n in 10, 20; m in 2, 3; 5 instances)")
+    parser.add_argument("--seed", type=int, default=2018)
+    args = parser.parse_args(argv)
+    cmd = "python -m bench.colocation" + (" --quick" if args.quick else "")
+    lines = header(cmd)
+    perf = performance()
+    print("\n".join(perf), flush=True)
+    sec8, elapsed = section8(args.quick, args.seed)
+    print("\n".join(sec8), flush=True)
+    gav = gavel_section(args.quick, args.seed)
+    print("\n".join(gav), flush=True)
+    lines += perf + sec8 + gav
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text("\n".join(lines).rstrip() + "\n")
+    print(f"wrote {OUT} (grid {elapsed:.1f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
