@@ -483,3 +483,56 @@ def test_gavel_alpha_orientation_and_range():
     D.paired = paired  # type: ignore[attr-defined]
     gn = gavel_alpha(D, classes="job")
     assert gn.missing == 1 and gn.alpha[1, 0] == pytest.approx(np.clip(s, 0, 1).max())
+
+
+def improving_ors_moves(p, t, a, x, m) -> list[float]:
+    """Costs of all four Sec. 8.1.1 moves from x that are strictly better (independent re-implementation)."""
+    base = total_cost(p, t, a, x, n_machines=m)
+    better = []
+    for ty in set(t.tolist()):
+        idx = [i for i in np.lexsort((np.arange(len(p)), -p)) if t[i] == ty]  # size desc, index asc
+        blocks = []  # (machine, [positions])
+        for pos, i in enumerate(idx):
+            if blocks and blocks[-1][0] == x[i]:
+                blocks[-1][1].append(pos)
+            else:
+                blocks.append((int(x[i]), [pos]))
+        used = {b[0] for b in blocks}
+        free = [k for k in range(m) if k not in used]
+        for q, (mach, poss) in enumerate(blocks):
+            moves = []
+            if q + 1 < len(blocks):
+                moves.append((poss[-1], blocks[q + 1][0]))
+            if q > 0:
+                moves.append((poss[0], blocks[q - 1][0]))
+            moves += [(poss[-1], f) for f in free] + [(poss[0], f) for f in free]
+            for pos, dst in moves:
+                y = x.copy()
+                y[idx[pos]] = dst
+                c = total_cost(p, t, a, y, n_machines=m)
+                if c < base - 1e-9:
+                    better.append(c)
+    return better
+
+
+@settings(max_examples=30, deadline=None)
+@given(instances(max_n=8, max_m=4), st.sampled_from(["bestors+hill", "one+hill", "dedic+hill"]))
+def test_hill_stops_at_a_local_optimum_of_the_four_moves(inst, meth):
+    p, t, a, m = unpack(inst)
+    x = partition(p, t, a, m, method=meth)
+    assert improving_ors_moves(p, t, a, x, m) == []
+
+
+def test_matching_juxtaposition_with_five_machines_and_convex_runs():
+    rng = np.random.default_rng(21)
+    for _ in range(4):
+        p = rng.integers(1, 9, 6).astype(float)
+        t = np.array([0, 1, 0, 1, 0, 1])
+        a = rng.random((2, 2)) + 0.1
+        opt = brute_opt(p, t, a, 5)
+        r = solve(p, t, a, 5, method="cutjuxtapose")  # auto: matching for two types, m >= 5
+        assert r.complete and r.cost == pytest.approx(opt)
+        f = PowerCost(2.0)
+        optf = brute_opt(p, t, a, 5, f)
+        for meth in ("cutjuxtapose", "bestors+hill", "one+hill", "dedic+hill", "bestors"):
+            assert solve(p, t, a, 5, method=meth, cost=f).cost >= optf - 1e-9
