@@ -499,7 +499,7 @@ def improving_ors_moves(p, t, a, x, m) -> list[float]:
                 blocks.append((int(x[i]), [pos]))
         used = {b[0] for b in blocks}
         free = [k for k in range(m) if k not in used]
-        for q, (mach, poss) in enumerate(blocks):
+        for q, (_mach, poss) in enumerate(blocks):
             moves = []
             if q + 1 < len(blocks):
                 moves.append((poss[-1], blocks[q + 1][0]))
