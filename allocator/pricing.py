@@ -357,7 +357,9 @@ class PriceDiscovery:
     """Configuration of Algorithm 2; :meth:`solve` runs it. :func:`solve` uses the defaults.
 
     ``method`` selects the subproblem solver (``"hull"``: convex-hull walk; ``"pairs"``: all ``m(m+1)/2`` chords).
-    ``memory`` is the L-BFGS memory; ``max_line_search`` the backtracking trials per iteration.
+    ``memory`` is the L-BFGS memory; ``max_line_search`` the backtracking trials per iteration; ``max_ratio`` is the
+    initial trust region: the first trial step changes no positive price by more than that factor; the factor is
+    squared after a full step is accepted and square-rooted (down to ``max_ratio``) after backtracking.
     """
 
     eps: float | None = None
@@ -366,6 +368,7 @@ class PriceDiscovery:
     memory: int = 10
     max_line_search: int = 12
     armijo: float = 1e-4
+    max_ratio: float = 1.5
     device: torch.device | str | None = None
     dtype: torch.dtype | str | None = None
     record_history: bool = True
@@ -426,6 +429,12 @@ class PriceDiscovery:
                 demand=None if prob.demand is None else prob.demand.index_select(0, keep),
                 utility=prob.utility.take(keep),
             )
+        # Degenerate pools with zero capacity: nobody may use them; solve without them and price each at the
+        # largest marginal value any job would get from it, u_i'(t_i) a_ij / d_ij, so that no job wants it.
+        closed = (prob.capacity <= 0).cpu().numpy()
+        if closed.any() and not closed.all():
+            mask = torch.as_tensor(~closed, device=dev).to(dtype)
+            prob = _Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = _Evaluator(prob, method=self.method, group=group)
         if p0_given is not None:
             p0 = p0_given
@@ -456,6 +465,8 @@ class PriceDiscovery:
             status = "max_iter"
             message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
         sol, scale = best_e.sol, best_e.scale
+        if closed.any() and not closed.all():
+            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, dev, dtype, group)
         x = sol.dense(m) * scale[:m]
         t = best_e.t_feasible
         if keep is not None:
@@ -487,6 +498,36 @@ class PriceDiscovery:
             infeasible_jobs=infeasible.astype(np.int64),
             history=run.history,
         )
+
+    @staticmethod
+    def _closed_pool_prices(
+        prob: _Problem,
+        ev: _Evaluation,
+        prices: np.ndarray,
+        closed: np.ndarray,
+        throughput: ArrayLike,
+        keep: Tensor | None,
+        dev: torch.device,
+        dtype: torch.dtype,
+        group: Any,
+    ) -> np.ndarray:
+        a = _to_tensor("throughput", throughput, dev, dtype)
+        if keep is not None:
+            a = a.index_select(0, keep)
+        du = prob.utility.derivative(ev.t_feasible)
+        du = torch.where(torch.isfinite(du), du, torch.zeros_like(du)).unsqueeze(1)
+        d = prob.demand
+        per = a if d is None else a / (d.unsqueeze(1) if d.ndim == 1 else d)
+        value = (du * per).amax(0) if per.shape[0] else torch.zeros(per.shape[1], dtype=dtype, device=dev)
+        if group is not None:
+            import torch.distributed as dist
+
+            buf = value.double().to(dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+            dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+            value = buf
+        out = prices.copy()
+        out[closed] = value.double().cpu().numpy()[closed]
+        return out
 
     @staticmethod
     def _initial_prices(prob: _Problem, group: Any) -> np.ndarray:
@@ -580,6 +621,7 @@ class _Run:
         mem_s: list[np.ndarray] = []
         mem_y: list[np.ndarray] = []
         sub_step = 1.0
+        ratio = self.cfg.max_ratio
         while not self.done():
             q = ev.grad
             free = ~((p <= 0) & (q > 0))
@@ -592,7 +634,8 @@ class _Run:
                 slope = float(direction @ q)
                 if not slope < 0:
                     return  # projected gradient is zero: p is optimal up to ties
-            step = 1.0
+            step = self._max_step(p, direction, ratio)
+            first_step = step
             accepted: tuple[np.ndarray, _Evaluation] | None = None
             best_trial: tuple[np.ndarray, _Evaluation] | None = None
             for _ in range(self.cfg.max_line_search):
@@ -605,6 +648,8 @@ class _Run:
                 decrease = float(q @ (p_new - p))
                 if ev_new.dual <= ev.dual + self.cfg.armijo * decrease:
                     accepted = (p_new, ev_new)
+                    # Trust-region radius update: widen after a full (bounded) step, narrow after backtracking.
+                    ratio = min(ratio * ratio, 1e8) if step == first_step else max(self.cfg.max_ratio, ratio**0.5)
                     break
                 # Safeguarded quadratic interpolation of phi(step) = g(p + step d) along the path.
                 denom = 2.0 * (ev_new.dual - ev.dual - step * slope)
@@ -634,6 +679,20 @@ class _Run:
                     mem_s.pop(0)
                     mem_y.pop(0)
             p, ev = p_new, ev_new
+
+    @staticmethod
+    def _max_step(p: np.ndarray, direction: np.ndarray, ratio: float) -> float:
+        """Largest step <= 1 that changes no positive price by more than a factor ``ratio`` (a trust region in
+        relative price terms: prices of scarce and abundant pools differ by orders of magnitude)."""
+        step = 1.0
+        pos = p > 0
+        up = pos & (direction > 0)
+        down = pos & (direction < 0)
+        if up.any():
+            step = min(step, float(np.min((ratio - 1.0) * p[up] / direction[up])))
+        if down.any():
+            step = min(step, float(np.min((1.0 - 1.0 / ratio) * p[down] / -direction[down])))
+        return max(step, 1e-12)
 
     @staticmethod
     def _two_loop(g: np.ndarray, mem_s: list[np.ndarray], mem_y: list[np.ndarray], h: np.ndarray) -> np.ndarray:
