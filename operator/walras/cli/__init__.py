@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 #: Sub-commands, in the order ``walras --help`` lists them; each is the module ``walras.cli.<name>``.
-COMMANDS: tuple[str, ...] = ("solve",)
+COMMANDS: tuple[str, ...] = ("solve", "plan", "run", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
