@@ -769,7 +769,8 @@ def solve_distributed(
 
     Every rank passes its own rows (``throughput``, ``utility``, ``demand``) and the same ``capacity``; usage, dual
     and primal sums are all-reduced each evaluation (gloo on CPU, nccl on GPUs), so all ranks follow the same price
-    path and return the same prices and bounds. The allocation returned on each rank covers that rank's rows.
+    path and return the same prices, bounds and (total) ``usage``. The allocation and throughputs returned on each
+    rank cover that rank's rows.
     ``group=None`` uses the default (world) group, which must be initialised.
     """
     import torch.distributed as dist
