@@ -40,6 +40,9 @@ from allocator.aa import (
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "aa.md"
 BASELINES = ("uu", "ru", "ur", "rr")
+#: the same random heuristics under the earlier reading of "random allocation" (random proportions of the whole
+#: server, Dirichlet(1)), reported in the summary only, as a sensitivity check
+PROPORTIONS = ("ur", "rr")
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Section VIII generators
@@ -157,6 +160,9 @@ def run_point(
         for k in BASELINES:
             b = baseline(k, n, caps, rng)
             base_r[k].append(ours / float(curves.evaluate(b.amount).sum()))
+        for k in PROPORTIONS:
+            b = baseline(k, n, caps, rng, random_allocation="proportions")
+            base_r.setdefault(k + "_p", []).append(ours / float(curves.evaluate(b.amount).sum()))
     return Row(label, float(np.mean(so_r)), {k: float(np.mean(v)) for k, v in base_r.items()}, float(np.mean(ref_r)))
 
 
@@ -199,6 +205,9 @@ def aamr_point(rng: np.random.Generator, trials: int, beta: int) -> Row:
         for k in BASELINES:
             _, ab = multi_baseline(k, n, caps, rng)
             base_r[k].append(ours / float(V[(np.arange(n), *ab.T)].sum()))
+        for k in PROPORTIONS:
+            _, ab = multi_baseline(k, n, caps, rng, random_allocation="proportions")
+            base_r.setdefault(k + "_p", []).append(ours / float(V[(np.arange(n), *ab.T)].sum()))
     return Row(str(beta), float(np.mean(so_r)), {k: float(np.mean(v)) for k, v in base_r.items()})
 
 
@@ -438,9 +447,11 @@ def main(argv: list[str] | None = None) -> int:
     def worst(rows: list[Row]) -> float:
         return min(r.so for r in rows)
 
-    def fmt(rows: list[Row], label: str | None = None) -> str:
+    def fmt(rows: list[Row], label: str | None = None, keys: tuple[str, ...] = BASELINES) -> str:
         r = rows[-1] if label is None else next(x for x in rows if x.label == label)
-        return ", ".join(f"{r.ratios[k]:.2f}" for k in BASELINES)
+        return ", ".join(f"{r.ratios[k]:.2f}" for k in keys)
+
+    prop_keys = tuple(k + "_p" for k in PROPORTIONS)
 
     large = "n=1e5, m=1e3, C=1e4" if not quick else "quick: n=1e4, m=100, C=1e4"
     checks = [
@@ -452,9 +463,15 @@ def main(argv: list[str] | None = None) -> int:
          f"{next(r.so for r in fig4b if r.label == '0.8'):.3f}", "0.92"),
         ("Algorithm 2 / UU, RU, UR, RR, discrete gamma = 0.85, theta = 100, beta = 15", fmt(fig4a), "5, 5, 9, 9"),
         ("Algorithm 2 / UU, RU, UR, RR, power mu = 2, beta = 15", fmt(fig3a), "3.9, 3.9, 5.7, 5.7"),
+        ("Algorithm 2 / UR, RR, uniform, beta = 1 (paper: UU optimal there, UR not)", fmt(fig2a, "1", ("ur", "rr")),
+         "UR > 1"),
+        ("earlier reading of random allocation (proportions of the whole server): Algorithm 2 / UR, RR, discrete "
+         "gamma = 0.85, theta = 100, beta = 15", fmt(fig4a, None, prop_keys), "9, 9"),
+        ("same, power mu = 2, beta = 15", fmt(fig3a, None, prop_keys), "5.7, 5.7"),
         ("AANC / SO, nonconcave uniform, worst beta", f"{worst(fig5):.3f}", ">= 0.98"),
         ("AAMR / SO, worst beta", f"{worst(fig8):.3f}", ">= 0.96"),
         ("AAMR / UU, RU, UR, RR at beta = 7", fmt(fig8), "1.98, 1.97, 2.67, 2.62"),
+        ("earlier reading of random allocation: AAMR / UR, RR at beta = 7", fmt(fig8, None, prop_keys), "2.67, 2.62"),
         ("m=8, n=100, C=100: Algorithm 2 incl. SO, median", f"{tvals['alg2_small'] * 1e3:.2f} ms", "9 ms (Matlab)"),
         (f"{large}, piecewise-linear: Algorithm 2 incl. SO, median", f"{tvals['alg2_large']:.3f} s", "<= 1 s"),
     ]
@@ -477,9 +494,14 @@ The paper's figures are plots; the *Paper* line quotes the numbers its text stat
 
 Generator details the paper leaves open, and our choices: ``(v, w)`` are i.i.d. draws from H conditioned on
 ``w <= v`` by rejecting whole pairs (for the discrete H this keeps the true weight of ties; sorting two draws would
-over-weight high curves); the normal H is truncated to positive values; the power law is ``x >= 1``; the discrete H
-has ``l = 1``, ``h = theta``. Random allocation (UR, RR) splits each node's units in uniformly random proportions
-(Dirichlet(1)), rounded so the node is fully used; uniform allocation gives equal integer shares. The mean of ratios
+over-weight high curves); the normal H is truncated to positive values; the power law is continuous on ``x >= 1``
+(the paper's "each value x has a probability lambda x^-mu" could also mean the discrete zeta law); the discrete H
+has ``l = 1``, ``h = theta``. Uniform allocation gives equal integer shares. Random allocation (UR, RR): each pod on a
+node, in assignment order, gets a uniformly random amount of what the node still has (``floor(u (rest + 1))``), so a
+node need not be fully used. Section VIII requires that a random allocation need not give a lone pod the whole node
+("UR does not achieve optimal utility even for beta = 1, since it allocates threads random amounts"). An earlier
+version of this benchmark split each node in uniformly random proportions (Dirichlet(1)) filling it, which makes UR
+optimal at beta = 1; its ratios are kept in the summary as a sensitivity check. The mean of ratios
 is what the paper plots; with very heavy tails (power law mu <= 1.5, and single trials elsewhere) a heuristic that
 leaves the one huge-utility pod with 0 units makes a single ratio enormous, which then dominates that mean.
 

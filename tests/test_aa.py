@@ -33,6 +33,7 @@ from allocator.aa import (
     super_optimal_concave,
     super_optimal_dp,
 )
+from allocator.aa.algorithms import random_split_from_uniforms
 
 ALPHA = 2 * (math.sqrt(2) - 1)
 
@@ -125,6 +126,21 @@ def test_table_iii_algorithm2_step_by_step() -> None:
     got = [(s.server + 1, s.amount, s.remaining) for s in p.steps]
     assert got == [(1, 6, (1, 7)), (2, 3, (1, 4)), (2, 2, (1, 2)), (2, 2, (1, 0))]
     assert [s.full for s in p.steps] == [True, True, True, False]
+
+
+def test_algorithm2_takes_the_emptiest_server_and_keeps_leftovers() -> None:
+    """Algorithm 2 read literally (Section VI, lines 2, 6, 7): m = 2, C = 10, c_hat = (6, 5, 3, 3), g_hat =
+    (10, 9, 3, 2). Head t0 -> s0 (6 units, rest (4, 10)), t1 -> s1 (5, rest (4, 5)); tail by nonincreasing slope:
+    t2 (slope 1) goes to the emptiest server s1 (3 units, rest (4, 2)) -- a best-fit rule would pick s0 -- then t3
+    (slope 2/3) to s0 (3 units, rest (1, 2)). The 3 units left are not handed out (Lemma V.7 keeps them)."""
+    p = algorithm2([6, 5, 3, 3], [10, 9, 3, 2], [10, 10], trace=True)
+    assert p.order.tolist() == [0, 1, 2, 3]
+    assert [(s.server, s.amount, s.remaining) for s in p.steps] == [
+        (0, 6, (4, 10)),
+        (1, 5, (4, 5)),
+        (1, 3, (4, 2)),
+        (0, 3, (1, 2)),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -424,11 +440,61 @@ def test_baselines_feasible_and_uu_optimal_at_beta_one() -> None:
     s, a = assign_and_allocate(V, caps, method="uu")
     assert s.tolist() == [0, 1, 2, 3] and a.tolist() == [10] * 4  # one thread per server gets it all
     for kind in ("uu", "ur", "ru", "rr"):
-        p = baseline(kind, 37, [10, 7, 3], np.random.default_rng(5))
-        check_feasible(p.server, p.amount, [10, 7, 3])
-        used = np.bincount(p.server, weights=p.amount, minlength=3)
-        occupied = np.bincount(p.server, minlength=3) > 0
-        assert (used[occupied] == np.array([10, 7, 3])[occupied]).all()  # every occupied server is fully used
+        for how in ("remaining", "proportions"):
+            p = baseline(kind, 37, [10, 7, 3], np.random.default_rng(5), random_allocation=how)
+            check_feasible(p.server, p.amount, [10, 7, 3])
+            if kind[1] == "u" or how == "proportions":
+                used = np.bincount(p.server, weights=p.amount, minlength=3)
+                occupied = np.bincount(p.server, minlength=3) > 0
+                assert (used[occupied] == np.array([10, 7, 3])[occupied]).all()  # every occupied server fully used
+    with pytest.raises(ValueError, match="random_allocation"):
+        baseline("ur", 4, caps, 0, random_allocation="dirichlet")
+
+
+def test_random_allocation_hand_computed() -> None:
+    """Section VIII's random allocation: each thread, in assignment order, a uniformly random amount of what its
+    server still has: ``floor(u * (rest + 1))``. Server 0 (C = 10) holds threads 0, 1, 3: 5 (rest 5), 3 (rest 2),
+    2 (rest 0); server 1 (C = 7) holds thread 2 alone: floor(0.25 * 8) = 2 -- not the whole server, as the
+    proportions-of-the-server reading would give it."""
+    server = np.array([0, 0, 1, 0])
+    a = random_split_from_uniforms(server, np.array([10, 7]), np.array([0.5, 0.5, 0.25, 0.99]))
+    assert a.tolist() == [5, 3, 2, 2]
+    with pytest.raises(ValueError, match="one uniform draw"):
+        random_split_from_uniforms(server, np.array([10, 7]), np.array([0.5, 0.5, 1.0, 0.2]))
+
+
+def test_ur_not_optimal_at_beta_one() -> None:
+    """Section VIII: "for beta = 1, UU achieves the optimal utility ... UR does not achieve optimal utility even for
+    beta = 1, since it allocates threads random amounts of resources". With one thread per server the earlier
+    proportions reading gives every thread its whole server (UR = UU); the paper's reading does not."""
+    rng = np.random.default_rng(3)
+    V = random_concave(rng, 8, 20)
+    caps = [20] * 8
+    best = float(V[:, 20].sum())
+    uu = baseline("uu", 8, caps, 0)
+    assert float(V[np.arange(8), uu.amount].sum()) == best
+    prop = baseline("ur", 8, caps, 4, random_allocation="proportions")
+    assert prop.amount.tolist() == [20] * 8
+    ur = baseline("ur", 8, caps, 4)
+    assert (ur.amount <= 20).all() and (ur.amount < 20).any()
+    assert float(V[np.arange(8), ur.amount].sum()) < best
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    server=st.lists(st.integers(0, 3), min_size=1, max_size=30),
+    caps=st.lists(st.integers(0, 25), min_size=4, max_size=4),
+    seed=st.integers(0, 2**16),
+)
+def test_random_allocation_takes_at_most_what_is_left(server: list[int], caps: list[int], seed: int) -> None:
+    s = np.asarray(server)
+    c = np.asarray(caps)
+    u = np.random.default_rng(seed).uniform(size=s.size)
+    a = random_split_from_uniforms(s, c, u)
+    rest = c.copy()
+    for i in range(s.size):  # sequential reference
+        assert 0 <= a[i] == int(np.floor(u[i] * (rest[s[i]] + 1))) <= rest[s[i]]
+        rest[s[i]] -= a[i]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -129,7 +129,15 @@ def algorithm2_order(c_hat: ArrayLike, g_hat: ArrayLike, m: int) -> IntArray:
 
 def algorithm2(c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike, *, trace: bool = False) -> Placement:
     """Algorithm 2 (Section VI): visit threads in :func:`algorithm2_order`; each goes to the server with the most
-    remaining capacity (max-heap ``H``, lines 4 and 6) and receives ``min(c_hat_i, C_j)`` units (line 7)."""
+    remaining capacity (max-heap ``H``, lines 4 and 6) and receives ``min(c_hat_i, C_j)`` units (line 7).
+
+    Read against the paper line by line: the tail is sorted by *nonincreasing* slope (line 2 and the text before it;
+    the analysis' "nondecreasing" in its Lemma V.10 item is a slip -- unfull threads take the current maximum
+    remaining capacity, which only shrinks, so Lemma V.10 needs the steepest first); the server is always the one
+    with the most remaining capacity (line 6, used by the Lemma V.5 and V.7 items); and capacity a server still has
+    after the loop is *not* redistributed (Lemma V.7's proof has ``C_j > 0`` left on the servers holding only full
+    threads). :func:`~allocator.aa.superopt.reallocate` (``solve(..., refine=True)``) is that redistribution, beyond
+    the paper."""
     c, g, caps = _check_inputs(c_hat, g_hat, capacities)
     n, m = c.size, caps.size
     order = algorithm2_order(c, g, m)
@@ -168,7 +176,47 @@ def uniform_split(server: IntArray, capacities: IntArray) -> IntArray:
 
 
 def random_split(server: IntArray, capacities: IntArray, rng: np.random.Generator) -> IntArray:
-    """Random shares: server ``j``'s ``C_j`` units split among its threads in proportions drawn uniformly from the
+    """Random amounts (Section VIII's "R" allocation): the threads of server ``j``, in assignment (index) order, each
+    draw an amount uniformly from ``{0, ..., what j still has}``, i.e. ``floor(u * (rest + 1))`` with ``u ~ U[0, 1)``.
+
+    This is the reading Section VIII's text requires: "UR does not achieve optimal utility even for beta = 1, since
+    it allocates threads random amounts of resources" -- a thread alone on its server gets a random amount, not the
+    whole server, so a random allocation need not use all of a server (an earlier reading, uniformly random
+    proportions of the whole server, :func:`random_proportions_split`, made UR optimal at beta = 1). Vectorised over
+    servers: one step per rank of a thread on its server."""
+    u = rng.uniform(0.0, 1.0, size=server.size)
+    return random_split_from_uniforms(server, capacities, u)
+
+
+def random_split_from_uniforms(server: IntArray, capacities: IntArray, u: FloatArray) -> IntArray:
+    """The deterministic core of :func:`random_split` for given uniforms ``u`` in ``[0, 1)``: thread ``i``, the
+    ``r``-th thread (by index) on server ``j``, gets ``floor(u_i * (rest + 1))`` units where ``rest`` is what the
+    ``r - 1`` threads before it on ``j`` left of ``C_j``."""
+    server = np.asarray(server, dtype=np.int64)
+    caps = np.asarray(capacities, dtype=np.int64)
+    u = np.asarray(u, dtype=np.float64)
+    if u.shape != server.shape or (u < 0).any() or (u >= 1).any():
+        raise ValueError("u must hold one uniform draw in [0, 1) per thread")
+    n, m = server.size, caps.size
+    k = np.bincount(server, minlength=m)
+    order = np.argsort(server, kind="stable")
+    start = np.concatenate([[0], np.cumsum(k)[:-1]])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - start[server[order]]
+    rest = caps.copy()
+    amount = np.zeros(n, dtype=np.int64)
+    for r in range(int(k.max()) if n else 0):
+        idx = np.flatnonzero(rank == r)  # at most one thread per server
+        a = np.floor(u[idx] * (rest[server[idx]] + 1)).astype(np.int64)
+        a = np.minimum(a, rest[server[idx]])
+        amount[idx] = a
+        rest[server[idx]] -= a
+    return amount
+
+
+def random_proportions_split(server: IntArray, capacities: IntArray, rng: np.random.Generator) -> IntArray:
+    """Alternative random allocation (not the paper's, see :func:`random_split`; kept for the benchmark's
+    sensitivity rows): server ``j``'s ``C_j`` units split among its threads in proportions drawn uniformly from the
     simplex (Dirichlet(1)), rounded to integers by largest remainder so the whole server is used."""
     n, m = server.size, capacities.size
     w = rng.exponential(size=n)
@@ -185,18 +233,36 @@ def random_split(server: IntArray, capacities: IntArray, rng: np.random.Generato
     return base + (rank < left[server])
 
 
-def baseline(kind: str, n: int, capacities: ArrayLike, rng: np.random.Generator | int | None = 0) -> Placement:
+def baseline(
+    kind: str,
+    n: int,
+    capacities: ArrayLike,
+    rng: np.random.Generator | int | None = 0,
+    *,
+    random_allocation: str = "remaining",
+) -> Placement:
     """Section VIII's heuristics. First letter = assignment, second = allocation; ``U`` = uniform (round robin
-    ``i mod m`` / equal shares), ``R`` = random (uniform server / random shares). ``kind`` in ``uu, ur, ru, rr``."""
+    ``i mod m`` / equal shares), ``R`` = random (uniform server / random amounts). ``kind`` in ``uu, ur, ru, rr``.
+
+    ``random_allocation``: ``"remaining"`` (default, the paper's reading, :func:`random_split`: each thread a uniformly
+    random amount of what its server still has) or ``"proportions"`` (:func:`random_proportions_split`: uniformly
+    random proportions of the whole server; not the paper's, kept for comparison)."""
     caps = np.asarray(capacities, dtype=np.int64)
     kind = kind.lower()
     if kind not in ("uu", "ur", "ru", "rr"):
         raise ValueError(f"unknown baseline {kind!r}; expected 'uu', 'ur', 'ru' or 'rr'")
+    if random_allocation not in ("remaining", "proportions"):
+        raise ValueError(f"random_allocation must be 'remaining' or 'proportions'; got {random_allocation!r}")
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     m = caps.size
     if kind[0] == "u":
         server = np.arange(n, dtype=np.int64) % m
     else:
         server = gen.integers(0, m, size=n).astype(np.int64)
-    amount = uniform_split(server, caps) if kind[1] == "u" else random_split(server, caps, gen)
+    if kind[1] == "u":
+        amount = uniform_split(server, caps)
+    elif random_allocation == "remaining":
+        amount = random_split(server, caps, gen)
+    else:
+        amount = random_proportions_split(server, caps, gen)
     return Placement(server, amount, np.arange(n, dtype=np.int64))

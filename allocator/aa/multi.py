@@ -18,7 +18,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import ArrayLike
 
-from .algorithms import random_split, uniform_split
+from .algorithms import random_proportions_split, random_split, uniform_split
 from .curves import REL_TOL, FloatArray, IntArray
 
 #: Largest number of DP transitions ``n * prod(T_k + 1) * prod(C_k + 1)`` accepted by :func:`dpsopt`.
@@ -188,13 +188,19 @@ def assign_and_allocate_multi(
     raise ValueError(f"unknown method {method!r}; expected 'aamr', 'uu', 'ur', 'ru' or 'rr'")
 
 
-def multi_baseline(kind: str, n: int, capacities: ArrayLike, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
-    """UU/UR/RU/RR for ``d`` resource types: round-robin or uniformly random servers; equal or random shares of each
-    resource type on each server (the single-resource rules of Section VIII applied per type)."""
+def multi_baseline(
+    kind: str, n: int, capacities: ArrayLike, rng: np.random.Generator, *, random_allocation: str = "remaining"
+) -> tuple[IntArray, IntArray]:
+    """UU/UR/RU/RR for ``d`` resource types: round-robin or uniformly random servers; equal shares or random amounts
+    of each resource type on each server (the single-resource rules of Section VIII applied per type;
+    ``random_allocation`` as in :func:`~allocator.aa.algorithms.baseline`)."""
+    if random_allocation not in ("remaining", "proportions"):
+        raise ValueError(f"random_allocation must be 'remaining' or 'proportions'; got {random_allocation!r}")
+    split = random_split if random_allocation == "remaining" else random_proportions_split
     caps = np.asarray(capacities, dtype=np.int64)
     m, d = caps.shape
     server = np.arange(n, dtype=np.int64) % m if kind[0] == "u" else rng.integers(0, m, size=n).astype(np.int64)
     amount = np.zeros((n, d), dtype=np.int64)
     for k in range(d):
-        amount[:, k] = uniform_split(server, caps[:, k]) if kind[1] == "u" else random_split(server, caps[:, k], rng)
+        amount[:, k] = uniform_split(server, caps[:, k]) if kind[1] == "u" else split(server, caps[:, k], rng)
     return server, amount
