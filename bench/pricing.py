@@ -208,15 +208,30 @@ def main(argv: list[str] | None = None) -> int:
     types = np.nonzero(ok)[0]
     ng = 20_000 if quick else 100_000
     pick = np.random.default_rng(2).choice(types, ng)
-    ag = np.nan_to_num(g.throughput[pick]).astype(np.float32)
+    base = np.nan_to_num(g.throughput[pick])
     dg = g.scale_factors[pick].astype(np.float32)
     cap = np.array([1.0, 1.0, 1.0]) * dg.sum() / 3 / 4  # a quarter of the aggregate demand per GPU type
-    sec_g, res_g = median_time(lambda: pricing.solve(ag, cap, utilities.Log(), demand=dg, device="cpu"), runs)
+    noise = np.random.default_rng(3).uniform(0.95, 1.05, base.shape)
     say(f"### Gavel measured throughputs ({len(types)} job types with all of {', '.join(g.gpu_types)} measured)\n")
     say(f"n = {ng} jobs sampled uniformly from those types, demand = scale factor (GPUs), capacity per GPU type = "
-        f"sum(demand) / 12, log utility: median {sec_g:.3f} s, {res_g.iterations} evaluations, gap/n "
-        f"{res_g.gap / ng:.2e}, converged {res_g.converged}; prices "
-        + ", ".join(f"{t} {p:.3g}" for t, p in zip(g.gpu_types, res_g.prices)) + ".\n")
+        "sum(demand) / 12, log utility.\n")
+    say("| throughputs | median s | evaluations | gap / n | converged | prices (" + ", ".join(g.gpu_types) + ") |")
+    say("|---|---|---|---|---|---|")
+    for label, ag, cap_iter in (
+        ("measured values, exact copies per type (max_iter 60)", base.astype(np.float32), 60),
+        ("measured values x U(0.95, 1.05) per job", (base * noise).astype(np.float32), None),
+    ):
+        sec_g, res_g = median_time(
+            lambda ag=ag, cap_iter=cap_iter: pricing.solve(
+                ag, cap, utilities.Log(), demand=dg, device="cpu", max_iter=cap_iter
+            ),
+            runs,
+        )
+        say(f"| {label} | {sec_g:.3f} | {res_g.iterations} | {res_g.gap / ng:.2e} | {res_g.converged} | "
+            + ", ".join(f"{p:.3g}" for p in res_g.prices) + " |")
+    say("\nWith exact copies, ~1200 identical jobs per type switch pools together at the optimal prices, so the "
+        "column-scaled allocation of 004 Sec. 5 stays far from the capacity-saturating mix: the prices converge but "
+        "the gap does not close. Per-job variation of a few percent (as real jobs have) removes the ties.\n")
 
     say("Note: the numbers above were produced on the machine described in the header; on a shared machine they "
         "are inflated and noisy.\n")
