@@ -8,8 +8,10 @@ it keeps one vectorised utility per family and scatters each call over the famil
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +22,8 @@ from walras.planner.spec import UtilitySpec
 
 #: Markets with at most this many job x pool cells are solved with one torch thread (see :func:`solve_market`).
 SINGLE_THREAD_CELLS = 1_000_000
+#: Markets with at most this many usable (job, pool) cells get the primal polish of :func:`polish_allocation`.
+POLISH_CELLS = 2_000
 
 
 class MixedUtility:
@@ -141,13 +145,21 @@ def solve_market(
     *,
     device: str = "cpu",
     max_iter: int = 60,
+    eps: float | None = None,
 ) -> MarketResult:
     """Price discovery (004, Alg. 2) for ``n`` jobs over ``m`` pools, warm-started at ``prices`` when given.
 
     ``demand[i, j]`` is job i's use of pool j's priced resource when it runs there all the time (its replicas times
     its demand per replica), so the coupling constraint is ``sum_i demand_ij x_ij <= capacity_j`` (004 Sec. 7.1).
     ``max_iter`` bounds the dual evaluations so that one plan stays within its time budget; the returned allocation
-    is feasible either way and the gap says how far from optimal it may be.
+    is feasible either way and the gap says how far from optimal it may be. ``eps`` is the allocator's tolerance on
+    the duality gap ``g(p) - U(X)`` (default ``1e-3 n``, the default of :func:`allocator.pricing.solve`).
+
+    The prices of :func:`allocator.pricing.solve` are dual-optimal, but its allocation (the column-scaled point of
+    004 Sec. 5) can stay a few percent below ``U*`` when jobs are indifferent between pools at those prices (kinks of
+    ``g``; linear and target-priority utilities make this common in a real cluster). Raising ``max_iter`` does not
+    help there, so small markets (at most :data:`POLISH_CELLS` usable cells) that did not converge get their
+    allocation polished by :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
     """
     n, m = throughput.shape
     if n == 0 or m == 0:
@@ -177,15 +189,28 @@ def solve_market(
         if single:
             torch.set_num_threads(threads)
     allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
+    tol = 1e-3 * n if eps is None else float(eps)
+    throughputs = np.asarray(result.throughputs, dtype=np.float64)
+    primal, dual = float(result.utility_value), float(result.dual_value)
+    gap, converged = float(result.gap), bool(result.converged)
+    if not converged and int(np.count_nonzero(throughput > 0)) <= POLISH_CELLS and math.isfinite(dual):
+        polished = polish_allocation(throughput, capacity, utility, demand, allocation, target=dual - tol / 2)
+        if polished is not None:
+            value = float(utility.to("cpu", torch.float64).value(torch.from_numpy(_rates(throughput, polished))).sum())
+            if value > primal:
+                allocation, primal = polished, value
+                throughputs = _rates(throughput, polished)
+                gap = max(dual - primal, 0.0)
+                converged = gap <= tol
     return MarketResult(
         prices=np.asarray(result.prices, dtype=np.float64),
         allocation=allocation,
-        throughputs=np.asarray(result.throughputs, dtype=np.float64),
+        throughputs=throughputs,
         iterations=int(result.iterations),
-        gap=float(result.gap),
-        primal=float(result.utility_value),
-        dual=float(result.dual_value),
-        converged=bool(result.converged),
+        gap=gap,
+        primal=primal,
+        dual=dual,
+        converged=converged,
         seconds=float(result.seconds),
         device=str(result.device),
         repaired=repaired,
@@ -211,6 +236,80 @@ def _solve(
         device=device,
         dtype=torch.float64,
     )
+
+
+def _rates(throughput: np.ndarray, allocation: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,ij->i", throughput, allocation)
+
+
+def polish_allocation(
+    throughput: np.ndarray,
+    capacity: np.ndarray,
+    utility: MixedUtility,
+    demand: np.ndarray,
+    start: np.ndarray,
+    *,
+    target: float = math.inf,
+) -> np.ndarray | None:
+    """Maximise ``sum_i u_i(a_i^T x_i)`` over the polytope of (4) (``x >= 0``, ``1^T x_i <= 1``,
+    ``sum_i d_ij x_ij <= R_j``; 004 Sec. 2, with the demands of Sec. 7.1) by SLSQP from the feasible ``start``.
+
+    Only the usable cells (``a_ij > 0``) are variables. Returns a feasible allocation (re-projected by
+    :func:`feasible`), or ``None`` when the start has ``U = -inf`` or the optimiser fails; the caller keeps the
+    better of the start and the result, so the polish can only raise ``U``. The optimiser stops as soon as ``U``
+    reaches ``target`` (the caller passes the dual bound minus part of its tolerance).
+    """
+    from scipy.optimize import LinearConstraint, minimize
+
+    n, m = throughput.shape
+    cells = np.flatnonzero(throughput.ravel() > 0)
+    if cells.size == 0:
+        return None
+    u64 = utility.to("cpu", torch.float64)
+    rows, cols = np.divmod(cells, m)
+    a = throughput.ravel()[cells]
+
+    def objective(z: np.ndarray) -> tuple[float, np.ndarray]:
+        t = np.bincount(rows, weights=a * z, minlength=n)
+        tt = torch.from_numpy(t)
+        value = float(u64.value(tt).sum())
+        grad = u64.derivative(tt).numpy()[rows] * a
+        return -value, -np.nan_to_num(grad, nan=0.0, posinf=1e12, neginf=-1e12)
+
+    z0 = np.clip(start.ravel()[cells], 0.0, 1.0)
+    if not math.isfinite(objective(z0)[0]):
+        return None
+    k = np.arange(cells.size)
+    matrix = np.zeros((n + m, cells.size))
+    matrix[rows, k] = 1.0
+    matrix[n + cols, k] = demand.ravel()[cells]
+    upper = np.concatenate([np.ones(n), capacity])
+    best = [z0]
+
+    def reached(intermediate_result: Any) -> None:
+        best[0] = intermediate_result.x
+        if -intermediate_result.fun >= target:
+            raise StopIteration
+
+    try:
+        res = minimize(
+            objective,
+            z0,
+            jac=True,
+            method="SLSQP",
+            bounds=[(0.0, 1.0)] * cells.size,
+            constraints=[LinearConstraint(matrix, -np.inf, upper)],
+            callback=reached,
+            options={"maxiter": 300, "ftol": 1e-12},
+        )
+        z = res.x
+    except (ValueError, ArithmeticError):
+        z = best[0]
+    if not np.all(np.isfinite(z)):
+        return None
+    out = np.zeros(n * m)
+    out[cells] = np.clip(z, 0.0, 1.0)
+    return feasible(out.reshape(n, m), demand, capacity)[0]
 
 
 def feasible(
