@@ -415,7 +415,18 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
             )
         )
 
-    # --- Replicas per pool (largest remainder, totals preserved) --------------------------------------------------
+    # --- Replicas per pool (largest remainder, totals preserved, running pods stay) --------------------------------
+    # running[i, j]: job i's pods bound to an existing node of pool j that the job may use. They stay where they are
+    # (issue 7): the market's split only decides where the job's *new* replicas go, and running pods are deleted only
+    # when the job shrinks in total (or their node is gone, or the job can no longer use their pool).
+    job_row = {job.key: i for i, job in enumerate(jobs)}
+    running = np.zeros((n, m), dtype=np.int64)
+    for pod in pods:
+        if pod.job is None or pod.node < 0 or claimed[pod.node] < 0:
+            continue
+        i = job_row.get((pod.namespace, pod.job), -1)
+        if i >= 0 and usable_pools[i][int(claimed[pod.node])]:
+            running[i, int(claimed[pod.node])] += 1
     replicas = np.zeros((n, m), dtype=np.int64)
     for i, job in enumerate(jobs):
         shares = job.replicas * X[i]
@@ -423,14 +434,13 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         if job.elastic and total < job.min_replicas:
             total = 0
         if total > 0:
-            replicas[i] = largest_remainder(shares, total)
+            replicas[i] = split_replicas(largest_remainder(shares, total), running[i])
 
     # --- Existing pods: keep, bind candidates, surplus ------------------------------------------------------------
     managed: dict[tuple[str, str], list[_Pod]] = defaultdict(list)
     for pod in pods:
         if pod.job is not None:
             managed[(pod.namespace, pod.job)].append(pod)
-    job_row = {job.key: i for i, job in enumerate(jobs)}
     pod_plans: dict[tuple[str, str], list[PodPlan]] = defaultdict(list)
     # used[j][k]: priced resource in use on pool j's node k (bound pods of every kind, surplus included)
     used_by_node = {j: np.zeros(len(nodes.names)) for j in range(m)}
@@ -442,6 +452,7 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
             if pod.job is not None:
                 walras_count[pod.node] += 1
     to_place: dict[int, list[tuple[int, _Pod, bool]]] = defaultdict(list)  # pool -> (job row, pod, exists)
+    unplaceable: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key in sorted(set(managed) | set(job_row)):
         namespace, name = key
         row = job_row.get(key)
@@ -566,6 +577,11 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
             job = jobs[row]
             k = int(result.node[q])
             node_name = request.node_names[k] if k >= 0 else None
+            if k < 0 and not exists:
+                # A new replica the pool's policy cannot place is not created (it would sit Pending with no node);
+                # the job's status counts it as unplaceable and says why.
+                unplaceable[job.key][pool.spec.name] += 1
+                continue
             amount = float(result.amount[q]) if k >= 0 else job.demand
             requests = {
                 **job.resource_text,
@@ -619,16 +635,35 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
     for i, job in enumerate(jobs):
         jp = plan.jobs[job.key]
         jp.allocation = {pools[j].spec.name: round(float(X[i, j]), 6) for j in range(m) if X[i, j] > 1e-9}
-        jp.replicas = {pools[j].spec.name: int(replicas[i, j]) for j in range(m) if replicas[i, j] > 0}
+        jp.pods = sorted(pod_plans.get(job.key, []), key=lambda p: p.name)
+        live = [p for p in jp.pods if p.action != "delete"]
+        # Replicas actually placed (running, or planned on a node); unplaceable ones are reported, not counted.
+        placed: dict[str, int] = defaultdict(int)
+        for p in live:
+            if p.node is not None:
+                placed[p.pool] += 1
+        jp.replicas = {name: placed[name] for name in sorted(placed)}
         jp.throughput = float(t[i])
         jp.utility = float(u[i])
         jp.cost = float(cost[i])
-        jp.pods = sorted(pod_plans.get(job.key, []), key=lambda p: p.name)
-        live = [p for p in jp.pods if p.action != "delete"]
+        missing = unplaceable.get(job.key)
+        if missing:
+            detail = ", ".join(
+                f"{count} in pool {name!r} (policy {plan.pools[name].policy!r} found no node with room within the "
+                "degree limit)"
+                for name, count in sorted(missing.items())
+            )
+            message = f"{sum(missing.values())} replica(s) not created: {detail}"
+            jp.conditions.append(Condition("ReplicasPlaceable", "False", "Unplaceable", message))
+            warn("FungibleJob", job.namespace, job.name, "Unplaceable", message)
         if job.replicas > 0 and not live:
             jp.phase = "Pending"
-            message = "the market gives this job no replicas at current prices"
-            jp.conditions.append(Condition("Scheduled", "False", "NoAllocation", message))
+            if missing:
+                message = "no replica of this job could be placed in its pools"
+                jp.conditions.append(Condition("Scheduled", "False", "Unplaceable", message))
+            else:
+                message = "the market gives this job no replicas at current prices"
+                jp.conditions.append(Condition("Scheduled", "False", "NoAllocation", message))
         elif live and all(p.action == "keep" and p.node is not None for p in live):
             jp.phase = "Running"
             jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{len(live)} pod(s) running"))
@@ -663,6 +698,32 @@ def build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str 
         plan.pods.extend(sorted(pod_plans[key], key=lambda p: p.name))
     plan.seconds = time.perf_counter() - started
     return plan
+
+
+def split_replicas(target: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Replicas per pool for a job whose market split rounds to ``target`` while ``running`` pods already run.
+
+    The total stays ``target.sum()``. When it is at least the running total, every running pod is kept and the
+    remaining replicas go to the pools where ``target`` exceeds what runs there (largest remainder over those
+    deficits); otherwise the job shrinks and running pods are removed one at a time from the pool that runs the most
+    above its target (ties to the lower pool index). Returns an integer vector ``>= 0``.
+    """
+    target = np.asarray(target, dtype=np.int64)
+    running = np.asarray(running, dtype=np.int64)
+    total, have = int(target.sum()), int(running.sum())
+    if have == 0:
+        return target.copy()
+    if total >= have:
+        deficit = np.maximum(target - running, 0)
+        extra = total - have
+        if extra == 0:
+            return running.copy()
+        return running + largest_remainder(deficit.astype(np.float64), extra)
+    out = running.copy()
+    for _ in range(have - total):
+        over = np.where(out > 0, out - target, np.iinfo(np.int64).min)
+        out[int(np.argmax(over))] -= 1
+    return out
 
 
 def _fmt(requests: Mapping[str, float]) -> dict[str, str]:

@@ -244,15 +244,47 @@ class ColocationPolicy:
         types = np.array([type_index[request.jobs[i].colocation_type or ""] for i in request.pod_job], dtype=np.int64)
         alpha = np.array(profile.interference, dtype=np.float64)
         machines = usable.size if request.pool.machines is None else min(request.pool.machines, usable.size)
-        cost = "linear" if profile.cost == "linear" else f"convex:{profile.exponent:g}"
-        assignment = colocation.partition(
-            sizes, types, alpha, machines, method=request.pool.colocation_method, cost=cost
-        )
-        assignment = np.asarray(assignment, dtype=np.int64)
-        # Machines are the usable nodes with the most free resource first; pods that do not fit stay unplaced.
+        # Machines are the usable nodes with the most free resource first (the order BestOrS+HILL fills them in).
         ranked = usable[np.lexsort((usable, -request.free[usable]))][:machines]
+        method = request.pool.colocation_method
+        options: dict[str, object] = {"type_names": list(profile.types)}
+        if method in colocation_limits_methods():
+            # Kubernetes hard limits (001 Sec. 3 with the allocator's capacity/max_tasks extension): a node's free
+            # priced resource, in the units of the pods' demands, and its free Walras pod slots.
+            options.update(
+                capacity=request.free[ranked].astype(np.float64),
+                max_tasks=np.minimum(request.slots[ranked], n).astype(np.int64),
+                demands=demand.astype(np.float64),
+            )
+        cost = colocation_cost(profile)
+        try:
+            assignment = colocation.partition(sizes, types, alpha, machines, method=method, cost=cost, **options)
+        except colocation.InfeasibleError:
+            # No partition within the limits was found: partition without them and let _fit leave the pods that do
+            # not fit unplaced (they are reported as unplaceable, not over-committed).
+            assignment = colocation.partition(
+                sizes, types, alpha, machines, method=method, cost=cost, type_names=list(profile.types)
+            )
+        assignment = np.asarray(assignment, dtype=np.int64)
+        # The partition respects the limits when they were passed; _fit re-checks them (pods that do not fit stay
+        # unplaced) for the methods without hard limits.
         node = _fit(ranked[assignment], demand, request.free, request.slots)
         return PlacementResult(node=node, amount=np.where(node >= 0, demand, 0.0))
+
+
+def colocation_cost(profile: ProfileSpec) -> str:
+    """The ``cost=`` name of :func:`allocator.colocation.cost_function` for a profile's cost (001 Sec. 7: an increasing
+    convex ``f``): ``linear`` -> ``"linear"``, convex with exponent 2 -> ``"quadratic"``, else ``"power:k"``."""
+    if profile.cost == "linear" or profile.exponent == 1.0:
+        return "linear"
+    if profile.exponent == 2.0:
+        return "quadratic"
+    return f"power:{profile.exponent:g}"
+
+
+def colocation_limits_methods() -> tuple[str, ...]:
+    """The partition methods that accept hard limits (``capacity``, ``max_tasks``, ``demands``)."""
+    return ("bestors+hill", "one+hill", "dedic+hill")
 
 
 def _fit(proposed: np.ndarray, demand: np.ndarray, free: np.ndarray, slots: np.ndarray) -> np.ndarray:
