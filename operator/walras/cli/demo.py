@@ -135,22 +135,33 @@ def render(data: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def settled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> bool:
-    """Every planned pod exists and is bound to its planned node, and no surplus pod is left."""
+def unsettled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What keeps the demo waiting: ``namespace/name: reason`` for every pod the plan places on a node that is not
+    bound there yet, every surplus pod that still exists, and every pod the plan keeps without a node (which would
+    never be bound). Empty when the cluster matches the plan; ``["no plan yet"]`` before the first plan."""
     if plan is None:
-        return False
+        return ["no plan yet"]
     cluster = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    out: list[str] = []
     for pod in plan.pods:
         current = cluster.get((pod.namespace, pod.name))
+        name = f"{pod.namespace}/{pod.name}"
         if pod.action == "delete":
             if current is not None:
-                return False
+                out.append(f"{name}: planned for deletion, still exists")
             continue
         if pod.node is None:
+            out.append(f"{name}: no node in pool {pod.pool!r} has room for it")
             continue
-        if current is None or (current.get("spec") or {}).get("nodeName") != pod.node:
-            return False
-    return True
+        bound = None if current is None else (current.get("spec") or {}).get("nodeName")
+        if bound != pod.node:
+            out.append(f"{name}: planned on {pod.node}, {'not created' if current is None else f'bound to {bound}'}")
+    return out
+
+
+def settled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Every planned pod exists and is bound to its planned node, and no surplus or node-less pod is left."""
+    return not unsettled(plan, pods)
 
 
 async def demo(args: argparse.Namespace) -> int:
@@ -193,7 +204,11 @@ async def demo(args: argparse.Namespace) -> int:
                     if settled(controller.plan, store.list(pod_type, None)):
                         break
                 if time.monotonic() - started > args.timeout:
-                    print(f"walras demo: not every pod was bound within {args.timeout:g} s", file=sys.stderr)
+                    waiting = unsettled(controller.plan, store.list(pod_type, None))
+                    print(f"walras demo: not every planned pod was bound to its planned node within "
+                          f"{args.timeout:g} s ({len(waiting)} left):", file=sys.stderr)
+                    for line in waiting[:20]:
+                        print(f"  {line}", file=sys.stderr)
                     status = 1
                     break
             plan = controller.plan or Plan()
