@@ -108,3 +108,17 @@ def test_instances_do_not_share_a_registry() -> None:
     a, b = WalrasMetrics(), WalrasMetrics()
     a.bound("p", "direct")
     assert ("walras_pods_bound_total", (("mode", "direct"), ("pool", "p"))) not in samples(b)
+
+
+def test_extender_series_exist_before_the_first_request() -> None:
+    """Every verb has a duration histogram and a request counter (code 200) at 0 before any request arrives."""
+    s = samples(WalrasMetrics())
+    for verb in ("filter", "prioritize", "bind", "preempt"):
+        assert s[("walras_extender_requests_total", (("code", "200"), ("verb", verb)))] == 0
+        assert s[("walras_extender_request_duration_seconds_count", (("verb", verb),))] == 0
+        assert s[("walras_extender_request_duration_seconds_bucket", (("le", "+Inf"), ("verb", verb)))] == 0
+    m = WalrasMetrics()
+    m.extender_request("filter", 200, 0.002)
+    after = samples(m)
+    assert after[("walras_extender_requests_total", (("code", "200"), ("verb", "filter")))] == 1
+    assert after[("walras_extender_requests_total", (("code", "200"), ("verb", "bind")))] == 0

@@ -22,9 +22,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from walras.planner.model import Condition, JobPlan, Plan
 
-__all__ = ["CONTENT_TYPE_LATEST", "WalrasMetrics", "is_invalid"]
+__all__ = ["CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "WalrasMetrics", "is_invalid"]
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: The scheduler-extender verbs (kube-scheduler extender v1) whose request series are pre-created.
+EXTENDER_VERBS = ("filter", "prioritize", "bind", "preempt")
 _EXTENDER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -96,6 +98,11 @@ class WalrasMetrics:
                                      registry=r)
         for result in ("ok", "error"):
             self.plans.labels(result=result)
+        # Series exist from the start (at 0) so dashboards and rate() see every extender verb before its first
+        # request: the duration histogram per verb and the request counter per verb with code 200.
+        for verb in EXTENDER_VERBS:
+            self.extender_duration.labels(verb=verb)
+            self.extender_requests.labels(verb=verb, code="200")
         for kind in ("ResourcePool", "FungibleJob", "ColocationProfile"):
             self.invalid_objects.labels(kind=kind).set(0)
         self._pool_series: set[tuple[str, str]] = set()
