@@ -48,3 +48,37 @@ def test_render_lists_pools_jobs_and_pods() -> None:
     assert "v100  nvidia.com/gpu  utility  2      8         6     1.25   75%" in text
     assert "ml         resnet  Running  v100=1.00   v100=2    6           2.5" in text
     assert "resnet-0  v100  gpu-0  nvidia.com/gpu=1  nvidia.com/gpu=1" in text
+
+
+def test_demo_fails_with_the_pods_left_when_the_timeout_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert demo.run(parse(["demo", "--json", "--timeout", "0.01"])) == 1
+    err = capsys.readouterr().err
+    assert "not every planned pod was bound to its planned node within 0.01 s" in err
+
+
+def test_unsettled_names_unbound_surplus_and_nodeless_pods() -> None:
+    from walras.planner.model import Plan, PodPlan
+
+    plan = Plan()
+    plan.pods = [
+        PodPlan("ml", "bound", "j", "v100", "gpu-0", action="keep"),
+        PodPlan("ml", "elsewhere", "j", "v100", "gpu-0", action="bind"),
+        PodPlan("ml", "missing", "j", "v100", "gpu-1", action="create"),
+        PodPlan("ml", "surplus", "j", "v100", "gpu-0", action="delete"),
+        PodPlan("ml", "nowhere", "j", "k80", None, action="keep"),
+    ]
+
+    def pod(name: str, node: str | None) -> dict[str, object]:
+        return {"metadata": {"namespace": "ml", "name": name}, "spec": {"nodeName": node} if node else {}}
+
+    cluster = [pod("bound", "gpu-0"), pod("elsewhere", "gpu-1"), pod("surplus", "gpu-0"), pod("nowhere", None)]
+    left = demo.unsettled(plan, cluster)
+    assert left == [
+        "ml/elsewhere: planned on gpu-0, bound to gpu-1",
+        "ml/missing: planned on gpu-1, not created",
+        "ml/surplus: planned for deletion, still exists",
+        "ml/nowhere: no node in pool 'k80' has room for it",
+    ]
+    assert not demo.settled(plan, cluster)
+    assert demo.unsettled(None, cluster) == ["no plan yet"]
+    assert demo.settled(Plan(), [])
