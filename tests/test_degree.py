@@ -185,6 +185,96 @@ def test_sweep_keeps_list_sorted_and_conserves(vals, servers, left):
         assert np.all(a_amt > 0)
 
 
+def reference_algorithm_1(vals, caps, dpar, left, tol):
+    """Algorithm 1 on a plain Python list of ``(value, id)`` (id = rank), written from Section IV-A and VI-C
+    without prefix sums or buffers: the independent reference for the in-place sweep of ``_engine``."""
+    L = [(float(v), i) for i, v in enumerate(vals)]
+    out = []
+
+    def take_prefix(L, b):
+        k, acc = 0, 0.0
+        while acc < b and k < len(L):
+            acc += L[k][0]
+            k += 1
+        k = max(k, 1)
+        served = L[:k]
+        rem = sum(v for v, _ in served) - b
+        if rem <= tol:
+            return served, L[k:]
+        part = b - sum(v for v, _ in served[:-1])
+        cid = served[-1][1]
+        served = served[:-1] + ([(part, cid)] if part > tol else [])
+        return served, [(rem, cid), *L[k:]]
+
+    for b, D in zip(caps, dpar):
+        b, D = float(b), int(D)
+        r = len(L)
+        if b <= tol or r == 0:
+            out.append([])
+        elif r <= D:  # short list: everything, or the smallest clients up to b
+            if sum(v for v, _ in L) < b:
+                out.append(L)
+                L = []
+            else:
+                served, L = take_prefix(L, b)
+                out.append(served)
+        elif sum(v for v, _ in L[r - D - 1 :]) < b:  # case 3
+            out.append(L[r - D :])
+            L = L[: r - D]
+        elif D >= 1 and sum(v for v, _ in L[:D]) >= b:  # case 2
+            served, L = take_prefix(L, b)
+            out.append(served)
+        else:  # case 1
+            starts = range(r - D)
+            if left:
+                l = min(s for s in starts if sum(v for v, _ in L[s : s + D + 1]) >= b)
+            else:
+                l = max(s for s in starts if sum(v for v, _ in L[s : s + D]) < b)
+            inner = sum(v for v, _ in L[l : l + D])
+            last, cid = L[l + D]
+            rem = inner + last - b
+            served = L[l : l + D + 1]
+            if rem <= tol:
+                out.append(served)
+                L = L[:l] + L[l + D + 1 :]
+                continue
+            if b - inner <= tol:
+                served, rem = served[:-1], last
+            else:
+                served = [*served[:-1], (b - inner, cid)]
+            out.append(served)
+            if not left and l + D + 1 < r:  # ordering property: the remainder keeps its place
+                L = [*L[:l], (rem, cid), *L[l + D + 1 :]]
+            else:  # re-inserted among the clients left of the interval
+                pos = 0
+                while pos < l and (L[pos][0], L[pos][1]) < (rem, cid):
+                    pos += 1
+                L = [*L[:pos], (rem, cid), *L[pos:l], *L[l + D + 1 :]]
+    return out, L
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.integers(1, 64), min_size=25, max_size=80),
+    st.lists(st.tuples(st.integers(0, 160), st.integers(0, 6)), min_size=1, max_size=16),
+    st.booleans(),
+    st.sampled_from([1.0, 0.125]),
+)
+def test_in_place_sweep_equals_plain_list_algorithm_1(vals, servers, left, unit):
+    """Every branch of the in-place sweep (prefix or suffix moved, exact fills, right-end and SEQLEFT re-insertion,
+    cases 2, 3 and short lists) against the plain-list reference; dyadic values keep all sums exact, so the two must
+    agree to the last bit, ties included."""
+    vals = np.sort(np.asarray(vals, dtype=float)) * unit
+    caps = np.array([s[0] for s in servers], dtype=float) * unit
+    dpar = np.array([s[1] for s in servers], dtype=np.int64)
+    ids = np.arange(vals.size, dtype=np.int64)
+    res = sweep(vals, ids, ids.astype(float), caps, dpar, 0, 1e-12, left=left)
+    expect, rest = reference_algorithm_1(vals, caps, dpar, left, 1e-12)
+    got = [list(zip(a.tolist(), i.tolist())) for i, a in zip(res.alloc_ids, res.alloc_amounts)]
+    assert got == [[(v, c) for v, c in served] for served in expect]
+    assert list(zip(res.left_vals.tolist(), res.left_ids.tolist())) == rest
+
+
 # ----------------------------------------------------------------------------- Theorem 4.4 and Section IV-C
 instances = st.integers(1, 3).flatmap(
     lambda m: st.tuples(

@@ -155,7 +155,9 @@ class OnlineSeq:
             vals = np.where(taken > 0.0, self._demand - taken, self._demand)
             vals = np.where(self._alive, vals, 0.0)
         idx = np.flatnonzero(vals > tol)
-        order = idx[np.lexsort((self._rank[idx], vals[idx]))]
+        # slots are numbered in arrival order, so ``idx`` is already sorted by rank: a stable sort by value gives
+        # the (value, rank) order
+        order = idx[np.argsort(vals[idx], kind="stable")]
         res = sweep(
             vals[order],
             order.astype(np.int64),
@@ -336,7 +338,8 @@ class OnlineSeq:
             (np.repeat(np.arange(k, dtype=np.int64), sizes_o), np.repeat(np.arange(k, dtype=np.int64), sizes_n))
         )
         who = np.concatenate((*self._ids[start:], *ids, np.zeros(0, dtype=np.int64))).astype(np.int64)
-        val = np.concatenate((*self._amt[start:], *[-a for a in amt], np.zeros(0)))
+        val = np.concatenate((*self._amt[start:], *amt, np.zeros(0)))
+        val[sum(sizes_o) :] *= -1.0
         keys = cols * (len(self._name) + 1) + who
         uniq, inv = np.unique(keys, return_inverse=True)
         net = np.bincount(inv, weights=val, minlength=uniq.shape[0])
