@@ -176,3 +176,20 @@ def test_kill_mid_cycle_and_restart(cluster: Cluster, op: dict[str, Operator]) -
         bound = [b["uid"] for b in cluster.bindings() if b["namespace"] == NS]
         assert len(bound) == len(set(bound)), f"a pod was bound twice: {cluster.bindings()}"
     assert re.search(r"walras run: mode=direct", op["op"].output())
+
+
+def test_restart_keeps_running_pods_where_they_are(cluster: Cluster, op: dict[str, Operator]) -> None:
+    """Issue 7: with every job settled, a killed and restarted operator (no previous plan) keeps every running pod:
+    same pod objects (uids) on the same nodes, nothing deleted, created or re-bound."""
+    jobs = [j["metadata"]["name"] for j in cluster.get("fungiblejobs", "-n", NS)["items"]]
+    for job_name in jobs:
+        if job_status(cluster, job_name).get("pods"):
+            wait_until(lambda j=job_name: settled(cluster, j), 60, f"{job_name} settled before the restart")
+    before = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName")) for p in cluster.pods(NS)}
+    assert before and all(node for _, node in before.values())
+    op["op"].kill()
+    op["op"] = Operator(cluster, "direct").start()
+    wait_until(lambda: (metric(op["op"].metrics(), "walras_plans_total", result="ok") or 0) >= 2, 60,
+               "two planning passes of the restarted operator")
+    after = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName")) for p in cluster.pods(NS)}
+    assert after == before
