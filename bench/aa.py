@@ -96,6 +96,18 @@ def conditioned_pair(rng: np.random.Generator, n: int, sampler: Sampler) -> tupl
     return v, w
 
 
+def uniform_12_sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+    return rng.uniform(1.0, 2.0, size)
+
+
+def integer_sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+    return rng.integers(1, 101, size).astype(np.float64)
+
+
+def folded_normal_sampler(rng: np.random.Generator, size: int) -> np.ndarray:
+    return np.abs(rng.normal(10.0, 20.0, size))
+
+
 def concave_tables(rng: np.random.Generator, n: int, C: int, sampler: Sampler) -> np.ndarray:
     """Section VIII: ``f(0) = 0``, ``f(C/2) = v``, ``f(C) = v + w`` with ``v, w ~ H`` conditioned on ``w <= v``,
     PCHIP through the three points, sampled on ``0..C``."""
@@ -428,6 +440,16 @@ def main(argv: list[str] | None = None) -> int:
     sections.append(table("Fig. 4(c): discrete, beta = 5, gamma = 0.85 (our choice; the paper does not state the "
                           "fixed values), varying theta", "theta", rows,
                           "always over 0.92 of SO; heuristics degrade as theta grows"))
+    sens = []
+    for name, smp in (("uniform [0, 1] (as above)", uniform_sampler), ("uniform [1, 2]", uniform_12_sampler),
+                      ("uniform integers 1..100", integer_sampler), ("normal (10, 20) truncated (as above)",
+                      normal_sampler), ("normal (10, 20) folded", folded_normal_sampler)):
+        r2 = [run_point(str(b), rng, max(T // 4, 5), m * b, m, C, curve(smp)) for b in (2, 5)]
+        sens.append(f"| {name} | {r2[0].so:.3f} | {r2[1].so:.3f} | {r2[0].refined:.3f} | {r2[1].refined:.3f} |")
+    sensitivity = (
+        "| H | Alg 2 / SO, beta = 2 | Alg 2 / SO, beta = 5 | + re-allocation, beta = 2 | + re-allocation, beta = 5 |\n"
+        "|---|---|---|---|---|\n" + "\n".join(sens) + "\n"
+    )
     betas_nc = [1, 3, 5, 10, 15] if quick else [1, 2, 3, 4, 5, 6, 8, 10, 12, 15]
     rows = [
         run_point(str(b), rng, TN, m * b, m, C, lambda r, n, c: nonconcave_tables(r, n, c, uniform_sampler), True)
@@ -508,6 +530,17 @@ leaves the one huge-utility pod with 0 units makes a single ratio enormous, whic
 ### Summary against the issue's targets
 
 {summary}
+Algorithm 2 is implemented as its pseudocode reads (Section VI, lines 1-10): tail sorted by nonincreasing slope,
+each pod on the node with the most remaining capacity, ``min(c_hat_i, C_j)`` units, and no redistribution of what a
+node has left at the end (Lemma V.7's proof keeps such leftovers). Its shortfall against SO on the uniform and normal
+curves is that leftover plus the few unfull pods' missing units; the *re-allocation* column (same assignment, each
+node re-split optimally) shows the assignment itself is within a fraction of a percent of SO.
+The table below ({max(T // 4, 5)} trials per cell) changes what the paper leaves open about H: its support, and
+how the normal's negative draws are treated. If Algorithm 2 / SO stays below 0.99 under all of them, the paper's
+figure is not explained by a generator detail, and its evaluation may have allocated differently from its
+pseudocode (this benchmark assumes the pseudocode).
+
+{sensitivity}
 ### Section VIII (one resource)
 
 """ + "\n".join(sections[:-1]) + f"""
