@@ -22,8 +22,9 @@ from walras.planner.spec import UtilitySpec
 
 #: Markets with at most this many job x pool cells are solved with one torch thread (see :func:`solve_market`).
 SINGLE_THREAD_CELLS = 1_000_000
-#: Markets with at most this many usable (job, pool) cells get the primal polish of :func:`polish_allocation`.
-POLISH_CELLS = 2_000
+#: Markets with at most this many usable (job, pool) cells get the primal polish of :func:`polish_allocation`
+#: (SLSQP's dense QP grows cubically with the cells: 300 cells took ~40 s per plan on a busy 2-core machine).
+POLISH_CELLS = 256
 
 
 class MixedUtility:
