@@ -213,3 +213,25 @@ def test_max_tasks_on_two_nodes(mechanism: str) -> None:
     x = allocate([[1.0], [1.0]], [[10.0], [6.0]], mechanism=mechanism, max_tasks=[3, np.inf])
     np.testing.assert_allclose(x.sum(axis=1), [3.0, 13.0], rtol=1e-6)
     assert (x.T @ np.ones((2, 1)) <= np.array([[10.0], [6.0]]) + 1e-9).all()
+
+
+def test_psdsf_extrapolation_matches_plain_sweeps() -> None:
+    # The extrapolated sweeps only change where the Gauss-Seidel iteration restarts, so on random instances with
+    # placement constraints they must reach the PS-DSF totals of the plain sweeps (the previous implementation), in
+    # no more sweeps overall.
+    rng = np.random.default_rng(123)
+    used = {True: 0, False: 0}
+    for _ in range(30):
+        n, k, r = int(rng.integers(2, 9)), int(rng.integers(1, 6)), int(rng.integers(2, 4))
+        d = rng.integers(0, 5, (n, r)).astype(float)
+        d[np.arange(n), rng.integers(0, r, n)] += rng.integers(1, 5, n)
+        c = rng.integers(4, 40, (k, r)).astype(float)
+        e = rng.random((n, k)) < 0.7
+        e[np.arange(n), rng.integers(0, k, n)] = True
+        inst = make_instance(d, c, e, rng.choice([1.0, 2.0, 0.5], n))
+        fast, plain = ps_dsf(inst), ps_dsf(inst, extrapolate=False)
+        assert fast.converged and plain.converged
+        np.testing.assert_allclose(fast.x.sum(axis=1), plain.x.sum(axis=1), rtol=1e-7)
+        used[True] += fast.sweeps
+        used[False] += plain.sweeps
+    assert used[True] <= used[False], used

@@ -13,7 +13,8 @@ A PS-DSF allocation is exactly a fixed point of these per-server fillings (Defin
 fixed-point residual is returned; with one server one filling is exact and PS-DSF is DRF (Sec. 2.3). Every iterate is
 feasible and non-wasteful column by column. Convergence of the sweeps is observed (linear, often slow: hundreds of
 sweeps on instances with hundreds of servers), not proven here; ``converged`` says whether ``tol`` was met and
-:func:`allocator.fairness.allocate` warns when it was not.
+:func:`allocator.fairness.allocate` warns when it was not. Slow phases are shortcut by extrapolating along the sweep
+moves (:func:`_extrapolation_step`), which changes where the sweeps restart, never the stopping test.
 
 Non-divisible (time-shared) servers, Problem 2 (eqs. 17-21): the capacity of server ``k`` becomes the single constraint
 ``sum_n x[n, k] / gamma[n, k] <= 1``. By Theorem 5 the solution of Problem 2 is PS-DSF under that constraint for every
@@ -148,6 +149,27 @@ def _server_problem(inst: Instance, k: int, time_shared: bool) -> tuple[np.ndarr
     return idx, dem, cap
 
 
+def _extrapolation_step(x: FloatArray, move: FloatArray, prev_move: FloatArray) -> float:
+    """Length ``a`` of the jump ``x + a * move`` along the last sweep's move (0: no jump).
+
+    Observed structure of the sweeps: the sweep map is piecewise affine, and in long phases it moves a user from one
+    server to another by the same amount every sweep (the residual stays flat until the pair drains). When two
+    successive moves are parallel (cosine >= 0.99) and of equal length the jump goes straight to the first
+    breakpoint on the ray, where some pair reaches 0; when they are parallel and shrink by ``rho < 1`` it is
+    Aitken's ``rho / (1 - rho)``, capped at the same breakpoint. Jumps shorter than one sweep's move are skipped.
+    """
+    n0 = float(np.linalg.norm(prev_move))
+    n1 = float(np.linalg.norm(move))
+    if n0 <= 0 or n1 <= 0 or float((prev_move * move).sum()) < 0.99 * n0 * n1:
+        return 0.0
+    rho = n1 / n0
+    a = 1e6 if rho >= 0.999 else rho / (1.0 - rho)
+    neg = move < 0
+    if neg.any():
+        a = min(a, float(np.min(x[neg] / -move[neg])))
+    return a if a > 1.0 else 0.0
+
+
 def ps_dsf(
     inst: Instance,
     *,
@@ -155,11 +177,18 @@ def ps_dsf(
     tol: float = 1e-9,
     max_sweeps: int = 500,
     x0: FloatArray | None = None,
+    extrapolate: bool = True,
 ) -> PsDsfResult:
     """PS-DSF allocation (Definition 4) by Gauss-Seidel sweeps of exact per-server max-min fillings.
 
     Each server ``k`` in turn replaces its column by :func:`fill_server` with ``b_n = phi_n gamma[n, k]`` given the
     other columns; a sweep that moves no column by more than ``tol`` times the user's total ends the iteration.
+    With ``extrapolate`` (default) the iterate jumps along the last move when two successive sweeps moved it the same
+    way (:func:`_extrapolation_step`); the jumped point is only a new start for the sweeps, the stopping test is the
+    same, so a returned ``converged`` result is a fixed point of the fillings to ``tol`` either way. On random
+    instances this roughly halves the sweeps (60 users x 30 nodes: 85 instead of 179 to ``1e-9``); the fixed point
+    reached may differ when PS-DSF is not unique (observed: two allocations 1.8e-4 apart in relative totals, both
+    meeting Definition 4 to 1e-9).
     """
     n, k = inst.n, inst.k
     x = np.zeros((n, k)) if x0 is None else np.array(x0, dtype=np.float64)
@@ -168,7 +197,9 @@ def ps_dsf(
     b_all = inst.weights[:, None] * inst.gamma
     residual = np.inf
     sweeps = 0
-    for sweeps in range(1, max_sweeps + 1):  # noqa: B007
+    prev_move: FloatArray | None = None
+    for sweeps in range(1, max_sweeps + 1):
+        before = x.copy() if extrapolate else None
         residual = 0.0
         for j in range(k):
             idx, dem, cap = probs[j]
@@ -185,6 +216,16 @@ def ps_dsf(
             x[idx, j] = y
         if residual <= tol:
             break
+        if before is None or sweeps == max_sweeps:
+            continue
+        move = x - before
+        a = _extrapolation_step(x, move, prev_move) if prev_move is not None else 0.0
+        if a > 0:
+            x = np.maximum(x + a * move, 0.0)
+            tot = x.sum(axis=1)
+            prev_move = None
+        else:
+            prev_move = move
     return PsDsfResult(x=x, sweeps=sweeps, residual=residual, converged=residual <= tol)
 
 
