@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from allocator._pricing_kernel import Subsolution, solve_hull, solve_pairs
+from allocator._pricing_recovery import Recovery, recover_allocation
 from allocator.utilities import Utility, initial_prices
 
 __all__ = [
@@ -241,6 +242,7 @@ class _Evaluation:
     scale: Tensor  # (m + 1,) column scaling of the feasible allocation (last entry: the "none" pool)
     sol: Subsolution
     t_feasible: Tensor
+    recovered: Recovery | None = None  #: set when the LP split of tied jobs beats column scaling
 
 
 class _Evaluator:
@@ -285,6 +287,32 @@ class _Evaluator:
         d_lo = d.gather(1, sol.j_lo.clamp(max=last).unsqueeze(1)).squeeze(1)
         d_hi = d.gather(1, sol.j_hi.clamp(max=last).unsqueeze(1)).squeeze(1)
         return sol.x_lo * d_lo, sol.x_hi * d_hi
+
+    #: Candidate-pool tolerances tried in turn by :meth:`recover`: exact ties first, then near ties, which lets the
+    #: LP reach U* from prices that are only close to optimal (piecewise-linear g: linear and target utilities).
+    RECOVERY_RTOLS = (1e-6, 1e-3, 3e-2)
+
+    def recover(self, ev: _Evaluation, target: float) -> bool:
+        """Try the LP recovery of :mod:`allocator._pricing_recovery` at ``ev``'s prices (single process only), with
+        each tolerance of :attr:`RECOVERY_RTOLS` until its utility reaches ``target``; keep the best in ``ev``
+        (raising ``ev.primal``) when it beats the column-scaled allocation."""
+        if self.group is not None or ev.recovered is not None:
+            return False
+        prob = self.prob
+        p = torch.as_tensor(ev.prices, dtype=prob.a.dtype).to(prob.a.device)
+        costs = self.costs(p)
+        best: Recovery | None = None
+        for rtol in self.RECOVERY_RTOLS:
+            rec = recover_allocation(prob.a, costs, prob.demand, self.cap64, ev.sol, prob.utility, rtol=rtol)
+            if rec is not None and (best is None or rec.utility > best.utility):
+                best = rec
+            if best is not None and best.utility >= target:
+                break
+        if best is None or not best.utility > ev.primal:
+            return False
+        ev.recovered = best
+        ev.primal = best.utility
+        return True
 
     def __call__(self, prices: np.ndarray) -> _Evaluation:
         prob = self.prob
@@ -372,6 +400,7 @@ class PriceDiscovery:
     device: torch.device | str | None = None
     dtype: torch.dtype | str | None = None
     record_history: bool = True
+    recover: bool = True
 
     def solve(
         self,
@@ -441,7 +470,9 @@ class PriceDiscovery:
         else:
             p0 = self._initial_prices(prob, group)
         run = _Run(self, evaluator, eps, max_iter)
+        run.warm = p0_given is not None
         run.optimise(p0)
+        run.finish()
         best_p, best_d = run.best_dual
         best_e = run.best_primal
         gap = best_d.dual - best_e.primal
@@ -467,15 +498,19 @@ class PriceDiscovery:
         sol, scale = best_e.sol, best_e.scale
         if closed.any() and not closed.all():
             best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, dev, dtype, group)
-        x = sol.dense(m) * scale[:m]
-        t = best_e.t_feasible
+        if best_e.recovered is not None:
+            x, t = best_e.recovered.allocation, best_e.recovered.throughputs
+            usage = best_e.recovered.usage
+        else:
+            x = sol.dense(m) * scale[:m]
+            t = best_e.t_feasible
+            usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
         if keep is not None:
             x_full = torch.zeros((n, m), dtype=dtype, device=dev)
             x_full.index_copy_(0, keep, x)
             t_full = torch.zeros(n, dtype=dtype, device=dev)
             t_full.index_copy_(0, keep, t)
             x, t = x_full, t_full
-        usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
         primal, dual = best_e.primal, best_d.dual
         if status == "infeasible":
             primal, dual, gap = -math.inf, -math.inf, math.inf
@@ -514,7 +549,8 @@ class PriceDiscovery:
         a = _to_tensor("throughput", throughput, dev, dtype)
         if keep is not None:
             a = a.index_select(0, keep)
-        du = prob.utility.derivative(ev.t_feasible)
+        t_feas = ev.recovered.throughputs if ev.recovered is not None else ev.t_feasible
+        du = prob.utility.derivative(t_feas)
         du = torch.where(torch.isfinite(du), du, torch.zeros_like(du)).unsqueeze(1)
         d = prob.demand
         per = a if d is None else a / (d.unsqueeze(1) if d.ndim == 1 else d)
@@ -575,6 +611,23 @@ class _Run:
         self.best_primal: _Evaluation
         self._started = False
         self.cap = evaluator.cap64
+        self.warm = False
+        self.recoveries = 0
+
+    #: LP recoveries tried per solve; each is one HiGHS solve over the tied jobs, so they are rationed.
+    MAX_RECOVERIES = 50
+
+    def _try_recovery(self, ev: _Evaluation) -> None:
+        if not self.cfg.recover or self.recoveries >= self.MAX_RECOVERIES:
+            return
+        self.recoveries += 1
+        if self.evaluate_fn.recover(ev, self.best_dual[1].dual - self.eps) and ev.primal > self.best_primal.primal:
+            self.best_primal = ev
+
+    def finish(self) -> None:
+        """Last resort when the gap is still open: recover at the best dual prices."""
+        if self._started and self.gap() > self.eps:
+            self._try_recovery(self.best_dual[1])
 
     def gap(self) -> float:
         return self.best_dual[1].dual - self.best_primal.primal
@@ -589,11 +642,18 @@ class _Run:
             self.best_dual = (p.copy(), ev)
             self.best_primal = ev
             self._started = True
+            if self.warm and self.gap() > self.eps:
+                self._try_recovery(ev)  # warm start: the given prices are meant to be (near) optimal
         else:
-            if ev.dual < self.best_dual[1].dual:
+            previous = self.best_dual[1].dual
+            if ev.dual < previous:
                 self.best_dual = (p.copy(), ev)
             if ev.primal > self.best_primal.primal:
                 self.best_primal = ev
+            # The dual has (nearly) stopped improving but the gap is open: the column-scaled allocation is what
+            # lags (kinks of g, tied jobs), so split the tied jobs exactly at the best prices.
+            if ev.dual <= previous and self.gap() > self.eps and previous - ev.dual <= 0.1 * self.gap():
+                self._try_recovery(ev)
         if self.cfg.record_history:
             self.history.append(
                 IterationRecord(
