@@ -78,7 +78,7 @@ def test_market_matches_cvxpy_on_a_small_log_instance() -> None:
     d = np.repeat(rng.integers(1, 4, n)[:, None].astype(float), m, axis=1)
     r = np.array([6.0, 8.0, 5.0])
     optimum, prices = cvxpy_reference(a, d, r)
-    market = solve_market(a, r, [UtilitySpec("log")] * n, [1.0] * n, d, None, max_iter=500)
+    market = solve_market(a, r, [UtilitySpec("log")] * n, [1.0] * n, d, None, max_iter=500, eps=1e-6 * n)
     x = market.allocation
     assert np.all(x.sum(axis=1) <= 1 + 1e-6)
     assert np.all((d * x).sum(axis=0) <= r + 1e-6)

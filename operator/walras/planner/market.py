@@ -158,8 +158,8 @@ def solve_market(
 
     The prices of :func:`allocator.pricing.solve` are dual-optimal, but its allocation (the column-scaled point of
     004 Sec. 5) can stay a few percent below ``U*`` when jobs are indifferent between pools at those prices (kinks of
-    ``g``; linear and target-priority utilities make this common in a real cluster). Raising ``max_iter`` does not
-    help there, so small markets (at most :data:`POLISH_CELLS` usable cells) that did not converge get their
+    ``g``; linear and target-priority utilities make this common in a real cluster). The solver's LP split of the tied
+    jobs (``allocator._pricing_recovery``) closes most of that; where it still leaves the gap open, small markets (at most :data:`POLISH_CELLS` usable cells) that did not converge get their
     allocation polished by :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
     """
     n, m = throughput.shape
@@ -185,7 +185,7 @@ def solve_market(
     if single:
         torch.set_num_threads(1)
     try:
-        result = _solve(throughput, capacity, utility, demand, prices, max_iter, device)
+        result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
     finally:
         if single:
             torch.set_num_threads(threads)
@@ -226,6 +226,7 @@ def _solve(
     prices: np.ndarray | None,
     max_iter: int,
     device: str,
+    eps: float | None,
 ) -> pricing.PricingResult:
     return pricing.solve(
         throughput,
@@ -236,6 +237,7 @@ def _solve(
         max_iter=max_iter,
         device=device,
         dtype=torch.float64,
+        eps=eps,
     )
 
 
