@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from walras.metrics import WalrasMetrics
+from walras.metrics import BINDING_ERROR_REASONS, WalrasMetrics, binding_reason
 from walras.planner.model import Condition, JobPlan, Plan, PodPlan, PoolPlan, SolverStats
 
 
@@ -122,3 +122,38 @@ def test_extender_series_exist_before_the_first_request() -> None:
     after = samples(m)
     assert after[("walras_extender_requests_total", (("code", "200"), ("verb", "filter")))] == 1
     assert after[("walras_extender_requests_total", (("code", "200"), ("verb", "bind")))] == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Conflict", "Conflict"), ("AlreadyExists", "Conflict"), (409, "Conflict"), ("409", "Conflict"),
+        ("Too Many Requests", "TooManyRequests"), ("TooManyRequests", "TooManyRequests"), (429, "TooManyRequests"),
+        ("InternalError", "ServerError"), ("Service Unavailable", "ServerError"), (503, "ServerError"),
+        ("504", "ServerError"), ("NotFound", "NotFound"), (404, "NotFound"), ("Invalid", "Invalid"),
+        (422, "Invalid"), ("something else", "Other"), (None, "Other"), (302, "Other"),
+    ],
+)
+def test_binding_reasons_are_a_fixed_set(raw: object, expected: str) -> None:
+    assert binding_reason(raw) == expected  # type: ignore[arg-type]
+    m = WalrasMetrics()
+    m.binding_error("v100", raw)  # type: ignore[arg-type]
+    s = samples(m)
+    assert s[("walras_binding_errors_total", (("pool", "v100"), ("reason", expected)))] == 1
+    assert {dict(k[1])["reason"] for k in s if k[0] == "walras_binding_errors_total"} <= set(BINDING_ERROR_REASONS)
+
+
+def test_binding_error_series_exist_per_pool_and_go_with_the_pool() -> None:
+    m = WalrasMetrics()
+    m.update(make_plan())
+    s = samples(m)
+    for pool in ("v100", "cpu"):
+        for reason in BINDING_ERROR_REASONS:
+            assert s[("walras_binding_errors_total", (("pool", pool), ("reason", reason)))] == 0
+    smaller = make_plan()
+    del smaller.pools["cpu"]
+    smaller.pods = [p for p in smaller.pods if p.pool != "cpu"]
+    m.update(smaller)
+    s = samples(m)
+    assert not any(k[0] == "walras_binding_errors_total" and ("pool", "cpu") in k[1] for k in s)
+    assert s[("walras_binding_errors_total", (("pool", "v100"), ("reason", "Other")))] == 0

@@ -22,12 +22,36 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from walras.planner.model import Condition, JobPlan, Plan
 
-__all__ = ["CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "WalrasMetrics", "is_invalid"]
+__all__ = ["BINDING_ERROR_REASONS", "CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "WalrasMetrics", "binding_reason",
+           "is_invalid"]
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: The scheduler-extender verbs (kube-scheduler extender v1) whose request series are pre-created.
 EXTENDER_VERBS = ("filter", "prioritize", "bind", "preempt")
 _EXTENDER_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+#: The values of ``reason`` on ``walras_binding_errors_total``: a fixed set (Kubernetes ``Status.reason`` names),
+#: so the counter's cardinality is pools x 6 whatever the API server answers; see :func:`binding_reason`.
+BINDING_ERROR_REASONS = ("Conflict", "TooManyRequests", "ServerError", "NotFound", "Invalid", "Other")
+_REASON_BY_CODE = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound", 400: "Invalid", 422: "Invalid"}
+_REASON_BY_NAME = {
+    "conflict": "Conflict", "alreadyexists": "Conflict", "toomanyrequests": "TooManyRequests",
+    "notfound": "NotFound", "gone": "NotFound", "invalid": "Invalid", "badrequest": "Invalid",
+    "unprocessableentity": "Invalid", "internalerror": "ServerError", "internalservererror": "ServerError",
+    "serviceunavailable": "ServerError", "servertimeout": "ServerError", "timeout": "ServerError",
+    "badgateway": "ServerError", "gatewaytimeout": "ServerError",
+}
+
+
+def binding_reason(reason: str | int | None) -> str:
+    """Map an API error (a Kubernetes ``Status.reason`` such as ``Conflict``, an HTTP reason phrase such as
+    ``Too Many Requests``, or an HTTP status code) to one of :data:`BINDING_ERROR_REASONS`."""
+    if reason is None:
+        return "Other"
+    text = str(reason).strip()
+    if text.isdigit():
+        code = int(text)
+        return _REASON_BY_CODE.get(code, "ServerError" if 500 <= code <= 599 else "Other")
+    return _REASON_BY_NAME.get("".join(text.split()).lower(), "Other")
 
 
 def is_invalid(phase: str | None, conditions: Iterable[Condition]) -> bool:
@@ -120,6 +144,8 @@ class WalrasMetrics:
             self.pool_used.labels(name, pool.resource).set(pool.used)
             self.pool_utilisation.labels(name).set(min(max(pool.utilisation, 0.0), 1.0))
             self.pool_nodes.labels(name).set(pool.node_count)
+            for reason in BINDING_ERROR_REASONS:  # the counter's series exist (at 0) from the pool's first plan on
+                self.binding_errors.labels(pool=name, reason=reason)
         planned: dict[str, int] = {name: 0 for name in plan.pools}
         pending: dict[str, int] = {name: 0 for name in plan.pools}
         for pod in plan.pods:
@@ -139,6 +165,8 @@ class WalrasMetrics:
         for name in gone_pools:
             for gauge in (self.pool_utilisation, self.pool_nodes, self.pods_planned, self.pods_pending):
                 self._remove(gauge, name)
+            for reason in BINDING_ERROR_REASONS:
+                self._remove(self.binding_errors, name, reason)
         self._pool_series = pools
 
         solver = plan.solver
@@ -177,7 +205,7 @@ class WalrasMetrics:
             self._remove(self.job_target, job.namespace, job.name)
 
     @staticmethod
-    def _remove(metric: Gauge, *labels: str) -> None:
+    def _remove(metric: Gauge | Counter, *labels: str) -> None:
         try:
             metric.remove(*labels)
         except KeyError:
@@ -195,8 +223,9 @@ class WalrasMetrics:
     def bound(self, pool: str, mode: str) -> None:
         self.pods_bound.labels(pool=pool, mode=mode).inc()
 
-    def binding_error(self, pool: str, reason: str) -> None:
-        self.binding_errors.labels(pool=pool, reason=reason).inc()
+    def binding_error(self, pool: str, reason: str | int | None) -> None:
+        """Count a failed binding in ``pool``; ``reason`` is normalised by :func:`binding_reason`."""
+        self.binding_errors.labels(pool=pool, reason=binding_reason(reason)).inc()
 
     def extender_request(self, verb: str, code: int, seconds: float) -> None:
         self.extender_duration.labels(verb=verb).observe(seconds)
