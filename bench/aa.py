@@ -7,10 +7,6 @@ Run ``python -m bench.aa`` (full) or ``python -m bench.aa --quick`` (smoke); wri
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import importlib.metadata as _md
-import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +32,7 @@ from allocator.aa import (
     super_optimal,
     super_optimal_dp,
 )
+from bench._machine import machine_line, now_utc
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "aa.md"
@@ -368,26 +365,7 @@ def timings(rng: np.random.Generator, quick: bool, runs: int) -> tuple[str, dict
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-
-    def ver(p: str) -> str:
-        try:
-            return _md.version(p)
-        except _md.PackageNotFoundError:
-            return "absent"
-
-    return (
-        f"- `os.cpu_count()` = {os.cpu_count()}; CPU: {cpu}; Python {platform.python_version()}\n"
-        f"- numpy {np.__version__}, scipy {ver('scipy')}, torch {ver('torch')}, highspy {ver('highspy')}\n"
-        f"- date (UTC): {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M')}\n"
-    )
+    return f"- {machine_line('scipy', 'highspy')}\n- date (UTC): {now_utc()}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

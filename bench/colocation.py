@@ -8,9 +8,6 @@ reproduction runs on a SYNTHETIC data set generated to match what Sec. 8.1.2 and
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import os
-import platform
 import statistics
 import sys
 import time
@@ -19,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from allocator.colocation import gavel_alpha, lower_bound, solve
+from bench._machine import machine_line, now_utc
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "colocation.md"
@@ -73,26 +71,11 @@ def make_instance(
 
 
 def header(cmd: str) -> list[str]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:  # pragma: no cover
-        tv = "n/a"
     return [
         "## Colocation with side effects (paper 001, `allocator.colocation`)",
         "",
         f"Command: `{cmd}`  ",
-        f"Machine: {os.cpu_count()} CPUs, {cpu}; Python {platform.python_version()}, numpy {np.__version__}, "
-        f"torch {tv}; {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"Machine: {machine_line()}; {now_utc()}.",
         "",
     ]
 

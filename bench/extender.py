@@ -27,6 +27,8 @@ from aiohttp import ClientSession, web
 from walras.extender import Extender
 from walras.planner.model import Plan, PodPlan
 
+from bench._machine import cpu_model
+
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "bench" / "extender.md"
 
@@ -51,16 +53,6 @@ def request_body(names: list[str], pod: str) -> dict[str, object]:
                                  "labels": {"walras.dev/managed": "true", "walras.dev/job": pod.rsplit("-", 1)[0]}},
                     "spec": {"schedulerName": "walras-scheduler", "containers": [{"name": "c", "image": "x"}]}},
             "nodenames": names}
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
