@@ -11,7 +11,7 @@ Scenarios (each timed ``--repeat`` times, median reported):
 * ``cold, empty cluster``: no pods yet; every replica is a new pod to place (``previous=None``);
 * ``cold, steady state``: every pod of the first plan exists and runs on its node (``previous=None``);
 * ``warm, small change``: the steady state after one job grows by two replicas, warm-started from the plan of the
-  steady state (its prices).
+  steady state (its prices, and its placement of every pool whose placement request did not change).
 
 Writes ``docs/bench/planner.md``.
 """
@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     repeat = max(5, args.repeat)
     n_nodes, n_pools, n_jobs, replicas = (500, 10, 100, 20) if args.quick else (5000, 10, 1000, 20)
     snap = cluster(n_nodes, n_pools, n_jobs, replicas)
+    load_before = os.getloadavg()
     rows = []
     cold_empty, t1, first = timed(lambda: build_plan(snap), repeat)
     rows.append(("cold, empty cluster", cold_empty, t1, first))
@@ -193,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `{command}` ({n_nodes} nodes, {n_pools} pools, {n_jobs} jobs x {replicas} replicas = "
         f"{n_jobs * replicas} pods; policies per pool cycle through {', '.join(dict.fromkeys(POLICIES))}).",
         f"Machine: {os.cpu_count()} CPUs ({cpu_model()}), Python {sys.version.split()[0]}, torch {torch.__version__}, "
-        f"numpy {np.__version__}; {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}.",
+        f"numpy {np.__version__}; {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; load average (1 min) "
+        f"{load_before[0]:.2f} before and {os.getloadavg()[0]:.2f} after the runs.",
         "",
         "| scenario | median (s) | runs (s) | market (s) | solver evals | converged | pods planned | target |",
         "| --- | ---: | --- | ---: | ---: | --- | ---: | --- |",
@@ -205,11 +207,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{plan.solver.iterations} | {plan.solver.converged} | {planned} | {target} (issue 7) |"
         )
     fallbacks = sorted({e.name for e in first.events if e.reason == "PolicyFallback"})
+    with_pods = [name for name, pool in warm_plan.pools.items() if pool.placement is not None]
+    reused = [name for name in with_pods if warm_plan.pools[name].placement is steady_plan.pools[name].placement]
     lines += [
         "",
         "Targets are issue 7's (5,000 nodes, 10 pools, 20,000 pods, 2 cores). The paper behind the market",
         "(004, Sec. 6) reports 10^6 jobs x 4 resources in 3.9 s on CPU, so at 1,000 jobs the market should be a",
         "small share of a plan.",
+        f"Warm plan: {len(with_pods)} pool(s) had pods to place; {len(reused)} reused the previous plan's placement "
+        f"(unchanged placement request: {', '.join(reused) or 'none'}), the others ran their policy.",
     ]
     if fallbacks:
         lines.append(f"Pools that fell back to spread placement in this run: {', '.join(fallbacks)}.")

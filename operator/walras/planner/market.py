@@ -159,8 +159,9 @@ def solve_market(
     The prices of :func:`allocator.pricing.solve` are dual-optimal, but its allocation (the column-scaled point of
     004 Sec. 5) can stay a few percent below ``U*`` when jobs are indifferent between pools at those prices (kinks of
     ``g``; linear and target-priority utilities make this common in a real cluster). The solver's LP split of the tied
-    jobs (``allocator._pricing_recovery``) closes most of that; where it still leaves the gap open, small markets (at most :data:`POLISH_CELLS` usable cells) that did not converge get their
-    allocation polished by :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
+    jobs (``allocator._pricing_recovery``) closes most of that; where it still leaves the gap open, small markets (at
+    most :data:`POLISH_CELLS` usable cells) that did not converge get their allocation polished by
+    :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
     """
     n, m = throughput.shape
     if n == 0 or m == 0:

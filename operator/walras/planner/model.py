@@ -92,6 +92,21 @@ class PodPlan:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class PlacementMemo:
+    """A pool's placement as the planner computed it, kept in the plan so that the next plan can reuse it.
+
+    ``digest`` identifies the placement request (see :func:`walras.planner.plan.placement_digest`); ``node[q]`` and
+    ``amount[q]`` are the policy's answer for the request's pod q (node index into the request's nodes, -1 when
+    unplaced); ``fallback`` is the message of a policy failure that made the pool fall back to spread placement.
+    """
+
+    digest: str
+    node: tuple[int, ...]
+    amount: tuple[float, ...]
+    fallback: str | None = None
+
+
 @dataclass
 class PoolPlan:
     """A ResourcePool's market state and placement summary."""
@@ -108,6 +123,8 @@ class PoolPlan:
     pods_planned: int = 0
     pods_bound: int = 0
     conditions: list[Condition] = field(default_factory=list)
+    #: The placement of this plan's new and pending pods, reused by the next plan when its request is unchanged.
+    placement: PlacementMemo | None = field(default=None, repr=False, compare=False)
 
     def status(self) -> dict[str, Any]:
         """The ``status`` body written to the ResourcePool."""
