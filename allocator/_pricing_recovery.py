@@ -40,7 +40,10 @@ from torch import Tensor
 from allocator._pricing_kernel import Subsolution
 from allocator.utilities import Utility
 
-__all__ = ["Recovery", "recover_allocation"]
+__all__ = ["MAX_TIED", "Recovery", "recover_allocation", "split_jobs"]
+
+#: Default limit on the number of tied jobs handed to HiGHS (keeps one LP to tens of milliseconds).
+MAX_TIED = 2_000
 
 
 @dataclass
@@ -52,6 +55,18 @@ class Recovery:
     usage: np.ndarray  #: (m,) float64
     utility: float  #: exact sum of utilities of ``allocation``
     tied_jobs: int  #: jobs whose split was decided by the LP
+
+
+def split_jobs(sol: Subsolution, m: int) -> int:
+    """Jobs whose subproblem optimum lies strictly inside a hull segment: a lower bound on the tied jobs.
+
+    Such a job's multiplier is the segment's slope, and the supporting line of slope ``lambda_i`` touches the hull at
+    both ends (004 Sec. 4.1): two pools, or the origin and a pool (then the job has slack and ``slack_ok`` holds), so
+    the job is tied. Counting them costs a few ``O(n)`` passes and lets :func:`recover_allocation` give up early on
+    large markets without building ``n x m`` temporaries.
+    """
+    inside = (sol.x_hi > 0) & (sol.x_hi < 1) & (sol.a_hi > sol.a_lo)
+    return int(inside.sum())
 
 
 def _multipliers(sol: Subsolution, utility: Utility) -> Tensor:
@@ -129,7 +144,7 @@ def recover_allocation(
     utility: Utility,
     *,
     rtol: float = 1e-6,
-    max_tied: int = 2_000,
+    max_tied: int = MAX_TIED,
 ) -> Recovery | None:
     """Recover a feasible allocation at the prices that produced ``sol`` (see module doc).
 
@@ -140,7 +155,7 @@ def recover_allocation(
     large ones converge by column scaling (004 Sec. 6).
     """
     n, m = a.shape
-    if n == 0:
+    if n == 0 or split_jobs(sol, m) > max_tied:
         return None
     dtype, device = a.dtype, a.device
     lam = _multipliers(sol, utility)

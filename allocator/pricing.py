@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from allocator._pricing_kernel import Subsolution, solve_hull, solve_pairs
-from allocator._pricing_recovery import Recovery, recover_allocation
+from allocator._pricing_recovery import MAX_TIED, Recovery, recover_allocation, split_jobs
 from allocator.utilities import Utility, initial_prices
 
 __all__ = [
@@ -298,6 +298,8 @@ class _Evaluator:
         (raising ``ev.primal``) when it beats the column-scaled allocation."""
         if self.group is not None or ev.recovered is not None:
             return False
+        if split_jobs(ev.sol, self.m) > MAX_TIED:
+            return False  # a large market: too many tied jobs for one LP at every tolerance
         prob = self.prob
         p = torch.as_tensor(ev.prices, dtype=prob.a.dtype).to(prob.a.device)
         costs = self.costs(p)
@@ -388,6 +390,14 @@ class PriceDiscovery:
     ``memory`` is the L-BFGS memory; ``max_line_search`` the backtracking trials per iteration; ``max_ratio`` is the
     initial trust region: the first trial step changes no positive price by more than that factor; the factor is
     squared after a full step is accepted and square-rooted (down to ``max_ratio``) after backtracking.
+
+    Presolve (cold starts of at least ``presolve_min_jobs`` jobs on one process): the market restricted to a
+    deterministic random sample of ``presolve_jobs`` jobs, with capacities scaled by the sample fraction, is solved
+    first from eq. (17). Its optimal prices are those of the full market up to ``O(1/sqrt(sample))`` (the dual
+    function is a sum over jobs, so the sample's ``g`` is an unbiased estimate of the full ``g`` times the fraction),
+    so Alg. 2 on the full market starts from them, with the sample's L-BFGS pairs rescaled as its initial curvature.
+    This replaces most full-size dual evaluations by cheap ones (13 -> 4 on 004 Sec. 6.2, n = 1e6); the stopping
+    test and the bounds are those of the full market, so the result has the same guarantee.
     """
 
     eps: float | None = None
@@ -401,6 +411,8 @@ class PriceDiscovery:
     dtype: torch.dtype | str | None = None
     record_history: bool = True
     recover: bool = True
+    presolve_min_jobs: int = 200_000
+    presolve_jobs: int = 20_000
 
     def solve(
         self,
@@ -465,12 +477,14 @@ class PriceDiscovery:
             mask = torch.as_tensor(~closed, device=dev).to(dtype)
             prob = _Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = _Evaluator(prob, method=self.method, group=group)
+        run = _Run(self, evaluator, eps, max_iter)
         if p0_given is not None:
             p0 = p0_given
+            run.warm = True
+        elif group is None and prob.a.shape[0] >= max(self.presolve_min_jobs, 2 * self.presolve_jobs, 1):
+            p0, run.mem_s, run.mem_y = self._presolve(prob, eps)
         else:
             p0 = self._initial_prices(prob, group)
-        run = _Run(self, evaluator, eps, max_iter)
-        run.warm = p0_given is not None
         run.optimise(p0)
         run.finish()
         best_p, best_d = run.best_dual
@@ -565,6 +579,32 @@ class PriceDiscovery:
         out[closed] = value.double().cpu().numpy()[closed]
         return out
 
+    def _presolve(self, prob: _Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
+
+        The sample is drawn with replacement by a generator seeded with 0 (deterministic); capacities and ``eps``
+        scale with the sample fraction ``k / n``, and the pairs' ``y = Delta (R - r)`` are rescaled by ``n / k`` to
+        the full market's curvature.
+        """
+        n = prob.a.shape[0]
+        k = self.presolve_jobs
+        gen = torch.Generator().manual_seed(0)
+        idx = torch.randint(n, (k,), generator=gen).to(prob.a.device)
+        frac = k / n
+        sub = _Problem(
+            a=prob.a.index_select(0, idx),
+            capacity=prob.capacity * frac,
+            demand=None if prob.demand is None else prob.demand.index_select(0, idx),
+            utility=prob.utility.take(idx),
+        )
+        cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1)
+        run = _Run(cfg, _Evaluator(sub, method=self.method), eps * frac, 100)
+        run.optimise(self._initial_prices(sub, None))
+        p = run.best_dual[0]
+        if not np.all(np.isfinite(p)):
+            return self._initial_prices(prob, None), [], []
+        return p.copy(), list(run.mem_s), [y / frac for y in run.mem_y]
+
     @staticmethod
     def _initial_prices(prob: _Problem, group: Any) -> np.ndarray:
         """Eq. (17); under sharding the per-rank sums are all-reduced first."""
@@ -613,6 +653,9 @@ class _Run:
         self.cap = evaluator.cap64
         self.warm = False
         self.recoveries = 0
+        #: L-BFGS pairs (s, y) to start from (a presolve's curvature); the last pairs are left here by optimise.
+        self.mem_s: list[np.ndarray] = []
+        self.mem_y: list[np.ndarray] = []
 
     #: LP recoveries tried per solve; each is one HiGHS solve over the tied jobs, so they are rationed.
     MAX_RECOVERIES = 50
@@ -678,8 +721,8 @@ class _Run:
         pscale = p.max() if p.max() > 0 else 1.0
         rscale = cap.max() if cap.max() > 0 else 1.0
         h = np.maximum(p, 1e-3 * pscale) / np.maximum(cap, 1e-3 * rscale)
-        mem_s: list[np.ndarray] = []
-        mem_y: list[np.ndarray] = []
+        mem_s = self.mem_s
+        mem_y = self.mem_y
         sub_step = 1.0
         ratio = self.cfg.max_ratio
         while not self.done():
