@@ -70,7 +70,25 @@ class Subsolution:
         return x[:, :m]
 
 
-_FIELDS = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
+def _assemble(a: Tensor, c: Tensor, t: Tensor, j_lo: Tensor, j_hi: Tensor) -> Subsolution:
+    """The full :class:`Subsolution` from each job's optimal ``t`` and the two ends ``j_lo``, ``j_hi`` of its active
+    segment (index ``m``: the origin or none). Throughputs and costs of the ends are gathered once here, so the hull
+    walk only carries three ``(n,)`` tensors; ``x_hi = (t - a_lo) / (a_hi - a_lo)``, ``x_lo = 1 - x_hi`` when the left
+    end is a pool (Sec. 4.1: a point of the segment is a convex combination of its ends)."""
+    m = a.shape[1]
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    lo_ok = j_lo < m
+    hi_ok = j_hi < m
+    lo_idx = j_lo.clamp(max=m - 1).unsqueeze(1)
+    hi_idx = j_hi.clamp(max=m - 1).unsqueeze(1)
+    a_lo = torch.where(lo_ok, a.gather(1, lo_idx).squeeze(1), zero)
+    c_lo = torch.where(lo_ok, c.gather(1, lo_idx).squeeze(1), zero)
+    a_hi = torch.where(hi_ok, a.gather(1, hi_idx).squeeze(1), zero)
+    c_hi = torch.where(hi_ok, c.gather(1, hi_idx).squeeze(1), zero)
+    span = a_hi - a_lo
+    x_hi = torch.where(hi_ok & (span > 0), (t - a_lo) / torch.where(span > 0, span, torch.ones_like(span)), zero)
+    x_lo = torch.where(lo_ok, 1 - x_hi, zero)
+    return Subsolution(t=t, j_lo=j_lo, x_lo=x_lo, a_lo=a_lo, c_lo=c_lo, j_hi=j_hi, x_hi=x_hi, a_hi=a_hi, c_hi=c_hi)
 
 
 def solve_hull(a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None = None) -> Subsolution:
@@ -78,6 +96,7 @@ def solve_hull(a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None =
 
     ``a`` and ``c`` are ``n x m`` (throughputs and costs ``p_j d_ij``), ``utility`` describes the ``n`` jobs.
     ``a_pos`` (optional, ``a > 0``) can be passed precomputed since it does not depend on the prices.
+    The walk records only ``t`` and the segment ends per job; :func:`_assemble` derives the rest once at the end.
     """
     n, m = a.shape
     dtype, device = a.dtype, a.device
@@ -87,66 +106,44 @@ def solve_hull(a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None =
     # Step 0 from the origin: the most efficient pool, slope c/a (pools with a = 0 are never used).
     slope = torch.where(a_pos, c / a, inf)
     s, k = slope.min(dim=1)
+    del slope
     has = s < inf
     kk = k.unsqueeze(1)
     na = a.gather(1, kk).squeeze(1)
-    nc = c.gather(1, kk).squeeze(1)
-    zero = torch.zeros(n, dtype=dtype, device=device)
-    none = torch.full((n,), m, dtype=torch.long, device=device)
+    zero = torch.zeros((), dtype=dtype, device=device)
     # Rows that cannot run anywhere (all a = 0): alpha = inf makes every argmax return gamma = 0.
-    t = utility.argmax(s, zero, torch.where(has, na, zero))
+    t = utility.argmax(s, torch.zeros_like(s), torch.where(has, na, zero))
     done = (~has) | (t < na)
-    x_hi = torch.where(has, t / torch.where(has, na, torch.ones_like(na)), zero)
-    out = Subsolution(
-        t=t,
-        j_lo=none.clone(),
-        x_lo=zero.clone(),
-        a_lo=zero.clone(),
-        c_lo=zero.clone(),
-        j_hi=torch.where(has, k, none),
-        x_hi=x_hi,
-        a_hi=torch.where(has, na, zero),
-        c_hi=torch.where(has, nc, zero),
-    )
+    j_lo = torch.full((n,), m, dtype=torch.long, device=device)
+    j_hi = torch.where(has, k, j_lo)
     if m == 1 or bool(done.all()):
-        return out
+        return _assemble(a, c, t, j_lo, j_hi)
+    t_out = t
     # Continue with the jobs still climbing: their current vertex is the pool just reached.
     keep = torch.nonzero(~done).squeeze(1)
     active = keep
     a_act = a.index_select(0, keep)
     c_act = c.index_select(0, keep)
     cur_a = na.index_select(0, keep)
-    cur_c = nc.index_select(0, keep)
+    cur_c = c_act.gather(1, k.index_select(0, keep).unsqueeze(1)).squeeze(1)
     cur_j = k.index_select(0, keep)
     util = utility.take(keep)
     for _ in range(1, m):
         da = a_act - cur_a.unsqueeze(1)
         slope = torch.where(da > 0, (c_act - cur_c.unsqueeze(1)) / da, inf)
+        del da
         s, k = slope.min(dim=1)
+        del slope
         has = s < inf
         kk = k.unsqueeze(1)
         na = torch.where(has, a_act.gather(1, kk).squeeze(1), cur_a)
-        nc = torch.where(has, c_act.gather(1, kk).squeeze(1), cur_c)
-        t = util.argmax(torch.where(has, s, torch.zeros_like(s)), cur_a, na)
+        t = util.argmax(torch.where(has, s, zero), cur_a, na)
         t = torch.where(has, t, cur_a)
         done = (~has) | (t < na)
-        span = torch.where(has, na - cur_a, torch.ones_like(na))
-        frac_hi = torch.where(has, (t - cur_a) / span, torch.zeros_like(t))
-        none_k = torch.full_like(k, m)
         # Jobs at their last vertex use that pool fully; otherwise the segment (cur, next) is active.
-        vals = {
-            "t": t,
-            "j_lo": torch.where(has, cur_j, none_k),
-            "x_lo": torch.where(has, 1 - frac_hi, torch.zeros_like(t)),
-            "a_lo": torch.where(has, cur_a, torch.zeros_like(t)),
-            "c_lo": torch.where(has, cur_c, torch.zeros_like(t)),
-            "j_hi": torch.where(has, k, cur_j),
-            "x_hi": torch.where(has, frac_hi, torch.ones_like(t)),
-            "a_hi": na,
-            "c_hi": nc,
-        }
-        for name in _FIELDS:
-            getattr(out, name).index_copy_(0, active, vals[name])
+        t_out.index_copy_(0, active, t)
+        j_lo.index_copy_(0, active, torch.where(has, cur_j, torch.full_like(k, m)))
+        j_hi.index_copy_(0, active, torch.where(has, k, cur_j))
         if bool(done.all()):
             break
         sel = torch.nonzero(~done).squeeze(1)
@@ -154,10 +151,10 @@ def solve_hull(a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None =
         a_act = a_act.index_select(0, sel)
         c_act = c_act.index_select(0, sel)
         cur_a = na.index_select(0, sel)
-        cur_c = nc.index_select(0, sel)
         cur_j = k.index_select(0, sel)
+        cur_c = c_act.gather(1, cur_j.unsqueeze(1)).squeeze(1)
         util = util.take(sel)
-    return out
+    return _assemble(a, c, t_out, j_lo, j_hi)
 
 
 def pair_indices(m: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -96,6 +98,8 @@ class PricingResult:
     dtype: str
     infeasible_jobs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     history: list[IterationRecord] = field(default_factory=list)
+    #: dual evaluations of the presolve on a job sample (cheaper, not counted in ``iterations``; 0 without presolve)
+    presolve_evaluations: int = 0
 
     @property
     def X(self) -> np.ndarray:
@@ -130,6 +134,25 @@ def _finite_or_str(v: float) -> float | str:
 
 # ----------------------------------------------------------------------------------------------------------------
 # Input handling
+
+#: Problems with fewer throughput entries than this run single-threaded on the CPU: their element-wise ops take tens
+#: of microseconds, less than waking torch's intra-op thread pool costs (and far less on a loaded machine).
+SINGLE_THREAD_BELOW = 1 << 17
+
+
+@contextmanager
+def _intra_op_threads(numel: int, device: torch.device) -> Iterator[None]:
+    """Use one intra-op thread for small CPU problems (``numel < SINGLE_THREAD_BELOW``); restore the count after."""
+    before = torch.get_num_threads()
+    single = device.type == "cpu" and numel < SINGLE_THREAD_BELOW and before > 1
+    if single:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if single:
+            torch.set_num_threads(before)
+
 
 
 def resolve_device(device: torch.device | str | None, *inputs: Any) -> torch.device:
@@ -392,7 +415,8 @@ class PriceDiscovery:
     squared after a full step is accepted and square-rooted (down to ``max_ratio``) after backtracking.
 
     Presolve (cold starts of at least ``presolve_min_jobs`` jobs on one process): the market restricted to a
-    deterministic random sample of ``presolve_jobs`` jobs, with capacities scaled by the sample fraction, is solved
+    deterministic random sample of ``n / 10`` jobs (at least 1000, at most ``presolve_jobs``), with capacities
+    scaled by the sample fraction, is solved
     first from eq. (17). Its optimal prices are those of the full market up to ``O(1/sqrt(sample))`` (the dual
     function is a sum over jobs, so the sample's ``g`` is an unbiased estimate of the full ``g`` times the fraction),
     so Alg. 2 on the full market starts from them, with the sample's L-BFGS pairs rescaled as its initial curvature.
@@ -411,7 +435,7 @@ class PriceDiscovery:
     dtype: torch.dtype | str | None = None
     record_history: bool = True
     recover: bool = True
-    presolve_min_jobs: int = 200_000
+    presolve_min_jobs: int = 5_000
     presolve_jobs: int = 20_000
 
     def solve(
@@ -424,8 +448,30 @@ class PriceDiscovery:
         prices: ArrayLike | None = None,
         group: Any = None,
     ) -> PricingResult:
-        """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard."""
+        """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard.
+
+        CPU problems with fewer than :data:`SINGLE_THREAD_BELOW` throughput entries run with one torch thread (the
+        process-wide count is restored on return).
+        """
         start = time.perf_counter()
+        try:
+            numel = int(np.prod(np.shape(throughput)))
+        except ValueError:  # ragged input: _prepare reports it
+            numel = 0
+        dev = resolve_device(self.device, throughput, capacity)
+        with _intra_op_threads(numel, dev):
+            return self._solve(throughput, capacity, utility, demand, prices, group, start)
+
+    def _solve(
+        self,
+        throughput: ArrayLike,
+        capacity: ArrayLike,
+        utility: Utility,
+        demand: ArrayLike | None,
+        prices: ArrayLike | None,
+        group: Any,
+        start: float,
+    ) -> PricingResult:
         if self.method not in ("hull", "pairs"):
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
         dev = resolve_device(self.device, throughput, capacity)
@@ -478,11 +524,12 @@ class PriceDiscovery:
             prob = _Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = _Evaluator(prob, method=self.method, group=group)
         run = _Run(self, evaluator, eps, max_iter)
+        presolved = 0
         if p0_given is not None:
             p0 = p0_given
             run.warm = True
-        elif group is None and prob.a.shape[0] >= max(self.presolve_min_jobs, 2 * self.presolve_jobs, 1):
-            p0, run.mem_s, run.mem_y = self._presolve(prob, eps)
+        elif group is None and prob.a.shape[0] >= max(self.presolve_min_jobs, 1):
+            p0, run.mem_s, run.mem_y, presolved = self._presolve(prob, eps)
         else:
             p0 = self._initial_prices(prob, group)
         run.optimise(p0)
@@ -506,6 +553,8 @@ class PriceDiscovery:
         elif converged:
             status = "optimal"
             message = f"duality gap {gap:.3g} <= eps {eps:.3g} after {run.evaluations} evaluations"
+            if presolved:
+                message += f" (after {presolved} on a job sample)"
         else:
             status = "max_iter"
             message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
@@ -546,6 +595,7 @@ class PriceDiscovery:
             dtype=str(dtype).replace("torch.", ""),
             infeasible_jobs=infeasible.astype(np.int64),
             history=run.history,
+            presolve_evaluations=presolved,
         )
 
     @staticmethod
@@ -579,7 +629,9 @@ class PriceDiscovery:
         out[closed] = value.double().cpu().numpy()[closed]
         return out
 
-    def _presolve(self, prob: _Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    def _presolve(
+        self, prob: _Problem, eps: float
+    ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
         """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
 
         The sample is drawn with replacement by a generator seeded with 0 (deterministic); capacities and ``eps``
@@ -587,7 +639,7 @@ class PriceDiscovery:
         the full market's curvature.
         """
         n = prob.a.shape[0]
-        k = self.presolve_jobs
+        k = max(min(n // 10, self.presolve_jobs), min(1_000, n))
         gen = torch.Generator().manual_seed(0)
         idx = torch.randint(n, (k,), generator=gen).to(prob.a.device)
         frac = k / n
@@ -599,11 +651,12 @@ class PriceDiscovery:
         )
         cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1)
         run = _Run(cfg, _Evaluator(sub, method=self.method), eps * frac, 100)
-        run.optimise(self._initial_prices(sub, None))
+        with _intra_op_threads(sub.a.numel(), sub.a.device):
+            run.optimise(self._initial_prices(sub, None))
         p = run.best_dual[0]
         if not np.all(np.isfinite(p)):
-            return self._initial_prices(prob, None), [], []
-        return p.copy(), list(run.mem_s), [y / frac for y in run.mem_y]
+            return self._initial_prices(prob, None), [], [], run.evaluations
+        return p.copy(), list(run.mem_s), [y / frac for y in run.mem_y], run.evaluations
 
     @staticmethod
     def _initial_prices(prob: _Problem, group: Any) -> np.ndarray:
