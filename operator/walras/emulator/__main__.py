@@ -9,10 +9,11 @@ import signal
 import sys
 
 from walras.emulator.server import Emulator
+from walras.emulator.store import Store
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    emulator = Emulator(host=args.host, port=args.port)
+    emulator = Emulator(Store(in_place_resize=not args.no_in_place_resize), host=args.host, port=args.port)
     url = await emulator.start()
     if args.kubeconfig:
         emulator.write_kubeconfig(args.kubeconfig)
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     parser.add_argument("--kubeconfig", help="write a kubeconfig pointing at the emulator here")
+    parser.add_argument("--no-in-place-resize", action="store_true",
+                        help="emulate a cluster without in-place pod resize (no pods/resize sub-resource)")
     asyncio.run(_serve(parser.parse_args(argv)))
     return 0
 

@@ -6,7 +6,8 @@ admission, no scheduler, a minimal "kubelet" that marks bound pods Running. It s
 ``resourceVersion``, merge patches, status sub-resource, Events, peering objects).
 
 Besides the Kubernetes paths it serves a small control surface under ``/_emulator/`` for tests: inject faults
-(``POST /_emulator/faults``), read the log of accepted bindings (``GET /_emulator/bindings``).
+(``POST /_emulator/faults``), read the log of accepted bindings (``GET /_emulator/bindings``), turn the kubelet stand-in
+(``POST /_emulator/kubelet``) or in-place pod resize (``POST /_emulator/resize`` ``{"enabled": false}``) off and on.
 """
 
 from __future__ import annotations
@@ -257,6 +258,11 @@ class EmulatorApp:
             body = await self._body(request)
             self.store.kubelet = bool(body.get("enabled", True))
             return _dump({"kubelet": self.store.kubelet})
+        if path == "/_emulator/resize":
+            if request.method == "POST":
+                body = await self._body(request)
+                self.store.set_in_place_resize(bool(body.get("enabled", True)))
+            return _dump({"inPlaceResize": self.store.in_place_resize})
         raise ApiError(404, "NotFound", f"no emulator control path {path}")
 
 

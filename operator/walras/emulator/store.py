@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import datetime as dt
 import uuid
 from collections import deque
@@ -306,10 +307,14 @@ class Store:
     kubelet: bool = True  # a bound pod becomes Running, as a kubelet would report
     rv: int = 0
     on_change: list[Callable[[], None]] = field(default_factory=list)
+    #: Serve ``pods/resize`` (in-place pod resize, Kubernetes >= 1.33); False emulates a cluster without it: the
+    #: sub-resource is absent from discovery and ``PATCH pods/{name}/resize`` answers 404 NotFound.
+    in_place_resize: bool = True
 
     def __post_init__(self) -> None:
         for rtype in BUILTIN_TYPES:
             self.register(rtype)
+        self.set_in_place_resize(self.in_place_resize)
         for ns in ("default", "kube-system", "kube-public"):
             self.create(self.types[("", "v1", "namespaces")], "", {"metadata": {"name": ns}})
 
@@ -322,6 +327,15 @@ class Store:
         self.watchers.setdefault(rtype.key, [])
         if schema is not None:
             self.schemas[rtype.key] = schema
+
+    def set_in_place_resize(self, enabled: bool) -> None:
+        """Turn the ``pods/resize`` sub-resource on or off (discovery and the path follow at once)."""
+        self.in_place_resize = enabled
+        pods = self.types[("", "v1", "pods")]
+        subresources = tuple(s for s in pods.subresources if s != "resize")
+        if enabled:
+            subresources += ("resize",)
+        self.types[pods.key] = dataclasses.replace(pods, subresources=subresources)
 
     def unregister(self, key: tuple[str, str, str]) -> None:
         for queue in self.watchers.get(key, []):

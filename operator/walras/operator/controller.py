@@ -103,7 +103,8 @@ class Controller:
     _fingerprints: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _binding: set[str] = field(default_factory=set)
     _posted: set[tuple[str, str, str, str, str]] = field(default_factory=set)
-    _resize_pending: dict[tuple[str, str], str] = field(default_factory=dict)
+    _resize_pending: dict[tuple[str, str], str] = field(default_factory=dict)  # job -> ResizePending message
+    _resize_waiting: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # job -> pod -> message
     _status_written: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
     planned: asyncio.Event = field(default_factory=asyncio.Event)
@@ -192,6 +193,18 @@ class Controller:
                     logger.warning("API call failed after retries: %s", exc)
 
         ops = [guarded(self._adopt(pod, jobs)) for pod in snapshot.pods if self._needs_adoption(pod, jobs)]
+        resizing: dict[tuple[str, str], set[str]] = {}
+        for pp in plan.pods:
+            if pp.action == "resize":
+                resizing.setdefault((pp.namespace, pp.job), set()).add(pp.name)
+        for key in list(self._resize_waiting):  # pods that no longer wait for a resize (resized, gone, replaced)
+            waiting = {n: m for n, m in self._resize_waiting[key].items() if n in resizing.get(key, ())}
+            if waiting:
+                self._resize_waiting[key] = waiting
+                self._resize_pending[key] = "; ".join(waiting[name] for name in sorted(waiting))
+            else:
+                del self._resize_waiting[key]
+                self._resize_pending.pop(key, None)
         for pp in plan.pods:
             current = pods.get((pp.namespace, pp.name))
             if pp.action == "create" and current is None:
@@ -202,7 +215,7 @@ class Controller:
                 if self.options.mode == "direct" and pp.node and not (current.get("spec") or {}).get("nodeName"):
                     ops.append(guarded(self._bind(pp, current)))
             elif pp.action == "resize" and current is not None:
-                ops.append(guarded(self._resize(pp, current)))
+                ops.append(guarded(self._resize(pp, current, jobs.get((pp.namespace, pp.job)))))
             elif pp.action == "delete" and current is not None:
                 ops.append(guarded(self._delete(pp, jobs.get((pp.namespace, pp.job)))))
         await asyncio.gather(*ops)
@@ -276,18 +289,32 @@ class Controller:
         logger.info("bound pod %s/%s to %s", pp.namespace, pp.name, pp.node)
         await self._event(pod, "Normal", "Scheduled", f"Walras assigned {pp.namespace}/{pp.name} to {pp.node}")
 
-    async def _resize(self, pp: PodPlan, pod: Mapping[str, Any]) -> None:
+    async def _resize(self, pp: PodPlan, pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> None:
+        """Take a running pod to its planned requests/limits through ``pods/resize`` where the API server serves it
+        (discovered, :meth:`KubeClient.supports_pod_resize`); elsewhere record on the job (``ResizePending``
+        condition and a ``ResizeDeferred`` Event) that the change waits for the next pod."""
+        key = (pp.namespace, pp.job)
+        waiting = self._resize_waiting.setdefault(key, {})
         containers = resize_containers(pod, pp)
+        why = f" ({pp.reason})" if pp.reason else ""
+        if containers is not None and await self.client.resize_pod(pp.namespace, pp.name, containers):
+            logger.info("resized pod %s/%s in place%s", pp.namespace, pp.name, why)
+            await self._event(pod, "Normal", "Resized", f"Walras resized {pp.name} in place{why}")
+            containers = None
         if containers is None:
-            self._resize_pending.pop((pp.namespace, pp.job), None)
-            return
-        if await self.client.resize_pod(pp.namespace, pp.name, containers):
-            self._resize_pending.pop((pp.namespace, pp.job), None)
-            logger.info("resized pod %s/%s in place", pp.namespace, pp.name)
-            return
-        message = (f"pod {pp.name}: in-place resize is not supported by this cluster; the new requests/limits apply "
-                   "to the next pod created")
-        self._resize_pending[(pp.namespace, pp.job)] = message
+            waiting.pop(pp.name, None)
+        else:
+            message = (f"pod {pp.name}: in-place resize is not supported by this cluster; the new requests/limits"
+                       f"{why} apply to the next pod created")
+            repeated = waiting.get(pp.name) == message
+            waiting[pp.name] = message
+            if job is not None and not repeated:
+                await self._event(job, "Normal", "ResizeDeferred", message)
+        if waiting:
+            self._resize_pending[key] = "; ".join(waiting[name] for name in sorted(waiting))
+        else:
+            self._resize_pending.pop(key, None)
+            self._resize_waiting.pop(key, None)
 
     async def _delete(self, pp: PodPlan, job: Mapping[str, Any] | None) -> None:
         if await self.client.delete_pod(pp.namespace, pp.name):

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -110,6 +111,7 @@ class KubeClient:
         self.retry = retry or RetryPolicy()
         self._session: aiohttp.ClientSession | None = None
         self.retries = 0  # how many times a request was retried (for tests and logs)
+        self._resize_checked: tuple[float, bool] | None = None  # (monotonic time, pods/resize served)
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -230,14 +232,42 @@ class KubeClient:
                 return False
             raise
 
+    #: How long a discovery answer about ``pods/resize`` is trusted before it is asked again (an API server upgrade
+    #: or a feature-gate change turns it on or off without restarting the operator).
+    RESIZE_DISCOVERY_TTL = 300.0
+
+    async def supports_pod_resize(self) -> bool:
+        """Whether the API server serves the ``pods/resize`` sub-resource (in-place pod resize, Kubernetes >= 1.33).
+
+        Asked through discovery (``GET /api/v1`` lists ``pods/resize`` among the core resources where it is served)
+        and cached for :attr:`RESIZE_DISCOVERY_TTL` seconds. A discovery failure counts as "not served" until the
+        next check.
+        """
+        now = time.monotonic()
+        checked = self._resize_checked
+        if checked is not None and now - checked[0] < self.RESIZE_DISCOVERY_TTL:
+            return checked[1]
+        try:
+            listing = await self.request("GET", "/api/v1")
+            served = any(r.get("name") == "pods/resize" for r in listing.get("resources") or [])
+        except KubeError as exc:
+            logger.warning("discovery of pods/resize failed (%s); treating in-place resize as unsupported", exc)
+            served = False
+        self._resize_checked = (now, served)
+        return served
+
     async def resize_pod(self, namespace: str, name: str, containers: list[JSON]) -> bool:
-        """Patch ``pods/{name}/resize``; False where the cluster has no in-place resize (404/405/415)."""
+        """Patch ``pods/{name}/resize`` where discovery lists it; False where the cluster has no in-place resize
+        (not in discovery, or the patch answers 404/405/415, after which discovery is asked again next time)."""
+        if not await self.supports_pod_resize():
+            return False
         try:
             await self.request("PATCH", self.pod_path(namespace, name, "resize"), {"spec": {"containers": containers}},
                                content_type="application/strategic-merge-patch+json", retry_conflict=True)
             return True
         except KubeError as exc:
             if exc.code in (404, 405, 415):
+                self._resize_checked = None
                 return False
             raise
 

@@ -75,7 +75,9 @@ class PodPlan:
 
     ``action`` says what the operator must do: ``create`` a new pod (named ``name``, so re-creating after a restart
     is idempotent), ``bind`` an existing pending pod to ``node``, ``keep`` a running pod as it is, ``resize`` a running
-    pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod.
+    pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod. For ``resize``,
+    ``requests``/``limits`` are the new values and ``reason`` says what changes (``"cpu 2 -> 4"``); where the cluster
+    has no in-place resize the operator leaves the pod as it is and the new values apply to the job's next pod.
     """
 
     namespace: str
@@ -87,6 +89,7 @@ class PodPlan:
     limits: dict[str, str] = field(default_factory=dict)
     action: PodAction = "create"
     exists: bool = False
+    reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -136,28 +136,112 @@ class _Pod:
     job: str | None
     pool_label: str | None
     text: tuple[tuple[str, str], ...] = ()  # the requests formatted as quantities, sorted by resource name
+    first: _ResourcesKey = ((), ())  # the first container's (requests, limits) items: what Walras sets and resizes
 
 
-def _pod_requests(spec: Mapping[str, Any]) -> tuple[dict[str, float], tuple[tuple[str, str], ...]]:
-    """Sum of the containers' requests (a limit stands in for a missing request, as Kubernetes defaults it), and the
-    same sums formatted as quantities (sorted by resource name)."""
+_ResourcesKey = tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]]
+_NO_RESOURCES: _ResourcesKey = ((), ())
+
+
+def _pod_requests(spec: Mapping[str, Any]) -> tuple[dict[str, float], tuple[tuple[str, str], ...], _ResourcesKey]:
+    """Sum of the containers' requests (a limit stands in for a missing request, as Kubernetes defaults it), the
+    same sums formatted as quantities (sorted by resource name), and the first container's own (requests, limits)."""
     containers = spec.get("containers") or ()
     keys = []
-    for container in containers:
+    first = _NO_RESOURCES
+    for c, container in enumerate(containers):
         resources = container.get("resources")
         if not resources:
             continue
         requests = resources.get("requests")
         limits = resources.get("limits")
         keys.append((tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ()))
+        if c == 0:
+            first = keys[0]
     if len(keys) == 1:
         parsed, text = _parsed(keys[0])
-        return dict(parsed), text
+        return dict(parsed), text, first
     total: dict[str, float] = {}
     for key in keys:
         for name, value in _parsed(key)[0]:
             total[name] = total.get(name, 0.0) + value
-    return total, _formatted(tuple(sorted(total.items())))
+    return total, _formatted(tuple(sorted(total.items()))), first
+
+
+@lru_cache(maxsize=4096)
+def _parsed_limits(items: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, float], ...]:
+    out = []
+    for name, raw in items:
+        try:
+            out.append((name, parse_quantity(raw)))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+#: The resources Kubernetes can change in a running pod (in-place resize, KEP-1287: cpu and memory only).
+RESIZABLE = frozenset({"cpu", "memory"})
+
+
+@dataclass(frozen=True)
+class _Resize:
+    """New requests/limits of a running pod (text), the change of each request (amount), what changes in place
+    (``reason``, empty when nothing does), and what cannot change in place and waits for the next pod (``later``)."""
+
+    requests: dict[str, str]
+    limits: dict[str, str]
+    delta: tuple[tuple[str, float], ...]
+    reason: str
+    later: str = ""
+
+
+def _differs(a: float, b: float) -> bool:
+    return abs(a - b) > 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def resize_target(job: JobSpec, pool: PoolSpec, first: _ResourcesKey) -> _Resize | None:
+    """What a running pod of ``job`` in ``pool`` must be resized to, or None when it already has it.
+
+    The planned resources of a pod are the job's per-task ``spec.resources`` and, for the pool's priced resource,
+    the job's demand per replica (under the ``utility`` policy the amount AA gave the pod stays: AA decides it per
+    pod, issue 7). They are compared with the pod's first container (the one Walras writes): a request that differs,
+    or a limit that exists and differs, needs a resize. Only cpu and memory change in place (:data:`RESIZABLE`); a
+    change of any other resource (a GPU count, say) is reported in ``later``: the running pod keeps it and the next
+    pod gets the new value. A resource the container does not request at all is left alone: adding one would change
+    the pod's QoS class, which in-place resize does not allow.
+    """
+    current = dict(_parsed(first)[0])  # requests, a limit standing in for a missing request
+    limits = dict(_parsed_limits(first[1]))
+    wanted = dict(job.resources)
+    wanted_text = dict(job.resource_text)
+    priced = pool.resource
+    if pool.policy == "utility" and current.get(priced, 0.0) > 0:
+        wanted[priced] = current[priced]
+    else:
+        wanted[priced] = job.demand
+    wanted_text[priced] = format_quantity(wanted[priced])
+    changes = []
+    for name in sorted(wanted):
+        have = current.get(name)
+        if have is None:
+            continue
+        limit = limits.get(name)
+        if _differs(have, wanted[name]) or (limit is not None and _differs(limit, wanted[name])):
+            changes.append((name, have, wanted[name]))
+    if not changes:
+        return None
+    now = [c for c in changes if c[0] in RESIZABLE]
+    later = [c for c in changes if c[0] not in RESIZABLE]
+    requests = dict(_parsed(first)[1])
+    limits_text = dict(_formatted(tuple(sorted(limits.items()))))
+    for name, _, _ in now:
+        requests[name] = wanted_text[name]
+        if name in limits:
+            limits_text[name] = wanted_text[name]
+    reason = ", ".join(f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in now)
+    waits = ", ".join(f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in later)
+    delta = tuple((name, want - have) for name, have, want in now if _differs(have, want))
+    return _Resize(requests, limits_text, delta, reason, waits)
 
 
 @lru_cache(maxsize=4096)
@@ -187,7 +271,7 @@ def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
         job = labels.get(LABEL_JOB)
         managed = job is not None and labels.get(LABEL_MANAGED) == "true"
         node_name = spec.get("nodeName")
-        requests, text = _pod_requests(spec)
+        requests, text, first = _pod_requests(spec)
         pods.append(
             _Pod(
                 meta.get("namespace") or "default",
@@ -197,6 +281,7 @@ def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
                 job if managed else None,
                 labels.get(LABEL_POOL) if managed else None,
                 text,
+                first,
             )
         )
     pods.sort(key=lambda p: (p.namespace, p.name))
@@ -533,6 +618,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         ).astype(np.float64)
     walras_count = np.bincount(table.node[in_a_pool & table.managed], minlength=n_nodes).astype(np.int64)
     to_place: dict[int, list[tuple[int, _Pod, bool]]] = defaultdict(list)  # pool -> (job row, pod, exists)
+    running_kept: list[tuple[PodPlan, _Pod, int, int]] = []  # running pods that stay: (plan, pod, job row, pool)
     unplaceable: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key in sorted(set(managed) | set(job_row)):
         namespace, name = key
@@ -567,19 +653,20 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             if pod.node >= 0:
                 if j >= 0 and kept[j] < wanted[j]:
                     kept[j] += 1
-                    pod_plans[key].append(
-                        PodPlan(
-                            namespace,
-                            pod.name,
-                            name,
-                            pool_name,
-                            nodes.names[pod.node],
-                            dict(pod.text),
-                            dict(pod.text),
-                            "keep",
-                            True,
-                        )
+                    keep = PodPlan(
+                        namespace,
+                        pod.name,
+                        name,
+                        pool_name,
+                        nodes.names[pod.node],
+                        dict(pod.text),
+                        dict(pod.text),
+                        "keep",
+                        True,
                     )
+                    pod_plans[key].append(keep)
+                    if row is not None:
+                        running_kept.append((keep, pod, row, j))
                 else:
                     pod_plans[key].append(
                         PodPlan(namespace, pod.name, name, pool_name, nodes.names[pod.node], {}, {}, "delete", True)
@@ -613,6 +700,48 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
                 to_place[j].append((row, _Pod(namespace, new_name, -1, {}, name, pools[j].spec.name), False))
             counter = 0
 
+    # --- Running pods whose planned requests/limits changed: in-place resize -----------------------------------
+    # A kept pod whose resources differ from the plan's is marked ``resize`` with the new values and why (the operator
+    # patches pods/resize where the cluster serves it; elsewhere the change waits for the next pod). An increase must
+    # fit in what its node has left (allocatable minus every bound pod's requests); where it does not, the pod keeps
+    # its resources and the job says so. Resizes are decided before placement, so new pods see the resized amounts.
+    bound = table.node >= 0
+    room: dict[str, np.ndarray] = {}
+    targets: dict[tuple[int, int, _ResourcesKey], _Resize | None] = {}
+    resize_blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
+    resized: dict[tuple[str, str], int] = defaultdict(int)
+    resize_later: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for keep, pod, row, j in running_kept:
+        cache_key = (row, j, pod.first)
+        if cache_key not in targets:
+            targets[cache_key] = resize_target(jobs[row], pools[j].spec, pod.first)
+        target = targets[cache_key]
+        if target is None:
+            continue
+        if target.later:
+            resize_later[jobs[row].key].append(f"{pod.name} ({target.later})")
+        if not target.reason:
+            continue
+        for res, _ in target.delta:
+            if res not in room:
+                used = np.bincount(table.node[bound], weights=table.amount(res)[bound], minlength=n_nodes)
+                room[res] = nodes.resource(res) - used
+        short = [res for res, change in target.delta if change > 0 and room[res][pod.node] + 1e-9 < change]
+        if short:
+            resize_blocked[jobs[row].key].append(
+                f"{pod.name} ({target.reason}): node {keep.node} lacks {', '.join(short)}"
+            )
+            continue
+        for res, change in target.delta:
+            room[res][pod.node] -= change
+            if res == pools[j].spec.resource:
+                used_by_node[j][pod.node] += change
+        keep.action = "resize"
+        keep.requests = dict(target.requests)
+        keep.limits = dict(target.limits)
+        keep.reason = target.reason
+        resized[jobs[row].key] += 1
+
     # --- Placement inside each pool ------------------------------------------------------------------------------
     for j, pool in enumerate(pools):
         pp = plan.pools[pool.spec.name]
@@ -636,6 +765,9 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         node_resources[:, 0] = free
         here = pod_pool == j
         for r, res in enumerate(extra_resources, start=1):
+            if res in room:  # resizes changed what running pods use
+                node_resources[:, r] = np.maximum(room[res][nodes_k], 0.0)
+                continue
             use = np.bincount(table.node[here], weights=table.amount(res)[here], minlength=n_nodes)
             node_resources[:, r] = np.maximum(nodes.resource(res)[nodes_k] - use[nodes_k], 0.0)
         request = PlacementRequest(
@@ -730,6 +862,28 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         jp.throughput = float(t[i])
         jp.utility = float(u[i])
         jp.cost = float(cost[i])
+        if resized.get(job.key):
+            message = (
+                f"{resized[job.key]} running pod(s) get new requests/limits in place (pods/resize where the cluster "
+                "serves it, else with the next pod)"
+            )
+            jp.conditions.append(Condition("ResourcesCurrent", "False", "ResizeNeeded", message))
+        if resize_blocked.get(job.key):
+            blocked = resize_blocked[job.key]
+            message = (
+                f"{len(blocked)} running pod(s) keep their resources: the new ones do not fit on their node "
+                f"({'; '.join(blocked[:5])}{'; ...' if len(blocked) > 5 else ''}); the next pod gets them"
+            )
+            jp.conditions.append(Condition("ResizeBlocked", "True", "NoRoomOnNode", message))
+            warn("FungibleJob", job.namespace, job.name, "ResizeBlocked", message)
+        if resize_later.get(job.key):
+            later = resize_later[job.key]
+            message = (
+                f"{len(later)} running pod(s) keep resources that cannot change in place "
+                f"({'; '.join(later[:5])}{'; ...' if len(later) > 5 else ''}); the change waits for the next pod"
+            )
+            jp.conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
+            events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Normal", "ResizeDeferred", message))
         missing = unplaceable.get(job.key)
         if missing:
             detail = ", ".join(
@@ -748,7 +902,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             else:
                 message = "the market gives this job no replicas at current prices"
                 jp.conditions.append(Condition("Scheduled", "False", "NoAllocation", message))
-        elif live and all(p.action == "keep" and p.node is not None for p in live):
+        elif live and all(p.action in ("keep", "resize") and p.node is not None for p in live):
             jp.phase = "Running"
             jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{len(live)} pod(s) running"))
         else:
