@@ -282,6 +282,8 @@ class _Evaluator:
         self.evaluations = 0
 
     def _allreduce(self, values: list[float] | np.ndarray) -> np.ndarray:
+        if self.group is None:
+            return np.asarray(values, dtype=np.float64)
         buf = torch.tensor(np.asarray(values, dtype=np.float64), dtype=torch.float64)
         if self.group is not None:
             import torch.distributed as dist

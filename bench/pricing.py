@@ -64,7 +64,7 @@ def cpu_model() -> str:
 
 
 def rss_subprocess(n: int, spec: str) -> float:
-    """Peak RSS (MiB) of a fresh process that builds the Sec. 6.2 instance and solves it once."""
+    """Peak RSS (MiB, ``ru_maxrss``) of a fresh process that builds the Sec. 6.2 instance and solves it once."""
     code = (
         "import resource, numpy as np\n"
         "from bench.pricing import section_62\n"
@@ -75,6 +75,21 @@ def rss_subprocess(n: int, spec: str) -> float:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
+
+
+def rss_baseline() -> float:
+    """Peak RSS (MiB) of a fresh process that only imports numpy, torch and ``allocator.pricing``."""
+    code = (
+        "import resource, numpy, torch\n"
+        "from allocator import pricing, utilities\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def verdict(value: float, limit: float) -> str:
+    return "met" if value <= limit else "missed"
 
 
 def cvxpy_subprocess(n: int, timeout: float) -> tuple[float | None, float | None]:
@@ -108,15 +123,23 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     quick, runs = args.quick, args.runs
     big = 100_000 if quick else 1_000_000
+
+    def judge(value: float, limit: float) -> str:  # the issue's targets are for n = 1e6
+        return "not judged: --quick uses n = 1e5" if quick else verdict(value, limit)
+
     mid = 20_000 if quick else 100_000
     lines: list[str] = []
     say = lines.append
     cmd = "python -m bench.pricing" + (" --quick" if quick else "")
     say("## Price discovery (`allocator.pricing`, paper 004)\n")
+    load = " / ".join(f"{v:.2f}" for v in os.getloadavg())
     say(f"Command: `{cmd}` · date {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M UTC} · "
         f"`os.cpu_count()` = {os.cpu_count()} · CPU: {cpu_model()} · torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads) · numpy {np.__version__}. Median of {runs} runs, float32, "
-        "eps = 1e-3 n, CPU, hull-walk subproblem solver, pure-torch path (no torch.compile).\n")
+        f"({torch.get_num_threads()} threads; problems under {pricing.SINGLE_THREAD_BELOW} entries run on 1) · "
+        f"numpy {np.__version__} · load average at start {load} (1/5/15 min). Median of {runs} runs, float32, "
+        "eps = 1e-3 n, CPU, hull-walk subproblem solver, pure-torch path (no torch.compile). Cold starts of "
+        "n >= 5000 jobs are presolved on a seeded sample of min(n/10, 20000) jobs; 'evaluations' counts full-size "
+        "dual evaluations, '+ k' the presolve's evaluations on the sample.\n")
 
     # 1. n = 1e6 (or 1e5 quick), m = 4: log and target-priority.
     say(f"### Sec. 6.2 instance, n = {big:.0e}, m = 4\n")
@@ -127,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     for spec, target, paper in (("log", "<= 0.5 s", "3.9 s, 11 it."), ("target:0.2:1,2", "<= 1.5 s", "11 s, 21 it.")):
         u = utilities.from_spec(spec, big, seed=0)
         sec, res = median_time(lambda u=u: pricing.solve(at, r, u, device="cpu"), runs)
-        say(f"| {spec} | {sec:.3f} | {res.iterations} | {res.gap / big:.2e} | {res.converged} | {target} | {paper} |")
+        say(f"| {spec} | {sec:.3f} | {res.iterations} + {res.presolve_evaluations} | {res.gap / big:.2e} | "
+            f"{res.converged} | {target} ({judge(sec, float(target.split()[1]))}) | {paper} |")
         if spec == "log":
             x = res.allocation
             two = float(((x > 1e-6).sum(1) == 2).mean())
@@ -141,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     # 2. n = 1e4 end to end.
     a4, r4 = section_62(10_000)
     sec4, res4 = median_time(lambda: pricing.solve(a4, r4, utilities.Log(), device="cpu"), max(runs, 5))
-    say(f"### n = 1e4, m = 4, log, end to end\n\nmedian {sec4 * 1e3:.1f} ms, {res4.iterations} evaluations "
-        f"(target <= 20 ms).\n")
+    say(f"### n = 1e4, m = 4, log, end to end\n\nmedian {sec4 * 1e3:.1f} ms, {res4.iterations} + "
+        f"{res4.presolve_evaluations} evaluations, gap / n {res4.gap / 10_000:.2e} "
+        f"(target <= 20 ms: {verdict(sec4, 0.020)}).\n")
 
     # 3. m scaling of one dual evaluation at n = 1e5: hull walk vs all pairs.
     say(f"### Time per dual evaluation, n = {mid:.0e}, Sec. 6.4-like instance\n")
@@ -177,13 +202,18 @@ def main(argv: list[str] | None = None) -> int:
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
     )
     say(f"### Warm start (n = {big:.0e}, log, 1 % of jobs' throughputs perturbed by U(0.8, 1.2))\n")
-    say(f"cold {cold_s:.3f} s ({cold.iterations} evaluations), warm from the previous prices {warm_s:.3f} s "
+    say(f"cold {cold_s:.3f} s ({cold.iterations} + {cold.presolve_evaluations} evaluations), warm from the "
+        f"previous prices {warm_s:.3f} s "
         f"({warm.iterations} evaluations): {warm_s / cold_s:.0%} of cold (target: <= 3 evaluations, <= 20 %).\n")
 
     # 5. Peak RSS.
-    rss = rss_subprocess(big, "log")
-    say(f"### Peak memory\n\nmax RSS of a fresh process solving n = {big:.0e}, m = 4, log: {rss:.0f} MiB "
-        "(`resource.getrusage` ru_maxrss; target <= 1 GB at n = 1e6).\n")
+    rss_all = [rss_subprocess(big, "log") for _ in range(runs)]
+    rss = statistics.median(rss_all)
+    base = statistics.median(rss_baseline() for _ in range(runs))
+    say(f"### Peak memory\n\nmax RSS of a fresh process that builds the instance and solves n = {big:.0e}, m = 4, "
+        f"log once: median {rss:.0f} MiB over {runs} processes (min {min(rss_all):.0f}, max {max(rss_all):.0f}; "
+        f"`resource.getrusage(RUSAGE_SELF).ru_maxrss`); a process that only imports torch and the package: "
+        f"{base:.0f} MiB. Target <= 1 GB (1024 MiB) at n = 1e6: {judge(rss, 1024.0)}.\n")
 
     # 6. CVXPY + Clarabel side by side.
     say("### CVXPY + Clarabel on the same Sec. 6.2 log instances\n")

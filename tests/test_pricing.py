@@ -397,3 +397,58 @@ def test_warm_start_on_the_section_62_instance() -> None:
     cold = pricing.solve(a, r, U.Log(), device="cpu", eps=1e-5 * 20_000)
     warm = pricing.solve(a, r, U.Log(), device="cpu", prices=cold.prices)
     assert warm.converged and warm.iterations <= 2
+
+
+# ------------------------------------------------------------------------------------------------ presolve, threads
+
+
+def test_presolve_reaches_the_same_optimum_with_fewer_full_evaluations() -> None:
+    """Cold starts of n >= 5000 jobs start from the prices of a sampled market (PriceDiscovery docstring): the result
+    must carry the same guarantee as the plain run (bounds bracket the optimum within eps), be deterministic, and
+    need fewer full-size dual evaluations."""
+    n = 20_000
+    a, r = _section_62(n)
+    plain = pricing.PriceDiscovery(device="cpu", presolve_min_jobs=10**9).solve(a, r, U.Log())
+    pre = pricing.PriceDiscovery(device="cpu").solve(a, r, U.Log())
+    again = pricing.PriceDiscovery(device="cpu").solve(a, r, U.Log())
+    assert plain.converged and pre.converged
+    assert plain.presolve_evaluations == 0 and pre.presolve_evaluations > 0
+    assert pre.iterations < plain.iterations
+    # both intervals [utility, dual] contain U*, so they overlap, and each is at most eps wide
+    assert pre.utility_value <= plain.dual_value + 1e-6 * n and plain.utility_value <= pre.dual_value + 1e-6 * n
+    assert pre.prices == pytest.approx(plain.prices, rel=1e-2)
+    np.testing.assert_array_equal(pre.prices, again.prices)
+    np.testing.assert_array_equal(pre.allocation, again.allocation)
+    # the allocation is feasible
+    assert (pre.allocation >= 0).all() and (pre.allocation.sum(1) <= 1 + 1e-5).all()
+    assert (pre.allocation.sum(0) <= r * (1 + 1e-5)).all()
+
+
+def test_small_problems_restore_the_thread_count() -> None:
+    before = torch.get_num_threads()
+    a, r = _section_62(2_000)
+    res = pricing.solve(a, r, U.Log(), device="cpu")
+    assert res.converged and torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("family", ["log", "target", "power"])
+def test_split_jobs_is_a_lower_bound_on_the_tied_jobs(family: str) -> None:
+    """The early exit of the LP recovery counts jobs strictly inside a hull segment; every one of them must be
+    among the tied jobs the recovery itself finds (with no limit on their number)."""
+    from allocator._pricing_recovery import recover_allocation, split_jobs
+
+    rng = np.random.default_rng(7)
+    n, m = 400, 4
+    a = rng.uniform(0.1, 1.0, (n, m))
+    r = rng.uniform(0.05, 0.3, m) * n
+    u = {"log": U.Log(), "target": U.from_spec("target:0.3:1,2", n), "power": U.Power(0.5)}[family]
+    res = pricing.solve(a, r, u, dtype="float64", eps=1e-4 * n)
+    at = torch.tensor(a, dtype=F64)
+    ct = torch.tensor(res.prices, dtype=F64).expand(n, m)
+    uu = u.to("cpu", F64)
+    sol = solve_hull(at, ct, uu)
+    split = split_jobs(sol, m)
+    assert split > 0
+    rec = recover_allocation(at, ct, None, r, sol, uu, max_tied=10**6)
+    assert rec is not None and rec.tied_jobs >= split
+    assert recover_allocation(at, ct, None, r, sol, uu, max_tied=split - 1) is None
