@@ -708,6 +708,8 @@ class _Run:
         self.cap = evaluator.cap64
         self.warm = False
         self.recoveries = 0
+        self.last_recovery = 0  #: evaluation count at the last recovery attempt
+        self.gaps: list[float] = []  #: gap after each evaluation
         #: L-BFGS pairs (s, y) to start from (a presolve's curvature); the last pairs are left here by optimise.
         self.mem_s: list[np.ndarray] = []
         self.mem_y: list[np.ndarray] = []
@@ -715,10 +717,22 @@ class _Run:
     #: LP recoveries tried per solve; each is one HiGHS solve over the tied jobs, so they are rationed.
     MAX_RECOVERIES = 50
 
+    #: Mid-run recovery needs a stall: the gap has not halved over the last ``STALL_WINDOW`` evaluations, nor since
+    #: the previous attempt. While L-BFGS still closes the gap, an LP (seconds for a thousand tied jobs) costs far
+    #: more than the few evaluations column scaling needs (n = 4000: 13 s with eager recovery, 18 ms without).
+    STALL_WINDOW = 8
+
+    def _stalled(self) -> bool:
+        w = self.STALL_WINDOW
+        if len(self.gaps) < w or self.evaluations - self.last_recovery < w:
+            return False
+        return self.gap() > 0.5 * self.gaps[-w]
+
     def _try_recovery(self, ev: _Evaluation) -> None:
         if not self.cfg.recover or self.recoveries >= self.MAX_RECOVERIES:
             return
         self.recoveries += 1
+        self.last_recovery = self.evaluations
         if self.evaluate_fn.recover(ev, self.best_dual[1].dual - self.eps) and ev.primal > self.best_primal.primal:
             self.best_primal = ev
 
@@ -750,8 +764,14 @@ class _Run:
                 self.best_primal = ev
             # The dual has (nearly) stopped improving but the gap is open: the column-scaled allocation is what
             # lags (kinks of g, tied jobs), so split the tied jobs exactly at the best prices.
-            if ev.dual <= previous and self.gap() > self.eps and previous - ev.dual <= 0.1 * self.gap():
+            if (
+                ev.dual <= previous
+                and self.gap() > self.eps
+                and previous - ev.dual <= 0.1 * self.gap()
+                and self._stalled()
+            ):
                 self._try_recovery(ev)
+        self.gaps.append(self.gap())
         if self.cfg.record_history:
             self.history.append(
                 IterationRecord(
