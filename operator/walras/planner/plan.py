@@ -588,18 +588,40 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
     running = np.zeros((n, m), dtype=np.int64)
     np.add.at(running, (pod_row[counted], pod_pool[counted]), 1)
     replicas = np.zeros((n, m), dtype=np.int64)
+    # Elastic jobs (replicas min/max) in ``fair`` pools (002): the market decides the pools and the replicas it pays
+    # for; the fair mechanism decides how many replicas, up to the maximum, the job gets in its fair pools. Such a job
+    # is offered ``max - (replicas planned)`` optional pods in the fair pools where the market gives it a share (or
+    # where it runs), split by its market shares; the pool's fair allocation (allocator.fairness.allocate with the
+    # offered pods as max_tasks) places as many as its fair share allows, and optional pods it does not place are
+    # simply not created. Running pods stay (issue 7), so such a job never shrinks below what runs, except to its max.
+    optional = np.zeros((n, m), dtype=np.int64)
+    fair_elastic = np.zeros(n, dtype=bool)
+    fair_share = np.zeros((n, m), dtype=bool)
     if n:
         replicas_max_int = np.array([job.replicas for job in jobs], dtype=np.int64)
         shares = replicas_max_int[:, None] * X
         totals = np.minimum(replicas_max_int, np.floor(shares.sum(axis=1) + 0.5).astype(np.int64))
-        elastic_low = np.array([job.elastic and job.min_replicas > 0 for job in jobs], dtype=bool)
+        elastic = np.array([job.elastic for job in jobs], dtype=bool)
         low = np.array([job.min_replicas for job in jobs], dtype=np.int64)
-        totals[elastic_low & (totals < low)] = 0
+        if m:
+            fair_pool = np.array([p.spec.policy == "fair" for p in pools], dtype=bool)
+            fair_share = usable_matrix & fair_pool[None, :] & ((X > 1e-9) | (running > 0)) & elastic[:, None]
+        fair_elastic = fair_share.any(axis=1)
+        totals[fair_elastic] = np.minimum(replicas_max_int, np.maximum(totals, running.sum(axis=1)))[fair_elastic]
+        totals[elastic & (low > 0) & (totals < low) & ~fair_elastic] = 0
         target = largest_remainder_rows(shares, totals)
         for i in np.flatnonzero(running.any(axis=1) & (totals > 0)).tolist():
             if not np.array_equal(target[i], running[i]):
                 target[i] = split_replicas(target[i], running[i])
         replicas = target
+        for i in np.flatnonzero(fair_elastic).tolist():
+            offer = int(replicas_max_int[i] - replicas[i].sum())
+            if offer <= 0:
+                continue
+            weights = np.where(fair_share[i], X[i], 0.0)
+            if weights.sum() <= 0:
+                weights = np.where(fair_share[i], running[i], 0).astype(np.float64)
+            optional[i] = largest_remainder(weights, offer)
 
     # --- Existing pods: keep, bind candidates, surplus ------------------------------------------------------------
     managed: dict[tuple[str, str], list[_Pod]] = defaultdict(list)
@@ -617,7 +639,8 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             table.node[here], weights=table.amount(pools[j].spec.resource)[here], minlength=n_nodes
         ).astype(np.float64)
     walras_count = np.bincount(table.node[in_a_pool & table.managed], minlength=n_nodes).astype(np.int64)
-    to_place: dict[int, list[tuple[int, _Pod, bool]]] = defaultdict(list)  # pool -> (job row, pod, exists)
+    # pool -> (job row, pod, exists, optional): optional pods are an elastic job's offer to a fair pool
+    to_place: dict[int, list[tuple[int, _Pod, bool, bool]]] = defaultdict(list)
     running_kept: list[tuple[PodPlan, _Pod, int, int]] = []  # running pods that stay: (plan, pod, job row, pool)
     unplaceable: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for key in sorted(set(managed) | set(job_row)):
@@ -683,21 +706,24 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             left = wanted[j] - kept[j]
             for pod in pending_by_pool.get(j, []):
                 if left > 0:
-                    to_place[j].append((row, pod, True))
+                    to_place[j].append((row, pod, True, False))
                     left -= 1
                 else:
                     pod_plans[key].append(
                         PodPlan(namespace, pod.name, name, pools[j].spec.name, None, {}, {}, "delete", True)
                     )
-            if left <= 0:
+            extra = int(optional[row, j])
+            if left + extra <= 0:
                 continue
             base = _pod_name(name, pools[j].spec.name, 0)[:-2]
-            for _ in range(left):
+            for q in range(max(left, 0) + extra):
                 while f"{base}-{counter}" in taken:
                     counter += 1
                 new_name = f"{base}-{counter}"
                 taken.add(new_name)
-                to_place[j].append((row, _Pod(namespace, new_name, -1, {}, name, pools[j].spec.name), False))
+                new_pod = _Pod(namespace, new_name, -1, {}, name, pools[j].spec.name)
+                # in a fair pool every new pod of an elastic job is the fair allocation's to grant or not
+                to_place[j].append((row, new_pod, False, q >= left or bool(fair_share[row, j])))
             counter = 0
 
     # --- Running pods whose planned requests/limits changed: in-place resize -----------------------------------
@@ -743,6 +769,8 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         resized[jobs[row].key] += 1
 
     # --- Placement inside each pool ------------------------------------------------------------------------------
+    planned = np.zeros(m, dtype=np.int64)  # new and pending pods placed per pool
+    elastic_created: dict[int, list[tuple[PodPlan, int, int, float]]] = defaultdict(list)
     for j, pool in enumerate(pools):
         pp = plan.pools[pool.spec.name]
         entries = to_place.get(j, [])
@@ -755,10 +783,10 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             if degree is None
             else np.maximum(degree - walras_count[nodes_k], 0).astype(np.int64)
         )
-        rows = sorted({row for row, _, _ in entries})
+        rows = sorted({entry[0] for entry in entries})
         local = {row: q for q, row in enumerate(rows)}
         pool_jobs = [jobs[r] for r in rows]
-        pod_local = np.array([local[row] for row, _, _ in entries], dtype=np.int64)
+        pod_local = np.array([local[entry[0]] for entry in entries], dtype=np.int64)
         extra_resources = sorted({r for job in pool_jobs for r in job.resources if r != pool.spec.resource})
         resource_names = [pool.spec.resource, *extra_resources]
         node_resources = np.zeros((nodes_k.size, len(resource_names)))
@@ -785,15 +813,16 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             profile=pool.profile,
         )
         result = _placement(request, pp, previous, warn)
-        planned = 0
-        for q, (row, pod, exists) in enumerate(entries):
+        for q, (row, pod, exists, is_optional) in enumerate(entries):
             job = jobs[row]
             k = int(result.node[q])
             node_name = request.node_names[k] if k >= 0 else None
             if k < 0 and not exists:
                 # A new replica the pool's policy cannot place is not created (it would sit Pending with no node);
-                # the job's status counts it as unplaceable and says why.
-                unplaceable[job.key][pool.spec.name] += 1
+                # the job's status counts it as unplaceable and says why. An elastic job's optional pod that the
+                # fair allocation does not place is beyond its fair share: not created, not an error.
+                if not is_optional:
+                    unplaceable[job.key][pool.spec.name] += 1
                 continue
             amount = float(result.amount[q]) if k >= 0 else job.demand
             requests = {
@@ -805,28 +834,52 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
                 action = "bind" if node_name is not None else "keep"
             else:
                 action = "create"
-            pod_plans[job.key].append(
-                PodPlan(
-                    job.namespace,
-                    pod.name,
-                    job.name,
-                    pool.spec.name,
-                    node_name,
-                    requests,
-                    dict(requests),
-                    action,
-                    exists,
-                )
+            new_plan = PodPlan(
+                job.namespace,
+                pod.name,
+                job.name,
+                pool.spec.name,
+                node_name,
+                requests,
+                dict(requests),
+                action,
+                exists,
             )
+            pod_plans[job.key].append(new_plan)
             if k >= 0:
-                planned += 1
+                planned[j] += 1
                 used_by_node[j][nodes_k[k]] += amount
+                if fair_elastic[row] and action == "create":
+                    elastic_created[row].append((new_plan, j, int(nodes_k[k]), amount))
+
+    # --- Elastic jobs below their minimum -------------------------------------------------------------------------
+    # An elastic job whose replicas (running and placed) stay below spec.replicas.min gets no new pod: it could not run
+    # with fewer (its pods are a gang); what it was planned is given back to the pools.
+    below_min: dict[tuple[str, str], str] = {}
+    for row, created in elastic_created.items():
+        job = jobs[row]
+        live = sum(1 for p in pod_plans[job.key] if p.node is not None and p.action != "delete")
+        if live >= job.min_replicas:
+            continue
+        for new_plan, j, k, amount in created:
+            pod_plans[job.key].remove(new_plan)
+            planned[j] -= 1
+            used_by_node[j][k] -= amount
+        below_min[job.key] = (
+            f"the fair share gives {live} replica(s), fewer than spec.replicas.min {job.min_replicas}; "
+            "no new pod is created until it reaches the minimum"
+        )
+
+    # --- Pool statuses --------------------------------------------------------------------------------------------
+    for j, pool in enumerate(pools):
+        pp = plan.pools[pool.spec.name]
+        nodes_k = pool.usable
         kept_here = int(walras_count[nodes_k].sum())
         price = float(prices[j]) if j < prices.size else 0.0
         pp.price = price
         pp.used = float(used_by_node[j][nodes_k].sum())
         pp.utilisation = float(min(pp.used / pool.capacity, 1.0)) if pool.capacity > 0 else 0.0
-        pp.pods_planned = planned + kept_here
+        pp.pods_planned = int(planned[j]) + kept_here
         pp.pods_bound = kept_here
         old_pool = previous.pools.get(pool.spec.name) if previous is not None else None
         if old_pool is None or abs(old_pool.price - price) > 1e-3 * max(abs(old_pool.price), 1e-9):
@@ -884,6 +937,9 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             )
             jp.conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
             events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Normal", "ResizeDeferred", message))
+        if job.key in below_min:
+            jp.conditions.append(Condition("MinimumReplicas", "False", "BelowMinimum", below_min[job.key]))
+            warn("FungibleJob", job.namespace, job.name, "BelowMinimum", below_min[job.key])
         missing = unplaceable.get(job.key)
         if missing:
             detail = ", ".join(

@@ -356,7 +356,9 @@ class FairPolicy:
 
     Each job's per-task vector (its ``spec.resources``, with the priced resource defaulting to its demand) and weight
     go to :func:`allocator.fairness.allocate`, which returns the number of tasks of each job on each node; a job never
-    gets more pods than the market gave it in this pool."""
+    gets more pods than it is offered in this pool (``max_tasks``): the market's replicas for a fixed-size job, up to
+    ``spec.replicas.max`` for an elastic one, so that the fair allocation decides an elastic job's replica count
+    (:mod:`walras.planner.plan`)."""
 
     name = "fair"
 
