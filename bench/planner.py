@@ -11,7 +11,8 @@ Scenarios (each timed ``--repeat`` times, median reported):
 * ``cold, empty cluster``: no pods yet; every replica is a new pod to place (``previous=None``);
 * ``cold, steady state``: every pod of the first plan exists and runs on its node (``previous=None``);
 * ``warm, small change``: the steady state after one job grows by two replicas, warm-started from the plan of the
-  steady state (its prices, and its placement of every pool whose placement request did not change).
+  steady state (its prices, its placement of every pool whose placement request did not change, and its parse of
+  every pod whose uid and resourceVersion did not change).
 
 Writes ``docs/bench/planner.md``.
 """
@@ -119,7 +120,8 @@ def cluster(n_nodes: int, n_pools: int, n_jobs: int, replicas: int, seed: int = 
 
 
 def running(snapshot: Snapshot, plan: Plan) -> Snapshot:
-    """The cluster after the operator created and bound every placed pod of ``plan``."""
+    """The cluster after the operator created and bound every placed pod of ``plan`` (each pod with the ``uid`` and
+    ``resourceVersion`` an API server gives it)."""
     pods = []
     for p in plan.pods:
         if p.action == "delete" or p.node is None:
@@ -130,6 +132,8 @@ def running(snapshot: Snapshot, plan: Plan) -> Snapshot:
                 "metadata": {
                     "name": p.name,
                     "namespace": p.namespace,
+                    "uid": f"uid-{p.namespace}-{p.name}",
+                    "resourceVersion": str(1000 + len(pods)),
                     "labels": {LABEL_JOB: p.job, LABEL_POOL: p.pool, LABEL_MANAGED: "true"},
                 },
                 "spec": {"nodeName": p.node, "containers": [{"name": "c", "resources": {"requests": p.requests}}]},

@@ -105,10 +105,12 @@ def placements(plan: Plan) -> list[tuple[str, str, str, str | None, tuple[tuple[
 
 
 def without_memos(plan: Plan) -> Plan:
-    """A copy of ``plan`` whose pools forgot their placements (as if the previous plan predated the memo)."""
+    """A copy of ``plan`` whose pools forgot their placements and which forgot its pod parses (as if the previous plan
+    predated the memos)."""
     out = copy.deepcopy(plan)
     for pool in out.pools.values():
         pool.placement = None
+    out._pod_memo = {}
     return out
 
 
@@ -283,3 +285,44 @@ def test_gc_is_restored_after_planning() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_pod_parses_are_reused_by_uid_and_resource_version() -> None:
+    snap = cluster()
+    first = build_plan(snap)
+    steady = running(snap, first)
+    pods = [copy.deepcopy(p) for p in steady.pods]
+    for k, pod in enumerate(pods):
+        pod["metadata"].update(uid=f"u{k}", resourceVersion="7")
+    with_ids = Snapshot(steady.nodes, tuple(pods), steady.pools, steady.jobs, steady.profiles)
+    previous = build_plan(with_ids)
+    assert len(previous._pod_memo) == len(pods)
+    # the same objects again: same plan as without the memo
+    assert comparable(build_plan(with_ids, previous)) == comparable(build_plan(with_ids, without_memos(previous)))
+    # a pod written since (new resourceVersion) is read again; one with an unchanged version is not
+    changed = copy.deepcopy(pods)
+    changed[0]["status"] = {"phase": "Succeeded"}
+    changed[0]["metadata"]["resourceVersion"] = "8"
+    stale = copy.deepcopy(pods)
+    stale[1]["status"] = {"phase": "Succeeded"}  # an impossible edit that kept its resourceVersion: not seen
+    plan = build_plan(Snapshot(steady.nodes, tuple(changed), steady.pools, steady.jobs, steady.profiles), previous)
+    # the finished pod is no longer planned around: a new pod (same deterministic name) replaces it
+    replaced = plan.pod(changed[0]["metadata"]["namespace"], changed[0]["metadata"]["name"])
+    assert replaced is not None and (replaced.action, replaced.exists) == ("create", False)
+    plan = build_plan(Snapshot(steady.nodes, tuple(stale), steady.pools, steady.jobs, steady.profiles), previous)
+    assert plan.pod(stale[1]["metadata"]["namespace"], stale[1]["metadata"]["name"]).action == "keep"
+    # a node that goes away is seen even for pods whose parse is reused (the node index is looked up again)
+    gone = steady.nodes[1:]
+    node_name = steady.nodes[0]["metadata"]["name"]
+    plan = build_plan(Snapshot(gone, tuple(pods), steady.pools, steady.jobs, steady.profiles), previous)
+    on_gone = [p for p in plan.pods if p.exists and p.node == node_name]
+    assert all(p.action == "delete" for p in on_gone)
+    fresh = build_plan(Snapshot(gone, tuple(pods), steady.pools, steady.jobs, steady.profiles),
+                       without_pod_memo(previous))
+    assert comparable(plan) == comparable(fresh)
+
+
+def without_pod_memo(plan: Plan) -> Plan:
+    out = copy.deepcopy(plan)
+    out._pod_memo = {}
+    return out

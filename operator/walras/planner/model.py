@@ -210,6 +210,8 @@ class Plan:
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
     _index: dict[tuple[str, str], PodPlan] | None = field(default=None, init=False, repr=False, compare=False)
+    #: The planner's parse of each pod by (uid, resourceVersion), reused by the next plan (see walras.planner.plan).
+    _pod_memo: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _index_key: tuple[int, int, int] = field(default=(0, 0, 0), init=False, repr=False, compare=False)
 
     @property

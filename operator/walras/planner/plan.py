@@ -149,21 +149,22 @@ def _pod_requests(spec: Mapping[str, Any]) -> tuple[dict[str, float], tuple[tupl
     containers = spec.get("containers") or ()
     keys = []
     first = _NO_RESOURCES
-    for c, container in enumerate(containers):
+    for container in containers:
         resources = container.get("resources")
         if not resources:
             continue
         requests = resources.get("requests")
         limits = resources.get("limits")
         keys.append((tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ()))
-        if c == 0:
-            first = keys[0]
     if len(keys) == 1:
-        parsed, text = _parsed(keys[0])
-        return dict(parsed), text, first
+        parsed, text, canonical = _parsed(keys[0])
+        return dict(parsed), text, (canonical if containers[0].get("resources") else first)
     total: dict[str, float] = {}
-    for key in keys:
-        for name, value in _parsed(key)[0]:
+    for c, key in enumerate(keys):
+        parsed, _, canonical = _parsed(key)
+        if c == 0 and containers[0].get("resources"):
+            first = canonical
+        for name, value in parsed:
             total[name] = total.get(name, 0.0) + value
     return total, _formatted(tuple(sorted(total.items()))), first
 
@@ -245,9 +246,9 @@ def resize_target(job: JobSpec, pool: PoolSpec, first: _ResourcesKey) -> _Resize
 
 
 @lru_cache(maxsize=4096)
-def _parsed(
-    key: tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, Any], ...]],
-) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, str], ...]]:
+def _parsed(key: _ResourcesKey) -> tuple[tuple[tuple[str, float], ...], tuple[tuple[str, str], ...], _ResourcesKey]:
+    """A container's (requests, limits) items parsed (a limit standing in for a missing request), formatted, and
+    the cached key itself: one canonical object per distinct content, so equal resources compare by identity."""
     merged = {**dict(key[1]), **dict(key[0])}
     out = []
     for name, raw in merged.items():
@@ -255,16 +256,45 @@ def _parsed(
             out.append((name, parse_quantity(raw)))
         except ValueError:
             continue
-    return tuple(out), _formatted(tuple(sorted(out)))
+    return tuple(out), _formatted(tuple(sorted(out))), key
 
 
-def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
+def _parse_pods(
+    objs: Iterable[Mapping[str, Any]], nodes: _Nodes, memo: Mapping[tuple[str, str], Any] | None = None
+) -> tuple[list[_Pod], dict[tuple[str, str], Any]]:
+    """The pods Walras plans around (terminal ones left out), in (namespace, name) order, and a memo for the next plan.
+
+    The memo maps a pod's ``(metadata.uid, metadata.resourceVersion)`` to its parse (or None for a terminal pod):
+    the API server changes the resourceVersion on every write, so an object with the same uid and resourceVersion has
+    the same content, and the next plan (which gets this plan as ``previous``) reuses the parse instead of reading the
+    object again. Objects without both fields (manifests, hand-built snapshots) are always parsed.
+    """
     pods = []
     index = nodes.index
+    memo = memo or {}
+    out: dict[tuple[str, str], Any] = {}
     for obj in objs:
         meta = obj.get("metadata") or {}
+        uid = meta.get("uid")
+        rv = meta.get("resourceVersion")
+        ident = (uid, rv) if uid and rv else None
+        if ident is not None and ident in memo:
+            hit = memo[ident]
+            out[ident] = hit
+            if hit is None:
+                continue
+            node_name, cached = hit
+            node = index.get(node_name, _GONE) if node_name else -1
+            if node == cached.node:
+                pods.append(cached)
+            else:  # the node list changed since (a node came or went): same parse, new node index
+                pods.append(_Pod(cached.namespace, cached.name, node, cached.requests, cached.job, cached.pool_label,
+                                 cached.text, cached.first))
+            continue
         status = obj.get("status")
         if status and status.get("phase") in _TERMINAL:
+            if ident is not None:
+                out[ident] = None
             continue
         spec = obj.get("spec") or {}
         labels = meta.get("labels") or {}
@@ -284,8 +314,10 @@ def _parse_pods(objs: Iterable[Mapping[str, Any]], nodes: _Nodes) -> list[_Pod]:
                 first,
             )
         )
+        if ident is not None:
+            out[ident] = (node_name, pods[-1])
     pods.sort(key=lambda p: (p.namespace, p.name))
-    return pods
+    return pods, out
 
 
 @dataclass
@@ -369,7 +401,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
     started = time.perf_counter()
     plan = Plan()
     nodes = _parse_nodes(snapshot.nodes)
-    pods = _parse_pods(snapshot.pods, nodes)
+    pods, plan._pod_memo = _parse_pods(snapshot.pods, nodes, previous._pod_memo if previous is not None else None)
     table = _PodTable.of(pods)
     events = plan.events
 
@@ -733,12 +765,12 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
     # its resources and the job says so. Resizes are decided before placement, so new pods see the resized amounts.
     bound = table.node >= 0
     room: dict[str, np.ndarray] = {}
-    targets: dict[tuple[int, int, _ResourcesKey], _Resize | None] = {}
+    targets: dict[tuple[int, int, int], _Resize | None] = {}
     resize_blocked: dict[tuple[str, str], list[str]] = defaultdict(list)
     resized: dict[tuple[str, str], int] = defaultdict(int)
     resize_later: dict[tuple[str, str], list[str]] = defaultdict(list)
     for keep, pod, row, j in running_kept:
-        cache_key = (row, j, pod.first)
+        cache_key = (row, j, id(pod.first))  # canonical objects (see _parsed), alive while the pods are
         if cache_key not in targets:
             targets[cache_key] = resize_target(jobs[row], pools[j].spec, pod.first)
         target = targets[cache_key]
