@@ -368,7 +368,8 @@ class _Evaluator:
         scale64[: self.m][over] = self.cap64[over] / usage[over]
         scale = torch.as_tensor(scale64, dtype=prob.a.dtype).to(p.device)
         if over.any():
-            t_feas = sol.a_lo * sol.x_lo * scale[sol.j_lo] + sol.a_hi * sol.x_hi * scale[sol.j_hi]
+            s_lo, s_hi = scale.index_select(0, sol.j_lo), scale.index_select(0, sol.j_hi)
+            t_feas = sol.a_lo * sol.x_lo * s_lo + sol.a_hi * sol.x_hi * s_hi
             primal_local = prob.utility.value(t_feas).sum(dtype=torch.float64)
         else:
             t_feas = sol.t
