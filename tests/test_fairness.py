@@ -235,3 +235,35 @@ def test_psdsf_extrapolation_matches_plain_sweeps() -> None:
         used[True] += fast.sweeps
         used[False] += plain.sweeps
     assert used[True] <= used[False], used
+
+
+def test_solvers_stop_at_wall_clock_cap() -> None:
+    # max_seconds = 0 stops after the first sweep, whatever the residual; the residual is still measured.
+    rng = np.random.default_rng(4)
+    d = rng.uniform(0.1, 1.0, (10, 3))
+    c = rng.uniform(10.0, 100.0, (5, 3))
+    inst = make_instance(d, c)
+    one = ps_dsf(inst, max_seconds=0.0)
+    assert one.sweeps == 1 and one.residual > 1e-9 and not one.converged
+    pf = pf_vds(inst, 2.0, tol=1e-12, max_seconds=0.0)
+    assert pf.iterations == 1 and np.isfinite(pf.residual) and not pf.converged
+
+
+def test_pfvds_alpha2_factorising_gamma_is_potential_maximiser() -> None:
+    # One resource: gamma[n, k] = c_k / d_n = a_n b_k, so (module docstring of pfvds) PF-VDS(2) maximises the potential
+    # sum_n phi_n^2 a_n U_2(x_n) = -sum_n phi_n^2 / (d_n x_n) over the per-node capacities; solved here by Clarabel.
+    rng = np.random.default_rng(8)
+    n, k = 6, 3
+    d = rng.uniform(0.5, 2.0, (n, 1))
+    c = rng.uniform(5.0, 10.0, (k, 1))
+    e = rng.random((n, k)) < 0.7
+    e[np.arange(n), rng.integers(0, k, n)] = True
+    w = rng.choice([1.0, 2.0], n)
+    inst = make_instance(d, c, e, w)
+    res = pf_vds(inst, 2.0, tol=1e-9)
+    assert res.converged
+    X = cp.Variable((n, k), nonneg=True)
+    cons = [cp.multiply(X, (~e).astype(float)) == 0] + [d[:, 0] @ X[:, j] <= c[j, 0] for j in range(k)]
+    coef = w**2 / d[:, 0]
+    cp.Problem(cp.Minimize(coef @ cp.inv_pos(cp.sum(X, axis=1))), cons).solve(solver=cp.CLARABEL)
+    np.testing.assert_allclose(res.x.sum(axis=1), X.value.sum(axis=1), rtol=1e-4)

@@ -23,10 +23,24 @@ maximiser of its own concave program given the other columns (:func:`best_respon
   Bertsekas, *Nonlinear Programming* (2nd ed.), Prop. 2.7.1, every limit point is a maximiser of ``Phi``, i.e. the
   weighted proportionally fair allocation, which by Theorem 2 is the PF-VDS(1) equilibrium. Iterates stay in the
   level set ``{Phi >= Phi(x0)}`` where every ``x_n`` is bounded away from 0, so ``Phi`` is smooth there.
-- alpha != 1: the game is not a potential game (the weight ``gamma[n, k]^(alpha-1)`` depends on the server) and no
-  convergence proof of best response is claimed here; the iteration stops on the KKT residual, which is reported, and
-  ``converged`` is False when the tolerance is not reached. Paper 002 proves global convergence of its PS-MFA merit
-  descent (Sec. 5.1, Theorems 6-8); that algorithm is not reproduced here.
+- alpha != 1 with a factorising ``gamma[n, k] = a_n b_k`` on the eligible pairs (one resource; or one resource that is
+  every user's dominant resource on every node, the bottleneck setting of Theorem 4): server ``k``'s objective is
+  ``b_k^(alpha-1)`` times the common concave potential ``sum_n phi_n^alpha a_n^(alpha-1) U_alpha(x_n)``, so the game is
+  a weighted potential game and the argument for alpha = 1 applies verbatim: best response converges.
+- alpha != 1 in general: **no convergence proof for the method implemented here.** The pseudo-gradient of the game is
+  ``F[n, k] = -w[n, k] x_n^(-alpha)`` with ``w[n, k] = phi_n^alpha gamma[n, k]^(alpha-1)``; for one user its Jacobian
+  block is ``alpha x_n^(-alpha-1) w[n, .] 1^T``, whose symmetric part ``(w 1^T + 1 w^T) / 2`` has the negative
+  eigenvalue ``(w . 1 - |w| |1|) / 2`` unless ``w[n, .]`` is constant over the user's nodes. So the variational
+  inequality is not monotone, Rosen's diagonal strict concavity fails (rescaling server ``k`` by ``r_k`` cannot make
+  ``r_k w[n, k]`` constant in ``k`` for every ``n`` unless ``gamma`` factorises as above), and neither best response
+  nor projection/extragradient methods come with a guarantee. The provably convergent method is the paper's PS-MFA
+  (Sec. 5.1, Algorithm I): a feasible descent on the constrained merit function of Problem 3 (eqs. 37-40, a
+  Fischer-Burmeister complementarity function, eqs. 44-54); Lemma 3 makes every step a strict descent and
+  Theorem 8 shows that its limit points solve Problem 1 under Assumption 1 (non-degenerate termination) or
+  Assumption 2 (every node/resource is needed by some eligible user). PS-MFA is NOT implemented in this module.
+  What is implemented for alpha != 1 is the Gauss-Seidel best response above; it stops on the measured
+  :func:`kkt_residual`, which certifies any result reported as ``converged`` whatever the route, and reports
+  ``converged=False`` otherwise (:func:`allocator.fairness.allocate` then warns).
 
 Distributed heuristic (:func:`pf_vds_distributed`, Sec. 5.2): every server updates only its own column, from its own
 capacities and the users' totals, along eqs. 55-56 with the multipliers replaced by the quadratic-penalty estimate of
@@ -35,6 +49,7 @@ eq. 57; convergence is only observed numerically, and the residual is reported.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,14 +245,18 @@ def pf_vds(
     tol: float = 1e-6,
     max_sweeps: int = 2000,
     x0: FloatArray | None = None,
+    max_seconds: float | None = None,
 ) -> PfVdsResult:
     """Centralised PF-VDS(alpha) equilibrium by Gauss-Seidel exact best responses (see the module docstring).
 
     Starts from the equal-share allocation (each server split among its eligible users by weight, a feasible point
     with every ``x_n > 0``) or, for alpha = 1, from the near-optimal interior point of the barrier method
     (:mod:`allocator.fairness.ipm`, itself globally convergent on this convex program); stops when
-    :func:`kkt_residual` ``<= tol`` (checked every few sweeps).
+    :func:`kkt_residual` ``<= tol`` (checked every few sweeps). ``max_seconds`` (benchmarks only: the result then
+    depends on the machine) ends the sweeps after the first one that finishes past that wall-clock budget, counted
+    from the call (the barrier start included); the residual is then measured and reported.
     """
+    t_start = time.perf_counter()
     if not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
     k = inst.k
@@ -269,9 +288,10 @@ def pf_vds(
             y, lams[j] = best_response(qall[idx, j], o, u, inst.demands[idx], inst.capacities[j], alpha, lams[j])
             tot[idx] += y - old
             x[idx, j] = y
-        if sweeps % 5 == 0 or sweeps == max_sweeps:
+        out_of_time = max_seconds is not None and time.perf_counter() - t_start > max_seconds
+        if sweeps % 5 == 0 or sweeps == max_sweeps or out_of_time:
             residual = kkt_residual(x, inst, alpha)
-            if residual <= tol:
+            if residual <= tol or out_of_time:
                 break
     return PfVdsResult(x=x, iterations=sweeps, residual=residual, converged=residual <= tol)
 

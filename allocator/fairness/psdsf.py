@@ -24,6 +24,7 @@ a one-resource server whose per-user demand is ``1 / gamma[n, k]``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,6 +179,7 @@ def ps_dsf(
     max_sweeps: int = 500,
     x0: FloatArray | None = None,
     extrapolate: bool = True,
+    max_seconds: float | None = None,
 ) -> PsDsfResult:
     """PS-DSF allocation (Definition 4) by Gauss-Seidel sweeps of exact per-server max-min fillings.
 
@@ -189,7 +191,12 @@ def ps_dsf(
     instances this roughly halves the sweeps (60 users x 30 nodes: 85 instead of 179 to ``1e-9``); the fixed point
     reached may differ when PS-DSF is not unique (observed: two allocations 1.8e-4 apart in relative totals, both
     meeting Definition 4 to 1e-9).
+
+    ``max_seconds`` ends the iteration after the first sweep that finishes past that wall-clock budget (``converged``
+    still tells whether ``tol`` was met). The result then depends on the machine, so it is meant for benchmarks that
+    report time-to-tolerance, not for allocation.
     """
+    t_start = time.perf_counter()
     n, k = inst.n, inst.k
     x = np.zeros((n, k)) if x0 is None else np.array(x0, dtype=np.float64)
     tot = x.sum(axis=1)
@@ -215,6 +222,8 @@ def ps_dsf(
             tot[idx] += y - old
             x[idx, j] = y
         if residual <= tol:
+            break
+        if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
             break
         if before is None or sweeps == max_sweeps:
             continue
