@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     say("Note: the numbers above were produced on the machine described in the header; on a shared machine they "
         "are inflated and noisy (torch's intra-op threads wait at barriers for descheduled peers: wall times with 2 "
         "threads at a load average above 2 can be 10-100x the quiet ones; the 1-thread CPU columns are the steadier "
-        "measure there). Verdicts compare the wall-time median with the target.\n")
+        "measure there). Verdicts compare the wall-time median with the target. Load average at the end: "
+        + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + ".\n")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
