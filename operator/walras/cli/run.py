@@ -108,13 +108,21 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
     return controller, source, extender, metrics
 
 
+def extender_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The server-side TLS context of the extender for ``--extender-tls-cert``/``--extender-tls-key`` (PEM files),
+    or ``None`` (plain HTTP) when neither is given."""
+    if not (cert or key):
+        return None
+    if not (cert and key):
+        raise ValueError("--extender-tls-cert and --extender-tls-key go together")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.minimum_version = ssl.TLSVersion.TLSv1_2
+    tls.load_cert_chain(cert, key)
+    return tls
+
+
 async def serve(args: argparse.Namespace) -> int:
-    tls = None
-    if args.extender_tls_cert or args.extender_tls_key:
-        if not (args.extender_tls_cert and args.extender_tls_key):
-            raise ValueError("--extender-tls-cert and --extender-tls-key go together")
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(args.extender_tls_cert, args.extender_tls_key)
+    tls = extender_tls(args.extender_tls_cert, args.extender_tls_key)
     kube = KubeConfig.load(args.kubeconfig)
     controller, source, extender, metrics = build(args, kube)
     servers = await Servers.start([

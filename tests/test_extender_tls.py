@@ -1,0 +1,92 @@
+"""The extender served over TLS the way ``walras run --extender-tls-cert/--extender-tls-key`` serves it.
+
+A self-signed certificate for ``localhost`` is made with the real ``openssl`` binary; the extender app runs behind
+:class:`walras.cli.run.Servers` with the context of :func:`walras.cli.run.extender_tls`, and a client that trusts
+the certificate (as kube-scheduler does through ``tlsConfig.caData``) posts a kube-scheduler-shaped ``filter``
+request over HTTPS. A client that does not trust it is refused, and plain HTTP to the TLS port gets no answer.
+Under ``CI=true`` a missing ``openssl`` fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+from pathlib import Path
+
+import aiohttp
+import pytest
+from walras.cli.run import Servers, extender_tls
+from walras.extender import Extender
+from walras.planner.model import Plan, PodPlan
+
+FIXTURE = Path(__file__).resolve().parents[1] / "e2e" / "fixtures" / "extender" / "filter_nodenames.json"
+
+
+def _openssl() -> str:
+    path = shutil.which("openssl")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("openssl is required under CI=true (Debian package openssl, installed by make system)")
+        pytest.skip("openssl not installed")
+    return path
+
+
+def _certificate(tmp: Path) -> tuple[str, str]:
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    subprocess.run(
+        [_openssl(), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return str(cert), str(key)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _plan() -> Plan:
+    return Plan(pods=[PodPlan("ml", "resnet-0", "resnet", "v100", "gpu-v100-1", action="create")])
+
+
+def test_tls_options_go_together(tmp_path: Path) -> None:
+    assert extender_tls(None, None) is None
+    with pytest.raises(ValueError, match="go together"):
+        extender_tls(str(tmp_path / "tls.crt"), None)
+
+
+def test_extender_answers_over_https_only_to_clients_that_trust_it(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path)
+    server_ctx = extender_tls(cert, key)
+    assert server_ctx is not None
+    port = _free_port()
+    body = json.loads(FIXTURE.read_text())
+
+    async def scenario() -> None:
+        servers = await Servers.start([(Extender(_plan).app(), "127.0.0.1", port, server_ctx)])
+        try:
+            trusting = ssl.create_default_context(cafile=cert)
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"https://localhost:{port}/scheduler/filter", json=body,
+                                        ssl=trusting) as resp:
+                    assert resp.status == 200
+                    result = await resp.json()
+                assert result["nodenames"] == ["gpu-v100-1"]
+                with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                    await session.post(f"https://localhost:{port}/scheduler/filter", json=body,
+                                       ssl=ssl.create_default_context())
+                with pytest.raises((aiohttp.ClientError, asyncio.TimeoutError)):
+                    async with session.post(f"http://127.0.0.1:{port}/scheduler/filter", json=body,
+                                            timeout=aiohttp.ClientTimeout(total=5)) as plain:
+                        await plain.read()
+        finally:
+            await servers.stop()
+
+    asyncio.run(scenario())
