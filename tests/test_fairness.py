@@ -8,6 +8,8 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from allocator.fairness import (
     allocate,
@@ -267,3 +269,31 @@ def test_pfvds_alpha2_factorising_gamma_is_potential_maximiser() -> None:
     coef = w**2 / d[:, 0]
     cp.Problem(cp.Minimize(coef @ cp.inv_pos(cp.sum(X, axis=1))), cons).solve(solver=cp.CLARABEL)
     np.testing.assert_allclose(res.x.sum(axis=1), X.value.sum(axis=1), rtol=1e-4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), mech=st.sampled_from(["drfh", "tsf", "ps-dsf"]))
+def test_rounding_is_feasible_capped_and_maximal(seed: int, mech: str) -> None:
+    """Every rounded pair stays within [floor, ceil] of the divisible one, no capacity or task cap is exceeded, and
+    the hand-back is maximal: a pair left at its floor either had its pod not fit at the end or its user at its cap."""
+    rng = np.random.default_rng(seed)
+    n, k, r = int(rng.integers(2, 25)), int(rng.integers(2, 8)), int(rng.integers(1, 4))
+    d = rng.uniform(0.2, 2.0, (n, r))
+    c = rng.uniform(2.0, 25.0, (k, r))
+    e = rng.random((n, k)) < 0.7
+    e[np.arange(n), rng.integers(0, k, n)] = True
+    caps = np.where(rng.random(n) < 0.3, rng.integers(1, 6, n), np.inf)
+    inst = make_instance(d, c, e, None, caps)
+    x = allocate(d, c, eligible=e, mechanism=mech)
+    scale = np.where(np.isfinite(caps), np.minimum(1.0, caps / np.maximum(x.sum(axis=1), 1e-12)), 1.0)
+    x = x * scale[:, None]  # a feasible divisible allocation within the task caps
+    xi = round_allocation(x, inst)
+    load = xi.T @ d
+    assert (load <= c * (1 + 1e-12)).all()
+    assert (xi >= np.floor(x + 1e-7) - 1).all() and (xi <= np.ceil(x - 1e-9) + 1e-9).all()
+    assert (xi.sum(axis=1) <= caps + 1e-9).all()
+    assert (xi[~e] == 0).all()
+    tot = xi.sum(axis=1)
+    for i, kk in zip(*np.nonzero((x - np.floor(x + 1e-7) > 1e-7) & e), strict=True):
+        if xi[i, kk] == np.floor(x[i, kk] + 1e-7) and tot[i] + 1 <= caps[i]:
+            assert (load[kk] + d[i] > c[kk] * (1 + 1e-12)).any(), (i, kk)

@@ -37,20 +37,33 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7) -> Flo
     tot = xi.sum(axis=1)
     heap: list[tuple[float, int]] = [(float(tot[i] / target[i]), i) for i in range(inst.n) if cand[i] and target[i] > 0]
     heapq.heapify(heap)
+    # The hand-back loop tries up to n x k single pods on r resources: plain Python floats beat numpy calls on
+    # r-vectors by an order of magnitude there, and give the same IEEE sums and comparisons.
+    load_l: list[list[float]] = load.tolist()
+    cap_l: list[list[float]] = (cap * (1 + 1e-12)).tolist()
+    dem_l: list[list[float]] = np.asarray(inst.demands, dtype=np.float64).tolist()
+    tot_l: list[float] = tot.tolist()
+    limit = (np.asarray(inst.max_tasks, dtype=np.float64) + eps).tolist()
+    target_l: list[float] = target.tolist()
+    nxt = [0] * inst.n  # next untried candidate of each user
     while heap:
         _, i = heapq.heappop(heap)
-        if tot[i] + 1 > inst.max_tasks[i] + eps:
+        if tot_l[i] + 1 > limit[i]:
             continue
-        d = inst.demands[i]
+        d = dem_l[i]
+        options = cand[i]
         placed = False
-        while cand[i]:
-            k = cand[i].pop(0)
-            if np.all(load[k] + d <= cap[k] * (1 + 1e-12)):
+        while nxt[i] < len(options):
+            k = options[nxt[i]]
+            nxt[i] += 1
+            lk, ck = load_l[k], cap_l[k]
+            if all(lk[r] + d[r] <= ck[r] for r in range(len(d))):
                 xi[i, k] += 1
-                load[k] += d
-                tot[i] += 1
+                for r in range(len(d)):
+                    lk[r] += d[r]
+                tot_l[i] += 1
                 placed = True
                 break
-        if placed and cand[i]:
-            heapq.heappush(heap, (float(tot[i] / target[i]), i))
+        if placed and nxt[i] < len(options):
+            heapq.heappush(heap, (tot_l[i] / target_l[i], i))
     return xi
