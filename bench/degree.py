@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from allocator.degree import (
     seq_left,
     seq_sparse,
 )
+from bench._machine import machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "degree.md"
@@ -263,24 +263,7 @@ def timings(quick: bool, runs: int) -> tuple[str, dict[str, float]]:
 
 # ------------------------------------------------------------------------------------------------------- doc
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:  # pragma: no cover
-        tv = "absent"
-    return (
-        f"`os.cpu_count()` = {os.cpu_count()}, CPU: {cpu}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {tv}"
-    )
+    return machine_line()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import numpy as np
 
 from allocator.fairness import allocate, make_instance, pf_vds, pf_vds_distributed, ps_dsf
 from allocator.fairness import merge_identical_nodes as _merge
+from bench._machine import machine_line
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "fairness.md"
@@ -38,24 +38,7 @@ ALPHAS = (0.5, 1.0, 2.0, 5.0, 20.0)
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        tv = torch.__version__
-    except ImportError:  # pragma: no cover
-        tv = "absent"
-    return (
-        f"`os.cpu_count()` = {os.cpu_count()}, CPU: {cpu}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {tv}"
-    )
+    return machine_line()
 
 
 def cluster(four: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -33,6 +32,8 @@ import numpy as np
 import torch
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
+
+from bench._machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "bench" / "planner.md"
@@ -160,16 +161,6 @@ def timed(fn: Any, repeat: int) -> tuple[float, list[float], Any]:
         result = fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times), times, result
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from allocator import pricing, utilities
+from bench._machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "pricing.md"
@@ -67,16 +67,6 @@ def median_cpu_one_thread(fn: Callable[[], Any], runs: int) -> float:
     finally:
         torch.set_num_threads(before)
     return statistics.median(times)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 #: Runs argv[1:] as a child of this small process. ``ru_maxrss`` survives fork + exec (Linux keeps the high-water
