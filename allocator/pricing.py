@@ -457,7 +457,9 @@ class PriceDiscovery:
         """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard.
 
         CPU problems with fewer than :data:`SINGLE_THREAD_BELOW` throughput entries run with one torch thread (the
-        process-wide count is restored on return).
+        process-wide count is restored on return). The solve runs under ``torch.inference_mode()``: no autograd
+        bookkeeping per operation (about 10 % of a 10^4-job solve, which is per-op overhead bound); every result is
+        returned as numpy, so no inference tensor leaves this method.
         """
         start = time.perf_counter()
         try:
@@ -465,7 +467,7 @@ class PriceDiscovery:
         except ValueError:  # ragged input: _prepare reports it
             numel = 0
         dev = resolve_device(self.device, throughput, capacity)
-        with _intra_op_threads(numel, dev):
+        with _intra_op_threads(numel, dev), torch.inference_mode():
             return self._solve(throughput, capacity, utility, demand, prices, group, start)
 
     def _solve(
