@@ -4,15 +4,13 @@ A self-signed certificate for ``localhost`` is made with the real ``openssl`` bi
 :class:`walras.cli.run.Servers` with the context of :func:`walras.cli.run.extender_tls`, and a client that trusts
 the certificate (as kube-scheduler does through ``tlsConfig.caData``) posts a kube-scheduler-shaped ``filter``
 request over HTTPS. A client that does not trust it is refused, and plain HTTP to the TLS port gets no answer.
-Under ``CI=true`` a missing ``openssl`` fails the test.
+Under ``CI=true`` a missing ``openssl`` fails the test (:func:`realtools.require`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from realtools import require
 from walras.cli.run import Servers, extender_tls
 from walras.extender import Extender
 from walras.planner.model import Plan, PodPlan
@@ -27,19 +26,10 @@ from walras.planner.model import Plan, PodPlan
 FIXTURE = Path(__file__).resolve().parents[1] / "e2e" / "fixtures" / "extender" / "filter_nodenames.json"
 
 
-def _openssl() -> str:
-    path = shutil.which("openssl")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("openssl is required under CI=true (Debian package openssl, installed by make system)")
-        pytest.skip("openssl not installed")
-    return path
-
-
 def _certificate(tmp: Path) -> tuple[str, str]:
     cert, key = tmp / "tls.crt", tmp / "tls.key"
     subprocess.run(
-        [_openssl(), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        [require("openssl"), "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
          "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )

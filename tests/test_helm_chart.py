@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from functools import cache
@@ -37,6 +35,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING_SCHEMAS = json.loads(
@@ -61,20 +60,8 @@ ALL_ON = {
 }
 
 
-def tool(name: str) -> str:
-    """Path of a real tool (``.tools/bin`` first, then PATH); missing fails under CI=true and skips elsewhere."""
-    local = ROOT / ".tools" / "bin" / name
-    found = str(local) if local.is_file() and os.access(local, os.X_OK) else shutil.which(name)
-    if found is None:
-        message = f"{name} is not installed (make tools / scripts/install_k8s_tools.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
-
-
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run([require("helm"), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def set_args(values: dict[str, str]) -> list[str]:
@@ -415,7 +402,7 @@ def test_prometheus_rule_embeds_the_rules_file_and_passes_promtool(tmp_path: Pat
             assert set(r) <= {"alert", "record", "expr", "for", "labels", "annotations", "keep_firing_for"}
     extracted = tmp_path / "rules.yaml"
     extracted.write_text(yaml.safe_dump(rule["spec"]))
-    out = subprocess.run([tool("promtool"), "check", "rules", str(extracted)], capture_output=True, text=True,
+    out = subprocess.run([require("promtool"), "check", "rules", str(extracted)], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +37,7 @@ from typing import Any
 
 import pytest
 import yaml
+from realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "walras-rules.yaml"
@@ -55,17 +55,6 @@ OPERATORS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
 }
 METRIC = re.compile(r"\bwalras_[a-z0-9_]+")
-
-
-def tool(name: str) -> str:
-    """Path of a real tool on PATH; missing fails under CI=true and skips elsewhere."""
-    found = shutil.which(name)
-    if found is None:
-        message = f"{name} is not installed (make system / scripts/install_system_packages.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def free_port() -> int:
@@ -145,7 +134,7 @@ def alert_signal(expr: str) -> str:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    prometheus_bin = tool("prometheus")
+    prometheus_bin = require("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     metrics_port, prometheus_port = free_port(), free_port()
     demo = subprocess.Popen(
@@ -202,7 +191,7 @@ def present_metrics(base: str) -> set[str]:
 
 
 def test_promtool_checks_the_rules() -> None:
-    out = subprocess.run([tool("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True,
+    out = subprocess.run([require("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(rule_expressions())} rules found" in out.stdout
