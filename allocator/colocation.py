@@ -346,8 +346,8 @@ def bestors_table(
     ``C(x, r) = min_{0 <= j <= x} C(j, r - 1) + (x - j) (S_x - S_j)`` with ``S`` the prefix sums (``j = x`` leaves
     machine ``r`` empty). ``algorithm="quadratic"`` evaluates eq. (5) directly (O(n^2 m)); ``"dc"`` uses the
     monotonicity of the optimal split point that the quadrangle inequality of the segment cost gives (module
-    docstring) and evaluates each layer by divide and conquer, level by level, vectorised (O(m n log n)). Both are
-    exact and return the same costs.
+    docstring) and evaluates each layer by divide and conquer (O(m n log n), compiled:
+    :mod:`allocator._colocation_kernel`). Both are exact and return the same costs.
 
     Optional per-layer hard limits ``max_tasks[r]`` / ``capacity[r]`` (on prefix sums of ``demands``) add
     ``penalty * (excess count + excess demand)`` to a segment; a convex function of a segment's length or demand is
@@ -377,50 +377,26 @@ def bestors_table(
             val = val + big * over
         return val
 
+    if algorithm == "dc":
+        from ._colocation_kernel import bestors_dc
+
+        if not limited:
+            dprefix, mt, cp, big = prefix, np.zeros(m), np.zeros(m), 0.0
+        costs, choice = bestors_dc(prefix, dprefix, mt, cp, float(big), limited, m)
+        return OrSTable(costs, choice)
     costs = np.empty((m, n + 1))
     choice = np.zeros((m, n + 1), dtype=np.int64)
     xs = np.arange(n + 1)
     costs[0] = w(0, np.zeros(n + 1, dtype=np.int64), xs)
     for layer in range(1, m):
         prev = costs[layer - 1]
-        if algorithm == "quadratic":
-            cur = np.empty(n + 1)
-            arg = np.empty(n + 1, dtype=np.int64)
-            for x in range(n + 1):
-                js = np.arange(x + 1)
-                vals = prev[js] + w(layer, js, np.full(x + 1, x))
-                k = int(np.argmin(vals))
-                cur[x], arg[x] = vals[k], k
-            costs[layer], choice[layer] = cur, arg
-            continue
         cur = np.empty(n + 1)
         arg = np.empty(n + 1, dtype=np.int64)
-        xl = np.array([0])
-        xr = np.array([n])
-        ol = np.array([0])
-        oh = np.array([n])
-        while xl.size:
-            mid = (xl + xr) // 2
-            hi = np.minimum(oh, mid)
-            cnt = hi - ol + 1
-            offs = np.concatenate(([0], np.cumsum(cnt)[:-1]))
-            seg = np.repeat(np.arange(xl.size), cnt)
-            j = ol[seg] + (np.arange(int(cnt.sum())) - offs[seg])
-            x = mid[seg]
-            vals = prev[j] + w(layer, j, x)
-            best = np.minimum.reduceat(vals, offs)
-            pos = np.where(vals == best[seg], np.arange(vals.size), vals.size)
-            first = np.minimum.reduceat(pos, offs)
-            bj = j[first]
-            cur[mid], arg[mid] = best, bj
-            left = xl <= mid - 1
-            right = mid + 1 <= xr
-            xl, xr, ol, oh = (
-                np.concatenate((xl[left], mid[right] + 1)),
-                np.concatenate((mid[left] - 1, xr[right])),
-                np.concatenate((ol[left], bj[right])),
-                np.concatenate((bj[left], oh[right])),
-            )
+        for x in range(n + 1):
+            js = np.arange(x + 1)
+            vals = prev[js] + w(layer, js, np.full(x + 1, x))
+            k = int(np.argmin(vals))
+            cur[x], arg[x] = vals[k], k
         costs[layer], choice[layer] = cur, arg
     return OrSTable(costs, choice)
 
@@ -896,8 +872,11 @@ def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | Non
     """
     T, m = inst.T, inst.m
     orders = _type_orders(inst)
-    tsizes = [inst.sizes[o] for o in orders]
-    tdem = [limits.demands[o] for o in orders] if limits is not None else None
+    # per-type sorted sizes (and demands) as one flat array: type t's q-th task is at toff[t] + q
+    toff = np.concatenate(([0], np.cumsum([o.size for o in orders])[:-1])).astype(np.int64)
+    flat_order = np.concatenate(orders) if orders else np.zeros(0, dtype=np.int64)
+    tsizes = inst.sizes[flat_order]
+    tdem = limits.demands[flat_order] if limits is not None else None
     start_ = np.zeros((T, m), dtype=np.int64)
     cnt = np.zeros((T, m), dtype=np.int64)
     for t, o in enumerate(orders):
@@ -968,7 +947,7 @@ def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | Non
             cands = cands[:left]
         evaluations += cands.shape[0]
         ct, cpos, src, dst = cands.T
-        p = np.fromiter((tsizes[t][q] for t, q in zip(ct, cpos)), dtype=np.float64, count=ct.size)
+        p = tsizes[toff[ct] + cpos]
         if f is None:
             att = alpha[ct, ct]
             delta = (-E[src, ct] - p * G[src, ct] + p * att) + (E[dst, ct] + p * G[dst, ct] + p * att)
@@ -979,7 +958,7 @@ def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | Non
             delta = new_src - mcost[src] + new_dst - mcost[dst]
         if limits is not None:
             assert tdem is not None
-            d = np.fromiter((tdem[t][q] for t, q in zip(ct, cpos)), dtype=np.float64, count=ct.size)
+            d = tdem[toff[ct] + cpos]
             fits = (D[dst] + d <= cap[dst] * (1 + 1e-12) + 1e-12) & (C[dst] + 1 <= mt[dst])
             if repairing:
                 dv = (
@@ -1017,7 +996,7 @@ def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | Non
         cnt[t, dd] += 1
         task = int(orders[t][q])
         assignment[task] = dd
-        size = tsizes[t][q]
+        size = tsizes[toff[t] + q]
         for mach, sign in ((s, -1.0), (dd, 1.0)):
             L[mach, t] += sign * size
             N[mach, t] += sign

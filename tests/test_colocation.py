@@ -216,6 +216,24 @@ def test_bestors_dc_equals_quadratic_dp(p, m):
     assert val == pytest.approx(a.costs[-1, -1])
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 5)), min_size=0, max_size=40),
+    st.lists(st.tuples(st.integers(1, 8), st.integers(0, 40)), min_size=1, max_size=8),
+)
+def test_bestors_dc_equals_quadratic_dp_with_hard_limits(tasks, machines):
+    """The compiled divide-and-conquer engine with the penalised hard limits against eq. (5) evaluated directly."""
+    tasks = sorted(tasks, key=lambda t: -t[0])
+    s = np.array([t[0] for t in tasks], float)
+    dem = np.array([t[1] for t in tasks], float)
+    mt = np.array([m[0] for m in machines], float)
+    cap = np.array([m[1] for m in machines], float)
+    kw = dict(max_tasks=mt, capacity=cap, demands=dem)
+    a = bestors_table(s, len(machines), algorithm="dc", **kw)
+    b = bestors_table(s, len(machines), algorithm="quadratic", **kw)
+    np.testing.assert_allclose(a.costs, b.costs, rtol=1e-12, atol=1e-9)
+
+
 # ------------------------------------------------------------------ Proposition 6.4
 
 
