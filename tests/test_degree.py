@@ -28,7 +28,14 @@ from allocator.degree import (
     valid_seq,
     validate_allocation,
 )
-from allocator.degree._engine import sweep
+from allocator.degree._engine import run_sweep
+
+
+def sweep(vals, ids, caps, dpar, tol, *, left):
+    """Per-server allocations ``[(ids, amounts), ...]`` and the list left, from the compiled sweep."""
+    rec, left_vals, left_ids = run_sweep(vals, ids, caps, dpar, tol, left=left)
+    return [rec.served(j) for j in range(len(caps))], left_vals, left_ids
+
 
 TOL = 1e-7
 
@@ -175,20 +182,23 @@ def test_sweep_keeps_list_sorted_and_conserves(vals, servers, left):
     ids = np.arange(vals.size, dtype=np.int64)
     caps = np.array([s[0] for s in servers])
     dpar = np.array([s[1] for s in servers], dtype=np.int64)
-    res = sweep(vals, ids, ids.astype(float), caps, dpar, 0, 1e-12, left=left)
-    assert np.all(np.diff(res.left_vals) >= -1e-9)
-    given_out = sum(a.sum() for a in res.alloc_amounts)
-    assert given_out + res.left_vals.sum() == pytest.approx(vals.sum(), rel=1e-9)
-    for j, (a_ids, a_amt) in enumerate(zip(res.alloc_ids, res.alloc_amounts)):
+    served, left_vals, _ = sweep(vals, ids, caps, dpar, 1e-12, left=left)
+    assert np.all(np.diff(left_vals) >= 0.0)  # still sorted after every server
+    given_out = sum(a.sum() for _, a in served)
+    assert given_out + left_vals.sum() == pytest.approx(vals.sum(), rel=1e-9)
+    for j, (a_ids, a_amt) in enumerate(served):
         assert a_amt.sum() <= caps[j] + 1e-9
         assert a_ids.size <= dpar[j] + 1
         assert np.all(a_amt > 0)
 
 
-def reference_algorithm_1(vals, caps, dpar, left, tol):
-    """Algorithm 1 on a plain Python list of ``(value, id)`` (id = rank), written from Section IV-A and VI-C
-    without prefix sums or buffers: the independent reference for the in-place sweep of ``_engine``."""
-    L = [(float(v), i) for i, v in enumerate(vals)]
+def reference_algorithm_1(vals, caps, dpar, left, tol, ids=None):
+    """Algorithm 1 on a plain Python list of ``(value, id)``, written from Section IV-A and VI-C without prefix sums
+    or buffers: the independent reference for the in-place sweep of ``_engine``. The starting list is sorted by
+    ``(value, id)``; a remainder takes the split client's place (ordering property) or, where it is re-inserted,
+    goes after the clients of equal value. ``ids`` defaults to ``0 .. n-1``."""
+    ids = range(len(vals)) if ids is None else ids
+    L = sorted((float(v), int(i)) for v, i in zip(vals, ids))
     out = []
 
     def take_prefix(L, b):
@@ -247,7 +257,7 @@ def reference_algorithm_1(vals, caps, dpar, left, tol):
                 L = [*L[:l], (rem, cid), *L[l + D + 1 :]]
             else:  # re-inserted among the clients left of the interval
                 pos = 0
-                while pos < l and (L[pos][0], L[pos][1]) < (rem, cid):
+                while pos < l and L[pos][0] <= rem:  # after the clients of equal value
                     pos += 1
                 L = [*L[:pos], (rem, cid), *L[pos:l], *L[l + D + 1 :]]
     return out, L
@@ -259,20 +269,24 @@ def reference_algorithm_1(vals, caps, dpar, left, tol):
     st.lists(st.tuples(st.integers(0, 160), st.integers(0, 6)), min_size=1, max_size=16),
     st.booleans(),
     st.sampled_from([1.0, 0.125]),
+    st.randoms(use_true_random=False),
 )
-def test_in_place_sweep_equals_plain_list_algorithm_1(vals, servers, left, unit):
+def test_in_place_sweep_equals_plain_list_algorithm_1(vals, servers, left, unit, rnd):
     """Every branch of the in-place sweep (prefix or suffix moved, exact fills, right-end and SEQLEFT re-insertion,
     cases 2, 3 and short lists) against the plain-list reference; dyadic values keep all sums exact, so the two must
-    agree to the last bit, ties included."""
-    vals = np.sort(np.asarray(vals, dtype=float)) * unit
+    agree to the last bit, ties included (clients by id, then remainders after them). Client ids are shuffled so that
+    the order of equal values is not the order of the input."""
+    vals = np.asarray(vals, dtype=float) * unit
     caps = np.array([s[0] for s in servers], dtype=float) * unit
     dpar = np.array([s[1] for s in servers], dtype=np.int64)
     ids = np.arange(vals.size, dtype=np.int64)
-    res = sweep(vals, ids, ids.astype(float), caps, dpar, 0, 1e-12, left=left)
-    expect, rest = reference_algorithm_1(vals, caps, dpar, left, 1e-12)
-    got = [list(zip(a.tolist(), i.tolist())) for i, a in zip(res.alloc_ids, res.alloc_amounts)]
-    assert got == [[(v, c) for v, c in served] for served in expect]
-    assert list(zip(res.left_vals.tolist(), res.left_ids.tolist())) == rest
+    rnd.shuffle(ids)
+    order = np.lexsort((ids, vals))
+    served, left_vals, left_ids = sweep(vals[order], ids[order], caps, dpar, 1e-12, left=left)
+    expect, rest = reference_algorithm_1(vals, caps, dpar, left, 1e-12, ids)
+    got = [list(zip(a.tolist(), i.tolist())) for i, a in served]
+    assert got == [[(v, c) for v, c in srv] for srv in expect]
+    assert list(zip(left_vals.tolist(), left_ids.tolist())) == rest
 
 
 # ----------------------------------------------------------------------------- Theorem 4.4 and Section IV-C

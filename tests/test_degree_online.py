@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_degree import reference_algorithm_1
 
-from allocator.degree import OnlineBestConnection, OnlineSeq, OnlineSeqLeft, seq, validate_allocation
+from allocator.degree import (
+    OnlineBestConnection,
+    OnlineSeq,
+    OnlineSeqLeft,
+    changes_between,
+    seq,
+    validate_allocation,
+)
 
 
 def random_instance(rng, m, p):
@@ -32,46 +42,171 @@ def run_events(rng, dem, n_events=300):
             nxt += 1
 
 
+def split_clients(on: OnlineSeq) -> list:
+    """Clients served by two servers or more (a server split them; Algorithm 1's remainders)."""
+    return sorted((c for c, a in on.allocation().items() if len(a) >= 2), key=str)
+
+
+def server_view(alloc: dict) -> dict[int, dict]:
+    """``{client: {server: amount}}`` -> ``{server: {client: amount}}`` (the input of ``changes_between``)."""
+    out: dict[int, dict] = {}
+    for c, row in alloc.items():
+        for j, a in row.items():
+            out.setdefault(j, {})[c] = a
+    return out
+
+
+def flavoured_events(rng, dem, cap, flavour, n_events=300, pick=None):
+    """Section VI-B event sequences with a twist: ``ties`` draws small integer demands (many equal to each other and
+    to present ones), ``big`` makes one arrival in five larger than every server. ``pick()``, when given, chooses the
+    client that leaves (``None``: a uniform one); it is called when the event is drawn."""
+    present = list(range(len(dem)))
+    nxt = len(dem)
+    mean = float(np.mean(dem))
+    for _ in range(n_events):
+        if present and rng.random() < 0.5:
+            c = pick() if pick is not None else None
+            if c is None:
+                c = present[int(rng.integers(len(present)))]
+            present.remove(c)
+            yield ("remove", c)
+            continue
+        if flavour == "ties":
+            x = float(rng.integers(1, 6))
+        elif flavour == "big" and rng.random() < 0.2:
+            x = float(cap.max()) * (1.0 + rng.random())
+        else:
+            x = float(rng.pareto(1.09) + 1.0) * mean / 10.0
+        yield ("add", nxt, x)
+        present.append(nxt)
+        nxt += 1
+
+
 @pytest.mark.parametrize(
-    ("seed", "m", "p", "extra", "budget"),
-    [(0, 12, 10, 1, 0), (1, 6, 20, 1, 0), (2, 10, 5, 0, 0), (3, 8, 10, 2, 0), (4, 40, 5, 1, 10**6), (5, 12, 10, 1, 3)],
+    ("seed", "m", "p", "extra", "flavour"),
+    [
+        (0, 12, 10, 1, "plain"),
+        (1, 6, 20, 1, "plain"),
+        (2, 10, 5, 0, "plain"),
+        (3, 8, 10, 2, "plain"),
+        (4, 40, 5, 1, "plain"),
+        (5, 12, 10, 1, "ties"),
+        (6, 20, 8, 1, "ties"),
+        (7, 12, 10, 1, "big"),
+        (8, 15, 6, 1, "split"),
+        (9, 30, 10, 0, "split"),
+    ],
 )
-def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra, budget):
+def test_oseq_incremental_equals_naive_and_at_most_4_changes(seed, m, p, extra, flavour):
+    """On 300-event sequences the incremental OSEQ (Section V-C) gives the allocation and the per-server change
+    counts of the naive recompute (Algorithm 2) after every event; the changes equal the difference of the
+    allocations before and after the event and are at most 4 per server (Theorem 5.5) on uniform departures."""
     rng = np.random.default_rng(seed)
     dem, cap, deg = random_instance(rng, m, p)
-    inc = OnlineSeq(cap, deg, extra_degree=extra, local_budget=budget)
+    if flavour == "ties":
+        dem = rng.integers(1, 6, dem.size).astype(float)
+        cap = np.maximum(1.0, np.round(cap * dem.sum() / cap.sum()))
+    inc = OnlineSeq(cap, deg, extra_degree=extra)
     nai = OnlineSeq(cap, deg, extra_degree=extra, method="naive")
     inc.extend(enumerate(dem))
     for i, x in enumerate(dem):
         nai.add(i, float(x))
+    demand = {i: float(x) for i, x in enumerate(dem)}
     worst = 0
     skipped = 0
-    local = 0
-    for ev in run_events(rng, dem):
+    split_departures = 0
+
+    def pick_split():
+        """A client split over several servers (a remainder in the list) leaves, when there is one."""
+        nonlocal split_departures
+        split = split_clients(inc)
+        if not split:
+            return None
+        split_departures += 1
+        return split[int(rng.integers(len(split)))]
+
+    for ev in flavoured_events(rng, dem, cap, flavour, pick=pick_split if flavour == "split" else None):
+        before = server_view(inc.allocation())
         if ev[0] == "add":
             inc.add(ev[1], ev[2])
             nai.add(ev[1], ev[2])
+            demand[ev[1]] = ev[2]
         else:
             inc.remove(ev[1])
             nai.remove(ev[1])
+            del demand[ev[1]]
         clients = nai.clients()
-        assert sorted(inc.clients()) == sorted(clients)
+        assert sorted(inc.clients()) == sorted(clients) == sorted(demand)
         w_inc = inc.allocation_matrix(clients)
         w_nai = nai.allocation_matrix(clients)
         np.testing.assert_allclose(w_inc, w_nai, atol=1e-9, rtol=1e-9)
         assert inc.last_changes == nai.last_changes
+        assert inc.last_changes == changes_between(before, server_view(inc.allocation()), m, 1e-9)
         worst = max(worst, max(nai.last_changes.values(), default=0))
         skipped += m - inc.last_recomputed
-        local += inc.last_local
         # the online allocation is SEQ on the current clients (Algorithm 2), in arrival order of ties
-        if ev[0] == "add" and ev[1] % 50 == 0:
-            ref = seq([nai._demand[nai._slot[c]] for c in clients], cap, deg, extra_degree=extra)
+        if ev[0] == "add" and ev[1] % 25 == 0:
+            ref = seq([demand[c] for c in clients], cap, deg, extra_degree=extra)
             np.testing.assert_allclose(w_nai, ref, atol=1e-9)
-        rep = validate_allocation(w_nai, [nai._demand[nai._slot[c]] for c in clients], cap, deg, tol=1e-9)
+        rep = validate_allocation(w_nai, [demand[c] for c in clients], cap, deg, tol=1e-9)
         assert rep.ok(1e-7, extra_degree=extra)
-    assert worst <= 4  # Theorem 5.5
+    if flavour == "split":
+        # Departures aimed at split clients are where Theorem 5.5's proof (Lemma 5.4, case p = l + d: "X is the
+        # split client") counts a remainder of another client as the "increased capacity" of the next one: client
+        # identities differ, so later servers can see more than 4 changes (6 to 19 on these sequences, the same for
+        # the naive recompute); only the equality with the naive version is asserted here.
+        assert split_departures >= 30
+    else:
+        assert worst <= 4  # Theorem 5.5
     assert skipped > 0  # the incremental version really skipped unaffected servers
-    assert (local > 0) == (budget > 0)  # and re-decided servers locally when allowed to
+
+
+# small instances with integer (dyadic) values: every sum is exact, so the incremental OSEQ must equal Algorithm 1
+# run from scratch by the plain-list reference to the last bit, ties included
+event_sequences = st.tuples(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(1, 4)), min_size=1, max_size=6),  # servers (b, d)
+    st.integers(0, 2),  # extra degree
+    st.lists(st.integers(0, 24), min_size=0, max_size=12),  # starting demands
+    st.lists(st.tuples(st.booleans(), st.integers(0, 24), st.integers(0, 10**6)), min_size=1, max_size=40),
+    st.sampled_from([1.0, 0.125]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(event_sequences)
+def test_oseq_random_event_sequences_equal_plain_algorithm_1(case):
+    servers, extra, start, events, unit = case
+    cap = np.array([b for b, _ in servers], dtype=float) * unit
+    deg = np.array([d for _, d in servers], dtype=np.int64)
+    on = OnlineSeq(cap, deg, extra_degree=extra)
+    on.extend((f"c{i}", x * unit) for i, x in enumerate(start))
+    arrival = {f"c{i}": i for i in range(len(start))}  # arrival rank = tie-break of the list order
+    demand = {f"c{i}": x * unit for i, x in enumerate(start)}
+    nxt = len(start)
+    for is_add, x, pick in events:
+        before = server_view(on.allocation())
+        if is_add or not demand:
+            c = f"c{nxt}"
+            on.add(c, x * unit)
+            arrival[c], demand[c] = nxt, x * unit
+            nxt += 1
+        else:
+            c = sorted(demand, key=arrival.__getitem__)[pick % len(demand)]
+            on.remove(c)
+            del demand[c]
+        names = {arrival[c]: c for c in demand if demand[c] > 0}
+        ranks = sorted(names)
+        served, _ = reference_algorithm_1(
+            [demand[names[r]] for r in ranks], cap, deg + (extra - 1), False, 1e-12, ranks
+        )
+        expect: dict = {}
+        for j, srv in enumerate(served):
+            for a, r in srv:
+                expect.setdefault(names[r], {})[j] = a
+        assert on.allocation() == expect
+        assert on.last_changes == changes_between(before, server_view(expect), len(cap), 1e-12)
+        assert max(on.last_changes.values(), default=0) <= 4  # Theorem 5.5
+        assert on.last_recomputed <= len(cap)
 
 
 def test_oseq_allocation_mapping_and_throughput():

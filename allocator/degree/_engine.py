@@ -1,280 +1,345 @@
-"""The SEQ sweep of Algorithm 1 (paper 003, Section IV-A) over a sorted client list held in numpy arrays.
+"""The SEQ sweep of Algorithm 1 (paper 003, Section IV-A) as compiled kernels on flat numpy arrays.
 
-The remaining clients form one list sorted by ``(value, rank)`` (``rank`` breaks ties so that the order is total and
-reproducible), held in the slice ``V[s:e]`` of a buffer, with absolute prefix sums ``P`` (``P[i + 1] - P[i] = V[i]``)
-so that every window sum ``LC(l, l + k - 1) = P[l + k] - P[l]`` is O(1) and the window that Algorithm 1 needs is
-found by binary search (window sums of a sorted list are monotone in ``l``). Nothing is reallocated per server:
-case 2 moves ``s`` past the served prefix, case 3 moves ``e`` before the served suffix, and case 1 closes the gap of
-the ``d`` fully served clients by moving the shorter side of the list (with its prefix sums shifted by ``b``), the
-split client's remainder keeping its place (ordering property, Section IV-A). This is what makes ``n = 1e5`` clients
-times ``m = 1e3`` servers a run of a few hundredths of a second instead of a Python scan per server.
+The remaining clients form one list sorted by value, held in the slice ``V[s:e]`` / ``I[s:e]`` of a buffer, with
+absolute prefix sums ``P`` (``P[i + 1] - P[i] = V[i]``) so that every window sum ``LC(l, l + k - 1) = P[l + k] -
+P[l]`` is O(1) and the window Algorithm 1 needs is found by binary search (window sums of a sorted list are monotone
+in ``l``). Nothing is reallocated per server: case 2 moves ``s`` past the served prefix, case 3 moves ``e`` before
+the served suffix, and case 1 closes the gap of the ``d`` fully served clients by moving the shorter side of the list
+(with its prefix sums shifted by ``b``), the split client's remainder keeping its place (ordering property, Section
+IV-A).
+
+Ties in value are ordered as follows, which is total and reproducible: clients not yet served by arrival rank (their
+id), and after them the remainders by the server that left them. The starting list is sorted by ``(value, id)``; a
+case-1 remainder keeping its place lies after every client of equal value (it is at least its left neighbour and
+strictly below its right one), and a remainder re-inserted at its sorted place (SEQLEFT, or the right end of the
+list) is put after the clients of equal value too; a case-2 remainder is strictly the smallest value.
 
 Both variants of Section VI-C are here: ``left=False`` is SEQ (rightmost suitable interval) and ``left=True`` is
-SEQLEFT (leftmost suitable interval).
+SEQLEFT (leftmost suitable interval, the remainder re-inserted at its sorted place).
 
-For the incremental online version (Section V-C) every server step also records the *range* of list keys whose
-insertion or removal can change that server's step (inclusive ``[lo, hi]`` in the lexicographic ``(value, rank)``
-order): outside it the step is unchanged, which is the "change outside ``[l, l + d]``" case of Lemma 5.4.
+The kernels are compiled with numba (``cache=True``: the machine code is stored next to this file after the first
+call, so later processes load it instead of compiling). Everything they touch is a preallocated array:
+
+* allocation slots: server ``j`` owns ``a_ids[off[j] : off[j] + dparam[j] + 1]`` (Algorithm 1 with degree ``d``
+  serves at most ``d + 1`` clients) of which the first ``cnt[j]`` are in use, with the amounts in ``a_amt``;
+* per server, for the incremental OSEQ (Section V-C): the inclusive range ``[lo, hi]`` of the list (values and ids
+  of its two boundary clients) in which the insertion or removal of a client can change the server's step (outside
+  it the step is unchanged, the "change outside ``[l, l + d]``" case of Lemma 5.4), and the client whose remainder
+  the step left in the list with that remainder's value (``sp_id = -1`` when none), from which the list seen by any
+  server can be rebuilt;
+* per server, ``changes[j] = N_j^t`` (Section III-A): the clients whose amount on ``j`` differs by more than
+  ``ctol`` between the allocation the slot held before the sweep and the new one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+Int8Array = NDArray[np.int8]
 
-_INF = float("inf")
-#: clients recorded on each side of a server's interval for the incremental OSEQ
-MARGIN = 2
-
-Segment = tuple[IntArray, FloatArray, bool, bool]
+_INF = np.inf
 
 
 @dataclass
-class SweepResult:
-    """Output of a sweep over servers ``start .. m-1``."""
+class Records:
+    """Per-server state of the last sweep (arrays of length ``m``, except ``off`` (``m + 1``) and the slots)."""
 
-    alloc_ids: list[IntArray]  # per server (from ``start``): client ids served
-    alloc_amounts: list[FloatArray]  # per server: amounts ``w_i^j``
-    cases: IntArray  # per server: 0 nothing, 1 interval, 2 smallest prefix, 3 largest clients, 4 short list
-    lo_v: FloatArray  # affect range lower key (exclusive), value part
-    lo_r: FloatArray  # affect range lower key, rank part
-    hi_v: FloatArray  # affect range upper key (inclusive), value part
-    hi_r: FloatArray  # affect range upper key, rank part
-    left_vals: FloatArray  # clients left after the last server (sorted)
-    left_ids: IntArray
-    #: per server, for case 1 away from the list's right end: (ids, values, at list start, at list end) of the
-    #: input list from ``MARGIN`` clients before the interval to ``MARGIN + 1`` after it; ``None`` otherwise
-    seg: list[Segment | None]
+    off: IntArray  # first slot of each server (length m + 1)
+    cnt: IntArray  # slots in use
+    a_ids: IntArray  # client ids served, slot by slot
+    a_amt: FloatArray  # amounts w_i^j
+    lo_v: FloatArray  # affect range lower key (inclusive): value part
+    lo_r: IntArray  # ... id part (-1 with an infinite value)
+    hi_v: FloatArray  # affect range upper key (inclusive): value part
+    hi_r: IntArray
+    sp_id: IntArray  # client whose remainder the step left in the list (-1: none)
+    sp_rem: FloatArray  # that remainder
+    changes: IntArray  # N_j of the last sweep
+
+    @classmethod
+    def empty(cls, capacities: FloatArray, dparam: IntArray, tol: float) -> Records:
+        m = int(capacities.shape[0])
+        off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(dparam + 1, out=off[1:])
+        total = int(off[-1])
+        positive = capacities > tol
+        return cls(
+            off=off,
+            cnt=np.zeros(m, dtype=np.int64),
+            a_ids=np.zeros(total, dtype=np.int64),
+            a_amt=np.zeros(total, dtype=np.float64),
+            lo_v=np.where(positive, -_INF, _INF),
+            lo_r=np.full(m, -1, dtype=np.int64),
+            hi_v=np.where(positive, _INF, -_INF),
+            hi_r=np.full(m, -1, dtype=np.int64),
+            sp_id=np.full(m, -1, dtype=np.int64),
+            sp_rem=np.zeros(m, dtype=np.float64),
+            changes=np.zeros(m, dtype=np.int64),
+        )
+
+    def in_use(self) -> tuple[IntArray, NDArray[np.bool_]]:
+        """The server of every slot, and which slots hold a connection."""
+        size = np.diff(self.off)
+        server = np.repeat(np.arange(size.shape[0], dtype=np.int64), size)
+        pos = np.arange(self.a_ids.shape[0], dtype=np.int64) - self.off[server]
+        return server, pos < self.cnt[server]
+
+    def connections(self) -> tuple[IntArray, IntArray, FloatArray]:
+        """Every connection as ``(client id, server, amount)``, servers in order."""
+        server, used = self.in_use()
+        return self.a_ids[used], server[used], self.a_amt[used]
+
+    def served(self, j: int) -> tuple[IntArray, FloatArray]:
+        """Client ids and amounts of server ``j``, in list order."""
+        o, k = int(self.off[j]), int(self.cnt[j])
+        return self.a_ids[o : o + k], self.a_amt[o : o + k]
 
 
-def _sorted_pos(vals: FloatArray, ids: IntArray, rank_of: FloatArray, lo: int, stop: int, v: float, rk: float) -> int:
-    """Index in ``vals[lo:stop]`` (sorted by (value, rank of ``ids``)) where key ``(v, rk)`` must be inserted."""
-    pos = lo + int(np.searchsorted(vals[lo:stop], v, side="left"))
-    while pos < stop and vals[pos] == v and rank_of[ids[pos]] < rk:
-        pos += 1
-    return pos
+@numba.njit(cache=True)
+def _lower_bound(P: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
+    """Smallest ``i`` in ``[lo, hi]`` with ``P[i] >= x`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if P[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
-def sweep(
-    vals: FloatArray,
-    ids: IntArray,
-    rank_of: FloatArray,
+@numba.njit(cache=True)
+def _upper_bound(V: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
+    """Smallest ``i`` in ``[lo, hi]`` with ``V[i] > x`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if V[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def sweep_kernel(
+    V: FloatArray,
+    I: IntArray,
+    P: FloatArray,
+    s: int,
+    e: int,
     caps: FloatArray,
     dparam: IntArray,
     start: int,
     tol: float,
-    *,
-    left: bool = False,
-    segments: bool = False,
-) -> SweepResult:
-    """Run Algorithm 1 for servers ``start, ..., m-1`` on the sorted list ``(vals, ids)``.
+    ctol: float,
+    left: bool,
+    off: IntArray,
+    cnt: IntArray,
+    a_ids: IntArray,
+    a_amt: FloatArray,
+    lo_v: FloatArray,
+    lo_r: IntArray,
+    hi_v: FloatArray,
+    hi_r: IntArray,
+    sp_id: IntArray,
+    sp_rem: FloatArray,
+    changes: IntArray,
+    mark: Int8Array,
+    mark_amt: FloatArray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Run Algorithm 1 for servers ``start, ..., m-1`` on the list ``V[s:e]`` (ids ``I``, prefix sums ``P``).
 
     ``dparam[j]`` is the degree ``d`` handed to Algorithm 1 for server ``j`` (the step serves at most ``d + 1``
-    clients); ``rank_of[id]`` is the tie-breaking rank of a client. ``vals`` must be sorted by ``(value, rank)`` and
-    positive. Amounts and remainders at most ``tol`` are treated as zero.
-
-    The list lives in the buffer slice ``V[s:e]`` with absolute prefix sums ``P`` (``P[i + 1] - P[i] = V[i]``), so
-    that a prefix served by case 2, the suffix served by case 3 and the interval removed by case 1 cost no copy of
-    the whole list: case 1 moves whichever side of the interval is shorter by ``d`` places (adding ``b`` to, or
-    subtracting it from, the moved prefix sums), which keeps the split client's remainder in place (the ordering
-    property of Section IV-A).
+    clients). ``V[s:e]`` must be positive and sorted by value (ties as in the module docstring) and ``P[s : e + 1]``
+    hold its prefix sums (any offset). Amounts and remainders at most ``tol`` are treated as zero. Writes each
+    server's allocation into its slot, its key range, its remainder and ``changes[j]`` (counted against the slot's
+    previous content with tolerance ``ctol``); ``mark`` (zeros, one per client id) and ``mark_amt`` are scratch.
+    Returns the list left after the last server, ``(s, e)``.
     """
     m = caps.shape[0]
-    k_servers = m - start
-    V = np.array(vals, dtype=np.float64)
-    I = np.array(ids, dtype=np.int64)
-    P = np.empty(V.shape[0] + 1, dtype=np.float64)
-    P[0] = 0.0
-    np.cumsum(V, out=P[1:])
-    s, e = 0, int(V.shape[0])
-    Pi, Vi, Ii, Ri = P.item, V.item, I.item, rank_of.item
-    caps_l = caps.tolist()
-    d_l = dparam.tolist()
-    out_ids: list[IntArray] = []
-    out_amt: list[FloatArray] = []
-    cases = [0] * k_servers
-    lo_v = [_INF] * k_servers
-    lo_r = [-1.0] * k_servers
-    hi_v = [-_INF] * k_servers
-    hi_r = [-1.0] * k_servers
-    empty_i = np.zeros(0, dtype=np.int64)
-    empty_f = np.zeros(0, dtype=np.float64)
-    seg: list[Segment | None] = [None] * k_servers
-
-    for t in range(k_servers):
-        j = start + t
-        b = caps_l[j]
-        D = d_l[j]
+    for j in range(start, m):
+        b = caps[j]
+        D = dparam[j]
+        o = off[j]
+        # previous allocation of this server, for N_j
+        n_old = cnt[j]
+        for q in range(n_old):
+            c = a_ids[o + q]
+            mark[c] = 1
+            mark_amt[c] = a_amt[o + q]
+        old_ids = a_ids[o : o + n_old].copy()
+        nb = 0
+        spc = -1
+        spr = 0.0
+        lov, lor, hiv, hir = _INF, -1, -_INF, -1
         r = e - s
         if b <= tol:
-            out_ids.append(empty_i)
-            out_amt.append(empty_f)
-            continue  # range stays empty: nothing can ever reach this server
-        if r <= D:
+            pass  # range stays empty: nothing can ever reach this server
+        elif r <= D:
             # Fewer than d + 1 clients: pad with zero clients on the left (the convention of Section IV-B).
             # Case 3 serves everything when the total is below b, otherwise the smallest clients fill b.
-            lo_v[t], hi_v[t] = -_INF, _INF
-            cases[t] = 4
+            lov, hiv = -_INF, _INF
             if r == 0:
-                out_ids.append(empty_i)
-                out_amt.append(empty_f)
-                continue
-            if Pi(e) - Pi(s) < b:
-                out_ids.append(I[s:e].copy())
-                out_amt.append(V[s:e].copy())
+                pass
+            elif P[e] - P[s] < b:
+                for q in range(r):
+                    a_ids[o + q] = I[s + q]
+                    a_amt[o + q] = V[s + q]
+                nb = r
                 s = e
-                continue
-            k = max(int(np.searchsorted(P[s : e + 1], Pi(s) + b, side="left")), 1)
-            s = _take_prefix(V, I, P, s, e, k, b, tol, out_ids, out_amt)
-            continue
-        if Pi(e) - Pi(e - D - 1) < b:
+            else:
+                k = max(_lower_bound(P, s, e, P[s] + b) - s, 1)
+                nb, s, spc, spr = _take_prefix(V, I, P, s, e, k, b, tol, a_ids, a_amt, o)
+        elif P[e] - P[e - D - 1] < b:
             # Case 3 (lines 16-18): even the d + 1 largest clients cannot fill b: serve the d largest.
-            cases[t] = 3
             if e - D - 2 >= s:
-                lo_v[t], lo_r[t] = Vi(e - D - 2), Ri(Ii(e - D - 2))
+                lov, lor = V[e - D - 2], I[e - D - 2]
             else:
-                lo_v[t] = -_INF
-            hi_v[t] = _INF
-            out_ids.append(I[e - D : e].copy())
-            out_amt.append(V[e - D : e].copy())
+                lov = -_INF
+            hiv = _INF
+            for q in range(D):
+                a_ids[o + q] = I[e - D + q]
+                a_amt[o + q] = V[e - D + q]
+            nb = D
             e -= D
-            continue
-        if D >= 1 and Pi(s + D) - Pi(s) >= b:
-            # Case 2 (lines 10-14): the d smallest clients already exceed b: smallest prefix reaching b.
-            cases[t] = 2
-            k = max(int(np.searchsorted(P[s : e + 1], Pi(s) + b, side="left")), 1)
-            k = min(k, D)
-            lo_v[t] = -_INF
-            hi_v[t], hi_r[t] = Vi(s + k - 1), Ri(Ii(s + k - 1))
-            s = _take_prefix(V, I, P, s, e, k, b, tol, out_ids, out_amt)
-            continue
-        cases[t] = 1
-        # window starts are absolute positions s .. e - D - 1
-        lo, hi = s, e - D - 1
-        if not left:
-            # Case 1 (lines 4-8), rightmost suitable interval: the largest l with LC(l, l + d - 1) < b.
-            while lo < hi:
-                mid = (lo + hi + 1) >> 1
-                if Pi(mid + D) - Pi(mid) < b:
-                    lo = mid
+        elif D >= 1 and P[s + D] - P[s] >= b:
+            # Case 2 (lines 10-14): the d smallest clients already reach b: smallest prefix reaching b.
+            k = min(max(_lower_bound(P, s, e, P[s] + b) - s, 1), D)
+            lov = -_INF
+            hiv, hir = V[s + k - 1], I[s + k - 1]
+            nb, s, spc, spr = _take_prefix(V, I, P, s, e, k, b, tol, a_ids, a_amt, o)
+        else:
+            # window starts are absolute positions s .. e - D - 1
+            lo, hi = s, e - D - 1
+            if not left:
+                # Case 1 (lines 4-8), rightmost suitable interval: the largest l with LC(l, l + d - 1) < b.
+                while lo < hi:
+                    mid = (lo + hi + 1) >> 1
+                    if P[mid + D] - P[mid] < b:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+            else:
+                # SEQLEFT: the smallest l with LC(l, l + d) >= b (then LC(l, l + d - 1) < b as well).
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    if P[mid + D + 1] - P[mid] >= b:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+            l = lo
+            edge = l == e - D - 1
+            if l > s:
+                lov, lor = V[l - 1], I[l - 1]
+            else:
+                lov = -_INF
+            if edge or left:
+                hiv = _INF
+            else:
+                hiv, hir = V[l + D], I[l + D]
+            p_l = P[l]
+            p_d1 = P[l + D + 1]
+            inner = P[l + D] - p_l
+            rem = p_d1 - p_l - b
+            last = V[l + D]
+            split_id = I[l + D]
+            for q in range(D + 1):
+                a_ids[o + q] = I[l + q]
+                a_amt[o + q] = V[l + q]
+            nb = D + 1
+            if rem <= tol:
+                rem = 0.0
+            else:
+                a_amt[o + D] = b - inner
+                if a_amt[o + D] <= tol:  # the interval's first d clients fill b up to dust: drop that connection
+                    nb = D
+                    rem = last
+                spc, spr = split_id, rem
+            if not left and not edge and rem > 0.0:
+                # Ordering property (Section IV-A): the remainder keeps the split client's position.
+                if l - s <= e - l - D - 1:
+                    for q in range(l - 1, s - 1, -1):
+                        V[q + D] = V[q]
+                        I[q + D] = I[q]
+                    for q in range(l, s - 1, -1):
+                        P[q + D] = P[q] + b
+                    V[l + D] = rem
+                    P[l + D] = p_d1 - rem
+                    s += D
                 else:
-                    hi = mid - 1
-        else:
-            # SEQLEFT: the smallest l with LC(l, l + d) >= b (then LC(l, l + d - 1) < b as well).
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if Pi(mid + D + 1) - Pi(mid) >= b:
-                    hi = mid
+                    for q in range(l + D + 1, e):
+                        V[q - D] = V[q]
+                        I[q - D] = I[q]
+                    for q in range(l + D + 1, e + 1):
+                        P[q - D] = P[q] - b
+                    V[l] = rem
+                    I[l] = split_id
+                    P[l + 1] = p_l + rem
+                    e -= D
+            elif rem <= 0.0:
+                window = p_d1 - p_l
+                if l - s <= e - l - D - 1:
+                    for q in range(l - 1, s - 1, -1):
+                        V[q + D + 1] = V[q]
+                        I[q + D + 1] = I[q]
+                    for q in range(l, s - 1, -1):
+                        P[q + D + 1] = P[q] + window
+                    P[l + D + 1] = p_d1
+                    s += D + 1
                 else:
-                    lo = mid + 1
-        l = lo
-        edge = l == e - D - 1
-        if l > s:
-            lo_v[t], lo_r[t] = Vi(l - 1), Ri(Ii(l - 1))
-        else:
-            lo_v[t] = -_INF
-        if edge or left:
-            hi_v[t] = _INF
-        elif not segments:
-            hi_v[t], hi_r[t] = Vi(l + D), Ri(Ii(l + D))
-        else:
-            # Record the list around the interval (MARGIN clients each side) for the local step of the incremental
-            # OSEQ; the affect range widens to that whole segment (inclusive), which is conservative.
-            s0 = max(s, l - MARGIN)
-            s1 = min(e, l + D + 2 + MARGIN)
-            seg[t] = (I[s0:s1].copy(), V[s0:s1].copy(), s0 == s, s1 == e)
-            if s0 == s:
-                lo_v[t] = -_INF
+                    for q in range(l + D + 1, e):
+                        V[q - D - 1] = V[q]
+                        I[q - D - 1] = I[q]
+                    for q in range(l + D + 1, e + 1):
+                        P[q - D - 1] = P[q] - window
+                    P[l] = p_l
+                    e -= D + 1
             else:
-                lo_v[t], lo_r[t] = Vi(s0), Ri(Ii(s0))
-            if s1 == e:
-                hi_v[t] = _INF
-            else:
-                hi_v[t], hi_r[t] = Vi(s1 - 1), Ri(Ii(s1 - 1))
-        p_l = Pi(l)
-        p_d1 = Pi(l + D + 1)
-        inner = Pi(l + D) - p_l
-        rem = p_d1 - p_l - b
-        last = Vi(l + D)
-        split_id = Ii(l + D)
-        a_ids = I[l : l + D + 1].copy()
-        a_amt = V[l : l + D + 1].copy()
-        if rem <= tol:
-            rem = 0.0
-        else:
-            a_amt[D] = b - inner
-            if a_amt[D] <= tol:  # the interval's first d clients fill b up to dust: drop the last connection
-                a_amt = a_amt[:D]
-                a_ids = a_ids[:D]
-                rem = last
-        out_ids.append(a_ids)
-        out_amt.append(a_amt)
-        if not left and not edge and rem > 0.0:
-            # Ordering property (Section IV-A): the remainder keeps the split client's position.
-            if l - s <= e - l - D - 1:
-                V[s + D : l + D] = V[s:l]
-                I[s + D : l + D] = I[s:l]
-                np.add(P[s : l + 1], b, out=P[s + D : l + D + 1])
-                V[l + D] = rem
-                P[l + D] = p_d1 - rem
-                s += D
-            else:
-                V[l + 1 : e - D] = V[l + D + 1 : e]
-                I[l + 1 : e - D] = I[l + D + 1 : e]
-                np.subtract(P[l + D + 1 : e + 1], b, out=P[l + 1 : e - D + 1])
-                V[l] = rem
-                I[l] = split_id
-                P[l + 1] = p_l + rem
+                # Remainder re-inserted at its sorted place among the clients left of the interval (SEQLEFT, or
+                # the right end of the list where no interval [l + 1, l + d + 1] exists): the clients between that
+                # place and the interval move right by one, those after the interval move left by d.
+                pos = _upper_bound(V, s, l, rem)
+                for q in range(l - 1, pos - 1, -1):
+                    V[q + 1] = V[q]
+                    I[q + 1] = I[q]
+                    P[q + 2] = P[q + 1] + rem
+                P[pos + 1] = P[pos] + rem
+                V[pos] = rem
+                I[pos] = split_id
+                shift = p_l + rem - p_d1
+                for q in range(l + D + 1, e):
+                    V[q - D] = V[q]
+                    I[q - D] = I[q]
+                    P[q - D + 1] = P[q + 1] + shift
                 e -= D
-        elif rem <= 0.0:
-            window = p_d1 - p_l
-            if l - s <= e - l - D - 1:
-                V[s + D + 1 : l + D + 1] = V[s:l]
-                I[s + D + 1 : l + D + 1] = I[s:l]
-                np.add(P[s : l + 1], window, out=P[s + D + 1 : l + D + 2])
-                P[l + D + 1] = p_d1
-                s += D + 1
+        # N_j: new connections, changed amounts, disconnections
+        n_changes = 0
+        for q in range(nb):
+            c = a_ids[o + q]
+            if mark[c] == 1:
+                if abs(mark_amt[c] - a_amt[o + q]) > ctol:
+                    n_changes += 1
+                mark[c] = 2
             else:
-                V[l : e - D - 1] = V[l + D + 1 : e]
-                I[l : e - D - 1] = I[l + D + 1 : e]
-                np.subtract(P[l + D + 1 : e + 1], window, out=P[l : e - D])
-                P[l] = p_l
-                e -= D + 1
-        else:
-            # Remainder re-inserted at its sorted place among the clients left of the interval (SEQLEFT, or the
-            # right end of the list where no interval [l + 1, l + d + 1] exists).
-            # In place: the clients between that place and the interval move right by one, those after the
-            # interval (none at the right end) move left by d, prefix sums shifted accordingly.
-            pos = _sorted_pos(V, I, rank_of, s, l, rem, Ri(split_id))
-            V[pos + 1 : l + 1] = V[pos:l]
-            I[pos + 1 : l + 1] = I[pos:l]
-            P[pos + 1 : l + 2] = P[pos : l + 1] + rem
-            V[pos] = rem
-            I[pos] = split_id
-            if e > l + D + 1:
-                V[l + 1 : e - D] = V[l + D + 1 : e]
-                I[l + 1 : e - D] = I[l + D + 1 : e]
-                P[l + 2 : e - D + 1] = P[l + D + 2 : e + 1] + (p_l + rem - p_d1)
-            e -= D
-    return SweepResult(
-        alloc_ids=out_ids,
-        alloc_amounts=out_amt,
-        cases=np.asarray(cases, dtype=np.int64),
-        lo_v=np.asarray(lo_v, dtype=np.float64),
-        lo_r=np.asarray(lo_r, dtype=np.float64),
-        hi_v=np.asarray(hi_v, dtype=np.float64),
-        hi_r=np.asarray(hi_r, dtype=np.float64),
-        left_vals=V[s:e].copy(),
-        left_ids=I[s:e].copy(),
-        seg=seg,
-    )
+                n_changes += 1
+        for q in range(n_old):
+            c = old_ids[q]
+            if mark[c] == 1:
+                n_changes += 1
+            mark[c] = 0
+        changes[j] = n_changes
+        cnt[j] = nb
+        lo_v[j], lo_r[j], hi_v[j], hi_r[j] = lov, lor, hiv, hir
+        sp_id[j], sp_rem[j] = spc, spr
+    return s, e
 
 
+@numba.njit(cache=True)
 def _take_prefix(
     V: FloatArray,
     I: IntArray,
@@ -284,27 +349,178 @@ def _take_prefix(
     k: int,
     b: float,
     tol: float,
-    out_ids: list[IntArray],
-    out_amt: list[FloatArray],
-) -> int:
+    a_ids: IntArray,
+    a_amt: FloatArray,
+    o: int,
+) -> tuple[int, int, int, float]:  # pragma: no cover - compiled
     """Case 2 of Algorithm 1 on ``V[s:e]``: serve its first ``k`` clients (the smallest prefix with sum ``>= b``),
-    splitting the last one; returns the new start of the list (the remainder stays in place)."""
+    splitting the last one, into the slot at ``o``. Returns (clients served, new list start, split client or -1,
+    its remainder); the remainder stays in place (it is the smallest value left)."""
     k = min(k, e - s)
-    base = P.item(s)
-    rem = P.item(s + k) - base - b
-    a_ids = I[s : s + k].copy()
-    a_amt = V[s : s + k].copy()
+    base = P[s]
+    rem = P[s + k] - base - b
+    for q in range(k):
+        a_ids[o + q] = I[s + q]
+        a_amt[o + q] = V[s + q]
     if rem <= tol:
-        out_ids.append(a_ids)
-        out_amt.append(a_amt)
-        return s + k
-    a_amt[k - 1] = b - (P.item(s + k - 1) - base)
-    if a_amt[k - 1] <= tol:
-        a_amt = a_amt[: k - 1]
-        a_ids = a_ids[: k - 1]
-    out_ids.append(a_ids)
-    out_amt.append(a_amt)
+        return k, s + k, -1, 0.0
+    nb = k
+    a_amt[o + k - 1] = b - (P[s + k - 1] - base)
+    if a_amt[o + k - 1] <= tol:
+        nb = k - 1
     s += k - 1
     V[s] = rem
-    P[s] = P.item(s + 1) - rem
-    return s
+    P[s] = P[s + 1] - rem
+    return nb, s, I[s], rem
+
+
+@numba.njit(cache=True)
+def first_affected(
+    v: float, c: int, lo_v: FloatArray, lo_r: IntArray, hi_v: FloatArray, hi_r: IntArray
+) -> int:  # pragma: no cover - compiled
+    """First server whose recorded range ``[lo, hi]`` can contain the client ``c`` of value ``v`` (``m`` if none).
+
+    The test is on values only, inclusive (a tie with a boundary counts as a hit, whatever the order among equal
+    values), and a boundary that is the client itself is a hit (its stored value may differ by rounding): it may
+    report a server earlier than needed, never a later one.
+    """
+    m = lo_v.shape[0]
+    for j in range(m):
+        if c == lo_r[j] or c == hi_r[j] or (lo_v[j] <= v <= hi_v[j]):
+            return j
+    return m
+
+
+@numba.njit(cache=True)
+def _touched_before(
+    j0: int,
+    alive: NDArray[np.bool_],
+    off: IntArray,
+    cnt: IntArray,
+    a_ids: IntArray,
+    sp_id: IntArray,
+    sp_rem: FloatArray,
+    tol: float,
+    mark: Int8Array,
+) -> tuple[IntArray, IntArray, FloatArray]:  # pragma: no cover - compiled
+    """Clients served by servers ``< j0`` (marked in ``mark``), and those of them still in the list seen by ``j0``
+    with their remainders, by increasing server that left the remainder (the last server touching a client decides
+    whether, and with which value, it is still in the list)."""
+    nt = 0
+    for j in range(j0):
+        nt += cnt[j] + 1
+    touched = np.empty(nt, dtype=np.int64)
+    rid = np.empty(nt, dtype=np.int64)
+    rval = np.empty(nt, dtype=np.float64)
+    nt = 0
+    k = 0
+    for j in range(j0 - 1, -1, -1):
+        c = sp_id[j]
+        if c >= 0 and mark[c] == 0:
+            mark[c] = 1
+            touched[nt] = c
+            nt += 1
+            if alive[c] and sp_rem[j] > tol:
+                rid[k] = c
+                rval[k] = sp_rem[j]
+                k += 1
+        o = off[j]
+        for q in range(cnt[j]):
+            c = a_ids[o + q]
+            if mark[c] == 0:
+                mark[c] = 1
+                touched[nt] = c
+                nt += 1
+    return touched[:nt], rid[:k][::-1].copy(), rval[:k][::-1].copy()
+
+
+@numba.njit(cache=True)
+def _merge_list(
+    g_val: FloatArray,
+    g_id: IntArray,
+    rid: IntArray,
+    rval: FloatArray,
+    touched: IntArray,
+    tol: float,
+    V: FloatArray,
+    I: IntArray,
+    P: FloatArray,
+    mark: Int8Array,
+) -> int:  # pragma: no cover - compiled
+    """Merge the untouched clients of ``(g_val, g_id)`` (unmarked, first among equal values) with the sorted
+    remainders into ``V[0:e]``, ``I``, ``P``; clears the marks of ``touched``; returns ``e``."""
+    e = 0
+    a = 0
+    n_g = g_val.shape[0]
+    k = rid.shape[0]
+    for t in range(k + 1):
+        x = rval[t] if t < k else _INF
+        while a < n_g and g_val[a] <= x:
+            if mark[g_id[a]] == 0 and g_val[a] > tol:
+                V[e] = g_val[a]
+                I[e] = g_id[a]
+                e += 1
+            a += 1
+        if t < k:
+            V[e] = x
+            I[e] = rid[t]
+            e += 1
+    for t in range(touched.shape[0]):
+        mark[touched[t]] = 0
+    P[0] = 0.0
+    acc = 0.0
+    for t in range(e):
+        acc += V[t]
+        P[t + 1] = acc
+    return e
+
+
+def rebuild_list(
+    j0: int,
+    g_val: FloatArray,
+    g_id: IntArray,
+    alive: NDArray[np.bool_],
+    rec: Records,
+    tol: float,
+    V: FloatArray,
+    I: IntArray,
+    P: FloatArray,
+    mark: Int8Array,
+) -> int:
+    """The list seen by server ``j0`` in the last sweep, with the current clients, into ``V[0:e]``, ``I``, ``P``.
+
+    ``(g_val, g_id)`` are the present clients sorted by ``(demand, id)``. A client untouched by servers ``< j0`` is
+    in the list with its demand; one that a server ``< j0`` served is there with the remainder the last such server
+    left (``sp_rem``), or not at all. The order is the sweep's: by value, then untouched clients by id, then
+    remainders by the server that left them. Values at most ``tol`` are left out. Returns ``e``. ``mark`` (zeros,
+    one per client id) is scratch. ``O(n)`` plus a sort of the remainders.
+    """
+    touched, rid, rval = _touched_before(j0, alive, rec.off, rec.cnt, rec.a_ids, rec.sp_id, rec.sp_rem, tol, mark)
+    order = np.argsort(rval, kind="stable")  # by value, then by the server that left the remainder
+    return int(_merge_list(g_val, g_id, rid[order], rval[order], touched, tol, V, I, P, mark))
+
+
+def run_sweep(
+    vals: FloatArray, ids: IntArray, caps: FloatArray, dparam: IntArray, tol: float, *, left: bool = False
+) -> tuple[Records, FloatArray, IntArray]:
+    """Run Algorithm 1 for every server on the list ``(vals, ids)`` (positive, sorted by ``(value, id)``).
+
+    ``dparam[j]`` is the degree ``d`` handed to Algorithm 1 for server ``j``. Returns the per-server records of the
+    kernel and the clients left after the last server (values, ids; sorted).
+    """
+    caps = np.asarray(caps, dtype=np.float64)
+    dparam = np.asarray(dparam, dtype=np.int64)
+    ids = np.asarray(ids, dtype=np.int64)
+    rec = Records.empty(caps, dparam, tol)
+    V = np.array(vals, dtype=np.float64)
+    I = ids.copy()
+    P = np.zeros(V.shape[0] + 1, dtype=np.float64)
+    np.cumsum(V, out=P[1:])
+    n_ids = int(ids.max()) + 1 if ids.shape[0] else 0
+    mark = np.zeros(n_ids, dtype=np.int8)
+    mark_amt = np.zeros(n_ids, dtype=np.float64)
+    s, e = sweep_kernel(
+        V, I, P, 0, V.shape[0], caps, dparam, 0, tol, tol, left, rec.off, rec.cnt, rec.a_ids, rec.a_amt,
+        rec.lo_v, rec.lo_r, rec.hi_v, rec.hi_r, rec.sp_id, rec.sp_rem, rec.changes, mark, mark_amt,
+    )  # fmt: skip
+    return rec, V[s:e].copy(), I[s:e].copy()

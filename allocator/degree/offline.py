@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._engine import sweep
+from ._engine import run_sweep
 from .model import FloatArray, Instance, IntArray, as_instance
 
 __all__ = [
@@ -59,17 +59,9 @@ def _run(inst: Instance, extra_degree: int, *, left: bool) -> SparseAllocation:
     extra = _check_extra(extra_degree)
     idx = np.flatnonzero(inst.demands > inst.tol)
     order = idx[np.lexsort((idx, inst.demands[idx]))]
-    rank_of = np.arange(inst.n, dtype=np.float64)
     dparam = inst.degrees + (extra - 1)
-    res = sweep(inst.demands[order], order.astype(np.int64), rank_of, inst.capacities, dparam, 0, inst.tol, left=left)
-    sizes = [a.shape[0] for a in res.alloc_ids]
-    if sum(sizes):
-        rows = np.concatenate(res.alloc_ids)
-        amounts = np.concatenate(res.alloc_amounts)
-    else:
-        rows = np.zeros(0, dtype=np.int64)
-        amounts = np.zeros(0, dtype=np.float64)
-    cols = np.repeat(np.arange(inst.m, dtype=np.int64), sizes)
+    rec, _, _ = run_sweep(inst.demands[order], order.astype(np.int64), inst.capacities, dparam, inst.tol, left=left)
+    rows, cols, amounts = rec.connections()
     return SparseAllocation(rows=rows, cols=cols, amounts=amounts, shape=(inst.n, inst.m))
 
 
