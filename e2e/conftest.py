@@ -131,6 +131,11 @@ class Cluster:
         assert self.url is not None
         return list(requests.get(f"{self.url}/_emulator/bindings", timeout=5).json()["bindings"])
 
+    def in_place_resize(self, enabled: bool) -> None:
+        """Serve ``pods/resize`` (a Kubernetes >= 1.33 cluster) or not (an older one)."""
+        assert self.url is not None
+        requests.post(f"{self.url}/_emulator/resize", json={"enabled": enabled}, timeout=5).raise_for_status()
+
 
 @pytest.fixture(scope="session")
 def kubectl_bin() -> str:

@@ -2,7 +2,8 @@
 
 Scenarios run in file order against one cluster (see ``conftest.py``): apply jobs -> prices and placements; scale a
 job; add and remove a node; delete a job; API faults on binding and status patches; kill the operator mid-cycle and
-restart it.
+restart it; change a job's per-task resources (running pods resized in place through ``pods/resize``, or, where the
+cluster does not serve it, a ``ResizePending`` condition until the next pod).
 """
 
 from __future__ import annotations
@@ -193,3 +194,55 @@ def test_restart_keeps_running_pods_where_they_are(cluster: Cluster, op: dict[st
                "two planning passes of the restarted operator")
     after = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName")) for p in cluster.pods(NS)}
     assert after == before
+
+
+def container_cpu(pod: dict[str, Any]) -> tuple[str | None, str | None]:
+    resources = pod["spec"]["containers"][0].get("resources") or {}
+    return (resources.get("requests") or {}).get("cpu"), (resources.get("limits") or {}).get("cpu")
+
+
+def test_changed_resources_resize_running_pods_in_place(cluster: Cluster, op: dict[str, Operator]) -> None:
+    """Issue 7: resources of pods that already run change only through ``pods/resize``: same pod objects (uids) on
+    the same nodes, new requests and limits, a ``Resized`` Event per pod. Without the sub-resource (emulated older
+    cluster) nothing is patched and the job says the change waits for the next pod."""
+    job = {"apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob", "metadata": {"name": "tuned", "namespace": NS},
+           "spec": {"throughput": {"e2e-v100": 2.0, "e2e-k80": 1.0}, "utility": {"type": "linear"}, "demand": 1,
+                    "replicas": {"count": 2}, "resources": {"cpu": "1"},
+                    "template": {"spec": {"containers": [{"name": "train", "image": "registry.invalid/tuned:1"}]}}}}
+    cluster.apply_text(json.dumps(job))
+    pods = wait_until(lambda: settled(cluster, "tuned", 2), 60, "tuned settled")
+    assert all(container_cpu(p) == ("1", "1") for p in pods)
+    before = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in pods}
+    cluster.kc("patch", "fungiblejob", "tuned", "-n", NS, "--type=merge", "-p",
+               json.dumps({"spec": {"resources": {"cpu": "2"}}}))
+
+    def resized() -> list[dict[str, Any]] | None:
+        now = cluster.pods(NS, "walras.dev/job=tuned")
+        return now if now and all(container_cpu(p) == ("2", "2") for p in now) else None
+
+    now = wait_until(resized, 60, "tuned pods resized to cpu 2")
+    assert {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in now} == before
+    events = wait_until(lambda: [e for e in cluster.get("events", "-n", NS)["items"]
+                                 if e["reason"] == "Resized" and e["involvedObject"]["name"] in before], 30,
+                        "Resized Events on the tuned pods")
+    assert {e["involvedObject"]["name"] for e in events} == set(before)
+    if not cluster.emulated:
+        return
+    cluster.in_place_resize(False)
+    try:
+        cluster.kc("patch", "fungiblejob", "tuned", "-n", NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"resources": {"cpu": "3"}}}))
+
+        def pending() -> dict[str, Any] | None:
+            conditions = {c["type"]: c for c in job_status(cluster, "tuned").get("conditions") or []}
+            return conditions.get("ResizePending")
+
+        condition = wait_until(pending, 60, "a ResizePending condition on tuned")
+        assert condition["status"] == "True" and condition["reason"] == "InPlaceResizeUnsupported"
+        assert "cpu 2 -> 3" in condition["message"]
+        now = cluster.pods(NS, "walras.dev/job=tuned")
+        assert {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"]["nodeName"]) for p in now} == before
+        assert all(container_cpu(p) == ("2", "2") for p in now)
+    finally:
+        cluster.in_place_resize(True)  # the operator sees it again at its next discovery (KubeClient TTL)
+    cluster.kc("delete", "fungiblejob", "tuned", "-n", NS)

@@ -10,39 +10,67 @@ from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 
 
 def node(name: str, cpu: str = "16", gpu: str = "4") -> dict[str, Any]:
-    return {"kind": "Node", "metadata": {"name": name, "labels": {"gpu": "a"}}, "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": gpu, "cpu": cpu},
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpu": "a"}},
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpu, "cpu": cpu},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
 def pool(policy: str = "throughput") -> dict[str, Any]:
-    return {"kind": "ResourcePool", "metadata": {"name": "a"},
-            "spec": {"nodeSelector": {"gpu": "a"}, "resource": "nvidia.com/gpu", "policy": {"type": policy}}}
+    return {
+        "kind": "ResourcePool",
+        "metadata": {"name": "a"},
+        "spec": {"nodeSelector": {"gpu": "a"}, "resource": "nvidia.com/gpu", "policy": {"type": policy}},
+    }
 
 
 def job(count: int, cpu: str, demand: float = 1, name: str = "j") -> dict[str, Any]:
-    return {"kind": "FungibleJob", "metadata": {"name": name, "namespace": "ml", "generation": 2},
-            "spec": {"throughput": {"a": 2.0}, "utility": {"type": "linear"}, "replicas": {"count": count},
-                     "demand": demand, "resources": {"cpu": cpu},
-                     "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    return {
+        "kind": "FungibleJob",
+        "metadata": {"name": name, "namespace": "ml", "generation": 2},
+        "spec": {
+            "throughput": {"a": 2.0},
+            "utility": {"type": "linear"},
+            "replicas": {"count": count},
+            "demand": demand,
+            "resources": {"cpu": cpu},
+            "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}},
+        },
+    }
 
 
-def running_pod(name: str, node_name: str, requests: dict[str, str], limits: dict[str, str] | None = None,
-                job_name: str = "j") -> dict[str, Any]:
+def running_pod(
+    name: str, node_name: str, requests: dict[str, str], limits: dict[str, str] | None = None, job_name: str = "j"
+) -> dict[str, Any]:
     resources: dict[str, Any] = {"requests": requests}
     if limits is not None:
         resources["limits"] = limits
-    return {"kind": "Pod",
-            "metadata": {"name": name, "namespace": "ml",
-                         "labels": {LABEL_JOB: job_name, LABEL_POOL: "a", LABEL_MANAGED: "true"}},
-            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": resources},
-                                                           {"name": "sidecar", "resources": {
-                                                               "requests": {"cpu": "100m"}}}]},
-            "status": {"phase": "Running"}}
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {LABEL_JOB: job_name, LABEL_POOL: "a", LABEL_MANAGED: "true"},
+        },
+        "spec": {
+            "nodeName": node_name,
+            "containers": [
+                {"name": "c", "resources": resources},
+                {"name": "sidecar", "resources": {"requests": {"cpu": "100m"}}},
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
 
 
-def plan_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], jobs: list[dict[str, Any]],
-            policy: str = "throughput") -> Plan:
+def plan_of(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], jobs: list[dict[str, Any]], policy: str = "throughput"
+) -> Plan:
     return build_plan(Snapshot(nodes=tuple(nodes), pods=tuple(pods), pools=(pool(policy),), jobs=tuple(jobs)))
 
 
@@ -77,8 +105,9 @@ def test_a_changed_cpu_request_is_a_resize_with_the_new_values_and_the_reason() 
 
 
 def test_a_limit_that_differs_alone_needs_a_resize_and_a_missing_limit_is_not_added() -> None:
-    plan = plan_of([node("n1")], [running_pod("j-a-0", "n1", {"nvidia.com/gpu": "1", "cpu": "2"},
-                                              {"cpu": "3"})], [job(1, "2")])
+    plan = plan_of(
+        [node("n1")], [running_pod("j-a-0", "n1", {"nvidia.com/gpu": "1", "cpu": "2"}, {"cpu": "3"})], [job(1, "2")]
+    )
     (pod,) = plan.pods
     assert pod.action == "resize" and pod.reason == "cpu 2 -> 2"
     assert pod.requests == {"cpu": "2", "nvidia.com/gpu": "1"}
@@ -142,6 +171,9 @@ def test_a_resource_the_pod_does_not_request_is_not_added_in_place() -> None:
     plan = plan_of([node("n1")], pods, [job(1, "2")])
     (pod,) = plan.pods
     assert pod.action == "keep"
+    # not silent: the job says the new resource waits for the next pod
+    deferred = conditions(plan)["ResizeDeferred"]
+    assert deferred.reason == "NotResizableInPlace" and "cpu not requested -> 2" in deferred.message
 
 
 def test_resize_plans_are_deterministic() -> None:

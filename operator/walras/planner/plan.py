@@ -208,8 +208,8 @@ def resize_target(job: JobSpec, pool: PoolSpec, first: _ResourcesKey) -> _Resize
     pod, issue 7). They are compared with the pod's first container (the one Walras writes): a request that differs,
     or a limit that exists and differs, needs a resize. Only cpu and memory change in place (:data:`RESIZABLE`); a
     change of any other resource (a GPU count, say) is reported in ``later``: the running pod keeps it and the next
-    pod gets the new value. A resource the container does not request at all is left alone: adding one would change
-    the pod's QoS class, which in-place resize does not allow.
+    pod gets the new value. A resource the container does not request at all is not added in place (adding one would
+    change the pod's QoS class, which in-place resize does not allow); it is reported in ``later`` too.
     """
     current = dict(_parsed(first)[0])  # requests, a limit standing in for a missing request
     limits = dict(_parsed_limits(first[1]))
@@ -222,14 +222,17 @@ def resize_target(job: JobSpec, pool: PoolSpec, first: _ResourcesKey) -> _Resize
         wanted[priced] = job.demand
     wanted_text[priced] = format_quantity(wanted[priced])
     changes = []
+    added = []
     for name in sorted(wanted):
         have = current.get(name)
         if have is None:
+            if wanted[name] > 0:
+                added.append(name)
             continue
         limit = limits.get(name)
         if _differs(have, wanted[name]) or (limit is not None and _differs(limit, wanted[name])):
             changes.append((name, have, wanted[name]))
-    if not changes:
+    if not changes and not added:
         return None
     now = [c for c in changes if c[0] in RESIZABLE]
     later = [c for c in changes if c[0] not in RESIZABLE]
@@ -240,7 +243,10 @@ def resize_target(job: JobSpec, pool: PoolSpec, first: _ResourcesKey) -> _Resize
         if name in limits:
             limits_text[name] = wanted_text[name]
     reason = ", ".join(f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in now)
-    waits = ", ".join(f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in later)
+    waits = ", ".join(
+        [f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in later]
+        + [f"{name} not requested -> {wanted_text[name]}" for name in added]
+    )
     delta = tuple((name, want - have) for name, have, want in now if _differs(have, want))
     return _Resize(requests, limits_text, delta, reason, waits)
 
@@ -288,8 +294,18 @@ def _parse_pods(
             if node == cached.node:
                 pods.append(cached)
             else:  # the node list changed since (a node came or went): same parse, new node index
-                pods.append(_Pod(cached.namespace, cached.name, node, cached.requests, cached.job, cached.pool_label,
-                                 cached.text, cached.first))
+                pods.append(
+                    _Pod(
+                        cached.namespace,
+                        cached.name,
+                        node,
+                        cached.requests,
+                        cached.job,
+                        cached.pool_label,
+                        cached.text,
+                        cached.first,
+                    )
+                )
             continue
         status = obj.get("status")
         if status and status.get("phase") in _TERMINAL:
@@ -675,6 +691,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
     to_place: dict[int, list[tuple[int, _Pod, bool, bool]]] = defaultdict(list)
     running_kept: list[tuple[PodPlan, _Pod, int, int]] = []  # running pods that stay: (plan, pod, job row, pool)
     unplaceable: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    taken_names: dict[tuple[str, str], set[str]] = {}  # pod names each job has or is about to create
     for key in sorted(set(managed) | set(job_row)):
         namespace, name = key
         row = job_row.get(key)
@@ -733,6 +750,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         if row is None:
             continue
         taken = {pod.name for pod in existing}
+        taken_names[key] = taken
         counter = 0
         for j in range(m):
             left = wanted[j] - kept[j]
@@ -803,9 +821,13 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
     # --- Placement inside each pool ------------------------------------------------------------------------------
     planned = np.zeros(m, dtype=np.int64)  # new and pending pods placed per pool
     elastic_created: dict[int, list[tuple[PodPlan, int, int, float]]] = defaultdict(list)
-    for j, pool in enumerate(pools):
+
+    def place_in_pool(j: int, entries: list[tuple[int, _Pod, bool, bool]], memoise: bool) -> list[int]:
+        """Run pool ``j``'s policy on ``entries`` around what is already placed; record the pod plans; return the
+        indices of the new, non-optional replicas it could not place (``memoise``: reuse and keep the placement
+        memo, which only the first pass over the pools does)."""
+        pool = pools[j]
         pp = plan.pools[pool.spec.name]
-        entries = to_place.get(j, [])
         nodes_k = pool.usable
         alloc_k = nodes.resource(pool.spec.resource)[nodes_k]
         free = np.maximum(alloc_k - used_by_node[j][nodes_k], 0.0)
@@ -844,17 +866,19 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             pod_job=pod_local,
             profile=pool.profile,
         )
-        result = _placement(request, pp, previous, warn)
+        result = _placement(request, pp, previous, warn) if memoise else _place_reported(request, pp, warn)
+        left_out = []
         for q, (row, pod, exists, is_optional) in enumerate(entries):
             job = jobs[row]
             k = int(result.node[q])
             node_name = request.node_names[k] if k >= 0 else None
             if k < 0 and not exists:
                 # A new replica the pool's policy cannot place is not created (it would sit Pending with no node);
-                # the job's status counts it as unplaceable and says why. An elastic job's optional pod that the
-                # fair allocation does not place is beyond its fair share: not created, not an error.
+                # it may spill over to another pool (below), else the job's status counts it as unplaceable and says
+                # why. An elastic job's optional pod that the fair allocation does not place is beyond its fair
+                # share: not created, not an error.
                 if not is_optional:
-                    unplaceable[job.key][pool.spec.name] += 1
+                    left_out.append(q)
                 continue
             amount = float(result.amount[q]) if k >= 0 else job.demand
             requests = {
@@ -883,6 +907,60 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
                 used_by_node[j][nodes_k[k]] += amount
                 if fair_elastic[row] and action == "create":
                     elastic_created[row].append((new_plan, j, int(nodes_k[k]), amount))
+        return left_out
+
+    waiting: dict[int, list[int]] = defaultdict(list)  # job row -> the pool of each replica left out
+    for j in range(m):
+        entries = to_place.get(j, [])
+        for q in place_in_pool(j, entries, True):
+            waiting[entries[q][0]].append(j)
+
+    # --- Spill-over: replicas the market's pool has no room for -------------------------------------------------
+    # Running pods stay where they are, so a pool the market prices for new replicas can be full of pods that the
+    # market would have put elsewhere. A new replica that its pool cannot place tries the job's other usable pools
+    # (highest throughput first, then lowest price) before it is reported unplaceable; the job says where it went.
+    spilled: dict[tuple[str, str], dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+    candidates = {
+        row: sorted(
+            (t for t in range(m) if t not in origins and usable_pools[row][t] and A[row, t] > 0),
+            key=lambda t, row=row: (-A[row, t], float(prices[t]) if t < prices.size else 0.0, t),
+        )
+        for row, origins in waiting.items()
+    }
+    for step in range(max(m - 1, 0)):
+        batch: dict[int, list[tuple[int, _Pod, bool, bool]]] = defaultdict(list)
+        came_from: dict[int, list[int]] = defaultdict(list)
+        for row in sorted(waiting):
+            if step >= len(candidates[row]):
+                continue
+            t = candidates[row][step]
+            job = jobs[row]
+            names = taken_names[job.key]
+            base = _pod_name(job.name, pools[t].spec.name, 0)[:-2]
+            counter = 0
+            for origin in waiting[row]:
+                while f"{base}-{counter}" in names:
+                    counter += 1
+                names.add(f"{base}-{counter}")
+                pod = _Pod(job.namespace, f"{base}-{counter}", -1, {}, job.name, pools[t].spec.name)
+                batch[t].append((row, pod, False, False))
+                came_from[t].append(origin)
+            waiting[row] = []
+        if not batch:
+            break
+        for t in sorted(batch):
+            left = set(place_in_pool(t, batch[t], False))
+            for q, (row, pod, _, _) in enumerate(batch[t]):
+                if q in left:
+                    waiting[row].append(came_from[t][q])
+                    names_left = taken_names[jobs[row].key]
+                    names_left.discard(pod.name)
+                else:
+                    spilled[jobs[row].key][(pools[came_from[t][q]].spec.name, pools[t].spec.name)] += 1
+        waiting = defaultdict(list, {row: origins for row, origins in waiting.items() if origins})
+    for row, origins in waiting.items():
+        for origin in origins:
+            unplaceable[jobs[row].key][pools[origin].spec.name] += 1
 
     # --- Elastic jobs below their minimum -------------------------------------------------------------------------
     # An elastic job whose replicas (running and placed) stay below spec.replicas.min gets no new pod: it could not run
@@ -972,6 +1050,17 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
         if job.key in below_min:
             jp.conditions.append(Condition("MinimumReplicas", "False", "BelowMinimum", below_min[job.key]))
             warn("FungibleJob", job.namespace, job.name, "BelowMinimum", below_min[job.key])
+        moved = spilled.get(job.key)
+        if moved:
+            detail = ", ".join(
+                f"{count} in pool {to!r} instead of {origin!r}" for (origin, to), count in sorted(moved.items())
+            )
+            message = (
+                f"{sum(moved.values())} replica(s) placed outside the market's pools: {detail} (no room there: "
+                "running pods stay where they are)"
+            )
+            jp.conditions.append(Condition("PlacedAsPriced", "False", "SpilledOver", message))
+            events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Normal", "SpilledOver", message))
         missing = unplaceable.get(job.key)
         if missing:
             detail = ", ".join(
@@ -1154,6 +1243,18 @@ def _placement(request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | 
         pool_plan.conditions.append(Condition("PolicyApplied", "False", "PolicyFallback", fallback))
         warn("ResourcePool", "", request.pool.name, "PolicyFallback", fallback)
     pool_plan.placement = memo
+    return result
+
+
+def _place_reported(request: PlacementRequest, pool_plan: PoolPlan, warn: Any) -> PlacementResult:
+    """:func:`_place` without the memo (the spill-over passes), its fallback reported on the pool like
+    :func:`_placement` does."""
+    if request.n_pods == 0:
+        return PlacementResult(node=np.zeros(0, dtype=np.int64), amount=np.zeros(0))
+    result, fallback = _place(request)
+    if fallback is not None:
+        pool_plan.conditions.append(Condition("PolicyApplied", "False", "PolicyFallback", fallback))
+        warn("ResourcePool", "", request.pool.name, "PolicyFallback", fallback)
     return result
 
 

@@ -267,7 +267,13 @@ class ColocationPolicy:
             # No partition within the limits was found: partition without them and let _fit leave the pods that do
             # not fit unplaced (they are reported as unplaceable, not over-committed).
             assignment = colocation.partition(
-                sizes, types, alpha, machines, method=method, cost=cost, budget=COLOCATION_BUDGET,
+                sizes,
+                types,
+                alpha,
+                machines,
+                method=method,
+                cost=cost,
+                budget=COLOCATION_BUDGET,
                 type_names=list(profile.types),
             )
         assignment = np.asarray(assignment, dtype=np.int64)
@@ -373,17 +379,21 @@ class FairPolicy:
             return PlacementResult(node=node, amount=np.zeros(n))
         vectors = request.job_resource_vectors()
         caps = request.node_resources[usable]
-        weights = np.array([job.weight for job in request.jobs])
-        kwargs: dict[str, Any] = {
-            "weights": weights,
-            "mechanism": request.pool.fair_mechanism,
-            "integral": True,
-            "max_tasks": request.job_pods.astype(np.float64),
-        }
-        if request.pool.fair_mechanism == "pf-vds" and request.pool.fair_alpha is not None:
-            kwargs["alpha"] = request.pool.fair_alpha
-        tasks = np.asarray(fairness.allocate(vectors, caps, **kwargs), dtype=np.float64)
-        tasks = np.floor(tasks + 1e-9).astype(np.int64)
+        # A job none of whose nodes has room left in every resource it needs (a full pool) gets no task here; the
+        # mechanism is run on the others (allocator.fairness rejects a user eligible nowhere).
+        fits = ((caps[None, :, :] > 0) | (vectors[:, None, :] <= 0)).all(axis=2).any(axis=1)
+        tasks = np.zeros((len(request.jobs), usable.size), dtype=np.int64)
+        if fits.any():
+            kwargs: dict[str, Any] = {
+                "weights": np.array([job.weight for job in request.jobs])[fits],
+                "mechanism": request.pool.fair_mechanism,
+                "integral": True,
+                "max_tasks": request.job_pods.astype(np.float64)[fits],
+            }
+            if request.pool.fair_mechanism == "pf-vds" and request.pool.fair_alpha is not None:
+                kwargs["alpha"] = request.pool.fair_alpha
+            got = np.asarray(fairness.allocate(vectors[fits], caps, **kwargs), dtype=np.float64)
+            tasks[fits] = np.floor(got + 1e-9).astype(np.int64)
         proposed = np.full(n, -1, dtype=np.int64)
         for i in range(len(request.jobs)):
             pods = np.flatnonzero(request.pod_job == i)
