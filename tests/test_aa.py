@@ -158,13 +158,14 @@ def test_theorem_v18_ratio_five_sixths() -> None:
     assert opt == pytest.approx(3.0)
     g_hat = V[np.arange(3), so.amount]
     worst = algorithm1(so.amount, g_hat, [10, 10], fit="worst")
-    for s, a in (assign_and_allocate(V, [10, 10], method="alg2"), (worst.server, worst.amount)):
+    # the paper's algorithms as their pseudocode reads (refine=False): Theorem V.18's bound is about them
+    for s, a in (assign_and_allocate(V, [10, 10], method="alg2", refine=False), (worst.server, worst.amount)):
         check_feasible(s, a, [10, 10])
         util = V[np.arange(3), a].sum()
         assert util / opt == pytest.approx(5 / 6)
         assert util >= ALPHA * opt
     # with first fit (the default) Algorithm 1 puts threads 1 and 2 together and reaches the optimum here
-    s, a = assign_and_allocate(V, [10, 10], method="alg1")
+    s, a = assign_and_allocate(V, [10, 10], method="alg1", refine=False)
     assert s.tolist() == [0, 0, 1] and V[np.arange(3), a].sum() == pytest.approx(opt)
 
 
@@ -176,7 +177,7 @@ def test_theorem_vii4_ratio_m_over_2m_minus_1(m: int) -> None:
     V = np.stack([f1] * m + [f2] * (m - 1))
     so = super_optimal_dp(as_curves(V, m), m * m)
     assert so.amount.tolist() == [1] * m + [m] * (m - 1)
-    s, a = assign_and_allocate(V, [m] * m, method="aanc")
+    s, a = assign_and_allocate(V, [m] * m, method="aanc", refine=False)
     check_feasible(s, a, [m] * m)
     util = V[np.arange(2 * m - 1), a].sum()
     assert util == pytest.approx(m)
@@ -267,7 +268,8 @@ def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]
     assert so.utility >= opt - 1e-7 * max(1.0, opt)  # Lemma V.2: SO is an upper bound
     g_hat = V[np.arange(V.shape[0]), so.amount]
     worst = algorithm1(so.amount, g_hat, caps, fit="worst")
-    runs = [assign_and_allocate(V, caps, method=m) for m in ("alg1", "alg2")] + [(worst.server, worst.amount)]
+    runs = [assign_and_allocate(V, caps, method=m, refine=r) for m in ("alg1", "alg2") for r in (False, True)]
+    runs.append((worst.server, worst.amount))
     for s, a in runs:
         check_feasible(s, a, caps)
         util = V[np.arange(V.shape[0]), a].sum()
@@ -283,10 +285,11 @@ def test_aanc_reaches_half_of_optimum(inst: tuple[np.ndarray, list[int]]) -> Non
     so = super_optimal_dp(as_curves(V, caps[0]), sum(caps))
     assert so.utility >= opt - 1e-7 * max(1.0, opt)
     assert so.utility == pytest.approx(single_server_optimum(V, sum(caps)), rel=1e-7, abs=1e-9)
-    s, a = assign_and_allocate(V, caps, method="aanc")
-    check_feasible(s, a, caps)
-    util = V[np.arange(V.shape[0]), a].sum()
-    assert util >= 0.5 * opt - 1e-9
+    for refine in (False, True):
+        s, a = assign_and_allocate(V, caps, method="aanc", refine=refine)
+        check_feasible(s, a, caps)
+        util = V[np.arange(V.shape[0]), a].sum()
+        assert util >= 0.5 * opt - 1e-9
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -297,9 +300,10 @@ def test_issue_sized_instance_against_milp(seed: int) -> None:
     caps = [20] * 4
     opt = milp_optimum(V, caps)
     for method in ("alg1", "alg2"):
-        s, a = assign_and_allocate(V, caps, method=method)
-        check_feasible(s, a, caps)
-        assert V[np.arange(12), a].sum() >= ALPHA * opt
+        for refine in (False, True):
+            s, a = assign_and_allocate(V, caps, method=method, refine=refine)
+            check_feasible(s, a, caps)
+            assert ALPHA * opt <= V[np.arange(12), a].sum() <= opt + 1e-9
 
 
 def test_heterogeneous_capacities_feasible_and_bounded() -> None:
@@ -567,8 +571,13 @@ def test_aamr_feasible_and_near_super_optimal() -> None:
         assert (np.bincount(server, weights=amount[:, k], minlength=m) <= C[k]).all()
     util = V[(np.arange(12), *amount.T)].sum()
     assert util <= F + 1e-9 and util >= 0.8 * F
-    s2, a2 = assign_and_allocate_multi(V, caps)
+    s2, a2 = assign_and_allocate_multi(V, caps, refine=False)  # Algorithm 3 as its pseudocode reads
     assert (s2 == server).all() and (a2 == amount).all()
+    s3, a3 = assign_and_allocate_multi(V, caps)  # shipped default: the same assignment, each server re-split
+    assert (s3 == server).all()
+    for k in range(2):
+        assert (np.bincount(s3, weights=a3[:, k], minlength=m) <= C[k]).all()
+    assert util - 1e-9 <= V[(np.arange(12), *a3.T)].sum() <= F + 1e-9
     for kind in ("uu", "ur", "ru", "rr"):
         s, a = assign_and_allocate_multi(V, caps, method=kind)
         for k in range(2):
@@ -615,7 +624,7 @@ def test_refine_never_lowers_utility_on_large_family() -> None:
     slopes = np.sort(rng.uniform(0, 1, size=(n, K - 1)), axis=1)[:, ::-1]
     y = np.concatenate([np.zeros((n, 1)), np.cumsum(slopes * np.diff(x, axis=1), axis=1)], axis=1)
     fam = PiecewiseLinearCurves(x, y, C)
-    plain, so = solve(fam, [C] * m)
+    plain, so = solve(fam, [C] * m, refine=False)
     refined, _ = solve(fam, [C] * m, refine=True)
     check_feasible(refined.server, refined.amount, [C] * m)
     assert (refined.server == plain.server).all()

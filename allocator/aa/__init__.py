@@ -13,11 +13,18 @@ Entry points:
   always linear for a compact family), :func:`parametric_curves` (``x^beta``, ``log(1+x/s)``, ``min(x, c)``),
   :func:`as_curves` (dense tables), :func:`concat_curves` (stack families of different kinds).
 - Building blocks: :func:`super_optimal` (Definition V.1), :func:`reallocate` (optimal per-node split for a
-  fixed assignment; an optional post-step beyond the paper, ``solve(..., refine=True)``), :func:`algorithm1`,
-  :func:`algorithm2`, :func:`baseline`, :func:`dpsopt`, :func:`aamr`, :func:`total_utility`.
+  fixed assignment), :func:`algorithm1`, :func:`algorithm2`, :func:`baseline`, :func:`dpsopt`, :func:`aamr`,
+  :func:`reallocate_multi`, :func:`total_utility`.
+
+Shipped vs paper-literal: by default (``refine=True``) both entry points run the paper's algorithm and then re-split
+every node's units optimally among the pods it received (:func:`reallocate`, :func:`reallocate_multi`; beyond the
+paper, whose pseudocode leaves a node's remaining units unused). The assignment is the paper's; the re-split never
+lowers any node's utility. ``refine=False`` gives the algorithms exactly as their pseudocode reads, which is what the
+paper-reproduction tests and figures use.
 
 Guarantees (equal capacities only, as in the paper): Algorithms 1 and 2 reach ``2(sqrt 2 - 1) > 0.828`` of the
-optimum on concave curves (Theorems V.17 and VI.1); AANC reaches ``1/2`` on nonconcave curves (Theorem VII.3). With
+optimum on concave curves (Theorems V.17 and VI.1); AANC reaches ``1/2`` on nonconcave curves (Theorem VII.3). These
+are proven for the literal algorithms and carry over to the refined output, which is never worse. With
 unequal node capacities the same algorithms run ("largest remaining capacity first", super-optimal step on the total
 capacity), but no ratio is proven: ``bench/aa.py`` measures it against the exact optimum.
 """
@@ -45,8 +52,15 @@ from .curves import (
     parametric_curves,
     pchip_table,
 )
-from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_baseline
-from .superopt import SuperOptimal, reallocate, super_optimal, super_optimal_concave, super_optimal_dp
+from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_baseline, reallocate_multi
+from .superopt import (
+    SuperOptimal,
+    reallocate,
+    reallocate_dp,
+    super_optimal,
+    super_optimal_concave,
+    super_optimal_dp,
+)
 
 __all__ = [
     "ConcatCurves",
@@ -75,6 +89,8 @@ __all__ = [
     "parametric_curves",
     "pchip_table",
     "reallocate",
+    "reallocate_dp",
+    "reallocate_multi",
     "solve",
     "super_optimal",
     "super_optimal_concave",
@@ -114,13 +130,16 @@ def solve(
     *,
     method: str = "alg2",
     trace: bool = False,
-    refine: bool = False,
+    refine: bool = True,
 ) -> tuple[Placement, SuperOptimal | None]:
     """:func:`assign_and_allocate` with its by-products: the :class:`Placement` (with the step trace when ``trace``)
     and the super-optimal allocation used (``None`` for the baselines).
 
-    ``refine=True`` (not in the paper) re-splits every server's capacity optimally among the threads the algorithm
-    put there (:func:`reallocate`); it never lowers the utility, so the guarantees still hold."""
+    ``refine`` has the same meaning and default (``True``) as in :func:`assign_and_allocate`: for ``alg1``,
+    ``alg2`` and ``aanc`` every server's capacity is then re-split optimally among the threads the algorithm put
+    there (:func:`reallocate`, not in the paper), never lowering any server's utility. ``refine=False`` returns the
+    paper's algorithm as its pseudocode reads. The baselines ignore ``refine``. ``placement.steps`` always traces the
+    algorithm's own loop (Tables II and III); with ``refine`` only ``placement.amount`` differs from it."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     caps = _capacities(capacities)
@@ -133,12 +152,12 @@ def solve(
     place = algorithm1 if method == "alg1" else algorithm2
     p = place(so.amount, g_hat, caps, trace=trace)
     if refine:
-        p = Placement(p.server, reallocate(curves, p.server, caps), p.order, p.steps)
+        p = Placement(p.server, reallocate(curves, p.server, caps, current=p.amount), p.order, p.steps)
     return p, so
 
 
 def assign_and_allocate(
-    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2"
+    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2", refine: bool = True
 ) -> tuple[IntArray, IntArray]:
     """Assign every thread (pod) to a server (node) and give it an integer amount of the server's resource.
 
@@ -157,6 +176,14 @@ def assign_and_allocate(
         2 on the exact DP super-optimal allocation), or the baselines ``"uu"``, ``"ur"``, ``"ru"``, ``"rr"`` (Section
         VIII; random ones seeded with 0). With ``alg1``/``alg2`` the super-optimal step is Galil's bisection when every
         curve is concave and the exact DP otherwise -- so ``alg2`` on nonconcave curves *is* AANC (ratio 1/2).
+    refine:
+        ``True`` (default, what Walras ships): after ``alg1``/``alg2``/``aanc``, each server's units are re-split
+        optimally among the threads assigned to it (:func:`reallocate`; the server assignment is unchanged). The
+        paper's pseudocode never hands out what a server has left (Lemma V.7 keeps it); a scheduler should not leave
+        units of a node idle when a pod on it would gain from them. The re-split never lowers a server's utility, so
+        the guarantees, proven for the literal algorithms, hold for it too. ``False``: the paper's algorithm exactly
+        as its pseudocode reads (to reproduce Tables II and III and Section VIII's figures). Ignored by the
+        baselines, which stay as Section VIII defines them.
 
     Returns
     -------
@@ -164,6 +191,5 @@ def assign_and_allocate(
         ``int64`` arrays of length ``n``: 0-based server index and units per thread; per server the amounts sum to at
         most its capacity.
     """
-    placement, _ = solve(values, capacities, method=method)
+    placement, _ = solve(values, capacities, method=method, refine=refine)
     return placement.server, placement.amount
-

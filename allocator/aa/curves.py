@@ -456,8 +456,9 @@ def curves_from_points(
     (unless ``clip``).
     """
     if clip:
-        reach = max((float(np.asarray(p, dtype=np.float64).reshape(-1, 2)[:, 0].max(initial=0.0)) for p in points),
-                    default=0.0)
+        reach = max(
+            (float(np.asarray(p, dtype=np.float64).reshape(-1, 2)[:, 0].max(initial=0.0)) for p in points), default=0.0
+        )
         wide = int(np.ceil(max(reach, float(capacity))))
         if wide > int(capacity):
             return _restrict(curves_from_points(points, wide, interpolation=interpolation), int(capacity))

@@ -156,39 +156,91 @@ def super_optimal(curves: CurveFamily, total: int, *, method: str = "auto") -> S
     raise ValueError(f"unknown super-optimal method {method!r}; expected 'auto', 'bisection' or 'dp'")
 
 
-def reallocate(curves: CurveFamily, server: ArrayLike, capacities: ArrayLike, *, rel_tol: float = 1e-13) -> IntArray:
-    """Optimal allocation for a *fixed* assignment: each server ``j`` splits its ``C_j`` units among its own threads
-    to maximise their total utility (Definition V.1 applied server by server, i.e. the single-server problem of [12]).
+def _rank_on_server(g: IntArray, m: int) -> tuple[IntArray, IntArray]:
+    """``(k, rank)``: threads per server, and each thread's 0-based position among its server's threads (by index)."""
+    n = g.size
+    k = np.bincount(g, minlength=m)
+    order = np.argsort(g, kind="stable")
+    start = np.concatenate([[0], np.cumsum(k)[:-1]])
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - start[g[order]]
+    return k.astype(np.int64), rank
 
-    Never lowers the utility of an assignment whose per-server amounts fit, so Algorithms 1 and 2 followed by it keep
-    their guarantees. This post-step is *not* part of the paper's pseudocode. Concave curves: one bisection on a
-    per-server marginal price, vectorised over all servers at once; otherwise an exact DP per server.
-    """
+
+def reallocate_dp(table: ArrayLike, server: ArrayLike, capacities: ArrayLike) -> IntArray:
+    """Exact per-server split for arbitrary nondecreasing curves (the nonconcave case of Section VII, one server at a
+    time): on server ``j`` with threads ``i_1 < ... < i_k``, ``F_r(x) = max_{0 <= z <= x} f_{i_r}(z) + F_{r-1}(x - z)``
+    for ``x = 0..C_j``, ``F_0 = 0``; the split is recovered from the back-pointers at ``x = C_j``. Ties prefer fewer
+    units for the later thread.
+
+    Vectorised over servers: step ``r`` updates, for every server at once, the value function with its ``r``-th
+    thread (a ``(servers, C_max + 1, C + 1)`` candidate block, chunked to ~32 MB). Time
+    ``O(sum_j k_j (C_j + 1) (C + 1))`` = ``O(n C_max C)`` with ``max_j k_j`` numpy steps; memory ``O(n C_max)`` int32
+    back-pointers. For Section VIII's sizes (``n <= 120, C = 100``) that is ~1.2e6 transitions, a few ms; above
+    ``DP_MAX_WORK`` transitions it refuses with ``ValueError``."""
+    t = np.asarray(table, dtype=np.float64)
     g = np.asarray(server, dtype=np.int64)
     caps = np.asarray(capacities, dtype=np.int64)
-    n, m = curves.n, caps.size
+    n, W = t.shape
+    m = caps.size
     if g.shape != (n,) or (g < 0).any() or (g >= m).any():
         raise ValueError("server must hold one server index in [0, m) per thread")
-    if not curves.concave().all():
-        from .curves import TableCurves
+    k, rank = _rank_on_server(g, m)
+    work = int((k * (caps + 1)).sum()) * W
+    if work > DP_MAX_WORK:
+        raise ValueError(
+            f"exact per-server DP needs {work:.3g} transitions (limit {DP_MAX_WORK:.1g}); use concave curves"
+        )
+    X = int(caps.max())
+    F = np.zeros((m, X + 1))
+    choice = np.zeros((n, X + 1), dtype=np.int32)
+    by_rank = np.argsort(rank, kind="stable")
+    rank_start = np.concatenate([[0], np.cumsum(np.bincount(rank, minlength=int(k.max()) if n else 0))])
+    chunk = max(1, 4_000_000 // ((X + 1) * W))
+    neg = np.full((1, W - 1), -np.inf)
+    for r in range(rank_start.size - 1):
+        idx_r = by_rank[rank_start[r] : rank_start[r + 1]]  # at most one thread per server
+        for a in range(0, idx_r.size, chunk):
+            idx = idx_r[a : a + chunk]
+            srv = g[idx]
+            padded = np.concatenate([np.repeat(neg, idx.size, axis=0), F[srv]], axis=1)
+            # win[s, x, z] = padded[s, x + W - 1 - z] = F[srv[s], x - z] (-inf when z > x)
+            win = sliding_window_view(padded, W, axis=1)[:, :, ::-1]
+            cand = win + t[idx][:, None, :]
+            z = np.argmax(cand, axis=2)
+            choice[idx] = z
+            F[srv] = np.take_along_axis(cand, z[:, :, None], axis=2)[:, :, 0]
+    amount = np.zeros(n, dtype=np.int64)
+    x = caps.copy()
+    for r in range(rank_start.size - 2, -1, -1):
+        idx = by_rank[rank_start[r] : rank_start[r + 1]]
+        z = choice[idx, x[g[idx]]].astype(np.int64)
+        amount[idx] = z
+        x[g[idx]] -= z
+    return amount
 
-        table = curves.table()
-        amount = np.zeros(n, dtype=np.int64)
-        for j in range(m):
-            idx = np.flatnonzero(g == j)
-            if idx.size:
-                amount[idx] = super_optimal_dp(TableCurves(table[idx]), int(caps[j])).amount
-        return amount
+
+def _reallocate_concave(curves: CurveFamily, g: IntArray, caps: IntArray, rel_tol: float) -> IntArray:
+    """Per-server bisection on the marginal price (concave curves): :func:`super_optimal_concave` run for every server
+    at once, with one price bracket per server."""
+    n, m = curves.n, caps.size
     pos = curves.demand(0.0, strict=True)
     fits = np.bincount(g, weights=pos, minlength=m) <= caps
     done = fits.copy()
-    hi0 = curves.max_first_marginal() * (1.0 + 1e-12) + 1e-300
+    one = np.ones(n, dtype=np.int64)
+    first = curves.evaluate(one) - curves.evaluate(0 * one) if curves.capacity > 0 else np.zeros(n)
+    hi = np.zeros(m)
+    np.maximum.at(hi, g, first)  # per-server largest marginal: no unit has a marginal above it
+    hi = hi * (1.0 + 1e-12) + 1e-300
     lo = np.zeros(m)
-    hi = np.full(m, hi0)
     base = np.zeros(n, dtype=np.int64)
     top = pos.copy()
     for _ in range(200):
-        active = ~done & (hi - lo > rel_tol * hi)
+        # a server is settled once its bracket is below resolution, its demand meets its capacity exactly, or only
+        # one thread still has units with marginal in [lo, hi): the fill below then hands them out in exact order
+        # (that thread's own units, best first; every other thread's next unit has marginal < lo).
+        split = np.bincount(g, weights=(top > base), minlength=m)
+        active = ~done & (hi - lo > rel_tol * hi) & (split > 1)
         if not active.any():
             break
         mid = np.where(active, 0.5 * (lo + hi), hi)
@@ -219,3 +271,48 @@ def reallocate(curves: CurveFamily, server: ArrayLike, capacities: ArrayLike, *,
         give = np.minimum(ex, np.maximum(rest[grp] - before, 0))
         amount[order] += give
     return np.minimum(amount, curves.capacity).astype(np.int64)
+
+
+def reallocate(
+    curves: CurveFamily,
+    server: ArrayLike,
+    capacities: ArrayLike,
+    *,
+    current: ArrayLike | None = None,
+    rel_tol: float = 1e-13,
+) -> IntArray:
+    """Optimal allocation for a *fixed* assignment: each server ``j`` splits its ``C_j`` units among its own threads
+    to maximise their total utility (Definition V.1 applied server by server, i.e. the single-server problem of [12]).
+
+    This post-step is *not* part of the paper's pseudocode (Algorithms 1 and 2 keep what a server has left, Lemma
+    V.7); Walras runs it by default after them (``assign_and_allocate(..., refine=True)``). It never lowers the
+    utility of an assignment whose per-server amounts fit, so the ``2(sqrt 2 - 1)`` and ``1/2`` guarantees of
+    Theorems V.17, VI.1 and VII.3, proven for the literal algorithms, carry over.
+
+    - Concave curves: one bisection on a per-server marginal price, vectorised over all servers at once;
+      exact on integer units up to rounding, as :func:`super_optimal_concave`.
+    - Otherwise: the exact per-server dynamic programme :func:`reallocate_dp` on the dense table.
+
+    ``current`` (optional): the amounts the assignment algorithm gave. Per server, the new split replaces it only if
+    it is not worse (so floating-point rounding in the bisection can never lower a server's utility); ``current``
+    must fit every server's capacity (``ValueError`` otherwise)."""
+    g = np.asarray(server, dtype=np.int64)
+    caps = np.asarray(capacities, dtype=np.int64)
+    n, m = curves.n, caps.size
+    if g.shape != (n,) or (g < 0).any() or (g >= m).any():
+        raise ValueError("server must hold one server index in [0, m) per thread")
+    if curves.concave().all():
+        amount = _reallocate_concave(curves, g, caps, rel_tol)
+    else:
+        amount = reallocate_dp(curves.table(), g, caps)
+    if current is not None:
+        cur = np.asarray(current, dtype=np.int64)
+        if cur.shape != (n,) or (cur < 0).any() or (cur > curves.capacity).any():
+            raise ValueError("current must hold one amount in [0, C] per thread")
+        over = np.bincount(g, weights=cur, minlength=m) > caps
+        if over.any():
+            raise ValueError(f"server {int(np.argmax(over))}: current amounts exceed its capacity")
+        u_new = np.bincount(g, weights=curves.evaluate(amount), minlength=m)
+        u_old = np.bincount(g, weights=curves.evaluate(cur), minlength=m)
+        amount = np.where((u_new < u_old)[g], cur, amount)
+    return amount
