@@ -102,11 +102,11 @@ class Records:
 
 
 @numba.njit(cache=True)
-def _lower_bound(P: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
-    """Smallest ``i`` in ``[lo, hi]`` with ``P[i] >= x`` (``hi`` if none)."""
+def _lower_bound(A: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
+    """Smallest ``i`` in ``[lo, hi]`` with ``A[i] >= x`` (``hi`` if none)."""
     while lo < hi:
         mid = (lo + hi) >> 1
-        if P[mid] < x:
+        if A[mid] < x:
             lo = mid + 1
         else:
             hi = mid
@@ -372,6 +372,29 @@ def _take_prefix(
     V[s] = rem
     P[s] = P[s + 1] - rem
     return nb, s, I[s], rem
+
+
+@numba.njit(cache=True)
+def list_insert(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> None:  # pragma: no cover - compiled
+    """Insert client ``c`` of value ``x`` into ``vals[:n]`` / ``ids[:n]`` (sorted by ``(value, id)``, room for one
+    more); ``c`` must be the largest id, so it goes after the clients of equal value."""
+    pos = _upper_bound(vals, 0, n, x)
+    for q in range(n, pos, -1):
+        vals[q] = vals[q - 1]
+        ids[q] = ids[q - 1]
+    vals[pos] = x
+    ids[pos] = c
+
+
+@numba.njit(cache=True)
+def list_delete(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> None:  # pragma: no cover - compiled
+    """Remove client ``c`` of value ``x`` from ``vals[:n]`` / ``ids[:n]`` (sorted by value; ``c`` must be there)."""
+    pos = _lower_bound(vals, 0, n, x)
+    while ids[pos] != c:
+        pos += 1
+    for q in range(pos, n - 1):
+        vals[q] = vals[q + 1]
+        ids[q] = ids[q + 1]
 
 
 @numba.njit(cache=True)

@@ -16,9 +16,13 @@ Two implementations that must give the same allocation after every event:
   kernel (:func:`allocator.degree._engine.sweep_kernel`). An event that reaches no server changes nothing.
 
 Both versions report ``last_changes``: ``N_j^t`` of Section III-A (new connection, disconnection or changed amount),
-at most 4 per server by Theorem 5.5, and ``last_recomputed``, the number of servers re-decided (``m - j0``).
+at most 4 per server by Theorem 5.5 where its proof applies (Lemma 5.4 takes an interval ``[l, l + d]`` with
+``LC(l + 1, l + d) >= b``; at the right end of a server's list that can fail and an event can cost more, see
+``tests/test_degree_online.py::test_theorem_5_5_right_end_of_the_list``), and ``last_recomputed``, the number of
+servers re-decided (``m - j0``).
 
-Clients are ordered by demand with ties broken by arrival order, in both versions.
+Clients are ordered by demand with ties broken by arrival order, in both versions; a split client's remainder goes
+after the clients of equal value (see :mod:`allocator.degree._engine`).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Literal
 
 import numpy as np
 
-from ._engine import Records, first_affected, rebuild_list, sweep_kernel
+from ._engine import Records, first_affected, list_delete, list_insert, rebuild_list, sweep_kernel
 from .model import REL_TOL, FloatArray, IntArray, as_instance
 
 __all__ = ["OnlineSeq", "OnlineSeqLeft"]
@@ -74,9 +78,10 @@ class OnlineSeq:
         self._listed = np.zeros(16, dtype=bool)  # in the sorted list (demand above the tolerance on arrival)
         self._mark = np.zeros(16, dtype=np.int8)  # kernel scratch, zero between calls
         self._scratch = np.zeros(16, dtype=np.float64)
-        # present clients sorted by (demand, slot)
-        self._g_val = np.zeros(0, dtype=np.float64)
-        self._g_id = np.zeros(0, dtype=np.int64)
+        # present clients sorted by (demand, slot): the first ``_n_g`` entries of these buffers
+        self._g_val = np.zeros(16, dtype=np.float64)
+        self._g_id = np.zeros(16, dtype=np.int64)
+        self._n_g = 0
         # list buffers of the kernel
         self._V = np.zeros(16, dtype=np.float64)
         self._I = np.zeros(16, dtype=np.int64)
@@ -116,6 +121,11 @@ class OnlineSeq:
             self._V = np.zeros(size, dtype=np.float64)
             self._I = np.zeros(size, dtype=np.int64)
             self._P = np.zeros(size + 1, dtype=np.float64)
+            g_val, g_id = self._g_val, self._g_id
+            self._g_val = np.zeros(size, dtype=np.float64)
+            self._g_id = np.zeros(size, dtype=np.int64)
+            self._g_val[: self._n_g] = g_val[: self._n_g]
+            self._g_id[: self._n_g] = g_id[: self._n_g]
 
     def _check_demand(self, client_id: Hashable, demand: float) -> float:
         x = float(demand)
@@ -138,7 +148,10 @@ class OnlineSeq:
         if j0 == self.m:
             return
         tol = self._tol
-        e = rebuild_list(j0, self._g_val, self._g_id, self._alive, rec, tol, self._V, self._I, self._P, self._mark)
+        n = self._n_g
+        e = rebuild_list(
+            j0, self._g_val[:n], self._g_id[:n], self._alive, rec, tol, self._V, self._I, self._P, self._mark
+        )
         sweep_kernel(
             self._V, self._I, self._P, 0, e, self.capacities, self._dparam, j0, tol, 10 * tol, self._left,
             rec.off, rec.cnt, rec.a_ids, rec.a_amt, rec.lo_v, rec.lo_r, rec.hi_v, rec.hi_r, rec.sp_id, rec.sp_rem,
@@ -157,7 +170,7 @@ class OnlineSeq:
             raise ValueError(f"client {client_id!r} is already present")
         x = self._check_demand(client_id, demand)
         s = len(self._name)
-        self._reserve(s + 1, self._g_val.shape[0] + 1)
+        self._reserve(s + 1, self._n_g + 1)
         self._slot[client_id] = s
         self._name.append(client_id)
         self._demand[s] = x
@@ -167,9 +180,8 @@ class OnlineSeq:
             self._no_change()
             return
         self._listed[s] = True
-        pos = int(np.searchsorted(self._g_val, x, side="right"))  # the newest client is last among equal demands
-        self._g_val = np.insert(self._g_val, pos, x)
-        self._g_id = np.insert(self._g_id, pos, s)
+        list_insert(self._g_val, self._g_id, self._n_g, x, s)
+        self._n_g += 1
         self._run((x, s))
 
     def extend(self, clients: Iterable[tuple[Hashable, float]]) -> None:
@@ -184,7 +196,7 @@ class OnlineSeq:
             seen.add(c)
         start = len(self._name)
         k = len(items)
-        self._reserve(start + k, self._g_val.shape[0] + k)
+        self._reserve(start + k, self._n_g + k)
         self._name.extend(c for c, _ in items)
         for t, (c, _) in enumerate(items):
             self._slot[c] = start + t
@@ -194,10 +206,12 @@ class OnlineSeq:
         self._total += float(vals.sum())
         keep = vals > self._tol
         self._listed[start : start + k] = keep
-        g_val = np.concatenate((self._g_val, vals[keep]))
-        g_id = np.concatenate((self._g_id, start + np.flatnonzero(keep)))
+        g_val = np.concatenate((self._g_val[: self._n_g], vals[keep]))
+        g_id = np.concatenate((self._g_id[: self._n_g], start + np.flatnonzero(keep)))
         order = np.lexsort((g_id, g_val))
-        self._g_val, self._g_id = g_val[order], g_id[order]
+        self._n_g = int(order.shape[0])
+        self._g_val[: self._n_g] = g_val[order]
+        self._g_id[: self._n_g] = g_id[order]
         self._run(None)
 
     def remove(self, client_id: Hashable) -> None:
@@ -212,11 +226,8 @@ class OnlineSeq:
             self._no_change()
             return
         self._listed[s] = False
-        pos = int(np.searchsorted(self._g_val, x, side="left"))
-        while self._g_id[pos] != s:
-            pos += 1
-        self._g_val = np.delete(self._g_val, pos)
-        self._g_id = np.delete(self._g_id, pos)
+        list_delete(self._g_val, self._g_id, self._n_g, x, s)
+        self._n_g -= 1
         self._run((x, s))
 
     def _connections(self) -> tuple[IntArray, IntArray, FloatArray]:
