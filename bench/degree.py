@@ -342,7 +342,10 @@ SEQ very close to the bound.
 ### Online: maximum cost over the run (paper Figure 5)
 
 Cost of an event = `max_j N_j^t` (changes at the most affected server). Paper: SEQ always 4 (Theorem 5.5 bound);
-OBC 10-20 on average and up to 35; SEQLEFT unbounded, as high as OBC.
+OBC 10-20 on average and up to 35; SEQLEFT unbounded, as high as OBC. Departures here are uniform. Theorem 5.5's
+proof (Lemma 5.4) takes an interval `[l, l + d]` with `LC(l + 1, l + d) >= b`, which can fail at the right end of a
+server's list: `tests/test_degree_online.py` holds a two-server arrival costing 5 changes, and sequences whose
+departures are aimed at split clients reach more than 4 (the naive recompute gives the same counts).
 
 {on_max}
 
