@@ -42,7 +42,7 @@ from torch import Tensor
 
 from allocator._pricing_kernel import Subsolution, solve_hull, solve_pairs
 from allocator._pricing_recovery import MAX_TIED, Recovery, recover_allocation, split_jobs
-from allocator.utilities import Utility, initial_prices
+from allocator.utilities import Utility, UtilityBase, initial_prices
 
 __all__ = [
     "IterationRecord",
@@ -70,6 +70,19 @@ class IterationRecord:
     primal_value: float  #: utility of the column-scaled feasible allocation, a lower bound
     gap: float  #: best upper bound minus best lower bound so far
     kind: str  #: "init", "lbfgs", "subgradient"
+
+
+@dataclass
+class _Reuse:
+    """What a later solve needs to reuse this solve's per-job subproblem solutions (``previous=`` of :func:`solve`):
+    the evaluated problem (a private copy of the throughputs, after closed pools were masked), the utility it was
+    solved with, and the subsolution at ``prices`` (the best dual prices, where a warm start begins)."""
+
+    a: Tensor
+    demand: Tensor | None
+    utility: Utility
+    prices: np.ndarray
+    sol: Subsolution
 
 
 @dataclass
@@ -103,6 +116,10 @@ class PricingResult:
     history: list[IterationRecord] = field(default_factory=list)
     #: dual evaluations of the presolve on a job sample (cheaper, not counted in ``iterations``; 0 without presolve)
     presolve_evaluations: int = 0
+    #: jobs whose subproblem was solved again at the first evaluation of a solve given ``previous=`` (the others
+    #: reused the previous solve's solutions); ``None`` when nothing was reused
+    resolved_jobs: int | None = None
+    _reuse: _Reuse | None = field(default=None, repr=False, compare=False)
 
     @property
     def X(self) -> np.ndarray:
@@ -155,7 +172,6 @@ def _intra_op_threads(numel: int, device: torch.device) -> Iterator[None]:
     finally:
         if single:
             torch.set_num_threads(before)
-
 
 
 def resolve_device(device: torch.device | str | None, *inputs: Any) -> torch.device:
@@ -254,6 +270,45 @@ def _prepare(
     return _Problem(a=a, capacity=cap, demand=d, utility=utility.to(device=device, dtype=dtype))
 
 
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, Tensor) or isinstance(y, Tensor):
+        return isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and bool(torch.equal(x, y))
+    return bool(x == y)
+
+
+def _changed_rows(state: _Reuse, prob: _Problem) -> Tensor | None:
+    """Rows of ``prob`` whose subproblem may differ from the one ``state`` solved (throughputs, demands or utility
+    parameters changed), or ``None`` when nothing can be reused (other shapes, dtype or device, another utility
+    family or a changed shared parameter; utilities outside :class:`allocator.utilities.UtilityBase`)."""
+    a, old = prob.a, state.a
+    if a.shape != old.shape or a.dtype != old.dtype or a.device != old.device:
+        return None
+    changed = (a != old).any(dim=1)
+    d, od = prob.demand, state.demand
+    if d is not None or od is not None:
+        one = torch.ones((), dtype=a.dtype, device=a.device)  # ``None`` means a demand of 1 for every job
+        d_, od_ = (one if d is None else d), (one if od is None else od)
+        if d is not None and od is not None and d.shape != od.shape:
+            return None
+        diff = d_ != od_
+        changed |= diff if diff.ndim == 1 else diff.any(dim=1)
+    u, ou = prob.utility, state.utility
+    if type(u) is not type(ou) or not isinstance(u, UtilityBase):
+        return None
+    mine, theirs = vars(u), vars(ou)
+    if mine.keys() != theirs.keys():
+        return None
+    for name, value in mine.items():
+        other = theirs[name]
+        if name in u._params and isinstance(value, Tensor) and isinstance(other, Tensor) and value.ndim == 1:
+            if other.shape != value.shape:
+                return None
+            changed |= value != other
+        elif not _same(value, other):
+            return None
+    return torch.nonzero(changed).squeeze(1)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Dual evaluation
 
@@ -283,6 +338,35 @@ class _Evaluator:
         self.a_pos = a > 0
         self.cap64 = prob.capacity.detach().double().cpu().numpy()
         self.evaluations = 0
+        #: (prices, subsolution at those prices, rows to solve again): set by a solve given ``previous=``; used once,
+        #: by the first evaluation at exactly those prices
+        self.reuse: tuple[np.ndarray, Subsolution, Tensor] | None = None
+        self.resolved: int | None = None
+
+    def _subsolution(self, prices: np.ndarray, c: Tensor) -> Subsolution:
+        """The subproblem solutions at ``prices``: from the previous solve for unchanged rows when it was evaluated at
+        exactly these prices (rows are independent and solved elementwise, so this is a full solve up to last-bit
+        rounding of vectorised functions), else by the hull walk (or the pairs enumeration) over all rows."""
+        prob = self.prob
+        if self.reuse is not None and self.method == "hull" and np.array_equal(prices, self.reuse[0]):
+            _, base, rows = self.reuse
+            self.reuse = None
+            self.resolved = int(rows.numel())
+            if rows.numel() == 0:
+                return base
+            sub = solve_hull(
+                prob.a.index_select(0, rows),
+                c.index_select(0, rows),
+                prob.utility.take(rows),
+                a_pos=self.a_pos.index_select(0, rows),
+            )
+            # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`)
+            for name in ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi"):
+                getattr(base, name).index_copy_(0, rows, getattr(sub, name))
+            return base
+        if self.method == "hull":
+            return solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
+        return solve_pairs(prob.a, c, prob.utility)
 
     def _allreduce(self, values: list[float] | np.ndarray) -> np.ndarray:
         if self.group is None:
@@ -349,10 +433,7 @@ class _Evaluator:
         self.evaluations += 1
         p = torch.as_tensor(prices, dtype=prob.a.dtype).to(prob.a.device)
         c = self.costs(p)
-        if self.method == "hull":
-            sol = solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
-        else:
-            sol = solve_pairs(prob.a, c, prob.utility)
+        sol = self._subsolution(np.asarray(prices, dtype=np.float64), c)
         u_t = prob.utility.value(sol.t)
         net = (u_t - sol.cost()).sum(dtype=torch.float64)
         w_lo, w_hi = self.usage_weights(sol)
@@ -453,8 +534,10 @@ class PriceDiscovery:
         demand: ArrayLike | None = None,
         prices: ArrayLike | None = None,
         group: Any = None,
+        previous: PricingResult | None = None,
     ) -> PricingResult:
         """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard.
+        ``previous``: see :func:`solve`.
 
         CPU problems with fewer than :data:`SINGLE_THREAD_BELOW` throughput entries run with one torch thread (the
         process-wide count is restored on return). The solve runs under ``torch.inference_mode()``: no autograd
@@ -468,7 +551,7 @@ class PriceDiscovery:
             numel = 0
         dev = resolve_device(self.device, throughput, capacity)
         with _intra_op_threads(numel, dev), torch.inference_mode():
-            return self._solve(throughput, capacity, utility, demand, prices, group, start)
+            return self._solve(throughput, capacity, utility, demand, prices, group, start, previous)
 
     def _solve(
         self,
@@ -479,6 +562,7 @@ class PriceDiscovery:
         prices: ArrayLike | None,
         group: Any,
         start: float,
+        previous: PricingResult | None = None,
     ) -> PricingResult:
         if self.method not in ("hull", "pairs"):
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
@@ -508,6 +592,16 @@ class PriceDiscovery:
                 raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
             _first_bad("prices", ~torch.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
             p0_given = p0t.numpy().copy()
+        if previous is not None:
+            if not isinstance(previous, PricingResult):
+                raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
+            if previous.prices.shape != (m,):
+                raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
+            if p0_given is None:
+                # the evaluation prices of the stored subsolution: the returned prices, except that closed pools
+                # (capacity 0, masked out of every subproblem) may have been re-priced after the run
+                state = previous._reuse
+                p0_given = (state.prices if state is not None else previous.prices).astype(np.float64).copy()
 
         # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible.
         zero_t = torch.zeros(n, dtype=dtype, device=dev)
@@ -531,6 +625,15 @@ class PriceDiscovery:
             mask = torch.as_tensor(~closed, device=dev).to(dtype)
             prob = _Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = _Evaluator(prob, method=self.method, group=group)
+        a_copy: Tensor | None = None  # the private copy of the throughputs kept for the next incremental solve
+        if previous is not None and previous._reuse is not None and group is None and keep is None:
+            state = previous._reuse
+            rows = _changed_rows(state, prob)
+            if rows is not None:
+                # consume the previous state: its buffers are patched in place and move to this result
+                previous._reuse = None
+                evaluator.reuse = (state.prices, state.sol, rows)
+                a_copy = state.a.index_copy_(0, rows, prob.a.index_select(0, rows))
         run = _Run(self, evaluator, eps, max_iter)
         presolved = 0
         if p0_given is not None:
@@ -604,6 +707,18 @@ class PriceDiscovery:
             infeasible_jobs=infeasible.astype(np.int64),
             history=run.history,
             presolve_evaluations=presolved,
+            resolved_jobs=evaluator.resolved,
+            _reuse=(
+                _Reuse(
+                    a=prob.a.clone() if a_copy is None else a_copy,
+                    demand=None if prob.demand is None else prob.demand.clone(),
+                    utility=prob.utility,
+                    prices=best_d.prices.copy(),
+                    sol=best_d.sol,
+                )
+                if group is None and keep is None and self.method == "hull"
+                else None
+            ),
         )
 
     @staticmethod
@@ -641,9 +756,7 @@ class PriceDiscovery:
     #: of exact job copies, whose column-scaled allocation never closes the gap, would otherwise spend 100 here).
     PRESOLVE_MAX_ITER = 40
 
-    def _presolve(
-        self, prob: _Problem, eps: float
-    ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
+    def _presolve(self, prob: _Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
         """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
 
         The sample is drawn with replacement by a generator seeded with 0 (deterministic); capacities and ``eps``
@@ -680,9 +793,11 @@ class PriceDiscovery:
         # p_j = (1/R_j) sum_i u'(t_i) a_ij x_ij with x_ij = R_j / D_j: all-reduce D_j, then the sums.
         n, m = prob.a.shape
         d = prob.demand
-        total = torch.full((m,), float(n), dtype=torch.float64) if d is None else (
-            d.double().sum().expand(m).clone() if d.ndim == 1 else d.double().sum(0)
-        ).cpu()
+        total = (
+            torch.full((m,), float(n), dtype=torch.float64)
+            if d is None
+            else (d.double().sum().expand(m).clone() if d.ndim == 1 else d.double().sum(0)).cpu()
+        )
         backend = dist.get_backend(group)
         dev = prob.a.device if backend == "nccl" else torch.device("cpu")
         total = total.to(dev)
@@ -919,6 +1034,7 @@ def solve(
     max_iter: int | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype | str | None = None,
+    previous: PricingResult | None = None,
 ) -> PricingResult:
     """Discover optimal pool prices and a near-optimal allocation (Alg. 2 of 004 with the demands of its Sec. 7.1).
 
@@ -932,12 +1048,23 @@ def solve(
         max_iter: limit on dual evaluations (default 200).
         device: torch device; default the input tensor's device, else CUDA when available, else CPU.
         dtype: float32 (default) or float64.
+        previous: the result of an earlier solve of a similar problem (same jobs and pools, some rows changed):
+            an incremental re-solve. The run starts from its prices (unless ``prices`` is given), and the first
+            evaluation solves again only the subproblems of jobs whose throughputs, demands or utility parameters
+            changed, reusing the other jobs' solutions at those prices (rows are independent, so this is the
+            solve with ``prices=previous.prices``, up to the last-bit rounding of vectorised elementwise functions
+            such as ``pow``, which can differ between a long and a short batch). Throughputs and demands are
+            compared with private copies kept by ``previous``; a change of shape, dtype, device, utility family or
+            shared utility parameter falls back to a full evaluation. ``resolved_jobs`` says how many were solved.
+            The reuse state moves from ``previous`` to the new result (its buffers are updated in place, so a chain
+            of re-solves copies nothing): a result seeds one incremental re-solve, a second one with the same
+            ``previous`` starts from its prices with a full evaluation.
 
     Returns:
         A :class:`PricingResult`. Raises ``ValueError`` on malformed input, naming the job/pool index and field.
     """
     cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
-    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices)
+    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, previous=previous)
 
 
 def solve_distributed(

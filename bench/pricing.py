@@ -221,10 +221,32 @@ def main(argv: list[str] | None = None) -> int:
     warm_s, warm = median_time(
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
     )
+    # Incremental re-solve (previous=): each run gets a fresh previous result (its reuse state moves to the new
+    # result), built outside the timed call.
+    inc_times, inc = [], None
+    for _ in range(runs):
+        seed = pricing.solve(torch.from_numpy(a), r, utilities.Log(), device="cpu", prices=log_res.prices)
+        t0 = time.perf_counter()
+        inc = pricing.solve(a_wt, r, utilities.Log(), device="cpu", previous=seed)
+        inc_times.append(time.perf_counter() - t0)
+    inc_s = statistics.median(inc_times)
+    assert inc is not None
     say(f"### Warm start (n = {big:.0e}, log, 1 % of jobs' throughputs perturbed by U(0.8, 1.2))\n")
-    say(f"cold {cold_s:.3f} s ({cold.iterations} + {cold.presolve_evaluations} evaluations), warm from the "
-        f"previous prices {warm_s:.3f} s "
-        f"({warm.iterations} evaluations): {warm_s / cold_s:.0%} of cold (target: <= 3 evaluations, <= 20 %).\n")
+    say("| re-solve | median s | evaluations | subproblems solved at the first evaluation | share of cold | gap / n |")
+    say("|---|---|---|---|---|---|")
+    say(f"| cold (presolve on a 10 % sample, then full evaluations) | {cold_s:.3f} | {cold.iterations} + "
+        f"{cold.presolve_evaluations} on the sample | {big} | 100 % | {cold.gap / big:.2e} |")
+    say(f"| warm from the previous prices (`prices=`) | {warm_s:.3f} | {warm.iterations} | {big} | "
+        f"{warm_s / cold_s:.0%} | {warm.gap / big:.2e} |")
+    say(f"| incremental from the previous result (`previous=`) | {inc_s:.3f} | {inc.iterations} | "
+        f"{inc.resolved_jobs} | {inc_s / cold_s:.0%} | {inc.gap / big:.2e} |")
+    say(f"\nTarget (issue 2): <= 3 evaluations and <= 20 % of the cold-start time: price-only warm start "
+        f"{verdict(warm_s / cold_s, 0.2)}, incremental {verdict(inc_s / cold_s, 0.2)} (both "
+        f"{'<=' if max(warm.iterations, inc.iterations) <= 3 else '>'} 3 evaluations). The price-only warm start "
+        "still evaluates every job's subproblem at least once, and the presolve makes a cold start cost only about "
+        "three full evaluations, so it cannot reach 20 %; the incremental re-solve solves again only the changed "
+        "jobs' subproblems at the previous prices (the others are the previous solve's, exactly, since jobs are "
+        "independent at fixed prices) and then checks the gap as usual.\n")
 
     # 5. Peak RSS.
     rss_all = [rss_subprocess(big, "log") for _ in range(runs)]
