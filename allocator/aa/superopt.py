@@ -13,6 +13,9 @@ upper bound on the AA optimum (Lemma V.2), and the allocation ``c_hat`` drives A
   (which exploits the ``s`` concave/convex segments); the DP needs no segment structure. Each transition costs about
   a nanosecond vectorised (``n = 100, total = 800, C = 100``, i.e. 8e6 transitions, takes about 13 ms on the bench
   machine), so ``n * total * C`` up to ~1e9 runs in seconds; above ``DP_MAX_WORK`` it refuses with ``ValueError``.
+- :func:`reallocate` -- beyond the paper, run by default after Algorithms 1, 2 and AANC (``refine=True``): the
+  optimal split of every server's units among the threads assigned to it, by the same two methods applied per server
+  (per-server bisection for concave curves; :func:`reallocate_dp`, an exact DP vectorised over servers, otherwise).
 """
 
 from __future__ import annotations
