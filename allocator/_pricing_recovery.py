@@ -22,6 +22,9 @@ a small linear program. This module
    throughput is unique, only the split is free) and the largest candidate throughput when ``u_i`` is affine on that
    range (linear utilities, the linear part of target-priority).
 
+Identical tied jobs (many copies of a few job types) are solved as weighted classes, so the LP's size is the number
+of distinct tied jobs, not of jobs.
+
 The allocation is feasible by construction; a tied job the LP spreads over more than two pools keeps its two
 largest (a Walras job spans at most two pools, 004 Sec. 4.1). Its exact utility is a lower bound on ``U*``; the
 caller keeps it when it beats the column-scaled allocation.
@@ -42,8 +45,13 @@ from allocator.utilities import Utility
 
 __all__ = ["MAX_TIED", "Recovery", "recover_allocation", "split_jobs"]
 
-#: Default limit on the number of tied jobs handed to HiGHS (keeps one LP to tens of milliseconds).
+#: Default limit on the number of classes of tied jobs handed to HiGHS (keeps one LP to tens of milliseconds).
 MAX_TIED = 2_000
+
+#: Default limit on the jobs strictly inside a hull segment (:func:`split_jobs`) for which the recovery is attempted
+#: at all: it builds a few ``n x m`` temporaries and sorts the tied jobs into classes before it knows whether the LP
+#: is small enough.
+MAX_SCAN = 200_000
 
 
 @dataclass
@@ -55,6 +63,7 @@ class Recovery:
     usage: np.ndarray  #: (m,) float64
     utility: float  #: exact sum of utilities of ``allocation``
     tied_jobs: int  #: jobs whose split was decided by the LP
+    classes: int = 0  #: classes of identical tied jobs (the LP's size): one variable set per class
 
 
 def split_jobs(sol: Subsolution, m: int) -> int:
@@ -135,6 +144,23 @@ def _keep_two_pools(x: np.ndarray, a: np.ndarray) -> None:
     x[wide] = sub
 
 
+def _classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Identical rows of ``key``: ``(first, member, count)`` with ``first[c]`` a row of class ``c``, ``member[i]`` the
+    class of row ``i`` and ``count[c]`` its size. Rows are grouped by a random projection (one 1-d sort instead of a
+    lexicographic sort of the whole matrix) and the grouping is then verified row by row; a projection collision
+    between different rows (never seen, but possible) falls back to the exact row-wise unique."""
+    if key.shape[0] == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    proj = key @ np.random.default_rng(0).uniform(1.0, 2.0, key.shape[1])
+    _, first, member, count = np.unique(proj, return_index=True, return_inverse=True, return_counts=True)
+    member = member.reshape(-1)
+    if not np.array_equal(key, key[first][member]):
+        _, first, member, count = np.unique(key, axis=0, return_index=True, return_inverse=True, return_counts=True)
+        member = member.reshape(-1)
+    return first, member, count
+
+
 def recover_allocation(
     a: Tensor,
     c: Tensor,
@@ -145,17 +171,24 @@ def recover_allocation(
     *,
     rtol: float = 1e-6,
     max_tied: int = MAX_TIED,
+    max_scan: int = MAX_SCAN,
 ) -> Recovery | None:
     """Recover a feasible allocation at the prices that produced ``sol`` (see module doc).
 
     ``a``: (n, m) throughputs; ``c``: (n, m) costs ``p_j d_ij``; ``demand``: ``None``, (n,) or (n, m); ``capacity``:
-    (m,) float64. Returns ``None`` when there is nothing to split (no tied job), more than ``max_tied`` tied jobs, or
-    the LP fails; the caller then keeps the column-scaled allocation. The default ``max_tied`` keeps the LP to tens
-    of milliseconds: the recovery is for small markets (where kinks of ``g`` hold the column-scaled allocation back);
-    large ones converge by column scaling (004 Sec. 6).
+    (m,) float64. Returns ``None`` when there is nothing to split (no tied job), more than ``max_tied`` classes of
+    tied jobs (or more than ``max_scan`` jobs inside a hull segment), or the LP fails; the caller then keeps the
+    column-scaled allocation. The default ``max_tied`` keeps the LP to tens of milliseconds: the recovery is for
+    small markets and markets of identical jobs (where kinks of ``g`` hold the column-scaled allocation back); large
+    markets of distinct jobs converge by column scaling (004 Sec. 6).
+
+    Identical tied jobs (same candidate pools, throughputs, demands and utility model) form one class with
+    multiplicity ``w``: the LP has one set of variables per class, with its capacity use and objective weighted by
+    ``w``, and every job of the class gets the class's split. This loses nothing: the LP is linear, so averaging an
+    optimal solution over the jobs of a class is optimal and feasible, and it is symmetric.
     """
     n, m = a.shape
-    if n == 0 or split_jobs(sol, m) > max_tied:
+    if n == 0 or split_jobs(sol, m) > max_scan:
         return None
     dtype, device = a.dtype, a.device
     lam = _multipliers(sol, utility)
@@ -175,8 +208,8 @@ def recover_allocation(
     lin_gap = utility.value(t_hi) - utility.value(t) - mu * (t_hi - t)
     affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol * t_hi.clamp_min(1.0)) & (t_hi > t)
     tied = (n_cand >= 2) | (affine & (n_cand >= 1)) | (slack_ok & (n_cand >= 1) & (t > 0))
-    k = int(tied.sum())
-    if k == 0 or k > max_tied:
+    k_jobs = int(tied.sum())
+    if k_jobs == 0:
         return None
 
     # Fixed jobs: their subproblem allocation, column-scaled among themselves if they alone over-use a pool.
@@ -201,12 +234,20 @@ def recover_allocation(
     d_t = dd.index_select(0, idx).double().cpu().numpy()
     slopes, lengths = _pieces(utility.take(idx), t.index_select(0, idx), mu.index_select(0, idx),
                               affine.index_select(0, idx), t_hi.index_select(0, idx))
+    # Classes of identical tied jobs: the LP below is over classes, weighted by their sizes.
+    key = np.hstack([cand_t.astype(np.float64), a_t, d_t, slopes, lengths])
+    first, member, weight = _classes(key)
+    k = first.size
+    if k > max_tied:
+        return None
+    cand_t, a_t, d_t, slopes, lengths = cand_t[first], a_t[first], d_t[first], slopes[first], lengths[first]
+    w = weight.astype(np.float64)
     rows, cols = np.nonzero(cand_t)
     nv = rows.size
     npc = slopes.shape[1]
     av, dv = a_t[rows, cols], d_t[rows, cols]
     # Variables: x (candidate cells), then the pieces s_ik of each tied job's throughput t_i = sum_k s_ik.
-    obj = np.concatenate([np.zeros(nv), -slopes.reshape(-1)])
+    obj = np.concatenate([np.zeros(nv), -(slopes * w[:, None]).reshape(-1)])
     var = np.arange(nv)
     prow = np.repeat(np.arange(k), npc)
     pvar = nv + np.arange(k * npc)
@@ -220,7 +261,7 @@ def recover_allocation(
     a_ub = scipy.sparse.vstack(
         [
             scipy.sparse.csr_matrix((np.ones(nv), (rows, var)), shape=(k, nv + k * npc)),
-            scipy.sparse.csr_matrix((dv, (cols, var)), shape=(m, nv + k * npc)),
+            scipy.sparse.csr_matrix((dv * w[rows], (cols, var)), shape=(m, nv + k * npc)),
         ]
     ).tocsr()
     b_ub = np.concatenate([np.ones(k), remaining])
@@ -240,14 +281,14 @@ def recover_allocation(
     # Remove HiGHS' feasibility tolerance: rows (time) and columns (capacity) scaled back to exact feasibility.
     row_sum = np.bincount(rows, weights=xv, minlength=k)
     xv = xv / np.maximum(row_sum, 1.0)[rows]
-    col_use = np.bincount(cols, weights=dv * xv, minlength=m)
+    col_use = np.bincount(cols, weights=dv * xv * w[rows], minlength=m)
     shrink = np.where(col_use > remaining, remaining / np.maximum(col_use, 1e-300), 1.0)
     xv = xv * shrink[cols]
     x_tied = np.zeros((k, m))
     x_tied[rows, cols] = xv
     _keep_two_pools(x_tied, a_t)
     x = x_fixed.clone()
-    x.index_copy_(0, idx, torch.as_tensor(x_tied, dtype=dtype, device=device))
+    x.index_copy_(0, idx, torch.as_tensor(x_tied[member], dtype=dtype, device=device))
     # Casting to the working dtype may round a column a hair above its capacity: scale it back.
     usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
     over = usage > capacity
@@ -260,4 +301,4 @@ def recover_allocation(
     value = float(utility.value(thr).sum(dtype=torch.float64))
     if not np.isfinite(value):
         return None
-    return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k)
+    return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k_jobs, classes=k)

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from allocator._pricing_kernel import Subsolution, solve_hull, solve_pairs
-from allocator._pricing_recovery import MAX_TIED, Recovery, recover_allocation, split_jobs
+from allocator._pricing_recovery import MAX_SCAN, Recovery, recover_allocation, split_jobs
 from allocator.utilities import Utility, UtilityBase, initial_prices
 
 __all__ = [
@@ -410,8 +410,8 @@ class _Evaluator:
         (raising ``ev.primal``) when it beats the column-scaled allocation."""
         if self.group is not None or ev.recovered is not None:
             return False
-        if split_jobs(ev.sol, self.m) > MAX_TIED:
-            return False  # a large market: too many tied jobs for one LP at every tolerance
+        if split_jobs(ev.sol, self.m) > MAX_SCAN:
+            return False  # a large market of distinct jobs: too many tied jobs to sort into classes
         prob = self.prob
         p = torch.as_tensor(ev.prices, dtype=prob.a.dtype).to(prob.a.device)
         costs = self.costs(p)

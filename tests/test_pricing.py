@@ -543,3 +543,35 @@ def test_incremental_state_is_consumed_once_and_checked() -> None:
     assert after.resolved_jobs == 1
     with pytest.raises(ValueError, match="pools"):
         pricing.solve(a[:, :3], r[:3], U.Log(), device="cpu", previous=one)
+
+
+# ------------------------------------------------------------------------------------------------ identical jobs
+
+
+def test_markets_of_identical_jobs_close_the_gap_through_classes_of_tied_jobs() -> None:
+    """Many exact copies of a few job types (as when jobs are sampled from a measured table): at the optimal prices
+    the copies are tied between pools and column scaling cannot split them. The LP recovery works on classes of
+    identical tied jobs (weighted by their sizes), so the gap closes; the optimum is checked against CVXPY + Clarabel
+    on the aggregated problem (by concavity and symmetry, every copy of a type gets the same throughput)."""
+    rng = np.random.default_rng(11)
+    types, copies, m = 6, 700, 3
+    a_type = rng.uniform(0.2, 1.0, (types, m))
+    d_type = rng.choice([1.0, 2.0, 4.0], types)
+    a = np.repeat(a_type, copies, axis=0)
+    d = np.repeat(d_type, copies)
+    r = np.full(m, d.sum() / 12)
+    n = a.shape[0]
+    res = pricing.solve(a, r, U.Log(), demand=d, device="cpu", dtype="float64")
+    assert res.converged and res.gap <= 1e-3 * n
+    assert (res.usage <= r * (1 + 1e-9)).all()
+    assert ((res.allocation > 1e-9).sum(1) <= 2).all()
+    x = cp.Variable((types, m), nonneg=True)
+    t = cp.sum(cp.multiply(a_type, x), axis=1)
+    problem = cp.Problem(
+        cp.Maximize(copies * cp.sum(cp.log(t))),
+        [cp.sum(x, axis=1) <= 1, (copies * d_type) @ x <= r],
+    )
+    problem.solve(solver=cp.CLARABEL)
+    assert res.utility_value <= problem.value + 1e-6 * abs(problem.value)
+    assert res.dual_value >= problem.value - 1e-6 * abs(problem.value)
+    assert problem.value - res.utility_value <= 1e-3 * n
