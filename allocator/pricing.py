@@ -120,6 +120,7 @@ class PricingResult:
     #: reused the previous solve's solutions); ``None`` when nothing was reused
     resolved_jobs: int | None = None
     _reuse: _Reuse | None = field(default=None, repr=False, compare=False)
+    _precision_stall: bool = field(default=False, repr=False, compare=False)
 
     @property
     def X(self) -> np.ndarray:
@@ -524,6 +525,10 @@ class PriceDiscovery:
     recover: bool = True
     presolve_min_jobs: int = 5_000
     presolve_jobs: int = 20_000
+    #: A float32 run (one process) whose gap stays open and has not shrunk by 1 % over :attr:`_Run.PRECISION_WINDOW`
+    #: evaluations stops and continues in float64 from its best prices, with the evaluations it has left: near the
+    #: optimum, float32 dual values differ by less than their rounding noise and the line search stalls.
+    escalate: bool = True
 
     def solve(
         self,
@@ -551,7 +556,22 @@ class PriceDiscovery:
             numel = 0
         dev = resolve_device(self.device, throughput, capacity)
         with _intra_op_threads(numel, dev), torch.inference_mode():
-            return self._solve(throughput, capacity, utility, demand, prices, group, start, previous)
+            res = self._solve(throughput, capacity, utility, demand, prices, group, start, previous)
+            left = (200 if self.max_iter is None else int(self.max_iter)) - res.iterations
+            if not (res._precision_stall and self.escalate and group is None and left > 0):
+                return res
+            wide = replace(self, dtype=torch.float64, max_iter=left)
+            more = wide._solve(throughput, capacity, utility, demand, res.prices, group, start, None)
+            for record in more.history:
+                record.iteration += res.iterations
+            more.history = res.history + more.history
+            more.message += (
+                f" (float32 stalled with gap {res.gap:.3g} after {res.iterations} evaluations; continued in float64)"
+            )
+            more.iterations += res.iterations
+            more.resolved_jobs = res.resolved_jobs
+            more.presolve_evaluations += res.presolve_evaluations
+            return more
 
     def _solve(
         self,
@@ -635,6 +655,7 @@ class PriceDiscovery:
                 evaluator.reuse = (state.prices, state.sol, rows)
                 a_copy = state.a.index_copy_(0, rows, prob.a.index_select(0, rows))
         run = _Run(self, evaluator, eps, max_iter)
+        run.low_precision = self.escalate and dtype == torch.float32 and group is None
         presolved = 0
         if p0_given is not None:
             p0 = p0_given
@@ -708,6 +729,7 @@ class PriceDiscovery:
             history=run.history,
             presolve_evaluations=presolved,
             resolved_jobs=evaluator.resolved,
+            _precision_stall=run.precision_stall and not converged,
             _reuse=(
                 _Reuse(
                     a=prob.a.clone() if a_copy is None else a_copy,
@@ -835,6 +857,9 @@ class _Run:
         self.recoveries = 0
         self.last_recovery = 0  #: evaluation count at the last recovery attempt
         self.gaps: list[float] = []  #: gap after each evaluation
+        #: float32 run that may stop on a precision stall (:attr:`PriceDiscovery.escalate`), and whether it did
+        self.low_precision = False
+        self.precision_stall = False
         #: L-BFGS pairs (s, y) to start from (a presolve's curvature); the last pairs are left here by optimise.
         self.mem_s: list[np.ndarray] = []
         self.mem_y: list[np.ndarray] = []
@@ -869,8 +894,22 @@ class _Run:
     def gap(self) -> float:
         return self.best_dual[1].dual - self.best_primal.primal
 
+    #: Evaluations over which a float32 run's open gap must shrink by 1 % (see :attr:`PriceDiscovery.escalate`).
+    PRECISION_WINDOW = 25
+
+    def _precision_stalled(self) -> bool:
+        w = self.PRECISION_WINDOW
+        if not self.low_precision or len(self.gaps) < w or self.gap() <= self.eps:
+            return False
+        return self.gap() >= 0.99 * self.gaps[-w]
+
     def done(self) -> bool:
-        return self.gap() <= self.eps or self.evaluations >= self.max_iter
+        if self.gap() <= self.eps or self.evaluations >= self.max_iter:
+            return True
+        if self._precision_stalled():
+            self.precision_stall = True
+            return True
+        return False
 
     def evaluate(self, p: np.ndarray, kind: str) -> _Evaluation:
         ev = self.evaluate_fn(p)
@@ -1047,7 +1086,9 @@ def solve(
         prices: ``(m,)`` initial prices (warm start); default eq. (17).
         max_iter: limit on dual evaluations (default 200).
         device: torch device; default the input tensor's device, else CUDA when available, else CPU.
-        dtype: float32 (default) or float64.
+        dtype: float32 (default) or float64. A float32 run whose gap stays open (float32 noise near the optimum
+            stalls the line search) continues in float64 from its best prices (``PriceDiscovery.escalate``); the
+            result then says so in ``message`` and has ``dtype == "float64"``.
         previous: the result of an earlier solve of a similar problem (same jobs and pools, some rows changed):
             an incremental re-solve. The run starts from its prices (unless ``prices`` is given), and the first
             evaluation solves again only the subproblems of jobs whose throughputs, demands or utility parameters

@@ -477,9 +477,9 @@ def _same_result(x: pricing.PricingResult, y: pricing.PricingResult) -> None:
         np.testing.assert_allclose(x.allocation, y.allocation, rtol=0, atol=1e-5)
 
 
-# alpha-fair in float64: in float32 a warm start from near-optimal prices can stall with its gap just above eps
-# (noisy dual values near the optimum), with or without the incremental first evaluation
-@pytest.mark.parametrize(("family", "dtype"), [("log", "float32"), ("target", "float32"), ("alpha", "float64")])
+@pytest.mark.parametrize(
+    ("family", "dtype"), [("log", "float32"), ("target", "float32"), ("alpha", "float32"), ("alpha", "float64")]
+)
 def test_incremental_resolve_equals_a_warm_start_from_the_same_prices(family: str, dtype: str) -> None:
     """``previous=`` re-solves only the changed jobs at the first evaluation and is otherwise the warm start from the
     previous prices: the same result (reference: the full warm-started solve)."""
@@ -575,3 +575,22 @@ def test_markets_of_identical_jobs_close_the_gap_through_classes_of_tied_jobs() 
     assert res.utility_value <= problem.value + 1e-6 * abs(problem.value)
     assert res.dual_value >= problem.value - 1e-6 * abs(problem.value)
     assert problem.value - res.utility_value <= 1e-3 * n
+
+
+# ------------------------------------------------------------------------------------------------ precision
+
+
+def test_a_float32_run_that_stalls_continues_in_float64() -> None:
+    """Below float32's resolution of the dual (here eps = 1e-8 n on a log market) the float32 line search stalls; the
+    run then continues in float64 from its best prices and closes the gap. Without escalation it cannot."""
+    n = 2000
+    a, r = _section_62(n, seed=1)
+    eps = 1e-8 * n
+    stuck = pricing.PriceDiscovery(eps=eps, dtype="float32", escalate=False, device="cpu").solve(a, r, U.Log())
+    assert not stuck.converged and stuck.iterations == 200
+    res = pricing.PriceDiscovery(eps=eps, dtype="float32", device="cpu").solve(a, r, U.Log())
+    assert res.converged and res.gap <= eps and res.iterations <= 200
+    assert res.dtype == "float64" and "continued in float64" in res.message
+    assert [h.iteration for h in res.history] == list(range(1, res.iterations + 1))
+    exact = pricing.solve(a, r, U.Log(), device="cpu", dtype="float64", eps=eps)
+    assert abs(res.utility_value - exact.utility_value) <= 2 * eps
