@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._levels import applicable, consistent, level_candidates, polish
 from ._model import FloatArray, Instance
 
 
@@ -131,12 +132,15 @@ class PsDsfResult:
         sweeps: Gauss-Seidel sweeps used.
         residual: largest change of any column in the last sweep, relative to the user's total (fixed-point residual).
         converged: ``residual <= tol``.
+        start: ``"levels"`` when the result is a certified level-solve point (:mod:`allocator.fairness._levels`),
+            ``"sweeps"`` when it is the output of the plain Gauss-Seidel sweeps.
     """
 
     x: FloatArray
     sweeps: int
     residual: float
     converged: bool
+    start: str = "sweeps"
 
 
 def _server_problem(inst: Instance, k: int, time_shared: bool) -> tuple[np.ndarray, FloatArray, FloatArray]:
@@ -171,6 +175,72 @@ def _extrapolation_step(x: FloatArray, move: FloatArray, prev_move: FloatArray) 
     return a if a > 1.0 else 0.0
 
 
+def _sweep(
+    x: FloatArray,
+    tot: FloatArray,
+    probs: list[tuple[np.ndarray, FloatArray, FloatArray]],
+    b_all: FloatArray,
+    inst: Instance,
+) -> float:
+    """One Gauss-Seidel sweep of exact fillings, in place; returns the fixed-point residual (largest relative move)."""
+    residual = 0.0
+    for j, (idx, dem, cap) in enumerate(probs):
+        if idx.size == 0:
+            continue
+        old = x[idx, j]
+        o = np.maximum(tot[idx] - old, 0.0)
+        u = np.maximum(inst.max_tasks[idx] - o, 0.0)
+        y = fill_server(b_all[idx, j], o, u, dem, cap)
+        diff = np.abs(y - old)
+        scale = np.maximum(tot[idx] - old + y, 1e-300)
+        residual = max(residual, float((diff / scale).max()))
+        tot[idx] += y - old
+        x[idx, j] = y
+    return residual
+
+
+def _from_levels(
+    inst: Instance,
+    probs: list[tuple[np.ndarray, FloatArray, FloatArray]],
+    b_all: FloatArray,
+    tol: float,
+    deadline: float | None,
+    max_sweeps: int,
+) -> tuple[PsDsfResult | None, FloatArray | None, int]:
+    """Certified start points from the smoothed levels (:mod:`allocator.fairness._levels`).
+
+    Returns ``(result, x, sweeps)``: ``result`` when a polished point passed the certificate sweep (residual
+    ``<= tol``), else ``None`` with a start for the plain sweeps ``x`` (the last certificate sweep's output, else the
+    last smoothed flows, else ``None``) and the number of certificate sweeps spent (at most ``max_sweeps``).
+    """
+    sweeps = 0
+    last: FloatArray | None = None
+    smooth: FloatArray | None = None
+    for state in level_candidates(inst):
+        smooth = state.x
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        if state.tau > 1.5e-3:
+            continue
+        for threshold in (1e-2, 1e-3):
+            if sweeps >= max_sweeps:
+                return None, last, sweeps
+            try:
+                xp = polish(inst, state, threshold, 0.0)
+            except (RuntimeError, np.linalg.LinAlgError, ValueError):
+                continue
+            if not consistent(inst, xp):
+                continue
+            x = np.maximum(xp, 0.0)
+            tot = x.sum(axis=1)
+            residual = _sweep(x, tot, probs, b_all, inst)
+            sweeps += 1
+            last = x
+            if residual <= tol:
+                return PsDsfResult(x=x, sweeps=sweeps, residual=residual, converged=True, start="levels"), x, sweeps
+    return None, (last if last is not None else smooth), sweeps
+
+
 def ps_dsf(
     inst: Instance,
     *,
@@ -180,6 +250,7 @@ def ps_dsf(
     x0: FloatArray | None = None,
     extrapolate: bool = True,
     max_seconds: float | None = None,
+    levels: bool = True,
 ) -> PsDsfResult:
     """PS-DSF allocation (Definition 4) by Gauss-Seidel sweeps of exact per-server max-min fillings.
 
@@ -192,40 +263,42 @@ def ps_dsf(
     reached may differ when PS-DSF is not unique (observed: two allocations 1.8e-4 apart in relative totals, both
     meeting Definition 4 to 1e-9).
 
+    With ``levels`` (default), no ``x0``, divisible servers and every user needing every resource
+    (:func:`allocator.fairness._levels.applicable`), candidate points are first computed from the per-server levels
+    (smoothed Newton continuation + exact active-set solve, :mod:`allocator.fairness._levels`); a candidate is accepted
+    only when one exact sweep from it moves no column by more than ``tol`` -- the same certificate as the plain
+    sweeps, so ``residual`` means the same thing on both paths (``start`` says which one produced the result).
+    Otherwise the plain sweeps run, started from the best point the level solve produced (on 1000 users x 500 random
+    nodes the smoothed flows are a far better start than zero: residual 1.3e-5 after 10 sweeps instead of 9e-2).
+
     ``max_seconds`` ends the iteration after the first sweep that finishes past that wall-clock budget (``converged``
     still tells whether ``tol`` was met). The result then depends on the machine, so it is meant for benchmarks that
     report time-to-tolerance, not for allocation.
     """
     t_start = time.perf_counter()
     n, k = inst.n, inst.k
-    x = np.zeros((n, k)) if x0 is None else np.array(x0, dtype=np.float64)
-    tot = x.sum(axis=1)
     probs = [_server_problem(inst, j, time_shared) for j in range(k)]
     b_all = inst.weights[:, None] * inst.gamma
+    used = 0
+    if levels and x0 is None and not time_shared and applicable(inst):
+        deadline = None if max_seconds is None else t_start + max_seconds
+        found, x0, used = _from_levels(inst, probs, b_all, tol, deadline, max_sweeps)
+        if found is not None:
+            return found
+    x = np.zeros((n, k)) if x0 is None else np.array(x0, dtype=np.float64)
+    tot = x.sum(axis=1)
     residual = np.inf
-    sweeps = 0
+    sweeps = used
     prev_move: FloatArray | None = None
-    for sweeps in range(1, max_sweeps + 1):
+    while sweeps < max(max_sweeps, used + 1):
+        sweeps += 1
         before = x.copy() if extrapolate else None
-        residual = 0.0
-        for j in range(k):
-            idx, dem, cap = probs[j]
-            if idx.size == 0:
-                continue
-            old = x[idx, j]
-            o = np.maximum(tot[idx] - old, 0.0)
-            u = np.maximum(inst.max_tasks[idx] - o, 0.0)
-            y = fill_server(b_all[idx, j], o, u, dem, cap)
-            diff = np.abs(y - old)
-            scale = np.maximum(tot[idx] - old + y, 1e-300)
-            residual = max(residual, float((diff / scale).max()))
-            tot[idx] += y - old
-            x[idx, j] = y
+        residual = _sweep(x, tot, probs, b_all, inst)
         if residual <= tol:
             break
         if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
             break
-        if before is None or sweeps == max_sweeps:
+        if before is None or sweeps >= max_sweeps:
             continue
         move = x - before
         a = _extrapolation_step(x, move, prev_move) if prev_move is not None else 0.0

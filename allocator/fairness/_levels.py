@@ -1,0 +1,213 @@
+"""Start points for PS-DSF from the per-server levels (paper 002 Sec. 2.3, Definition 4; eq. 9).
+
+When every user needs every resource (``d[n, r] > 0``), the exact filling of a server freezes *all* its users at the
+first resource that saturates, so a PS-DSF allocation is described by one level ``L_k`` per server: a user that runs
+on ``k`` has weighted VDS ``x_n / (phi_n gamma[n, k]) = L_k`` and a user that does not has ``x_n >= L_k phi_n
+gamma[n, k]``. Hence ``x_n = min(cap_n, max_k L_k phi_n gamma[n, k])`` and every server ``k`` has
+``max_r sum_n d[n, r] x[n, k] / c[k, r] = 1``. The split of ``x_n`` over the servers attaining the max is what makes the
+problem hard (Gauss-Seidel sweeps move it slowly, one pair at a time).
+
+:func:`level_candidates` smooths the max by a log-sum-exp of temperature ``tau`` (the split becomes a softmax), solves
+the ``K`` smooth equations ``log(max_r load[k, r] / c[k, r]) = 0`` in ``theta = log L`` by damped Newton steps, and
+follows ``tau`` down (with a linear predictor in ``tau``: ``theta(tau)`` is asymptotically affine in ``tau``). From each
+small ``tau`` it reads the active set (pairs with softmax weight above a threshold, the saturated resource of each
+server) and solves the exact piecewise-linear equations on it (:func:`polish`):
+
+- for each used pair ``(n, k)``: ``sum_k' x[n, k'] - phi_n gamma[n, k] L_k = 0`` (the user's weighted VDS at ``k`` is
+  the level at which it froze there);
+- for each server ``k`` and its saturated resource ``r_k``: ``sum_n d[n, r_k] x[n, k] = c[k, r_k]``.
+
+The system is singular when servers are degenerate (two users with the same dominant resource on two servers can trade
+tasks freely), so it is solved for the minimum-norm correction of the smoothed point (a regularised augmented system
+with iterative refinement). A candidate is only a start point: :func:`allocator.fairness.psdsf.ps_dsf` certifies it with
+an exact Gauss-Seidel sweep of :func:`allocator.fairness.psdsf.fill_server`, the same residual as without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from ._model import FloatArray, Instance
+
+
+@dataclass(frozen=True)
+class SmoothState:
+    """Smoothed solution at temperature ``tau``: flows ``x`` ``(n, k)``, softmax weights ``w`` ``(n, k)``, saturated
+    resource ``rk`` per server, users at their task cap, and the residual ``max_k |log load_k|``."""
+
+    tau: float
+    x: FloatArray
+    w: FloatArray
+    rk: np.ndarray
+    capped: np.ndarray
+    residual: float
+
+
+def applicable(inst: Instance) -> bool:
+    """The one-level-per-server description holds: every user needs every resource, and there are several servers."""
+    return inst.k > 1 and bool((inst.demands > 0).all())
+
+
+class _Smooth:
+    """The smoothed level equations of one instance (module docstring)."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+        e = inst.eligible
+        with np.errstate(divide="ignore"):
+            self.lg = np.where(e, np.log(np.where(e, inst.gamma, 1.0)), -np.inf)
+        self.logphi = np.log(inst.weights)
+        with np.errstate(divide="ignore"):
+            self.logcap = np.log(inst.max_tasks)
+        self.cinv = np.where(inst.capacities > 0, 1.0 / np.where(inst.capacities > 0, inst.capacities, 1.0), 0.0)
+        self.ar = np.arange(inst.k)
+        self.live: np.ndarray = np.asarray(e.any(axis=0))  # a server nobody may use has no equation
+
+    def evaluate(self, theta: FloatArray, tau: float, jacobian: bool):
+        s = self.lg + theta[None, :]
+        m = s.max(axis=1, keepdims=True)
+        z = np.exp((s - m) / tau)
+        zs = z.sum(axis=1, keepdims=True)
+        w = z / zs
+        lx = self.logphi + m[:, 0] + tau * np.log(zs[:, 0])
+        capped = lx > self.logcap
+        tot = np.exp(np.minimum(lx, self.logcap))
+        x = tot[:, None] * w
+        load = (x.T @ self.inst.demands) * self.cinv
+        rk = load.argmax(axis=1)
+        lk = np.where(self.live, load[self.ar, rk], 1.0)
+        with np.errstate(divide="ignore"):
+            f = np.log(lk)
+        if not jacobian:
+            return f, x, w, rk, capped, None
+        y = self.inst.demands[:, rk] * x * self.cinv[self.ar, rk][None, :]
+        g = np.where(capped[:, None], 0.0, w)
+        jac = np.where(self.live[:, None], (y.T @ (g - w / tau)) / lk[:, None], 0.0) + np.eye(self.inst.k) / tau
+        return f, x, w, rk, capped, jac
+
+
+def level_candidates(
+    inst: Instance, *, tau_min: float = 1e-6, stages_per_decade: int = 3, newton_tol: float = 1e-2
+) -> Iterator[SmoothState]:
+    """Follow the smoothed PS-DSF levels from ``tau = 1`` down to ``tau_min``; yield the state after each stage.
+
+    Each stage runs at most 8 damped Newton steps (Armijo on ``max |F|``) and stops early when ``max |F| <
+    newton_tol``: the states only need to reveal the active set, which :func:`polish` then solves exactly.
+    """
+    sm = _Smooth(inst)
+    theta = -np.log(np.maximum(inst.eligible.sum(axis=0), 1.0))
+    n_stages = round(-float(np.log10(tau_min)) * stages_per_decade) + 1
+    taus = np.geomspace(1.0, tau_min, n_stages)
+    hist: list[tuple[float, FloatArray]] = []
+    for tau in taus:
+        if len(hist) >= 2:
+            (t1, th1), (t2, th2) = hist[-2], hist[-1]
+            theta = th2 + (tau - t2) * (th2 - th1) / (t2 - t1)
+        for _ in range(8):
+            f, x, w, rk, capped, jac = sm.evaluate(theta, float(tau), True)
+            nf = float(np.abs(f).max())
+            if not np.isfinite(nf) or nf < newton_tol:
+                break
+            try:
+                step = np.linalg.solve(jac, -f)
+            except np.linalg.LinAlgError:
+                return
+            a = 1.0
+            while a > 1e-4:
+                f2 = sm.evaluate(theta + a * step, float(tau), False)[0]
+                if float(np.abs(f2).max()) < (1 - 1e-4 * a) * nf:
+                    break
+                a /= 2
+            theta = theta + a * step
+        if not np.isfinite(nf):
+            return
+        hist.append((float(tau), theta.copy()))
+        yield SmoothState(tau=float(tau), x=x, w=w, rk=rk, capped=capped, residual=nf)
+
+
+def polish(
+    inst: Instance, state: SmoothState, threshold: float, saturation: float, *, mu: float = 1e-12, refine: int = 6
+) -> FloatArray:
+    """Exact solve of the PS-DSF level equations on the active set of ``state`` (module docstring).
+
+    Pairs with softmax weight ``> threshold`` are used; a resource of server ``k`` is taken as saturated when its
+    smoothed load is within ``saturation`` (relative) of the largest one (a server may saturate two resources at the
+    level where it freezes its users; each saturated resource adds a capacity equation and the active set then has
+    one more pair). Users at their task cap keep their smoothed flows as constants. Returns the flows, possibly with
+    negative entries when the active set is wrong (the caller checks with :func:`consistent`).
+    """
+    n, k = state.x.shape
+    b = inst.weights[:, None] * inst.gamma
+    d, c = inst.demands, inst.capacities
+    capped = state.capped
+    act = (state.w > threshold) & ~capped[:, None] & inst.eligible
+    pn, pk = np.nonzero(act)  # row-major: pairs of one user are contiguous
+    p = pn.size
+    start = np.searchsorted(pn, np.arange(n + 1))
+    rep = np.diff(start)[pn]
+    r1 = np.repeat(np.arange(p), rep)
+    offs = np.arange(rep.sum()) - np.repeat(np.cumsum(rep) - rep, rep)
+    c1 = start[pn][r1] + offs
+    cinv = np.where(c > 0, 1.0 / np.where(c > 0, c, 1.0), 0.0)
+    load = (state.x.T @ d) * cinv
+    sk, sr = np.nonzero(load >= load.max(axis=1, keepdims=True) * (1 - saturation))
+    q = sk.size
+    # capacity rows: one per saturated (k, r), entries d[n, r] for every active pair (n, k)
+    order = np.argsort(pk, kind="stable")
+    kstart = np.searchsorted(pk[order], np.arange(k + 1))
+    cnt = (kstart[sk + 1] - kstart[sk]).astype(np.int64)
+    row_c = np.repeat(np.arange(q), cnt)
+    offs_c = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    col_c = order[np.repeat(kstart[sk], cnt) + offs_c]
+    rows = np.concatenate([r1, np.arange(p), p + row_c])
+    cols = np.concatenate([c1, p + pk, col_c])
+    vals = np.concatenate([np.ones(r1.size), -b[pn, pk], d[pn[col_c], np.repeat(sr, cnt)]])
+    m = sp.csr_matrix((vals, (rows, cols)), shape=(p + q, p + k))
+    const = (np.where(capped[:, None], state.x, 0.0).T @ d)[sk, sr]
+    rhs = np.concatenate([np.zeros(p), c[sk, sr] - const])
+    tot = state.x.sum(axis=1)
+    lam0 = np.zeros(k)
+    np.maximum.at(lam0, pk, tot[pn] / b[pn, pk])
+    z0 = np.concatenate([state.x[pn, pk], lam0])
+    scale = np.maximum(np.abs(z0), 1e-12 * max(float(np.abs(z0).max()), 1e-300))
+    ms = m @ sp.diags(scale)
+    rowsc = 1.0 / np.maximum(abs(ms).max(axis=1).toarray().ravel(), 1e-300)
+    ms = sp.diags(rowsc) @ ms
+    size, eqs = p + k, p + q
+    aug = sp.bmat([[sp.identity(size), ms.T], [ms, -mu * sp.identity(eqs)]], format="csc")
+    lu = spla.splu(aug)
+    v = np.zeros(size)
+    for _ in range(refine):
+        r = rowsc * (rhs - m @ (z0 + scale * v))
+        v = v + lu.solve(np.concatenate([np.zeros(size), r]))[:size]
+    z = z0 + scale * v
+    x = np.where(capped[:, None], state.x, 0.0)
+    x[pn, pk] = z[:p]
+    return x
+
+
+def consistent(inst: Instance, x: FloatArray, rtol: float = 1e-9) -> bool:
+    """Cheap necessary test of a polished point before the exact certificate sweep: finite, non-negative, within
+    every capacity, and no eligible unused pair whose weighted VDS would be below the level of its server."""
+    if not np.isfinite(x).all():
+        return False
+    tot = x.sum(axis=1)
+    if (x < -rtol * np.maximum(tot[:, None], 1e-300)).any():
+        return False
+    x = np.maximum(x, 0.0)
+    load = x.T @ inst.demands
+    if (load > inst.capacities * (1 + rtol) + 1e-300).any():
+        return False
+    b = inst.weights[:, None] * inst.gamma
+    used = x > rtol * tot[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lev = np.where(used, tot[:, None] / np.where(used, b, 1.0), np.inf).min(axis=0)
+    free = inst.eligible & ~used & (tot < inst.max_tasks * (1 - rtol))[:, None]
+    with np.errstate(invalid="ignore"):
+        wants = free & (b * lev[None, :] > tot[:, None] * (1 + 1e-7))
+    return not bool(wants.any())
