@@ -92,9 +92,7 @@ def _multipliers(sol: Subsolution, utility: Utility) -> Tensor:
 _BREAKS = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0, 1.001, 1.005, 1.01, 1.02, 1.05])
 
 
-def _pieces(
-    utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tensor
-) -> tuple[np.ndarray, np.ndarray]:
+def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Concave piecewise-linear model of each tied job's utility: ``(slopes, lengths)``, both ``(k, P)``.
 
     Affine jobs get one piece ``[0, t_hi]`` of slope ``mu``; the others the chords of ``u`` between the breakpoints
@@ -232,8 +230,13 @@ def recover_allocation(
     cand_t = cand.index_select(0, idx).cpu().numpy()
     a_t = a.index_select(0, idx).double().cpu().numpy()
     d_t = dd.index_select(0, idx).double().cpu().numpy()
-    slopes, lengths = _pieces(utility.take(idx), t.index_select(0, idx), mu.index_select(0, idx),
-                              affine.index_select(0, idx), t_hi.index_select(0, idx))
+    slopes, lengths = _pieces(
+        utility.take(idx),
+        t.index_select(0, idx),
+        mu.index_select(0, idx),
+        affine.index_select(0, idx),
+        t_hi.index_select(0, idx),
+    )
     # Classes of identical tied jobs: the LP below is over classes, weighted by their sizes.
     key = np.hstack([cand_t.astype(np.float64), a_t, d_t, slopes, lengths])
     first, member, weight = _classes(key)

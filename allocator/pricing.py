@@ -562,6 +562,10 @@ class PriceDiscovery:
                 return res
             wide = replace(self, dtype=torch.float64, max_iter=left)
             more = wide._solve(throughput, capacity, utility, demand, res.prices, group, start, None)
+            if not more.converged and more.gap >= res.gap:
+                res.message += f" (a float64 continuation of {more.iterations} evaluations did not narrow the gap)"
+                res.iterations += more.iterations
+                return res
             for record in more.history:
                 record.iteration += res.iterations
             more.history = res.history + more.history

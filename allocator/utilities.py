@@ -165,6 +165,26 @@ class UtilityBase:
         changes = {p: getattr(self, p).to(device=device, dtype=dtype) for p in self._params}
         return self._with(changes)
 
+    #: Family code of the compiled hull walk (:mod:`allocator._pricing_numba`) and the attribute holding its second
+    #: per-job parameter; ``None`` (user-defined utilities) keeps the subproblem on the torch path.
+    _kernel_family: int | None = None
+    _kernel_param: str | None = None
+    weight: Tensor  #: per-job weights ``w_i`` (every built-in family has them)
+
+    def kernel_spec(self) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """``(family, w, q)`` for the compiled CPU hull walk: weights and the family's parameter as float64 arrays of
+        length ``n`` or 1; ``None`` when this utility has no compiled form."""
+        if self._kernel_family is None:
+            return None
+
+        def flat(x: Tensor | None) -> np.ndarray:
+            if x is None:
+                return np.zeros(1)
+            return np.ascontiguousarray(x.detach().cpu().double().numpy().reshape(-1))
+
+        q = getattr(self, self._kernel_param) if self._kernel_param is not None else None
+        return self._kernel_family, flat(self.weight), flat(q)
+
     def __repr__(self) -> str:
         parts = []
         for name in self._params:
@@ -180,6 +200,7 @@ def _weight(weight: ArrayLike) -> Tensor:
 class Linear(UtilityBase):
     """``u_i(t) = w_i t``: total (weighted) throughput (Sec. 2.2)."""
 
+    _kernel_family = 0
 
     def __init__(self, weight: ArrayLike = 1.0) -> None:
         self.weight = _weight(weight)
@@ -199,6 +220,7 @@ class Linear(UtilityBase):
 class Log(UtilityBase):
     """``u_i(t) = w_i log t`` (eq. 1): proportional fairness. ``u(0) = -inf``."""
 
+    _kernel_family = 1
 
     def __init__(self, weight: ArrayLike = 1.0) -> None:
         self.weight = _weight(weight)
@@ -221,6 +243,8 @@ class Power(UtilityBase):
     ``p`` may differ per job. ``p = 1`` is linear utility.
     """
 
+    _kernel_family = 2
+    _kernel_param = "p"
 
     def __init__(self, p: ArrayLike, weight: ArrayLike = 1.0) -> None:
         pt = as_param("p", p)
@@ -256,6 +280,8 @@ class AlphaFair(UtilityBase):
     ``a = 0`` is linear, ``a = 1`` log; a large ``a`` approximates max-min fairness. ``a`` may differ per job.
     """
 
+    _kernel_family = 3
+    _kernel_param = "alpha"
 
     def __init__(self, alpha: ArrayLike, weight: ArrayLike = 1.0) -> None:
         self.alpha = as_param("alpha", alpha, nonnegative=True)
@@ -287,6 +313,8 @@ class AlphaFair(UtilityBase):
 class TargetPriority(UtilityBase):
     """Target-priority utility (eq. 2): ``w_i min(t - t_des_i, 0)`` with ``w_i > 0`` and ``t_des_i > 0``."""
 
+    _kernel_family = 4
+    _kernel_param = "target"
 
     def __init__(self, target: ArrayLike, weight: ArrayLike = 1.0) -> None:
         self.target = as_param("target", target, positive=True)
@@ -305,9 +333,7 @@ class TargetPriority(UtilityBase):
         return torch.where(self.weight > alpha, _clip(self.target.expand_as(gamma), gamma, delta), gamma)
 
 
-def initial_prices(
-    utility: Utility, throughput: Tensor, capacity: Tensor, demand: Tensor | None = None
-) -> Tensor:
+def initial_prices(utility: Utility, throughput: Tensor, capacity: Tensor, demand: Tensor | None = None) -> Tensor:
     """Initial prices of eq. (17), generalised to demands.
 
     Every job gets the same share ``x_ij = R_j / D_j`` of each pool (``D_j = sum_i d_ij``, so the shares use exactly
