@@ -31,10 +31,14 @@ LABEL org.opencontainers.image.title="walras" \
 RUN groupadd --gid 10001 walras \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin walras
 COPY --from=build /opt/walras /opt/walras
+# numba keeps the compiled kernels of allocator (colocation DP, degree SEQ, pricing hull walk) in NUMBA_CACHE_DIR:
+# the root filesystem is read-only, /tmp is the chart's writable emptyDir (without a writable cache directory the
+# kernels compile once per process instead, see allocator/_jit.py).
 ENV PATH=/opt/walras/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    TMPDIR=/tmp
+    TMPDIR=/tmp \
+    NUMBA_CACHE_DIR=/tmp/numba-cache
 USER 10001:10001
 # extender, metrics, kopf health
 EXPOSE 8888 9847 8080

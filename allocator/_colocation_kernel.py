@@ -17,11 +17,12 @@ planner's colocation pools (hundreds of machines).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from allocator._jit import njit
 
-@numba.njit(cache=True, nogil=True)
+
+@njit(nogil=True)
 def bestors_dc(prefix, dprefix, mt, cp, big, limited, m):
     """``(costs, choice)`` of shape ``(m, n + 1)`` for the BestOrS DP on prefix sums ``prefix`` (length ``n + 1``).
 

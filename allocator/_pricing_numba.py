@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from allocator._jit import njit
 
 LINEAR, LOG, POWER, ALPHA, TARGET = 0, 1, 2, 3, 4
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def _argmax(family: int, w: float, q: float, alpha: float, gamma: float, delta: float, single: bool) -> float:
     """A maximiser of ``u(t) - alpha t`` on ``[gamma, delta]`` (eq. 15 for strictly concave ``u``, eq. 16 for
     target-priority, an end point for linear pieces), as the torch ``argmax`` of each family computes it; with
@@ -53,7 +54,7 @@ def _argmax(family: int, w: float, q: float, alpha: float, gamma: float, delta: 
     return min(max(t, gamma), delta)
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@njit(nogil=True, error_model="numpy")
 def hull_walk(
     a, c, family, w, q, single, t_out, j_lo_out, j_hi_out, x_lo_out, a_lo_out, c_lo_out, x_hi_out, a_hi_out, c_hi_out
 ):

@@ -170,3 +170,12 @@ def test_copied_sources_exist_and_are_not_ignored() -> None:
         assert (ROOT / source).exists(), source
         assert not ignored(source, patterns), f"{source} is copied but excluded by .dockerignore"
     assert ignored("operator/walras/__pycache__", patterns)
+
+
+def test_numba_cache_is_on_the_writable_tmp_volume() -> None:
+    """The root filesystem is read-only (chart), so numba's kernel cache must live under the /tmp emptyDir."""
+    envs = " ".join(a for i, a in FINAL.instructions if i == "ENV")
+    found = re.search(r"NUMBA_CACHE_DIR=(\S+)", envs)
+    assert found and found.group(1).startswith("/tmp/")
+    deployment = (ROOT / "helm" / "walras" / "templates" / "deployment.yaml").read_text()
+    assert "readOnlyRootFilesystem: true" in deployment and "mountPath: /tmp" in deployment

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 from numpy.typing import NDArray
+
+from allocator._jit import njit
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -101,7 +102,7 @@ class Records:
         return self.a_ids[o : o + k], self.a_amt[o : o + k]
 
 
-@numba.njit(cache=True)
+@njit()
 def _lower_bound(A: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
     """Smallest ``i`` in ``[lo, hi]`` with ``A[i] >= x`` (``hi`` if none)."""
     while lo < hi:
@@ -113,7 +114,7 @@ def _lower_bound(A: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: n
     return lo
 
 
-@numba.njit(cache=True)
+@njit()
 def _upper_bound(V: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: no cover - compiled
     """Smallest ``i`` in ``[lo, hi]`` with ``V[i] > x`` (``hi`` if none)."""
     while lo < hi:
@@ -125,7 +126,7 @@ def _upper_bound(V: FloatArray, lo: int, hi: int, x: float) -> int:  # pragma: n
     return lo
 
 
-@numba.njit(cache=True)
+@njit()
 def sweep_kernel(
     V: FloatArray,
     I: IntArray,
@@ -339,7 +340,7 @@ def sweep_kernel(
     return s, e
 
 
-@numba.njit(cache=True)
+@njit()
 def _take_prefix(
     V: FloatArray,
     I: IntArray,
@@ -374,7 +375,7 @@ def _take_prefix(
     return nb, s, I[s], rem
 
 
-@numba.njit(cache=True)
+@njit()
 def list_insert(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> None:  # pragma: no cover - compiled
     """Insert client ``c`` of value ``x`` into ``vals[:n]`` / ``ids[:n]`` (sorted by ``(value, id)``, room for one
     more); ``c`` must be the largest id, so it goes after the clients of equal value."""
@@ -386,7 +387,7 @@ def list_insert(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> No
     ids[pos] = c
 
 
-@numba.njit(cache=True)
+@njit()
 def list_delete(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> None:  # pragma: no cover - compiled
     """Remove client ``c`` of value ``x`` from ``vals[:n]`` / ``ids[:n]`` (sorted by value; ``c`` must be there)."""
     pos = _lower_bound(vals, 0, n, x)
@@ -397,7 +398,7 @@ def list_delete(vals: FloatArray, ids: IntArray, n: int, x: float, c: int) -> No
         ids[q] = ids[q + 1]
 
 
-@numba.njit(cache=True)
+@njit()
 def first_affected(
     v: float, c: int, lo_v: FloatArray, lo_r: IntArray, hi_v: FloatArray, hi_r: IntArray
 ) -> int:  # pragma: no cover - compiled
@@ -414,7 +415,7 @@ def first_affected(
     return m
 
 
-@numba.njit(cache=True)
+@njit()
 def _touched_before(
     j0: int,
     alive: NDArray[np.bool_],
@@ -457,7 +458,7 @@ def _touched_before(
     return touched[:nt], rid[:k][::-1].copy(), rval[:k][::-1].copy()
 
 
-@numba.njit(cache=True)
+@njit()
 def _merge_list(
     g_val: FloatArray,
     g_id: IntArray,
