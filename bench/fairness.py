@@ -257,9 +257,10 @@ def verdict(rows: list[str]) -> str:
             "\n\nWhy (observed): the plain PS-DSF sweep map is piecewise affine and in long phases moves one user from "
             "one server to\nanother by the same amount every sweep, so the residual stays flat until a pair drains. "
             "The level start\n(smoothed per-server levels + exact active-set solve, `allocator/fairness/_levels.py`) "
-            "removes that phase when its\nactive set is right. At 1000 x 500 no polished point passes yet: it exceeds "
-            "a capacity by ~4e-5 on a\nresource other than the one taken as saturated (servers at a two-resource "
-            "kink, not handled), so the plain\nsweeps finish from the smoothed point."
+            "removes that phase when its\nactive set is right. At 1000 x 500 no polished point passes yet "
+            "(observed: it exceeds a capacity by\n~4e-5 on a resource other than the one taken as saturated at one "
+            "server, and eligible unused pairs fall\nbelow their server's level), so the plain sweeps finish from "
+            "the smoothed point, still slowly."
         )
     return "\n".join(missed) + why
 
