@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -67,13 +68,27 @@ class Subsolution:
         """``c_i(t_i)``: what each job pays at the prices of this evaluation."""
         return self.x_lo * self.c_lo + self.x_hi * self.c_hi
 
-    def dense(self, m: int) -> Tensor:
-        """The allocation as an ``n x m`` matrix."""
+    def dense(self, m: int, scale: Tensor | None = None) -> Tensor:
+        """The allocation as an ``n x m`` matrix, each column multiplied by ``scale`` (``(m,)``) when given."""
         n = self.t.shape[0]
+        if self.t.device.type == "cpu":
+            from allocator._pricing_numba import dense_fill
+
+            s = np.ones(m) if scale is None else scale.detach().double().cpu().numpy()
+            out = dense_fill(
+                self.j_lo.numpy(),
+                self.x_lo.numpy(),
+                self.j_hi.numpy(),
+                self.x_hi.numpy(),
+                s,
+                m,
+                np.dtype(str(self.t.dtype).replace("torch.", "")),
+            )
+            return torch.from_numpy(out)
         x = torch.zeros((n, m + 1), dtype=self.t.dtype, device=self.t.device)
         x.scatter_add_(1, self.j_lo.unsqueeze(1), self.x_lo.unsqueeze(1))
         x.scatter_add_(1, self.j_hi.unsqueeze(1), self.x_hi.unsqueeze(1))
-        return x[:, :m]
+        return x[:, :m] if scale is None else x[:, :m] * scale
 
 
 def _assemble(a: Tensor, c: Tensor, t: Tensor, j_lo: Tensor, j_hi: Tensor) -> Subsolution:

@@ -148,3 +148,65 @@ def walk(a: np.ndarray, c: np.ndarray, family: int, w: np.ndarray, q: np.ndarray
     j_hi = np.empty(n, dtype=np.int64)
     hull_walk(a, c, family, w, q, dt == np.float32, t, j_lo, j_hi, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi)
     return t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi
+
+
+@njit(nogil=True)
+def _dense_fill(j_lo, x_lo, j_hi, x_hi, scale, out):
+    m = out.shape[1]
+    for i in range(out.shape[0]):
+        j = j_lo[i]
+        if j < m:
+            out[i, j] += x_lo[i] * scale[j]
+        j = j_hi[i]
+        if j < m:
+            out[i, j] += x_hi[i] * scale[j]
+
+
+def dense_fill(
+    j_lo: np.ndarray, x_lo: np.ndarray, j_hi: np.ndarray, x_hi: np.ndarray, scale: np.ndarray, m: int, dtype: np.dtype
+) -> np.ndarray:
+    """The ``n x m`` allocation of a subsolution (pool ``m`` = none), column ``j`` scaled by ``scale[j]``: one pass
+    over the jobs instead of an ``n x (m + 1)`` scatter and a scaled copy."""
+    out = np.zeros((j_lo.shape[0], m), dtype=dtype)
+    _dense_fill(j_lo, x_lo, j_hi, x_hi, scale.astype(dtype), out)
+    return out
+
+
+@njit(nogil=True)
+def _rows_differ(a, b, out):
+    n, m = a.shape
+    for i in range(n):
+        for j in range(m):
+            if a[i, j] != b[i, j]:  # NaN differs from everything
+                out[i] = True
+                break
+
+
+def rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(a != b).any(axis=1)`` for two C-contiguous matrices of one shape and dtype, in one pass without the
+    ``n x m`` temporary (the change detection of an incremental re-solve)."""
+    out = np.zeros(a.shape[0], dtype=np.bool_)
+    _rows_differ(a, b, out)
+    return out
+
+
+@njit(nogil=True)
+def _scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale, out):
+    for i in range(out.shape[0]):
+        out[i] = a_lo[i] * x_lo[i] * scale[j_lo[i]] + a_hi[i] * x_hi[i] * scale[j_hi[i]]
+
+
+def scaled_throughput(
+    a_lo: np.ndarray,
+    x_lo: np.ndarray,
+    j_lo: np.ndarray,
+    a_hi: np.ndarray,
+    x_hi: np.ndarray,
+    j_hi: np.ndarray,
+    scale: np.ndarray,
+) -> np.ndarray:
+    """Each job's throughput after column scaling (004 Sec. 5): ``a_lo x_lo s[j_lo] + a_hi x_hi s[j_hi]`` with
+    ``scale`` of length ``m + 1`` (the last entry, for "no pool", is 1)."""
+    out = np.empty(a_lo.shape[0], dtype=a_lo.dtype)
+    _scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale.astype(a_lo.dtype), out)
+    return out

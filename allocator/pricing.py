@@ -83,6 +83,10 @@ class _Reuse:
     utility: Utility
     prices: np.ndarray
     sol: Subsolution
+    capacity: Tensor
+    r_local: Tensor | None  #: the sums of the evaluation at ``prices`` (see :class:`_Evaluation`)
+    net_local: float
+    u_local: float
 
 
 @dataclass
@@ -241,14 +245,17 @@ def _prepare(
     demand: ArrayLike | None,
     device: torch.device,
     dtype: torch.dtype,
+    check_throughput: bool = True,
 ) -> _Problem:
+    """Validate and convert the inputs (``check_throughput=False``: the caller validates the throughputs)."""
     a = _to_tensor("throughput", throughput, device, dtype)
     if a.ndim != 2:
         raise ValueError(f"throughput must be a 2-d array (jobs x pools), got shape {tuple(a.shape)}")
     n, m = a.shape
     if m == 0:
         raise ValueError("throughput has no columns: there must be at least one pool")
-    _first_bad("throughput", ~torch.isfinite(a) | (a < 0), a, "finite and non-negative")
+    if check_throughput:
+        _check_throughput(a)
     cap = _to_tensor("capacity", capacity, device, dtype)
     if cap.ndim != 1 or cap.shape[0] != m:
         raise ValueError(f"capacity has shape {tuple(cap.shape)} but throughput has {m} pools: expected ({m},)")
@@ -271,6 +278,14 @@ def _prepare(
     return _Problem(a=a, capacity=cap, demand=d, utility=utility.to(device=device, dtype=dtype))
 
 
+def _check_throughput(a: Tensor, rows: Tensor | None = None) -> None:
+    """``ValueError`` naming the first NaN, infinite or negative throughput (only ``rows`` are scanned when given:
+    the others are known to be valid; the message then still names the first bad entry of the whole matrix)."""
+    sub = a if rows is None else a.index_select(0, rows)
+    if bool((~torch.isfinite(sub) | (sub < 0)).any()):
+        _first_bad("throughput", ~torch.isfinite(a) | (a < 0), a, "finite and non-negative")
+
+
 def _same(x: Any, y: Any) -> bool:
     if isinstance(x, Tensor) or isinstance(y, Tensor):
         return isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and bool(torch.equal(x, y))
@@ -284,7 +299,12 @@ def _changed_rows(state: _Reuse, prob: _Problem) -> Tensor | None:
     a, old = prob.a, state.a
     if a.shape != old.shape or a.dtype != old.dtype or a.device != old.device:
         return None
-    changed = (a != old).any(dim=1)
+    if a.device.type == "cpu":
+        from allocator._pricing_numba import rows_differ
+
+        changed = torch.from_numpy(rows_differ(a.contiguous().numpy(), old.contiguous().numpy()))
+    else:
+        changed = (a != old).any(dim=1)
     d, od = prob.demand, state.demand
     if d is not None or od is not None:
         one = torch.ones((), dtype=a.dtype, device=a.device)  # ``None`` means a demand of 1 for every job
@@ -325,6 +345,11 @@ class _Evaluation:
     sol: Subsolution
     t_feasible: Tensor
     recovered: Recovery | None = None  #: set when the LP split of tied jobs beats column scaling
+    #: this process's sums at ``prices``: usage per pool (``m + 1``, last: "none"), ``sum_i u_i(t_i) - c_i(t_i)`` and
+    #: ``sum_i u_i(t_i)`` of the subproblem solutions (what an incremental re-solve updates row by row)
+    r_local: Tensor | None = None
+    net_local: float = math.nan
+    u_local: float = math.nan
 
 
 class _Evaluator:
@@ -336,38 +361,76 @@ class _Evaluator:
         self.method = method
         a = prob.a
         self.n, self.m = a.shape
-        self.a_pos = a > 0
+        self._a_pos: Tensor | None = None
         self.cap64 = prob.capacity.detach().double().cpu().numpy()
         self.evaluations = 0
-        #: (prices, subsolution at those prices, rows to solve again): set by a solve given ``previous=``; used once,
-        #: by the first evaluation at exactly those prices
-        self.reuse: tuple[np.ndarray, Subsolution, Tensor] | None = None
+        #: (the previous solve's state, rows to solve again): set by a solve given ``previous=``; used once, by the
+        #: first evaluation at exactly the state's prices
+        self.reuse: tuple[_Reuse, Tensor] | None = None
         self.resolved: int | None = None
 
-    def _subsolution(self, prices: np.ndarray, c: Tensor) -> Subsolution:
-        """The subproblem solutions at ``prices``: from the previous solve for unchanged rows when it was evaluated at
-        exactly these prices (rows are independent and solved elementwise, so this is a full solve up to last-bit
-        rounding of vectorised functions), else by the hull walk (or the pairs enumeration) over all rows."""
+    @property
+    def a_pos(self) -> Tensor:
+        """``a > 0``, computed once when a walk needs it (the compiled walk does not)."""
+        if self._a_pos is None:
+            self._a_pos = self.prob.a > 0
+        return self._a_pos
+
+    def _incremental(self, prices: np.ndarray, c: Tensor) -> tuple[Subsolution, Tensor, Tensor, Tensor] | None:
+        """The subproblem solutions and their sums ``(sol, r, net, u)`` at ``prices`` from the previous solve's state,
+        when it was evaluated at exactly these prices: only the changed rows are solved again (rows are independent,
+        so this is a full solve up to last-bit rounding of vectorised functions), and the sums are updated by the
+        changed rows' old and new contributions. ``None`` otherwise (a full evaluation follows)."""
+        if self.reuse is None or self.method != "hull" or not np.array_equal(prices, self.reuse[0].prices):
+            return None
+        state, rows = self.reuse
+        self.reuse = None
+        self.resolved = int(rows.numel())
         prob = self.prob
-        if self.reuse is not None and self.method == "hull" and np.array_equal(prices, self.reuse[0]):
-            _, base, rows = self.reuse
-            self.reuse = None
-            self.resolved = int(rows.numel())
-            if rows.numel() == 0:
-                return base
-            sub = solve_hull(
-                prob.a.index_select(0, rows),
-                c.index_select(0, rows),
-                prob.utility.take(rows),
-                a_pos=self.a_pos.index_select(0, rows),
+        base = state.sol
+        sums: tuple[Tensor, Tensor, Tensor] | None = None
+        if state.r_local is not None and math.isfinite(state.net_local) and math.isfinite(state.u_local):
+            sums = (
+                state.r_local.clone(),
+                torch.tensor(state.net_local, dtype=torch.float64),
+                torch.tensor(state.u_local, dtype=torch.float64),
             )
+        if rows.numel():
+            fields = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
+            old = Subsolution(**{name: getattr(base, name).index_select(0, rows) for name in fields})
+            util = prob.utility.take(rows)
+            new = solve_hull(prob.a.index_select(0, rows), c.index_select(0, rows), util)
+            if sums is not None:
+                r, net, u_sum = sums
+                old_d = None if state.demand is None else state.demand.index_select(0, rows)
+                new_d = None if prob.demand is None else prob.demand.index_select(0, rows)
+                parts = (
+                    (-1.0, old, old_d, state.utility.take(rows).value(old.t)),
+                    (1.0, new, new_d, util.value(new.t)),
+                )
+                for sign, part, d_rows, u_part in parts:
+                    net = net + sign * (u_part - part.cost()).sum(dtype=torch.float64)
+                    u_sum = u_sum + sign * u_part.sum(dtype=torch.float64)
+                    w_lo, w_hi = _usage_weights(part, d_rows, self.m)
+                    r.index_add_(0, part.j_lo, sign * w_lo.double())
+                    r.index_add_(0, part.j_hi, sign * w_hi.double())
+                sums = (r, net, u_sum) if bool(torch.isfinite(net)) and bool(torch.isfinite(u_sum)) else None
             # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`)
-            for name in ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi"):
-                getattr(base, name).index_copy_(0, rows, getattr(sub, name))
-            return base
-        if self.method == "hull":
-            return solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
-        return solve_pairs(prob.a, c, prob.utility)
+            for name in fields:
+                getattr(base, name).index_copy_(0, rows, getattr(new, name))
+        if sums is None:
+            sums = self._sums(base)
+        return base, sums[0], sums[1], sums[2]
+
+    def _sums(self, sol: Subsolution) -> tuple[Tensor, Tensor, Tensor]:
+        """``(r, net, u)``: usage per pool (``m + 1``), ``sum_i u_i(t_i) - c_i(t_i)`` and ``sum_i u_i(t_i)``."""
+        u_t = self.prob.utility.value(sol.t)
+        net = (u_t - sol.cost()).sum(dtype=torch.float64)
+        w_lo, w_hi = self.usage_weights(sol)
+        r = torch.zeros(self.m + 1, dtype=torch.float64, device=sol.t.device)
+        r.index_add_(0, sol.j_lo, w_lo.double())
+        r.index_add_(0, sol.j_hi, w_hi.double())
+        return r, net, u_t.sum(dtype=torch.float64)
 
     def _allreduce(self, values: list[float] | np.ndarray) -> np.ndarray:
         if self.group is None:
@@ -391,15 +454,7 @@ class _Evaluator:
         return d * p
 
     def usage_weights(self, sol: Subsolution) -> tuple[Tensor, Tensor]:
-        d = self.prob.demand
-        if d is None:
-            return sol.x_lo, sol.x_hi
-        if d.ndim == 1:
-            return sol.x_lo * d, sol.x_hi * d
-        last = self.m - 1
-        d_lo = d.gather(1, sol.j_lo.clamp(max=last).unsqueeze(1)).squeeze(1)
-        d_hi = d.gather(1, sol.j_hi.clamp(max=last).unsqueeze(1)).squeeze(1)
-        return sol.x_lo * d_lo, sol.x_hi * d_hi
+        return _usage_weights(sol, self.prob.demand, self.m)
 
     #: Candidate-pool tolerances tried in turn by :meth:`recover`: exact ties first, then near ties, which lets the
     #: LP reach U* from prices that are only close to optimal (piecewise-linear g: linear and target utilities).
@@ -434,13 +489,15 @@ class _Evaluator:
         self.evaluations += 1
         p = torch.as_tensor(prices, dtype=prob.a.dtype).to(prob.a.device)
         c = self.costs(p)
-        sol = self._subsolution(np.asarray(prices, dtype=np.float64), c)
-        u_t = prob.utility.value(sol.t)
-        net = (u_t - sol.cost()).sum(dtype=torch.float64)
-        w_lo, w_hi = self.usage_weights(sol)
-        r = torch.zeros(self.m + 1, dtype=torch.float64, device=p.device)
-        r.index_add_(0, sol.j_lo, w_lo.double())
-        r.index_add_(0, sol.j_hi, w_hi.double())
+        inc = self._incremental(np.asarray(prices, dtype=np.float64), c)
+        if inc is not None:
+            sol, r, net, u_sum = inc
+        else:
+            if self.method == "hull":
+                sol = solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
+            else:
+                sol = solve_pairs(prob.a, c, prob.utility)
+            r, net, u_sum = self._sums(sol)
         packed = torch.cat([r[: self.m], net.reshape(1)]).cpu().numpy()
         packed = self._allreduce(packed)
         usage = packed[: self.m]
@@ -450,12 +507,27 @@ class _Evaluator:
         scale64[: self.m][over] = self.cap64[over] / usage[over]
         scale = torch.as_tensor(scale64, dtype=prob.a.dtype).to(p.device)
         if over.any():
-            s_lo, s_hi = scale.index_select(0, sol.j_lo), scale.index_select(0, sol.j_hi)
-            t_feas = sol.a_lo * sol.x_lo * s_lo + sol.a_hi * sol.x_hi * s_hi
+            if sol.t.device.type == "cpu":
+                from allocator._pricing_numba import scaled_throughput
+
+                t_feas = torch.from_numpy(
+                    scaled_throughput(
+                        sol.a_lo.numpy(),
+                        sol.x_lo.numpy(),
+                        sol.j_lo.numpy(),
+                        sol.a_hi.numpy(),
+                        sol.x_hi.numpy(),
+                        sol.j_hi.numpy(),
+                        scale64,
+                    )
+                )
+            else:
+                s_lo, s_hi = scale.index_select(0, sol.j_lo), scale.index_select(0, sol.j_hi)
+                t_feas = sol.a_lo * sol.x_lo * s_lo + sol.a_hi * sol.x_hi * s_hi
             primal_local = prob.utility.value(t_feas).sum(dtype=torch.float64)
         else:
             t_feas = sol.t
-            primal_local = u_t.sum(dtype=torch.float64)
+            primal_local = u_sum
         primal = float(self._allreduce([float(primal_local)])[0])
         if math.isnan(primal):
             primal = -math.inf
@@ -468,7 +540,21 @@ class _Evaluator:
             scale=scale,
             sol=sol,
             t_feasible=t_feas,
+            r_local=r,
+            net_local=float(net),
+            u_local=float(u_sum),
         )
+
+
+def _usage_weights(sol: Subsolution, demand: Tensor | None, m: int) -> tuple[Tensor, Tensor]:
+    """What each job's two pools carry of its demand: ``x_lo d_lo`` and ``x_hi d_hi`` (``demand``: the jobs' rows)."""
+    if demand is None:
+        return sol.x_lo, sol.x_hi
+    if demand.ndim == 1:
+        return sol.x_lo * demand, sol.x_hi * demand
+    d_lo = demand.gather(1, sol.j_lo.clamp(max=m - 1).unsqueeze(1)).squeeze(1)
+    d_hi = demand.gather(1, sol.j_hi.clamp(max=m - 1).unsqueeze(1)).squeeze(1)
+    return sol.x_lo * d_lo, sol.x_hi * d_hi
 
 
 def dual_evaluation(
@@ -592,7 +678,17 @@ class PriceDiscovery:
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
         dev = resolve_device(self.device, throughput, capacity)
         dtype = resolve_dtype(self.dtype)
-        prob = _prepare(throughput, capacity, utility, demand, dev, dtype)
+        if previous is not None and not isinstance(previous, PricingResult):
+            raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
+        state = previous._reuse if previous is not None and group is None and self.method == "hull" else None
+        prob = _prepare(throughput, capacity, utility, demand, dev, dtype, check_throughput=state is None)
+        rows: Tensor | None = None  # rows to solve again in an incremental re-solve (None: no reuse)
+        if state is not None:
+            rows = _changed_rows(state, prob)
+            if rows is not None and not torch.equal(state.capacity > 0, prob.capacity > 0):
+                rows = None  # pools opened or closed: the masked problem changed everywhere
+            # unchanged rows equal rows validated by the previous solve
+            _check_throughput(prob.a, rows)
         n, m = prob.a.shape
         n_total = n
         if group is not None:
@@ -617,24 +713,32 @@ class PriceDiscovery:
             _first_bad("prices", ~torch.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
             p0_given = p0t.numpy().copy()
         if previous is not None:
-            if not isinstance(previous, PricingResult):
-                raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
             if previous.prices.shape != (m,):
                 raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
             if p0_given is None:
                 # the evaluation prices of the stored subsolution: the returned prices, except that closed pools
                 # (capacity 0, masked out of every subproblem) may have been re-priced after the run
-                state = previous._reuse
-                p0_given = (state.prices if state is not None else previous.prices).astype(np.float64).copy()
+                kept = previous._reuse
+                p0_given = (kept.prices if kept is not None else previous.prices).astype(np.float64).copy()
 
-        # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible.
-        zero_t = torch.zeros(n, dtype=dtype, device=dev)
-        u0 = prob.utility.value(zero_t)
-        runnable = ((prob.a > 0) & (prob.capacity > 0)).any(dim=1)
-        bad_rows = torch.isneginf(u0) & ~runnable
-        infeasible = torch.nonzero(bad_rows).squeeze(1).cpu().numpy()
+        # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible. In an
+        # incremental re-solve only the changed rows can be (the previous solve had none, with the same open pools).
+        def infeasible_rows(idx: Tensor | None) -> Tensor:
+            a_rows = prob.a if idx is None else prob.a.index_select(0, idx)
+            util = prob.utility if idx is None else prob.utility.take(idx)
+            u0 = util.value(torch.zeros(a_rows.shape[0], dtype=dtype, device=dev))
+            return torch.isneginf(u0) & ~((a_rows > 0) & (prob.capacity > 0)).any(dim=1)
+
+        bad_rows: Tensor | None = None
+        if rows is None or bool(infeasible_rows(rows).any()):
+            bad_rows = infeasible_rows(None)
+            rows = None if bool(bad_rows.any()) else rows
+        infeasible = (
+            np.zeros(0, dtype=np.int64) if bad_rows is None else torch.nonzero(bad_rows).squeeze(1).cpu().numpy()
+        )
         keep: Tensor | None = None
         if infeasible.size:
+            assert bad_rows is not None
             keep = torch.nonzero(~bad_rows).squeeze(1)
             prob = _Problem(
                 a=prob.a.index_select(0, keep),
@@ -644,20 +748,18 @@ class PriceDiscovery:
             )
         # Degenerate pools with zero capacity: nobody may use them; solve without them and price each at the
         # largest marginal value any job would get from it, u_i'(t_i) a_ij / d_ij, so that no job wants it.
+        a_raw = prob.a
         closed = (prob.capacity <= 0).cpu().numpy()
         if closed.any() and not closed.all():
             mask = torch.as_tensor(~closed, device=dev).to(dtype)
             prob = _Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = _Evaluator(prob, method=self.method, group=group)
         a_copy: Tensor | None = None  # the private copy of the throughputs kept for the next incremental solve
-        if previous is not None and previous._reuse is not None and group is None and keep is None:
-            state = previous._reuse
-            rows = _changed_rows(state, prob)
-            if rows is not None:
-                # consume the previous state: its buffers are patched in place and move to this result
-                previous._reuse = None
-                evaluator.reuse = (state.prices, state.sol, rows)
-                a_copy = state.a.index_copy_(0, rows, prob.a.index_select(0, rows))
+        if previous is not None and state is not None and rows is not None and keep is None:
+            # consume the previous state: its buffers are patched in place and move to this result
+            previous._reuse = None
+            evaluator.reuse = (state, rows)
+            a_copy = state.a.index_copy_(0, rows, a_raw.index_select(0, rows))
         run = _Run(self, evaluator, eps, max_iter)
         run.low_precision = self.escalate and dtype == torch.float32 and group is None
         presolved = 0
@@ -701,7 +803,7 @@ class PriceDiscovery:
             x, t = best_e.recovered.allocation, best_e.recovered.throughputs
             usage = best_e.recovered.usage
         else:
-            x = sol.dense(m) * scale[:m]
+            x = sol.dense(m, scale[:m])
             t = best_e.t_feasible
             usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
         if keep is not None:
@@ -736,11 +838,15 @@ class PriceDiscovery:
             _precision_stall=run.precision_stall and not converged,
             _reuse=(
                 _Reuse(
-                    a=prob.a.clone() if a_copy is None else a_copy,
+                    a=a_raw.clone() if a_copy is None else a_copy,
                     demand=None if prob.demand is None else prob.demand.clone(),
                     utility=prob.utility,
                     prices=best_d.prices.copy(),
                     sol=best_d.sol,
+                    capacity=prob.capacity.clone(),
+                    r_local=best_d.r_local,
+                    net_local=best_d.net_local,
+                    u_local=best_d.u_local,
                 )
                 if group is None and keep is None and self.method == "hull"
                 else None

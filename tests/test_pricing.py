@@ -651,3 +651,47 @@ def test_a_float32_run_that_stalls_continues_in_float64() -> None:
     assert [h.iteration for h in res.history] == list(range(1, res.iterations + 1))
     exact = pricing.solve(a, r, U.Log(), device="cpu", dtype="float64", eps=eps)
     assert abs(res.utility_value - exact.utility_value) <= 2 * eps
+
+
+def test_compiled_helpers_match_their_torch_expressions() -> None:
+    """The one-pass kernels behind dense allocations, change detection and column-scaled throughputs against the
+    torch expressions they replace (float32, bit for bit)."""
+    from allocator._pricing_kernel import Subsolution
+    from allocator._pricing_numba import dense_fill, rows_differ, scaled_throughput
+
+    rng = np.random.default_rng(9)
+    n, m = 3000, 5
+    a = rng.uniform(0, 1, (n, m)).astype(np.float32)
+    b = a.copy()
+    flip = rng.choice(n, 40, replace=False)
+    b[flip, rng.integers(0, m, 40)] += 0.5
+    b[7, 2] = np.nan
+    np.testing.assert_array_equal(rows_differ(a, b), (a != b).any(axis=1))
+    np.testing.assert_array_equal(rows_differ(a, a), np.zeros(n, dtype=bool))
+    j_lo = rng.integers(0, m + 1, n)
+    j_hi = np.where(j_lo < m, (j_lo + rng.integers(1, m, n)) % m, rng.integers(0, m, n))
+    x_hi = rng.uniform(0, 1, n).astype(np.float32)
+    x_lo = np.where(j_lo < m, 1 - x_hi, 0).astype(np.float32)
+    a_lo = rng.uniform(0, 1, n).astype(np.float32)
+    a_hi = rng.uniform(0, 1, n).astype(np.float32)
+    scale = np.append(rng.uniform(0.5, 1, m), 1.0)
+    t = torch.from_numpy
+    sol = Subsolution(
+        t=t(a_lo),
+        j_lo=t(j_lo),
+        x_lo=t(x_lo),
+        a_lo=t(a_lo),
+        c_lo=t(a_lo),
+        j_hi=t(j_hi),
+        x_hi=t(x_hi),
+        a_hi=t(a_hi),
+        c_hi=t(a_hi),
+    )
+    s32 = torch.tensor(scale, dtype=torch.float32)
+    x = torch.zeros((n, m + 1), dtype=torch.float32)
+    x.scatter_add_(1, sol.j_lo.unsqueeze(1), (sol.x_lo * s32.index_select(0, sol.j_lo)).unsqueeze(1))
+    x.scatter_add_(1, sol.j_hi.unsqueeze(1), (sol.x_hi * s32.index_select(0, sol.j_hi)).unsqueeze(1))
+    np.testing.assert_array_equal(dense_fill(j_lo, x_lo, j_hi, x_hi, scale[:m], m, np.dtype(np.float32)), x[:, :m])
+    np.testing.assert_array_equal(sol.dense(m, s32[:m]).numpy(), x[:, :m].numpy())
+    expected = sol.a_lo * sol.x_lo * s32.index_select(0, sol.j_lo) + sol.a_hi * sol.x_hi * s32.index_select(0, sol.j_hi)
+    np.testing.assert_array_equal(scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale), expected.numpy())
