@@ -312,6 +312,24 @@ def test_utility_policy_uses_aa_and_respects_capacity() -> None:
     assert result.amount.sum() <= 8
 
 
+def test_utility_policy_gives_units_of_pods_evicted_by_the_degree_limit_to_the_pods_left() -> None:
+    """AA puts four pods on one 8-unit node; the degree limit keeps two. Their curves (log(1 + a)) keep gaining, so
+    the two get all 8 units between them (4 + 4, the optimal split), not the 2 + 2 they had next to the others."""
+    from dataclasses import replace
+
+    from walras.planner.spec import CurveSpec
+
+    req = request([8.0], [2], [2.0], [4])
+    job = replace(req.jobs[0], curve=CurveSpec(type="log"))
+    req = replace(req, jobs=[job])
+    result = get_policy("utility").place(req)
+    check_result(req, result)
+    placed = result.node >= 0
+    assert int(placed.sum()) == 2
+    assert sorted(result.amount[placed].tolist()) == [4.0, 4.0]
+    assert (result.amount[~placed] == 0).all()
+
+
 def test_throughput_policy_uses_seq_under_degree_limits() -> None:
     req = request([4, 4, 4], [2, 2, 2], [1, 1, 2], [3, 4, 2], policy="throughput", degree_limit=2)
     result = get_policy("throughput").place(req)

@@ -195,7 +195,8 @@ class UtilityPolicy:
             table[i] = curve_values(job.curve, job.demand, top)
         values = table[request.pod_job]
         # Degree limit: AA assigns any number of threads to a server, so pods beyond a node's slots are evicted
-        # below in decreasing node order and the freed amounts stay unused (a sound, conservative repair).
+        # (smallest amounts first); the units they free go back to the pods left on their node by the same optimal
+        # per-node split that follows the algorithm (allocator.aa.reallocate, never worse than what they had).
         server, got = aa.assign_and_allocate(values, capacities, method=request.pool.aa_method)
         server = np.asarray(server, dtype=np.int64)
         got = np.asarray(got, dtype=np.float64)
@@ -203,6 +204,12 @@ class UtilityPolicy:
         node[ok] = usable[server[ok]]
         amount[ok] = got[ok]
         _enforce_slots(node, amount, request.slots)
+        kept = np.flatnonzero(node >= 0)
+        if 0 < kept.size < int(ok.sum()):
+            split = aa.reallocate(
+                aa.as_curves(values[kept], top), server[kept], capacities, current=amount[kept].astype(np.int64)
+            )
+            amount[kept] = np.asarray(split, dtype=np.float64)
         return PlacementResult(node=node, amount=amount)
 
 
