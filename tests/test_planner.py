@@ -141,6 +141,12 @@ def test_format_quantity() -> None:
     assert format_quantity(2.0) == "2"
     assert format_quantity(1.5) == "1500m"
     assert format_quantity(0.25) == "250m"
+    assert format_quantity(2 * 1024**3) == "2Gi" and format_quantity(512 * 1024**2) == "512Mi"
+    assert format_quantity(3 * 1024**4) == "3Ti" and format_quantity(1536 * 1024**2) == "1536Mi"
+    assert format_quantity(1024) == "1024" and format_quantity(2048) == "2048"  # cores or devices: no suffix
+    assert format_quantity(1_000_000) == "1000000"
+    for value in (2 * 1024**3, 512 * 1024**2, 3 * 1024**4, 1536 * 1024**2, 1024, 0.25, 7.0):
+        assert parse_quantity(format_quantity(value)) == value
     with pytest.raises(ValueError):
         format_quantity(-1)
 

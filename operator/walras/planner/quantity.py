@@ -57,12 +57,20 @@ def parse_quantity(value: object, field: str = "quantity") -> float:
 
 
 def format_quantity(value: float) -> str:
-    """Format a non-negative amount as a quantity: an integer when it is one, else milli-units (``"1500m"``)."""
+    """Format a non-negative amount as a quantity: an integer when it is one, else milli-units (``"1500m"``).
+
+    Whole multiples of ``Mi``, ``Gi`` or ``Ti`` (amounts of at least 1 Mi: bytes of memory or storage, never a count of
+    cores or devices) keep the binary suffix a manifest would use: ``2147483648`` -> ``"2Gi"``.
+    """
     if value < 0 or not math.isfinite(value):
         raise ValueError(f"quantity must be finite and non-negative, got {value!r}")
     rounded = round(value)
     if abs(value - rounded) < 1e-9:
-        return str(int(rounded))
+        whole = int(rounded)
+        for suffix, unit in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20)):
+            if whole >= unit and whole % unit == 0:
+                return f"{whole // unit}{suffix}"
+        return str(whole)
     milli = round(value * 1000)
     if milli % 1000 == 0:
         return str(milli // 1000)
