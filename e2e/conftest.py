@@ -118,6 +118,12 @@ class Cluster:
     def pods(self, namespace: str, selector: str = "walras.dev/managed=true") -> list[dict[str, Any]]:
         return list(self.get("pods", "-n", namespace, "-l", selector)["items"])
 
+    def close(self) -> None:
+        """Stop the emulated API (nothing to do for a real cluster)."""
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+
     # emulator-only controls
     def faults(self, *faults: dict[str, Any]) -> None:
         assert self.url is not None
@@ -160,17 +166,21 @@ def _start_emulator(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
+def connect(workdir: Path, kubectl_bin: str) -> Cluster:
+    """A test module's cluster: the real one of ``WALRAS_E2E_KUBECONFIG``, else a fresh emulated API (stop it with
+    :meth:`Cluster.close`)."""
+    if REAL_KUBECONFIG:
+        return Cluster(Path(REAL_KUBECONFIG), kubectl_bin, workdir)
+    proc, url = _start_emulator(workdir)
+    return Cluster(workdir / "kubeconfig", kubectl_bin, workdir, url=url, process=proc)
+
+
 @pytest.fixture(scope="module")
 def cluster(kubectl_bin: str) -> Iterator[Cluster]:
     """A fresh emulated API per module (or the real cluster of ``WALRAS_E2E_KUBECONFIG``), with the CRDs, the e2e
     namespace, four GPU nodes and two pools applied."""
     with tempfile.TemporaryDirectory(prefix="walras-e2e-") as tmp:
-        workdir = Path(tmp)
-        if REAL_KUBECONFIG:
-            c = Cluster(Path(REAL_KUBECONFIG), kubectl_bin, workdir)
-        else:
-            proc, url = _start_emulator(workdir)
-            c = Cluster(workdir / "kubeconfig", kubectl_bin, workdir, url=url, process=proc)
+        c = connect(Path(tmp), kubectl_bin)
         try:
             c.apply(ROOT / "crds")
             c.apply(MANIFESTS / "namespace.yaml")
@@ -187,9 +197,7 @@ def cluster(kubectl_bin: str) -> Iterator[Cluster]:
                          check=False)
                 c.kc("delete", "-f", str(MANIFESTS / "pools.yaml"), "--wait=false", check=False)
                 c.kc("delete", "nodes", "-l", "walras.dev/e2e=true", "--wait=false", check=False)
-            if c.process is not None:
-                c.process.terminate()
-                c.process.wait(10)
+            c.close()
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from walras.planner.quantity import parse_quantity
 
-from e2e.conftest import REAL_KUBECONFIG, ROOT, Cluster, Operator, _start_emulator, wait_until
+from e2e.conftest import REAL_KUBECONFIG, ROOT, Cluster, Operator, connect, wait_until
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = ROOT / "examples"
@@ -38,12 +38,7 @@ NAMESPACES = sorted({j["metadata"]["namespace"] for j in JOBS})
 def cluster(kubectl_bin: str) -> Iterator[Cluster]:
     """This module's cluster: the CRDs, the example namespaces, nodes (with their status), profile and pools."""
     with tempfile.TemporaryDirectory(prefix="walras-e2e-policies-") as tmp:
-        workdir = Path(tmp)
-        if REAL_KUBECONFIG:
-            c = Cluster(Path(REAL_KUBECONFIG), kubectl_bin, workdir)
-        else:
-            proc, url = _start_emulator(workdir)
-            c = Cluster(workdir / "kubeconfig", kubectl_bin, workdir, url=url, process=proc)
+        c = connect(Path(tmp), kubectl_bin)
         try:
             c.apply(ROOT / "crds")
             for ns in NAMESPACES:
@@ -64,9 +59,7 @@ def cluster(kubectl_bin: str) -> Iterator[Cluster]:
                 c.kc("delete", "-f", str(EXAMPLES / "pools.yaml"), "--wait=false", check=False)
                 c.kc("delete", "-f", str(EXAMPLES / "profile.yaml"), "--wait=false", check=False)
                 c.kc("delete", "-f", str(EXAMPLES / "cluster" / "nodes.yaml"), "--wait=false", check=False)
-            if c.process is not None:
-                c.process.terminate()
-                c.process.wait(10)
+            c.close()
 
 
 UNSETTLED: list[str] = []  # why the last check failed (reported on timeout)

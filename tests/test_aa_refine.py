@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import Bounds, LinearConstraint, milp
+from test_aa import random_concave, random_nonconcave
 
 import allocator.aa.multi as multi
 from allocator.aa import (
@@ -69,18 +70,6 @@ def milp_node_optimum(V: np.ndarray, cap: int) -> float:
 
 def fixed_assignment_optimum(V: np.ndarray, server: np.ndarray, caps: list[int]) -> float:
     return sum(milp_node_optimum(V[server == j], caps[j]) for j in range(len(caps)))
-
-
-def random_concave(rng: np.random.Generator, n: int, C: int) -> np.ndarray:
-    marg = np.sort(rng.exponential(size=(n, C)), axis=1)[:, ::-1] * rng.uniform(0.1, 3.0, size=(n, 1))
-    marg[rng.random((n, C)) < 0.1] = 0.0
-    marg = np.sort(marg, axis=1)[:, ::-1]
-    return np.concatenate([np.zeros((n, 1)), np.cumsum(marg, axis=1)], axis=1)
-
-
-def random_nonconcave(rng: np.random.Generator, n: int, C: int) -> np.ndarray:
-    marg = rng.exponential(size=(n, C)) * (rng.random((n, C)) < 0.5)
-    return np.concatenate([np.zeros((n, 1)), np.cumsum(marg, axis=1)], axis=1)
 
 
 def random_tables(rng: np.random.Generator, n: int, shape: tuple[int, ...]) -> np.ndarray:

@@ -28,6 +28,16 @@ def random_instance(rng, m, p):
     return dem, cap, deg
 
 
+def apply_event(on, ev, demand):
+    """Apply one event of :func:`run_events` to ``on`` and to the ``demand`` dict of present clients."""
+    if ev[0] == "add":
+        on.add(ev[1], ev[2])
+        demand[ev[1]] = ev[2]
+    else:
+        on.remove(ev[1])
+        del demand[ev[1]]
+
+
 def run_events(rng, dem, n_events=300):
     """300 arrivals/departures, each with probability 1/2 (Section VI-B); yields ('add', id, x) / ('remove', id)."""
     present = list(range(len(dem)))
@@ -294,12 +304,7 @@ def test_obc_stays_valid_and_reports_changes():
     demand = {i: float(x) for i, x in enumerate(dem)}
     for ev in run_events(rng, dem):
         before = on.allocation()
-        if ev[0] == "add":
-            on.add(ev[1], ev[2])
-            demand[ev[1]] = ev[2]
-        else:
-            on.remove(ev[1])
-            del demand[ev[1]]
+        apply_event(on, ev, demand)
         after = on.allocation()
         clients = list(demand)
         w = np.zeros((len(clients), len(cap)))
@@ -386,12 +391,7 @@ def test_seqleft_online_equals_offline_seq_left():
     on.extend(enumerate(dem))
     demand = {i: float(x) for i, x in enumerate(dem)}
     for ev in run_events(rng, dem, 60):
-        if ev[0] == "add":
-            on.add(ev[1], ev[2])
-            demand[ev[1]] = ev[2]
-        else:
-            on.remove(ev[1])
-            del demand[ev[1]]
+        apply_event(on, ev, demand)
         clients = on.clients()
         ref = seq_left([demand[c] for c in clients], cap, deg)
         np.testing.assert_allclose(on.allocation_matrix(clients), ref, atol=1e-9)
