@@ -256,11 +256,11 @@ def verdict(rows: list[str]) -> str:
         why = (
             "\n\nWhy (observed): the plain PS-DSF sweep map is piecewise affine and in long phases moves one user from "
             "one server to\nanother by the same amount every sweep, so the residual stays flat until a pair drains. "
-            "The level start\n(smoothed per-server levels + exact active-set solve, `allocator/fairness/_levels.py`) "
-            "removes that phase when its\nactive set is right. At 1000 x 500 no polished point passes yet "
-            "(observed: it exceeds a capacity by\n~4e-5 on a resource other than the one taken as saturated at one "
-            "server, and eligible unused pairs fall\nbelow their server's level), so the plain sweeps finish from "
-            "the smoothed point, still slowly."
+            "The level start\n(smoothed per-server levels + exact active-set solve with pivots, "
+            "`allocator/fairness/_levels.py`) removes that\nphase: at 1000 x 500 the pivots (switch the saturated "
+            "resource of an overloaded server, drop the pair that\nbreaks a cycle of active pairs) give a point one "
+            "exact sweep certifies, but the smoothed Newton continuation\nthat finds the active set takes most of "
+            "the time (about 3.5-4 s there on this machine)."
         )
     return "\n".join(missed) + why
 

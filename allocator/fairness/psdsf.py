@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._levels import applicable, consistent, level_candidates, polish
+from ._levels import applicable, consistent, level_candidates, pivot
 from ._model import FloatArray, Instance
 
 
@@ -223,21 +223,22 @@ def _from_levels(
         if state.tau > 1.5e-3:
             continue
         for threshold in (1e-2, 1e-3):
-            if sweeps >= max_sweeps:
-                return None, last, sweeps
             try:
-                xp = polish(inst, state, threshold, 0.0)
+                for xp in pivot(inst, state, threshold):
+                    if sweeps >= max_sweeps:
+                        return None, last, sweeps
+                    if not consistent(inst, xp):
+                        continue
+                    x = np.maximum(xp, 0.0)
+                    tot = x.sum(axis=1)
+                    residual = _sweep(x, tot, probs, b_all, inst)
+                    sweeps += 1
+                    last = x
+                    if residual <= tol:
+                        result = PsDsfResult(x=x, sweeps=sweeps, residual=residual, converged=True, start="levels")
+                        return result, x, sweeps
             except (RuntimeError, np.linalg.LinAlgError, ValueError):
                 continue
-            if not consistent(inst, xp):
-                continue
-            x = np.maximum(xp, 0.0)
-            tot = x.sum(axis=1)
-            residual = _sweep(x, tot, probs, b_all, inst)
-            sweeps += 1
-            last = x
-            if residual <= tol:
-                return PsDsfResult(x=x, sweeps=sweeps, residual=residual, converged=True, start="levels"), x, sweeps
     return None, (last if last is not None else smooth), sweeps
 
 
@@ -265,7 +266,8 @@ def ps_dsf(
 
     With ``levels`` (default), no ``x0``, divisible servers and every user needing every resource
     (:func:`allocator.fairness._levels.applicable`), candidate points are first computed from the per-server levels
-    (smoothed Newton continuation + exact active-set solve, :mod:`allocator.fairness._levels`); a candidate is accepted
+    (smoothed Newton continuation + exact active-set solve with pivots, :func:`allocator.fairness._levels.pivot`);
+    a candidate is accepted
     only when one exact sweep from it moves no column by more than ``tol`` -- the same certificate as the plain
     sweeps, so ``residual`` means the same thing on both paths (``start`` says which one produced the result).
     Otherwise the plain sweeps run, started from the best point the level solve produced (on 1000 users x 500 random
