@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from ._levels_kernels import smooth_forward, smooth_jacobian
 from ._model import FloatArray, Instance
 
 
@@ -55,8 +56,29 @@ def applicable(inst: Instance) -> bool:
     return inst.k > 1 and bool((inst.demands > 0).all())
 
 
+@dataclass(frozen=True)
+class _Point:
+    """One evaluation of the smoothed equations: ``F_k = log lk_k`` (``lk_k = max_r load[k, r]``, ``1`` for a server
+    nobody may use), flows ``x``, softmax weights ``w``, saturated resource ``rk`` per server, capped users."""
+
+    f: FloatArray
+    x: FloatArray
+    w: FloatArray
+    rk: np.ndarray
+    capped: np.ndarray
+    lk: FloatArray
+
+
 class _Smooth:
-    """The smoothed level equations of one instance (module docstring)."""
+    """The smoothed level equations of one instance (module docstring).
+
+    :meth:`evaluate` runs the compiled kernels of :mod:`allocator.fairness._levels_kernels` (one pass over the
+    eligible pairs; the Newton Jacobian from the support of each user's softmax, or the dense product when the
+    supports are wide); :meth:`evaluate_dense` is the plain numpy evaluation they replace, kept as the reference.
+    """
+
+    #: softmax weights at or below this enter the sparse Jacobian only as row terms (see :func:`smooth_jacobian`)
+    cut = 1e-15
 
     def __init__(self, inst: Instance) -> None:
         self.inst = inst
@@ -69,8 +91,50 @@ class _Smooth:
         self.cinv = np.where(inst.capacities > 0, 1.0 / np.where(inst.capacities > 0, inst.capacities, 1.0), 0.0)
         self.ar = np.arange(inst.k)
         self.live: np.ndarray = np.asarray(e.any(axis=0))  # a server nobody may use has no equation
+        pn, pk = np.nonzero(e)  # row-major: the eligible pairs of a user are contiguous
+        self.start = np.searchsorted(pn, np.arange(inst.n + 1)).astype(np.int64)
+        self.col = pk.astype(np.int64)
+        self.lgv = np.ascontiguousarray(self.lg[pn, pk])
+        self.demands = np.ascontiguousarray(inst.demands, dtype=np.float64)
 
-    def evaluate(self, theta: FloatArray, tau: float, jacobian: bool):
+    def evaluate(self, theta: FloatArray, tau: float) -> _Point:
+        """The smoothed flows and ``F`` at ``theta`` (as :meth:`evaluate_dense`), from :func:`smooth_forward`."""
+        n, k = self.inst.n, self.inst.k
+        x = np.empty((n, k))
+        w = np.empty((n, k))
+        capped = np.empty(n, dtype=np.bool_)
+        theta = np.ascontiguousarray(theta, dtype=np.float64)
+        load = smooth_forward(
+            self.start, self.col, self.lgv, theta, tau, self.logphi, self.logcap, self.demands, self.cinv, x, w, capped
+        )
+        rk = load.argmax(axis=1)
+        lk = np.where(self.live, load[self.ar, rk], 1.0)
+        with np.errstate(divide="ignore"):
+            f = np.log(lk)
+        return _Point(f=f, x=x, w=w, rk=rk, capped=capped, lk=lk)
+
+    def jacobian(self, pt: _Point, tau: float) -> FloatArray:
+        """``dF / dtheta + I / tau`` at ``pt``: :func:`smooth_jacobian` on the softmax supports, or the dense product
+        (as :meth:`evaluate_dense`) when the supports are so wide that BLAS is cheaper."""
+        n, k = pt.w.shape
+        rows = np.count_nonzero(pt.w > 0.0, axis=1)
+        cols = np.count_nonzero(pt.w > self.cut, axis=1)
+        if float(rows @ cols) > n * k * k / 10:  # ~10x the dense BLAS flop rate per scattered update, measured
+            return self._dense_jacobian(pt.x, pt.w, pt.rk, pt.capped, pt.lk, tau)
+        return smooth_jacobian(pt.x, pt.w, pt.capped, pt.rk, pt.lk, self.live, self.demands, self.cinv, tau, self.cut)
+
+    def _dense_jacobian(
+        self, x: FloatArray, w: FloatArray, rk: np.ndarray, capped: np.ndarray, lk: FloatArray, tau: float
+    ) -> FloatArray:
+        y = self.inst.demands[:, rk] * x * self.cinv[self.ar, rk][None, :]
+        g = np.where(capped[:, None], 0.0, w)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jac = np.where(self.live[:, None], (y.T @ (g - w / tau)) / lk[:, None], 0.0)
+        return jac + np.eye(self.inst.k) / tau
+
+    def evaluate_dense(self, theta: FloatArray, tau: float, jacobian: bool):
+        """The numpy evaluation (reference for :meth:`evaluate`): smoothed flows and weights, ``F_k = log(max_r
+        load[k, r])`` and, with ``jacobian``, ``dF / dtheta + I / tau``."""
         s = self.lg + theta[None, :]
         m = s.max(axis=1, keepdims=True)
         z = np.exp((s - m) / tau)
@@ -87,10 +151,7 @@ class _Smooth:
             f = np.log(lk)
         if not jacobian:
             return f, x, w, rk, capped, None
-        y = self.inst.demands[:, rk] * x * self.cinv[self.ar, rk][None, :]
-        g = np.where(capped[:, None], 0.0, w)
-        jac = np.where(self.live[:, None], (y.T @ (g - w / tau)) / lk[:, None], 0.0) + np.eye(self.inst.k) / tau
-        return f, x, w, rk, capped, jac
+        return f, x, w, rk, capped, self._dense_jacobian(x, w, rk, capped, lk, tau)
 
 
 def level_candidates(
@@ -112,26 +173,28 @@ def level_candidates(
         if len(hist) >= 2:
             (t1, th1), (t2, th2) = hist[-2], hist[-1]
             theta = th2 + (tau - t2) * (th2 - th1) / (t2 - t1)
+        pt = sm.evaluate(theta, float(tau))
         for _ in range(8):
-            f, x, w, rk, capped, jac = sm.evaluate(theta, float(tau), True)
-            nf = float(np.abs(f).max())
+            nf = float(np.abs(pt.f).max())
             if not np.isfinite(nf) or nf < newton_tol:
                 break
             try:
-                step = np.linalg.solve(jac, -f)
+                step = np.linalg.solve(sm.jacobian(pt, float(tau)), -pt.f)
             except np.linalg.LinAlgError:
                 return
             a = 1.0
             while a > 1e-4:
-                f2 = sm.evaluate(theta + a * step, float(tau), False)[0]
-                if float(np.abs(f2).max()) < (1 - 1e-4 * a) * nf:
+                trial = sm.evaluate(theta + a * step, float(tau))
+                if float(np.abs(trial.f).max()) < (1 - 1e-4 * a) * nf:
                     break
                 a /= 2
             theta = theta + a * step
+            pt = trial if a > 1e-4 else sm.evaluate(theta, float(tau))
+        nf = float(np.abs(pt.f).max())
         if not np.isfinite(nf):
             return
         hist.append((float(tau), theta.copy()))
-        yield SmoothState(tau=float(tau), x=x, w=w, rk=rk, capped=capped, residual=nf)
+        yield SmoothState(tau=float(tau), x=pt.x, w=pt.w, rk=pt.rk, capped=pt.capped, residual=nf)
 
 
 def polish(
