@@ -155,9 +155,21 @@ class _Smooth:
 
 
 def level_candidates(
-    inst: Instance, *, tau_min: float = 1e-6, stages_per_decade: int = 3, newton_tol: float = 1e-3
+    inst: Instance,
+    *,
+    tau_min: float = 1e-6,
+    stages_per_decade: int = 3,
+    newton_tol: float = 1e-3,
+    tau_coarse: float = 1e-2,
+    coarse_per_decade: int = 1,
 ) -> Iterator[SmoothState]:
     """Follow the smoothed PS-DSF levels from ``tau = 1`` down to ``tau_min``; yield the state after each stage.
+
+    Stages are geometric in ``tau``: ``coarse_per_decade`` per decade down to ``tau_coarse``, then
+    ``stages_per_decade``. Above ``tau_coarse = 1e-2`` the softmax is dense (the Jacobian is the dense product, about
+    20 ms at 1000 x 500) and the path is easy to follow: one stage per decade there gave the same certified results
+    as three on 23 random instances (100 x 50 to 1000 x 500) and cut 0.2 s at 1000 x 500; one stage per decade down to
+    ``1e-3`` lost the path (plain sweeps took over on 4 of 5).
 
     Each stage runs at most 8 damped Newton steps (Armijo on ``max |F|``) and stops early when ``max |F| <
     newton_tol``: the states only need to reveal the active set, which :func:`polish` then solves exactly. With
@@ -166,8 +178,10 @@ def level_candidates(
     """
     sm = _Smooth(inst)
     theta = -np.log(np.maximum(inst.eligible.sum(axis=0), 1.0))
-    n_stages = round(-float(np.log10(tau_min)) * stages_per_decade) + 1
-    taus = np.geomspace(1.0, tau_min, n_stages)
+    tau_coarse = min(max(tau_coarse, tau_min), 1.0)
+    n_coarse = round(-float(np.log10(tau_coarse)) * coarse_per_decade) + 1
+    n_fine = round(float(np.log10(tau_coarse / tau_min)) * stages_per_decade) + 1
+    taus = np.concatenate([np.geomspace(1.0, tau_coarse, n_coarse), np.geomspace(tau_coarse, tau_min, n_fine)[1:]])
     hist: list[tuple[float, FloatArray]] = []
     for tau in taus:
         if len(hist) >= 2:
