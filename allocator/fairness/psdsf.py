@@ -202,10 +202,11 @@ def _sweep(
 #: last temperature of the level continuation (:func:`allocator.fairness._levels.level_candidates`)
 _TAU_MIN = 1e-6
 #: pivots are only tried from a stage whose active set (pairs with softmax weight above the threshold) differs from the
-#: previous stage's in at most this many pairs, or from the last stage. Measured with OPENBLAS_NUM_THREADS=1 on the
-#: benchmark instances (random nodes, seeds 11, 3, 4): every pivot run that yielded a certified point came from a
-#: stage that changed at most 4 pairs (1000 x 500: 3 pairs at tau 4.6e-6), while runs from stages changing 7-600
-#: pairs failed at 0.02-0.2 s each (about 0.9 s in all at 1000 x 500).
+#: previous stage's in at most this many pairs, or from the last stage. Measured with OPENBLAS_NUM_THREADS=1 on
+#: random-node instances (200 x 100, 400 x 200, 1000 x 500 seed 11; 400 x 200 seed 3; 1000 x 500 seed 4): at
+#: 1000 x 500 every pivot run from a stage that changed 7-600 pairs failed, at 0.02-0.2 s each (about 0.9 s in all for
+#: seed 11), and the certified point came from a stage that changed 3 pairs (tau 4.6e-6); at 200 x 100 a stage that
+#: changed 14 pairs already gave one, and with the gate a later stage gives it (0.1 s either way at that size).
 _SETTLED = 4
 
 
