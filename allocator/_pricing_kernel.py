@@ -82,7 +82,7 @@ class Subsolution:
                 self.x_hi.numpy(),
                 s,
                 m,
-                np.dtype(str(self.t.dtype).replace("torch.", "")),
+                self.x_lo.numpy().dtype,
             )
             return torch.from_numpy(out)
         x = torch.zeros((n, m + 1), dtype=self.t.dtype, device=self.t.device)

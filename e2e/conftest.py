@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +25,8 @@ from typing import Any
 
 import pytest
 import requests
+
+from tests.realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
@@ -72,13 +73,6 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = 
 def check(value: Any, predicate: Callable[[Any], bool]) -> Any:
     """``value`` if ``predicate(value)`` holds, else None (for :func:`wait_until`)."""
     return value if predicate(value) else None
-
-
-def find_kubectl() -> str | None:
-    local = ROOT / ".tools" / "bin" / "kubectl"
-    if local.exists():
-        return str(local)
-    return shutil.which("kubectl")
 
 
 @dataclass
@@ -145,13 +139,8 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def kubectl_bin() -> str:
-    path = find_kubectl()
-    if path is None:
-        message = "kubectl not found: run scripts/install_k8s_tools.sh (make tools) to get .tools/bin/kubectl"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    """The real kubectl (``.tools/bin``, then ``PATH``): fails under ``CI=true`` when missing, skips elsewhere."""
+    return require("kubectl")
 
 
 def _start_emulator(workdir: Path) -> tuple[subprocess.Popen[str], str]:

@@ -866,7 +866,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             pod_job=pod_local,
             profile=pool.profile,
         )
-        result = _placement(request, pp, previous, warn) if memoise else _place_reported(request, pp, warn)
+        result = _placement(request, pp, previous, warn, memoise=memoise)
         left_out = []
         for q, (row, pod, exists, is_optional) in enumerate(entries):
             job = jobs[row]
@@ -1035,7 +1035,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             blocked = resize_blocked[job.key]
             message = (
                 f"{len(blocked)} running pod(s) keep their resources: the new ones do not fit on their node "
-                f"({'; '.join(blocked[:5])}{'; ...' if len(blocked) > 5 else ''}); the next pod gets them"
+                f"({_first_few(blocked)}); the next pod gets them"
             )
             jp.conditions.append(Condition("ResizeBlocked", "True", "NoRoomOnNode", message))
             warn("FungibleJob", job.namespace, job.name, "ResizeBlocked", message)
@@ -1043,7 +1043,7 @@ def _build_plan(snapshot: Snapshot, previous: Plan | None = None, *, device: str
             later = resize_later[job.key]
             message = (
                 f"{len(later)} running pod(s) keep resources that cannot change in place "
-                f"({'; '.join(later[:5])}{'; ...' if len(later) > 5 else ''}); the change waits for the next pod"
+                f"({_first_few(later)}); the change waits for the next pod"
             )
             jp.conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
             events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Normal", "ResizeDeferred", message))
@@ -1218,19 +1218,31 @@ def _formatted(items: tuple[tuple[str, float], ...]) -> tuple[tuple[str, str], .
     return tuple((k, format_quantity(v)) for k, v in items)
 
 
-def _placement(request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | None, warn: Any) -> PlacementResult:
+def _first_few(items: list[str], shown: int = 5) -> str:
+    """``"a; b; c; ..."``: the first ``shown`` items of a list for a condition message."""
+    return "; ".join(items[:shown]) + ("; ..." if len(items) > shown else "")
+
+
+def _placement(
+    request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | None, warn: Any, *, memoise: bool = True
+) -> PlacementResult:
     """The pool's placement: the previous plan's when its request digest is unchanged, else :func:`_place`'s.
 
     Reuse is exact (placement policies are deterministic functions of the request, and the digest covers all of it),
     so a warm plan places pods exactly as a cold plan would for the same request; the previous plan is an input of
     the pure function like the snapshot. The result is memoised in ``pool_plan.placement`` for the next plan.
+    ``memoise=False`` (the spill-over passes, a second request to the same pool) neither reads nor replaces the memo.
+    A policy fallback is reported on the pool either way.
     """
     if request.n_pods == 0:
-        pool_plan.placement = None
+        if memoise:
+            pool_plan.placement = None
         return PlacementResult(node=np.zeros(0, dtype=np.int64), amount=np.zeros(0))
-    digest = placement_digest(request)
-    old_pool = previous.pools.get(request.pool.name) if previous is not None else None
-    memo = old_pool.placement if old_pool is not None else None
+    memo: PlacementMemo | None = None
+    if memoise:
+        digest = placement_digest(request)
+        old_pool = previous.pools.get(request.pool.name) if previous is not None else None
+        memo = old_pool.placement if old_pool is not None else None
     if memo is not None and memo.digest == digest and len(memo.node) == request.n_pods:
         result = PlacementResult(
             node=np.array(memo.node, dtype=np.int64), amount=np.array(memo.amount, dtype=np.float64)
@@ -1238,23 +1250,13 @@ def _placement(request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | 
         fallback = memo.fallback
     else:
         result, fallback = _place(request)
-        memo = PlacementMemo(digest, tuple(result.node.tolist()), tuple(result.amount.tolist()), fallback)
+        if memoise:
+            memo = PlacementMemo(digest, tuple(result.node.tolist()), tuple(result.amount.tolist()), fallback)
     if fallback is not None:
         pool_plan.conditions.append(Condition("PolicyApplied", "False", "PolicyFallback", fallback))
         warn("ResourcePool", "", request.pool.name, "PolicyFallback", fallback)
-    pool_plan.placement = memo
-    return result
-
-
-def _place_reported(request: PlacementRequest, pool_plan: PoolPlan, warn: Any) -> PlacementResult:
-    """:func:`_place` without the memo (the spill-over passes), its fallback reported on the pool like
-    :func:`_placement` does."""
-    if request.n_pods == 0:
-        return PlacementResult(node=np.zeros(0, dtype=np.int64), amount=np.zeros(0))
-    result, fallback = _place(request)
-    if fallback is not None:
-        pool_plan.conditions.append(Condition("PolicyApplied", "False", "PolicyFallback", fallback))
-        warn("ResourcePool", "", request.pool.name, "PolicyFallback", fallback)
+    if memoise:
+        pool_plan.placement = memo
     return result
 
 
