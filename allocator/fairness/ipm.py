@@ -1,155 +1,307 @@
-"""Barrier (interior-point) solver for PF-VDS(1) = weighted proportional fairness (paper 002, Theorem 2).
+"""Primal-dual interior-point method for PF-VDS(1) = weighted proportional fairness (paper 002, Theorem 2).
 
-With alpha = 1 the PF-VDS equilibrium maximises the concave potential ``sum_n phi_n log x_n`` over the per-server
-capacity polytope (see :mod:`allocator.fairness.pfvds`). This module solves that convex program by the standard
-logarithmic-barrier method (Boyd & Vandenberghe, *Convex Optimization*, Sec. 11.3): for increasing ``t`` maximise
-``t sum_n phi_n log x_n + sum_p log x_p + sum_m log s_m`` (``s = c - A x`` the capacity slacks) by damped Newton with
-backtracking; it converges globally and the duality gap after centring is ``(#pairs + #rows) / t``.
+With alpha = 1 the PF-VDS equilibrium maximises ``sum_n phi_n log X_n`` with ``X_n = sum_k x[n, k]`` over the
+eligible pairs, subject to the server capacities ``sum_n d[n, r] x[n, k] <= c[k, r]`` (eq. 28's constraints), the task
+caps ``X_n <= M_n`` and ``x >= 0`` (see :mod:`allocator.fairness.pfvds`). This module solves that convex program by
+Mehrotra's predictor-corrector primal-dual method (Nocedal & Wright, *Numerical Optimization*, 2nd ed., Sec. 14.2 and
+19.3), with slacks ``s`` (capacities) and ``t`` (caps) and multipliers ``lambda`` (the prices of eqs. 27-29), ``nu`` and
+``z`` (of ``x >= 0``). Stationarity is ``phi_n / X_n - pi[n, k] - nu_n + z[n, k] = 0`` with ``pi[n, k] = sum_r d[n, r]
+lambda[k, r]``: at the solution ``z[n, k] = pi[n, k] + nu_n - phi_n / X_n`` is the pair's reduced cost, zero where the
+user runs tasks (eq. 29).
 
-The Newton system ``H dx = g`` is solved exactly through its structure: ``H = B + A^T S A`` where
-``B = diag(1/x^2) + T^T diag(t phi / X^2) T`` is block diagonal per user with rank-one blocks (Sherman-Morrison), and
-the capacity term has rank ``#rows = k r`` (Woodbury), so each step costs one dense ``(k r) x (k r)`` Cholesky.
-In floating point the Woodbury solve loses accuracy once slacks become tiny (observed near a relative objective gap
-of ~1e-7); the method then stops at its current feasible point (a Newton decrement that is not positive is the
-signal). The result is a strictly interior, near-optimal point; :func:`allocator.fairness.pfvds.pf_vds` then polishes
-it with exact best-response sweeps until the KKT residual meets its tolerance.
+The Newton system is solved through its structure. Eliminating ``dz``, ``ds``, ``dt`` and ``dnu`` leaves
+``(D + E Phi E^T) dx + A^T dlambda = g1``, ``A dx - S / Lambda dlambda = g2`` with ``D = z / x`` (diagonal over pairs),
+``E`` the pair-to-user incidence, ``Phi = phi / X^2 + nu / t`` per user and ``A`` the capacity rows. With ``y = Phi E^T
+dx`` the remaining unknowns ``(y, dlambda)`` satisfy ``[[G, U^T], [U, B]]``, where ``G = E^T D^-1 E + Phi^-1`` is
+diagonal (one entry per user), ``B = A D^-1 A^T + S / Lambda`` is block diagonal (one ``R x R`` block per server) and
+``U = A D^-1 E`` is ``(K R) x N``. Eliminating ``dlambda`` gives the dense ``N x N`` system
+``(G - U^T B^-1 U) y = ...``: one symmetric product and one Cholesky factorisation per iteration, both reused by the
+corrector.
+
+The iteration stops at a relative duality measure ``tol`` (default ``1e-9``); the result is a strictly interior,
+near-optimal point whose ``x / z`` and ``lambda / s`` ratios identify the active set for the exact finish of
+:mod:`allocator.fairness._pfpolish`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.linalg as sla
-import scipy.sparse as sp
 
+from ._ipm_kernels import (
+    coupling,
+    coupling_t,
+    max_step,
+    pair_load,
+    pair_price,
+    pair_step,
+    scaled_coupling,
+    server_blocks,
+    user_and_load,
+    user_sum,
+)
 from ._model import FloatArray, Instance
 
 
-def _add_cap_rows(small: FloatArray, a: sp.csr_matrix, x2: FloatArray, n_res: int) -> FloatArray:
-    """Recompute the rows/columns of ``A diag(x^2) A^T`` that involve the ``max_tasks`` rows (index >= n_res)."""
-    ax2 = a.multiply(x2).tocsr()
-    cap_part = (ax2[n_res:] @ a.T).toarray()
-    small[n_res:, :] += cap_part
-    small[:n_res, n_res:] += cap_part[:, :n_res].T
-    return small
+@dataclass(frozen=True)
+class IpmResult:
+    """Interior point after :func:`proportional_fair_ipm`: flows ``x`` ``(N, K)`` and reduced costs ``z`` (0 off the
+    eligible pairs), prices ``lam`` and capacity slacks ``s`` ``(K, R)`` (0 for resources no eligible user needs),
+    cap multipliers ``nu`` ``(N,)``, iterations, the final duality measure relative to ``mean(phi)`` and the largest
+    relative primal/dual residual."""
+
+    x: FloatArray
+    z: FloatArray
+    lam: FloatArray
+    s: FloatArray
+    nu: FloatArray
+    iterations: int
+    gap: float
+    infeasibility: float
 
 
-def proportional_fair_barrier(
-    inst: Instance, *, gap: float = 1e-9, mu: float = 30.0, max_newton: int = 200
-) -> FloatArray:
-    """Near-optimal interior solution of ``max sum_n phi_n log x_n`` s.t. capacities, placement and ``max_tasks``.
+class _Structure:
+    """Index arrays of one instance: eligible pairs ``(pn, pk)``, needed resources, task caps."""
 
-    ``gap`` is the target duality gap relative to ``sum_n phi_n``. Returns ``x`` ``(n, k)``.
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+        self.n, self.k, self.r = inst.n, inst.k, inst.r
+        self.pn, self.pk = np.nonzero(inst.eligible)
+        self.dp = inst.demands[self.pn]  # (P, R)
+        self.c = inst.capacities
+        self.need = (inst.eligible.T.astype(np.float64) @ (inst.demands > 0).astype(np.float64)) > 0
+        self.capped = np.isfinite(inst.max_tasks)
+        self.m = np.where(self.capped, inst.max_tasks, 1.0)
+        self.phi = inst.weights
+
+    def tot(self, x: FloatArray) -> FloatArray:
+        return np.asarray(user_sum(self.pn, np.ascontiguousarray(x), self.n))
+
+    def load(self, x: FloatArray) -> FloatArray:
+        """``A x`` as ``(K, R)``."""
+        return np.asarray(pair_load(self.pk, self.dp, np.ascontiguousarray(x), self.k))
+
+    def price(self, lam: FloatArray) -> FloatArray:
+        """``A^T lambda``: ``pi[n, k]`` per pair."""
+        return np.asarray(pair_price(self.pk, self.dp, np.ascontiguousarray(lam)))
+
+
+@dataclass
+class _Point:
+    """Primal ``x`` (pairs), ``s`` (capacity slacks), ``t`` (cap slacks) and dual ``z`` (pairs), ``lam`` (prices),
+    ``nu`` (caps) of one iterate, or a direction in the same variables."""
+
+    x: FloatArray
+    s: FloatArray
+    t: FloatArray
+    z: FloatArray
+    lam: FloatArray
+    nu: FloatArray
+
+
+class _Newton:
+    """The Newton system of one iterate (module docstring), factorised once for the predictor and the corrector."""
+
+    def __init__(
+        self,
+        st: _Structure,
+        p: _Point,
+        rd: FloatArray,
+        rp: FloatArray,
+        ru: FloatArray,
+        gap: float,
+        reg: float,
+        refine: int,
+    ) -> None:
+        self.st, self.p = st, p
+        self.rd, self.rp, self.ru = rd, rp, ru
+        self.refine = refine if gap < 1e-6 else 0
+        n, k, r = st.n, st.k, st.r
+        need, capped = st.need, st.capped
+        tot = st.tot(p.x)
+        self.phiu = st.phi / tot**2 + np.where(capped, p.nu / p.t, 0.0)
+        # primal regularisation: D + reg * Phi keeps the directions in which users could trade tasks around a cycle
+        # (flat for the objective and the constraints) bounded; refinement is against the unregularised system
+        self.dinv = 1.0 / (p.z / p.x + reg * self.phiu[st.pn])
+        # B = A D^-1 A^T + S / Lambda (blocks), U = A D^-1 E ((K R) x N), G = E^T D^-1 E + 1 / Phi
+        blocks = server_blocks(st.pk, st.dp, self.dinv, k)
+        self.sl = np.where(need, p.s / np.where(need, p.lam, 1.0), 0.0)
+        blocks[:, np.arange(r), np.arange(r)] += self.sl + np.where(need, 0.0, 1.0)
+        self.binv = np.linalg.inv(blocks)
+        # U^T B^-1 U = W^T W with W = C^-1 U, B = C C^T per server: one symmetric rank-k update (half a product)
+        wmat = scaled_coupling(st.pn, st.pk, st.dp, self.dinv, np.linalg.cholesky(blocks), n).T
+        if gap > 1e-4:  # far from the solution single precision is enough for the direction (and twice as fast)
+            kmat = -sla.blas.ssyrk(1.0, wmat.astype(np.float32), trans=1)
+        else:
+            kmat = -sla.blas.dsyrk(1.0, wmat, trans=1)  # upper triangle of W^T W
+        kmat[np.diag_indices(n)] += np.bincount(st.pn, weights=self.dinv, minlength=n) + 1.0 / self.phiu
+        self.chol: tuple | None = None
+        self.lu: tuple | None = None
+        try:
+            self.chol = sla.cho_factor(kmat, lower=False, check_finite=False)
+            if not np.isfinite(self.chol[0][-1, -1]):
+                raise np.linalg.LinAlgError("factor lost")
+        except np.linalg.LinAlgError:
+            self.chol = None
+            full = np.triu(kmat) + np.triu(kmat, 1).T
+            self.lu = sla.lu_factor(full.astype(np.float64), check_finite=False)
+
+    def _ksolve(self, v: FloatArray) -> FloatArray:
+        if self.chol is not None:
+            return np.asarray(sla.cho_solve(self.chol, v.astype(self.chol[0].dtype), check_finite=False), np.float64)
+        assert self.lu is not None
+        return np.asarray(sla.lu_solve(self.lu, v, check_finite=False))
+
+    def _bsolve(self, v: FloatArray) -> FloatArray:
+        return np.einsum("kab,kb->ka", self.binv, v.reshape(self.st.k, self.st.r))
+
+    def _reduced(self, g1: FloatArray, g2: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Solve ``(D + E Phi E^T) dx + A^T dlam = g1``, ``A dx - S / Lambda dlam = g2`` (module docstring)."""
+        st, dinv = self.st, self.dinv
+        h1, h2 = user_and_load(st.pn, st.pk, st.dp, dinv * g1, st.n, st.k)
+        h2 -= g2
+        b_h2 = self._bsolve(h2)
+        y = self._ksolve(h1 - coupling_t(st.pn, st.pk, st.dp, dinv, b_h2, st.n))
+        dlam = np.where(st.need, self._bsolve(h2 - coupling(st.pn, st.pk, st.dp, dinv, y, st.k)), 0.0)
+        return pair_step(st.pn, st.pk, st.dp, dinv, g1, y, dlam), dlam
+
+    def direction(self, rxz: FloatArray, rsl: FloatArray, rtn: FloatArray) -> _Point:
+        """Newton direction for the complementarity right-hand sides of ``x z``, ``s lambda`` and ``t nu``."""
+        st, p = self.st, self.p
+        need, capped, pn = st.need, st.capped, st.pn
+        g2 = np.where(need, self.rp - rsl / np.where(need, p.lam, 1.0), 0.0)
+        g3 = np.where(capped, self.ru - rtn / np.where(capped, p.nu, 1.0), 0.0)
+        g1 = self.rd + rxz / p.x + np.where(capped, p.nu / p.t * g3, 0.0)[pn]
+        dx, dlam = self._reduced(g1, g2)
+        for _ in range(self.refine):
+            # iterative refinement against the unreduced equations (the Schur complement cancels digits)
+            e1 = g1 - (p.z / p.x) * dx - (self.phiu * st.tot(dx))[pn] - st.price(dlam)
+            e2 = np.where(need, g2 - st.load(dx) + self.sl * dlam, 0.0)
+            ddx, ddl = self._reduced(e1, e2)
+            dx, dlam = dx + ddx, dlam + ddl
+        dt = np.where(capped, self.ru - st.tot(dx), 0.0)
+        return _Point(
+            x=dx,
+            s=np.where(need, (rsl - p.s * dlam) / np.where(need, p.lam, 1.0), 0.0),
+            t=dt,
+            z=(rxz - p.z * dx) / p.x,
+            lam=dlam,
+            nu=np.where(capped, (rtn - p.nu * dt) / p.t, 0.0),
+        )
+
+    def steps(self, d: _Point) -> tuple[float, float]:
+        """Largest primal and dual steps in ``[0, 1]`` keeping every positive variable non-negative."""
+        p, need, capped = self.p, self.st.need, self.st.capped
+
+        def most(pairs: list[tuple[FloatArray, FloatArray]]) -> float:
+            return min([1.0] + [float(max_step(np.ascontiguousarray(v), np.ascontiguousarray(w))) for v, w in pairs])
+
+        primal = most([(p.x, d.x), (p.s[need], d.s[need]), (p.t[capped], d.t[capped])])
+        dual = most([(p.z, d.z), (p.lam[need], d.lam[need]), (p.nu[capped], d.nu[capped])])
+        return primal, dual
+
+    def moved(self, d: _Point, ap: float, ad: float) -> _Point:
+        p, need, capped = self.p, self.st.need, self.st.capped
+        return _Point(
+            x=p.x + ap * d.x,
+            s=np.where(need, p.s + ap * d.s, 1.0),
+            t=np.where(capped, p.t + ap * d.t, 1.0),
+            z=p.z + ad * d.z,
+            lam=np.where(need, p.lam + ad * d.lam, 0.0),
+            nu=np.where(capped, p.nu + ad * d.nu, 0.0),
+        )
+
+
+def _complementarity(p: _Point, need: np.ndarray, capped: np.ndarray) -> float:
+    return float(p.x @ p.z) + float((p.s * p.lam)[need].sum()) + float((p.t * p.nu)[capped].sum())
+
+
+def proportional_fair_ipm(
+    inst: Instance, *, tol: float = 1e-9, max_iter: int = 100, refine: int = 2, reg: float = 1e-8
+) -> IpmResult:
+    """Mehrotra predictor-corrector on ``max sum_n phi_n log X_n`` s.t. capacities, placement, ``max_tasks``.
+
+    Stops when the duality measure ``mean(x z, s lambda, t nu) / mean(phi)`` is below ``tol`` and the relative
+    residuals below ``10 tol``, or when rounding takes over (the larger of the two grows a thousandfold over the best
+    seen); returns the best iterate (smallest ``max(gap, residual)``). ``reg`` is the relative primal regularisation
+    and ``refine`` the number of iterative-refinement steps per direction once the measure is below ``1e-6``.
     """
-    n, k, r = inst.n, inst.k, inst.r
-    users, nodes = np.nonzero(inst.eligible)
-    p = users.size
-    rows = (nodes[:, None] * r + np.arange(r)[None, :]).ravel()
-    cols = np.repeat(np.arange(p), r)
-    vals = inst.demands[users].ravel()
-    keep = vals > 0
-    a = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(k * r, p))
-    cap = inst.capacities.ravel().astype(np.float64)
-    used_rows = np.flatnonzero(np.diff(a.indptr) > 0)
-    a = a[used_rows]
-    cap = cap[used_rows]
-    # max_tasks as extra rows sum_k x[n, k] <= M_n.
-    capped = np.flatnonzero(np.isfinite(inst.max_tasks))
-    if capped.size:
-        sel = np.isin(users, capped)
-        pos = np.searchsorted(capped, users[sel])
-        a_cap = sp.csr_matrix((np.ones(sel.sum()), (pos, np.flatnonzero(sel))), shape=(capped.size, p))
-        a = sp.vstack([a, a_cap]).tocsr()
-        cap = np.concatenate([cap, inst.max_tasks[capped]])
-    m = a.shape[0]
-    du = inst.demands[users]
-    phi = inst.weights
-    # Strictly feasible start: half of the weighted equal-share allocation.
-    wsum = (phi[:, None] * inst.eligible).sum(axis=0)
-    frac = phi[users] / wsum[nodes]
-    x = 0.5 * frac * inst.gamma[users, nodes]
-    s = cap - a @ x
-    scale = float(np.min(np.where(s > 0, cap / np.maximum(cap - s, 1e-300), np.inf)))
-    if not np.all(s > 0):
-        x *= 0.5 * min(scale, 1.0)
-        s = cap - a @ x
-    total_phi = float(phi.sum())
-    t = max((p + m) / total_phi, 1e-3)
-
-    def objective(xv: FloatArray, sv: FloatArray, tv: float) -> float:
-        if np.any(xv <= 0) or np.any(sv <= 0):
-            return -np.inf
-        xt = np.bincount(users, weights=xv, minlength=n)
-        return float(tv * phi @ np.log(xt) + np.log(xv).sum() + np.log(sv).sum())
-
-    newton = 0
-    stalled = False
-    while True:
-        for _ in range(50):
-            newton += 1
-            xt = np.bincount(users, weights=x, minlength=n)
-            g = t * (phi / xt)[users] + 1.0 / x - a.T @ (1.0 / s)
-            x2 = x * x
-            w = t * phi / xt**2
-            beta = w / (1.0 + w * np.bincount(users, weights=x2, minlength=n))
-
-            def binv(v: FloatArray, x2=x2, beta=beta) -> FloatArray:
-                u = x2 * v
-                q = np.bincount(users, weights=u, minlength=n)
-                return u - beta[users] * x2 * q[users]
-
-            # V = A diag(x^2) T^T: row (k, r), column n holds x[n, k]^2 d[n, r] (dense (k r) x n, built directly).
-            v_full = np.zeros((k, r, n))
-            v_full[nodes, :, users] = x2[:, None] * inst.demands[users]
-            v_mat = v_full.reshape(k * r, n)[used_rows]
-            if capped.size:
-                v_cap = np.zeros((capped.size, n))
-                v_cap[np.arange(capped.size), capped] = np.bincount(users, weights=x2, minlength=n)[capped]
-                v_mat = np.vstack([v_mat, v_cap])
-            # A diag(x^2) A^T is block diagonal: one r x r block per server.
-            blocks = np.zeros((k, r, r))
-            for i in range(r):
-                for j in range(i, r):
-                    blocks[:, i, j] = np.bincount(nodes, weights=x2 * du[:, i] * du[:, j], minlength=k)
-                    blocks[:, j, i] = blocks[:, i, j]
-            small = -((v_mat * beta) @ v_mat.T)
-            bd = np.zeros((k * r, k * r))
-            for i in range(r):
-                for j in range(r):
-                    bd[np.arange(k) * r + i, np.arange(k) * r + j] = blocks[:, i, j]
-            nr = used_rows.size
-            small[:nr, :nr] += bd[np.ix_(used_rows, used_rows)]
-            if capped.size:
-                small = _add_cap_rows(small, a, x2, used_rows.size)
-            small[np.diag_indices(m)] += s * s
-            bg = binv(g)
-            try:
-                chol = sla.cho_factor(small, lower=True, check_finite=False)
-                corr = sla.cho_solve(chol, a @ bg, check_finite=False)
-            except np.linalg.LinAlgError:
-                corr = np.linalg.lstsq(small, a @ bg, rcond=None)[0]
-            dx = bg - binv(a.T @ corr)
-            decrement = float(g @ dx)
-            if not np.isfinite(decrement) or decrement < 0:
-                stalled = True  # the Woodbury solve has lost accuracy: stop at the current (feasible) point
-                break
-            if decrement / 2 <= 1e-9 or newton >= max_newton:
-                break
-            ds = -(a @ dx)
-            step = 1.0
-            neg = dx < 0
-            if neg.any():
-                step = min(step, 0.99 * float(np.min(-x[neg] / dx[neg])))
-            negs = ds < 0
-            if negs.any():
-                step = min(step, 0.99 * float(np.min(-s[negs] / ds[negs])))
-            f0 = objective(x, s, t)
-            while objective(x + step * dx, s + step * ds, t) < f0 + 0.25 * step * decrement and step > 1e-12:
-                step *= 0.5
-            x = x + step * dx
-            s = cap - a @ x
-        if stalled or (p + m) / t <= gap * total_phi or newton >= max_newton:
+    st = _Structure(inst)
+    n, k = st.n, st.k
+    pn, pk = st.pn, st.pk
+    need, capped, phi = st.need, st.capped, st.phi
+    c = np.where(need, st.c, 1.0)
+    nrow = int(need.sum())
+    npair = pn.size
+    count = npair + nrow + int(capped.sum())
+    phibar = float(phi.mean())
+    # start: half the weighted equal share (strictly feasible)
+    wsum = np.bincount(pk, weights=phi[pn], minlength=k)
+    x = 0.5 * phi[pn] / wsum[pk] * inst.gamma[pn, pk]
+    tot = st.tot(x)
+    if capped.any():
+        over = float(np.where(capped, tot / (0.5 * st.m), 0.0).max())
+        if over > 1:
+            x /= over
+            tot = st.tot(x)
+    s = np.where(need, c - st.load(x), 1.0)
+    t = np.where(capped, st.m - tot, 1.0)
+    # prices proportional to 1 / c, scaled so every pair costs at least twice its user's marginal utility: then
+    # z = pi - phi / X > 0 makes the start dual feasible
+    lam = np.where(need, 1.0 / c, 0.0)
+    lam = lam * (2.0 * float(np.max((phi / tot)[pn] / st.price(lam))) if npair else 1.0)
+    nu = np.where(capped, float(np.mean(s[need] * lam[need])) / t if nrow else phibar / t, 0.0)
+    cur = _Point(x=x, s=s, t=t, z=st.price(lam) + nu[pn] - (phi / tot)[pn], lam=lam, nu=nu)
+    it = 0
+    best: tuple[float, int, float, float, _Point] = (np.inf, 0, np.inf, np.inf, cur)
+    for it in range(1, max_iter + 1):
+        tot = st.tot(cur.x)
+        pi = st.price(cur.lam)
+        rd = (phi / tot)[pn] - pi - cur.nu[pn] + cur.z  # stationarity residual (0 at the solution)
+        rp = np.where(need, c - st.load(cur.x) - cur.s, 0.0)
+        ru = np.where(capped, st.m - tot - cur.t, 0.0)
+        mu = _complementarity(cur, need, capped) / count
+        gap = mu / phibar
+        infeas = max(
+            float(np.abs(rd / np.maximum(pi + cur.nu[pn], 1e-300)).max()) if npair else 0.0,
+            float(np.abs(rp / c).max()) if nrow else 0.0,
+            float(np.abs(ru / st.m).max()) if capped.any() else 0.0,
+        )
+        if max(gap, infeas) < best[0]:
+            best = (max(gap, infeas), it, gap, infeas, cur)
+        if gap <= tol and infeas <= 10 * tol:
             break
-        t *= mu
-    out = np.zeros((n, k))
-    out[users, nodes] = x
-    return out
+        if max(gap, infeas) > 1e3 * best[0]:
+            break  # rounding has taken over (the Schur complement loses accuracy once x z is tiny)
+        newton = _Newton(st, cur, rd, rp, ru, gap, reg, refine)
+        # predictor (affine scaling)
+        aff = newton.direction(-cur.x * cur.z, -cur.s * cur.lam, -cur.t * cur.nu)
+        mu_aff = _complementarity(newton.moved(aff, *newton.steps(aff)), need, capped) / count
+        sigma = min(1.0, (mu_aff / mu) ** 3)
+        # corrector (centring + second-order term)
+        cor = newton.direction(
+            sigma * mu - cur.x * cur.z - aff.x * aff.z,
+            np.where(need, sigma * mu - cur.s * cur.lam - aff.s * aff.lam, 0.0),
+            np.where(capped, sigma * mu - cur.t * cur.nu - aff.t * aff.nu, 0.0),
+        )
+        # one step length for all variables: the objective is not linear, so the dual residual's linearisation
+        # holds only when primal and dual move together
+        a = min(1.0, 0.995 * min(newton.steps(cor)))
+        cur = newton.moved(cor, a, a)
+    _, it, gap, infeas, cur = best
+    xf = np.zeros((n, k))
+    xf[pn, pk] = cur.x
+    zf = np.zeros((n, k))
+    zf[pn, pk] = cur.z
+    return IpmResult(
+        x=xf,
+        z=zf,
+        lam=cur.lam,
+        s=np.where(need, cur.s, 0.0),
+        nu=cur.nu,
+        iterations=it,
+        gap=gap,
+        infeasibility=infeas,
+    )

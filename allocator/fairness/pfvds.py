@@ -12,9 +12,20 @@ x_n^(-alpha)`` (eq. 59):
 :func:`kkt_residual` measures these conditions for any allocation, recovering ``lambda`` per server by non-negative
 least squares on the saturated resources, so it checks the solvers below independently of their internals.
 
-Centralised solver (:func:`pf_vds`): Gauss-Seidel best response. Server ``k`` replaces its column with the *exact*
-maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton method on the
-``r``-dimensional dual, eqs. 27/30). Why it converges:
+Centralised solver (:func:`pf_vds`).
+
+- alpha = 1: the equilibrium is the unique-in-totals maximiser of ``Phi(x) = sum_n phi_n log x_n`` over the
+  capacities (Theorem 2), a convex program solved by a primal-dual interior-point method (:mod:`.ipm`, Mehrotra
+  predictor-corrector; polynomial and globally convergent for this self-concordant barrier problem), whose strictly
+  interior near-optimal point reveals the active set (used pairs, priced resources); the KKT equations on that set
+  (eqs. 28-29 as equalities) are then solved exactly by Newton's method with active-set pivots
+  (:mod:`._pfpolish`). At 1,000 users x 500 nodes the optimum is highly degenerate (about 200,000 of the 250,000
+  eligible pairs tie at their user's price), which the first-order methods below cannot resolve quickly.
+- Otherwise, and as the fallback for alpha = 1: Gauss-Seidel best response. Server ``k`` replaces its column with the
+  *exact* maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton
+  method on the ``r``-dimensional dual, eqs. 27/30).
+
+Why the best-response sweeps converge:
 
 - alpha = 1: server ``k``'s objective equals ``Phi(x) = sum_n phi_n log x_n`` up to a constant independent of its
   column, so the game is an exact potential game and the iteration is block-coordinate ascent on the concave,
@@ -56,7 +67,12 @@ import numpy as np
 from scipy.optimize import nnls
 
 from ._model import FloatArray, Instance, usage
-from .ipm import proportional_fair_barrier
+from ._pfpolish import polish
+from .ipm import IpmResult, proportional_fair_ipm
+
+#: indicator margins tried in turn by :func:`pf_vds` for the exact KKT solve (:func:`._pfpolish.polish`): 10 first, 100
+#: when near-ties pass the first
+_MARGINS = (10.0, 100.0)
 
 
 def _log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
@@ -172,12 +188,26 @@ def best_response(
 
 @dataclass(frozen=True)
 class PfVdsResult:
-    """Outcome of a PF-VDS solver: tasks ``x``, iterations, the :func:`kkt_residual` and whether it met ``tol``."""
+    """Outcome of a PF-VDS solver.
+
+    Attributes:
+        x: ``(n, k)`` tasks.
+        iterations: best-response sweeps (:func:`pf_vds`) or update steps (:func:`pf_vds_distributed`).
+        residual: :func:`kkt_residual` of ``x``.
+        converged: ``residual <= tol``.
+        method: how ``x`` was found: ``"ipm+kkt"`` (alpha = 1: interior point, then the exact KKT solve on its active
+            set), ``"ipm"`` (alpha = 1: the interior point itself, cleaned and scaled into the capacities, met ``tol``),
+            ``"ipm+sweeps"`` (alpha = 1: best-response sweeps from the interior point), ``"sweeps"``
+            (best-response sweeps from the equal share or a given start) or ``"distributed"``.
+        ipm_iterations: interior-point iterations (alpha = 1), else 0.
+    """
 
     x: FloatArray
     iterations: int
     residual: float
     converged: bool
+    method: str = "sweeps"
+    ipm_iterations: int = 0
 
 
 def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
@@ -223,19 +253,17 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     return res
 
 
-def _barrier_start(inst: Instance) -> FloatArray | None:
-    """Near-optimal interior start for alpha = 1 from the barrier method; ``None`` if it failed numerically."""
-    try:
-        x = proportional_fair_barrier(inst)
-    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-        return None
+def _interior_start(inst: Instance, ip: IpmResult) -> FloatArray | None:
+    """The interior point as a start for the sweeps: feasible (each server scaled into its capacities) and without
+    the pairs that carry less than ``1e-9`` of their user's tasks; ``None`` if it is not finite and positive."""
+    x = ip.x
     tot = x.sum(axis=1)
     if not (np.all(np.isfinite(x)) and np.all(tot > 0)):
         return None
-    if (usage(x, inst) > inst.capacities * (1 + 1e-9)).any():
-        return None
-    # Drop the barrier's tiny off-support entries; the exact best responses restore optimality.
-    return np.where(x > 1e-6 * tot[:, None], x, 0.0)
+    x = np.where(x > 1e-9 * tot[:, None], x, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        worst = np.nanmax(np.where(inst.capacities > 0, usage(x, inst) / inst.capacities, 0.0), axis=1)
+    return np.asarray(x / np.maximum(worst, 1.0)[None, :], dtype=np.float64)
 
 
 def pf_vds(
@@ -247,21 +275,41 @@ def pf_vds(
     x0: FloatArray | None = None,
     max_seconds: float | None = None,
 ) -> PfVdsResult:
-    """Centralised PF-VDS(alpha) equilibrium by Gauss-Seidel exact best responses (see the module docstring).
+    """Centralised PF-VDS(alpha) equilibrium (see the module docstring); the result is certified by
+    :func:`kkt_residual` ``<= tol``.
 
-    Starts from the equal-share allocation (each server split among its eligible users by weight, a feasible point
-    with every ``x_n > 0``) or, for alpha = 1, from the near-optimal interior point of the barrier method
-    (:mod:`allocator.fairness.ipm`, itself globally convergent on this convex program); stops when
-    :func:`kkt_residual` ``<= tol`` (checked every few sweeps). ``max_seconds`` (benchmarks only: the result then
-    depends on the machine) ends the sweeps after the first one that finishes past that wall-clock budget, counted
-    from the call (the barrier start included); the residual is then measured and reported.
+    alpha = 1 (without ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.ipm` (globally
+    convergent on this convex program), then the exact KKT equations on the active set its indicators reveal
+    (:func:`allocator.fairness._pfpolish.polish`, tried with the indicator margins of ``_MARGINS``); the first
+    solution whose :func:`kkt_residual` is ``<= tol`` is returned (``method="ipm+kkt"``, ``iterations=0``). Otherwise
+    the Gauss-Seidel best-response sweeps below start from the interior point.
+
+    Sweeps: start from ``x0``, the interior point, or the equal-share allocation (each server split among its eligible
+    users by weight, a feasible point with every ``x_n > 0``); stop when :func:`kkt_residual` ``<= tol`` (checked
+    every few sweeps). ``max_seconds`` (benchmarks only: the result then depends on the machine) ends the sweeps after
+    the first one that finishes past that wall-clock budget, counted from the call (the interior point included); the
+    residual is then measured and reported.
     """
     t_start = time.perf_counter()
     if not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
     k = inst.k
-    if x0 is None and alpha == 1.0 and inst.k > 1:
-        x0 = _barrier_start(inst)
+    method = "sweeps"
+    ipm_iterations = 0
+    if x0 is None and alpha == 1.0:
+        ip = proportional_fair_ipm(inst)
+        ipm_iterations = ip.iterations
+        for margin in _MARGINS:
+            for xp in polish(inst, ip, margin=margin, accept=min(1e-7, 0.1 * tol), max_pivots=4):
+                res = kkt_residual(xp, inst, alpha)
+                if res <= tol:
+                    return PfVdsResult(xp, 0, res, True, "ipm+kkt", ipm_iterations)
+        x0 = _interior_start(inst, ip)
+        if x0 is not None:
+            res = kkt_residual(x0, inst, alpha)
+            if res <= tol:
+                return PfVdsResult(x0, 0, res, True, "ipm", ipm_iterations)
+        method = "ipm+sweeps" if x0 is not None else "sweeps"
     if x0 is None:
         wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
         frac = np.where(inst.eligible, inst.weights[:, None] / np.where(wsum > 0, wsum, 1.0), 0.0)
@@ -293,7 +341,7 @@ def pf_vds(
             residual = kkt_residual(x, inst, alpha)
             if residual <= tol or out_of_time:
                 break
-    return PfVdsResult(x=x, iterations=sweeps, residual=residual, converged=residual <= tol)
+    return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations)
 
 
 def pf_vds_distributed(
@@ -342,4 +390,4 @@ def pf_vds_distributed(
     worst = np.max(load / cap, axis=1)
     x = x / np.maximum(worst, 1.0)[None, :]
     res = kkt_residual(x, inst, alpha)
-    return PfVdsResult(x=x, iterations=it, residual=res, converged=res <= tol)
+    return PfVdsResult(x, it, res, res <= tol, "distributed")
