@@ -235,8 +235,8 @@ def polish(
     capped users whose price exceeds ``phi_n / M_n`` leave the cap. A solve that needs none of these changes is
     yielded; if the caller wants more (its certificate failed), eligible unused pairs cheaper than their user's price
     (``pi[n, k] < mu_n (1 - accept)``) enter and the pivots go on. A solve whose equations cannot be met drops the
-    pair with the largest tie residual. Stops after ``max_pivots`` solves, when a solve diverges or when it asks for
-    many changes (more than ``max(16, 2 %)`` of the used pairs).
+    pairs whose tie residual exceeds a tenth of the largest. Stops after ``max_pivots`` solves, when a solve diverges
+    or when it asks for many changes (more than ``max(16, 2 %)`` of the used pairs).
     """
     e, d, c = inst.eligible, inst.demands, inst.capacities
     tot = ip.x.sum(axis=1)
@@ -264,7 +264,7 @@ def polish(
         if not np.isfinite(err) or err > 1e-2:
             return
         if err > accept:
-            act = act & (ties < ties.max())
+            act = act & (ties <= 0.1 * ties.max())  # the worst-fitting ties are near-ties: they leave in a batch
             continue
         xt = x.sum(axis=1)
         neg = act & (x < -rtol * np.maximum(xt[:, None], 1e-300))

@@ -219,7 +219,12 @@ def _complementarity(p: _Point, need: np.ndarray, capped: np.ndarray) -> float:
 
 
 def proportional_fair_ipm(
-    inst: Instance, *, tol: float = 1e-9, max_iter: int = 100, refine: int = 2, reg: float = 1e-8
+    inst: Instance,
+    *,
+    tol: float = 1e-9,
+    max_iter: int = 100,
+    refine: int = 2,
+    reg: float = 1e-8,
 ) -> IpmResult:
     """Mehrotra predictor-corrector on ``max sum_n phi_n log X_n`` s.t. capacities, placement, ``max_tasks``.
 
@@ -286,9 +291,10 @@ def proportional_fair_ipm(
             np.where(need, sigma * mu - cur.s * cur.lam - aff.s * aff.lam, 0.0),
             np.where(capped, sigma * mu - cur.t * cur.nu - aff.t * aff.nu, 0.0),
         )
+        alpha = min(newton.steps(cor))
         # one step length for all variables: the objective is not linear, so the dual residual's linearisation
         # holds only when primal and dual move together
-        a = min(1.0, 0.995 * min(newton.steps(cor)))
+        a = min(1.0, 0.995 * alpha)
         cur = newton.moved(cor, a, a)
     _, it, gap, infeas, cur = best
     xf = np.zeros((n, k))

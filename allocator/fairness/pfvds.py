@@ -14,13 +14,14 @@ least squares on the saturated resources, so it checks the solvers below indepen
 
 Centralised solver (:func:`pf_vds`).
 
-- alpha = 1: the equilibrium is the unique-in-totals maximiser of ``Phi(x) = sum_n phi_n log x_n`` over the
-  capacities (Theorem 2), a convex program solved by a primal-dual interior-point method (:mod:`.ipm`, Mehrotra
-  predictor-corrector; polynomial and globally convergent for this self-concordant barrier problem), whose strictly
-  interior near-optimal point reveals the active set (used pairs, priced resources); the KKT equations on that set
-  (eqs. 28-29 as equalities) are then solved exactly by Newton's method with active-set pivots
-  (:mod:`._pfpolish`). At 1,000 users x 500 nodes the optimum is highly degenerate (about 200,000 of the 250,000
-  eligible pairs tie at their user's price), which the first-order methods below cannot resolve quickly.
+- alpha = 1: the equilibrium maximises ``Phi(x) = sum_n phi_n log x_n`` over the capacities (Theorem 2; the totals
+  ``x_n`` are unique, the split over servers need not be), a convex program solved by a primal-dual interior-point
+  method (:mod:`.ipm`, Mehrotra's predictor-corrector: the standard practical variant of the path-following methods
+  that converge globally on such programs; the heuristic step rules themselves carry no proof, which is why the
+  result is certified below). Its strictly interior near-optimal point reveals the active set (used pairs, priced
+  resources); the KKT equations on that set (eqs. 28-29 as equalities) are then solved exactly by Newton's method
+  with active-set pivots (:mod:`._pfpolish`). At 1,000 users x 500 nodes the optimum is highly degenerate (about
+  190,000 of the 250,000 eligible pairs tie at their user's price), which first-order methods resolve slowly.
 - Otherwise, and as the fallback for alpha = 1: Gauss-Seidel best response. Server ``k`` replaces its column with the
   *exact* maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton
   method on the ``r``-dimensional dual, eqs. 27/30).
@@ -280,9 +281,10 @@ def pf_vds(
 
     alpha = 1 (without ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.ipm` (globally
     convergent on this convex program), then the exact KKT equations on the active set its indicators reveal
-    (:func:`allocator.fairness._pfpolish.polish`, tried with the indicator margins of ``_MARGINS``); the first
-    solution whose :func:`kkt_residual` is ``<= tol`` is returned (``method="ipm+kkt"``, ``iterations=0``). Otherwise
-    the Gauss-Seidel best-response sweeps below start from the interior point.
+    (:func:`allocator.fairness._pfpolish.polish` with indicator margin 10, at most 3 active-set solves); the first
+    solution whose :func:`kkt_residual` is ``<= tol`` is returned (``method="ipm+kkt"``, ``iterations=0``). Else the
+    interior point itself (cleaned, scaled into the capacities) if it meets ``tol`` (``method="ipm"``), else the
+    exact solve with margin 100, else the Gauss-Seidel best-response sweeps below from the interior point.
 
     Sweeps: start from ``x0``, the interior point, or the equal-share allocation (each server split among its eligible
     users by weight, a feasible point with every ``x_n > 0``); stop when :func:`kkt_residual` ``<= tol`` (checked
@@ -299,16 +301,16 @@ def pf_vds(
     if x0 is None and alpha == 1.0:
         ip = proportional_fair_ipm(inst)
         ipm_iterations = ip.iterations
+        x0 = _interior_start(inst, ip)
         for margin in _MARGINS:
-            for xp in polish(inst, ip, margin=margin, accept=min(1e-7, 0.1 * tol), max_pivots=4):
+            for xp in polish(inst, ip, margin=margin, accept=0.3 * tol, max_pivots=3):
                 res = kkt_residual(xp, inst, alpha)
                 if res <= tol:
                     return PfVdsResult(xp, 0, res, True, "ipm+kkt", ipm_iterations)
-        x0 = _interior_start(inst, ip)
-        if x0 is not None:
-            res = kkt_residual(x0, inst, alpha)
-            if res <= tol:
-                return PfVdsResult(x0, 0, res, True, "ipm", ipm_iterations)
+            if x0 is not None and margin == _MARGINS[0]:
+                res = kkt_residual(x0, inst, alpha)
+                if res <= tol:
+                    return PfVdsResult(x0, 0, res, True, "ipm", ipm_iterations)
         method = "ipm+sweeps" if x0 is not None else "sweeps"
     if x0 is None:
         wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
