@@ -132,7 +132,10 @@ class _Newton:
         self.binv = np.linalg.inv(blocks)
         # U^T B^-1 U = W^T W with W = C^-1 U, B = C C^T per server: one symmetric rank-k update (half a product)
         wmat = scaled_coupling(st.pn, st.pk, st.dp, self.dinv, np.linalg.cholesky(blocks), n).T
-        if gap > 1e-4:  # far from the solution single precision is enough for the direction (and twice as fast)
+        # far from the solution single precision is enough for the direction (and twice as fast), unless a task cap
+        # is close to binding: its slack enters K only through the small 1 / Phi term, which single precision loses
+        # against the large D^-1 terms it is added to (observed: the iteration then leaves the cap, then stalls)
+        if gap > 1e-4 and not capped.any():
             kmat = -sla.blas.ssyrk(1.0, wmat.astype(np.float32), trans=1)
         else:
             kmat = -sla.blas.dsyrk(1.0, wmat, trans=1)  # upper triangle of W^T W
@@ -229,9 +232,10 @@ def proportional_fair_ipm(
     """Mehrotra predictor-corrector on ``max sum_n phi_n log X_n`` s.t. capacities, placement, ``max_tasks``.
 
     Stops when the duality measure ``mean(x z, s lambda, t nu) / mean(phi)`` is below ``tol`` and the relative
-    residuals below ``10 tol``, or when rounding takes over (the larger of the two grows a thousandfold over the best
-    seen); returns the best iterate (smallest ``max(gap, residual)``). ``reg`` is the relative primal regularisation
-    and ``refine`` the number of iterative-refinement steps per direction once the measure is below ``1e-6``.
+    residuals below ``10 tol``, or when rounding takes over (below ``1e-6``, the larger of the two grows a
+    thousandfold over the best seen); returns the best iterate (smallest ``max(gap, residual)``). ``reg`` is the
+    relative primal regularisation and ``refine`` the number of iterative-refinement steps per direction once the
+    measure is below ``1e-6``.
     """
     st = _Structure(inst)
     n, k = st.n, st.k
@@ -242,15 +246,14 @@ def proportional_fair_ipm(
     npair = pn.size
     count = npair + nrow + int(capped.sum())
     phibar = float(phi.mean())
-    # start: half the weighted equal share (strictly feasible)
+    # start: half the weighted equal share (strictly feasible), at most half of each task cap
     wsum = np.bincount(pk, weights=phi[pn], minlength=k)
     x = 0.5 * phi[pn] / wsum[pk] * inst.gamma[pn, pk]
     tot = st.tot(x)
-    if capped.any():
-        over = float(np.where(capped, tot / (0.5 * st.m), 0.0).max())
-        if over > 1:
-            x /= over
-            tot = st.tot(x)
+    if capped.any():  # users over half their cap are scaled down to it (the others keep their share)
+        over = np.maximum(np.where(capped, tot / (0.5 * st.m), 0.0), 1.0)
+        x = x / over[pn]
+        tot = st.tot(x)
     s = np.where(need, c - st.load(x), 1.0)
     t = np.where(capped, st.m - tot, 1.0)
     # prices proportional to 1 / c, scaled so every pair costs at least twice its user's marginal utility: then
@@ -278,7 +281,7 @@ def proportional_fair_ipm(
             best = (max(gap, infeas), it, gap, infeas, cur)
         if gap <= tol and infeas <= 10 * tol:
             break
-        if max(gap, infeas) > 1e3 * best[0]:
+        if best[0] < 1e-6 and max(gap, infeas) > 1e3 * best[0]:
             break  # rounding has taken over (the Schur complement loses accuracy once x z is tiny)
         newton = _Newton(st, cur, rd, rp, ru, gap, reg, refine)
         # predictor (affine scaling)
@@ -292,6 +295,12 @@ def proportional_fair_ipm(
             np.where(capped, sigma * mu - cur.t * cur.nu - aff.t * aff.nu, 0.0),
         )
         alpha = min(newton.steps(cor))
+        # no user's total may change by more than itself: phi log X is self-concordant, and its linearisation
+        # phi / X - phi / X^2 dX (in the dual residual) is only trusted inside that Dikin interval
+        dtot = np.abs(st.tot(cor.x))
+        big = dtot > 0
+        if big.any():
+            alpha = min(alpha, float(np.min(tot[big] / dtot[big])))
         # one step length for all variables: the objective is not linear, so the dual residual's linearisation
         # holds only when primal and dual move together
         a = min(1.0, 0.995 * alpha)

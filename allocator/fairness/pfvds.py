@@ -214,11 +214,19 @@ class PfVdsResult:
 def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     """Largest violation of the PF-VDS equilibrium conditions (eqs. 28-29), scale free.
 
-    Per server the multipliers ``lambda[k]`` are fitted by NNLS to the marginal utilities of the users it serves,
-    using only saturated resources (complementarity of eq. 28). Reported is the max of: relative capacity excess;
-    ``|min(x[n,k]/x_n, pi[n,k]/g[n,k] - 1)|`` over eligible pairs (eq. 29 as a min-complementarity function), ignoring
-    the dual sign for users at their ``max_tasks`` cap; and, for an unsaturated server with an uncapped eligible user,
-    1 (the column would not be optimal).
+    Per server the multipliers ``lambda[k]`` are fitted by NNLS to the marginal utilities ``g[n, k]`` of the users it
+    serves that are below their ``max_tasks`` cap, using only saturated resources (complementarity of eq. 28); this
+    gives every eligible pair its price ``pi[n, k]`` and ratio ``rho[n, k] = pi[n, k] / g[n, k] - 1``. A user at its
+    cap has one multiplier ``nu_n >= 0`` of the cap shared by all servers (the variational equilibrium of the game
+    with the shared cap constraint; for alpha = 1 the optimum of Theorem 2): eq. 29 becomes ``pi + nu = g`` where it
+    runs tasks and ``pi + nu >= g`` elsewhere, i.e. ``rho = -nu / g`` on its used pairs. ``nu_n / g`` is taken as the
+    midpoint of ``-rho`` over the used pairs (clipped at 0), and the used pairs' deviation from it is a violation.
+    Reported is the max of: relative capacity excess; ``|min(x[n, k] / x_n, rho[n, k] + nu_n / g[n, k])|`` over
+    eligible pairs (eq. 29 as a min-complementarity function; ``nu_n = 0`` below the cap); the capped users' spread;
+    and, for an unsaturated server with an eligible user below its cap, 1 (the column would not be optimal).
+
+    A saturated server used only by capped users gets no fitted prices (``lambda = 0``), which can only over-report
+    (an eligible user below its cap then sees a free server).
     """
     x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
     tot = x.sum(axis=1)
@@ -231,26 +239,35 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     res = max(0.0, float(excess.max()))
     lg = _log_marginal(inst, tot, alpha)
     at_cap = tot >= inst.max_tasks * (1 - 1e-9)
+    share = x / tot[:, None]
+    used = inst.eligible & (share > 1e-6)  # pairs that carry a material share; tiny ones enter via min() below
+    ratio = np.zeros(x.shape)
     for k in range(inst.k):
         idx = np.flatnonzero(inst.eligible[:, k])
         if idx.size == 0:
             continue
         sat = load[k] >= cap[k] * (1 - 1e-7)
-        share = x[idx, k] / tot[idx]
-        sup = share > 1e-6  # pairs that carry a material share of the user; tiny ones enter via min() below
         if not sat.any():
             if (~at_cap[idx]).any():
                 return max(res, 1.0)
+            ratio[idx, k] = -1.0  # no resource is full: every price is 0
             continue
+        sup = used[idx, k]
         shift = lg[idx, k][sup].max() if sup.any() else lg[idx, k].max()
         target = np.exp(lg[idx, k] - shift)
         dem = inst.demands[idx][:, sat]
         fit_rows = sup & ~at_cap[idx]
         lam = nnls(dem[fit_rows], target[fit_rows])[0] if fit_rows.any() else np.zeros(int(sat.sum()))
-        ratio = (dem @ lam) / target - 1.0
-        ratio = np.where(at_cap[idx], np.minimum(ratio, 0.0), ratio)
-        ratio = np.where(at_cap[idx] & sup, 0.0, ratio)
-        res = max(res, float(np.abs(np.minimum(share, ratio)).max()))
+        ratio[idx, k] = (dem @ lam) / target - 1.0
+    nu = np.zeros(inst.n)
+    for n in np.flatnonzero(at_cap):
+        r_used = ratio[n, used[n]]
+        if r_used.size:
+            lo, hi = float(r_used.min()), float(r_used.max())
+            nu[n] = max(0.0, -(lo + hi) / 2)
+            res = max(res, float(np.abs(r_used + nu[n]).max()))
+    shifted = np.where(inst.eligible, ratio + nu[:, None], 0.0)
+    res = max(res, float(np.abs(np.minimum(np.where(inst.eligible, share, 0.0), shifted)).max()))
     return res
 
 
