@@ -15,17 +15,21 @@ from allocator._jit import njit
 from ._model import FloatArray
 
 
+@njit(inline="always")
+def _row_price(dp: FloatArray, i: int, lam: FloatArray, k: int) -> float:
+    """``sum_r dp[i, r] lam[k, r]``: the price of pair ``i`` on server ``k``."""
+    acc = 0.0
+    for j in range(dp.shape[1]):
+        acc += dp[i, j] * lam[k, j]
+    return acc
+
+
 @njit()
 def pair_price(pk: np.ndarray, dp: FloatArray, lam: FloatArray) -> FloatArray:
     """``A^T lambda``: ``out[i] = sum_r dp[i, r] lam[pk[i], r]``."""
-    npair, r = dp.shape
-    out = np.empty(npair)
-    for i in range(npair):
-        k = pk[i]
-        acc = 0.0
-        for j in range(r):
-            acc += dp[i, j] * lam[k, j]
-        out[i] = acc
+    out = np.empty(dp.shape[0])
+    for i in range(dp.shape[0]):
+        out[i] = _row_price(dp, i, lam, pk[i])
     return out
 
 
@@ -96,14 +100,9 @@ def user_and_load(pn: np.ndarray, pk: np.ndarray, dp: FloatArray, v: FloatArray,
 @njit()
 def coupling_t(pn: np.ndarray, pk: np.ndarray, dp: FloatArray, w: FloatArray, v: FloatArray, n: int) -> FloatArray:
     """``E^T diag(w) A^T v``: ``out[n] = sum_{i: pn[i] = n} w[i] sum_r dp[i, r] v[pk[i], r]``."""
-    npair, r = dp.shape
     out = np.zeros(n)
-    for i in range(npair):
-        kk = pk[i]
-        acc = 0.0
-        for j in range(r):
-            acc += dp[i, j] * v[kk, j]
-        out[pn[i]] += w[i] * acc
+    for i in range(dp.shape[0]):
+        out[pn[i]] += w[i] * _row_price(dp, i, v, pk[i])
     return out
 
 
@@ -125,14 +124,9 @@ def pair_step(
     pn: np.ndarray, pk: np.ndarray, dp: FloatArray, w: FloatArray, g: FloatArray, y: FloatArray, lam: FloatArray
 ) -> FloatArray:
     """``w * (g - y[pn] - A^T lam)`` per pair."""
-    npair, r = dp.shape
-    out = np.empty(npair)
-    for i in range(npair):
-        kk = pk[i]
-        acc = 0.0
-        for j in range(r):
-            acc += dp[i, j] * lam[kk, j]
-        out[i] = w[i] * (g[i] - y[pn[i]] - acc)
+    out = np.empty(dp.shape[0])
+    for i in range(dp.shape[0]):
+        out[i] = w[i] * (g[i] - y[pn[i]] - _row_price(dp, i, lam, pk[i]))
     return out
 
 
