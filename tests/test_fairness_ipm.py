@@ -315,7 +315,7 @@ def test_newton_direction_solves_linearised_system(inst, point, reg_refine, seed
         # near the end x / z spans many decades and the Schur complement cancels digits: the method refines there
         refine = max(refine, 2)
     # gap = 1e-8: double precision throughout, and refinement (when asked for) against the unregularised system
-    newton = _Newton(s_, pt, rd, rp, ru, 1e-8, reg, refine)
+    newton = _Newton(s_, pt, s_.tot(pt.x), rd, rp, ru, 1e-8, reg, refine)
     need, capped = s_.need, s_.capped
     # the predictor's and an arbitrary corrector-like right-hand side
     rhss = [

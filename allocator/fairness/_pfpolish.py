@@ -23,11 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-import scipy.linalg as sla
 import scipy.sparse as sp
 
 from ._model import FloatArray, Instance
-from .ipm import IpmResult
+from .ipm import IpmResult, symmetric_solver
 
 
 class _ActiveKkt:
@@ -119,16 +118,7 @@ class _ActiveKkt:
         schur = (a @ a.T).toarray() - (vt * beta) @ vt.T
         schur /= delta
         schur[np.diag_indices_from(schur)] += delta
-        try:
-            fac = sla.cho_factor(schur, lower=True, check_finite=False)
-
-            def ssolve(v: FloatArray) -> FloatArray:
-                return np.asarray(sla.cho_solve(fac, v, check_finite=False))
-        except np.linalg.LinAlgError:
-            lu = sla.lu_factor(schur, check_finite=False)
-
-            def ssolve(v: FloatArray) -> FloatArray:
-                return np.asarray(sla.lu_solve(lu, v, check_finite=False))
+        ssolve = symmetric_solver(schur, lower=True)
 
         def g_apply(v: FloatArray) -> FloatArray:
             dot = np.bincount(pn, weights=sx * v, minlength=n)
@@ -171,45 +161,34 @@ def _kkt_newton(
 ) -> tuple[FloatArray, FloatArray, FloatArray, float, FloatArray]:
     """Newton's method on :class:`_ActiveKkt` from ``(x0, lam0, mu0)``; returns flows ``(N, K)``, prices ``(K, R)``,
     user prices, the final relative residual and each used pair's relative tie residual ``(N, K)``."""
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a diverging solve is detected below
-        return _kkt_newton_loop(_ActiveKkt(inst, act, pri, capped), act, pri, x0, lam0, mu0, iters, rtol)
-
-
-def _kkt_newton_loop(
-    kkt: _ActiveKkt,
-    act: np.ndarray,
-    pri: np.ndarray,
-    x0: FloatArray,
-    lam0: FloatArray,
-    mu0: FloatArray,
-    iters: int,
-    rtol: float,
-) -> tuple[FloatArray, FloatArray, FloatArray, float, FloatArray]:
+    kkt = _ActiveKkt(inst, act, pri, capped)
     x = x0[kkt.pn, kkt.pk].copy()
     lam = lam0[kkt.qk, kkt.qr].copy()
     mu = mu0.copy()
-    err = kkt.error(x, lam, mu)
-    for i in range(iters):
-        if not err > rtol:
-            break
-        dx, dlam, dmu = kkt.newton_step(x, lam, mu)
-        if not (np.isfinite(dx).all() and np.isfinite(dlam).all() and np.isfinite(dmu).all()):
-            break
-        x, lam, mu = x + dx, lam + dlam, mu + dmu
-        new = kkt.error(x, lam, mu)
-        # Newton converges quadratically on a consistent active set, not on an inconsistent one
-        stalled = i >= 2 and new > 0.5 * err
-        err = new
-        if stalled:
-            break
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # a diverging solve is detected below
+        err = kkt.error(x, lam, mu)
+        for i in range(iters):
+            if not err > rtol:
+                break
+            dx, dlam, dmu = kkt.newton_step(x, lam, mu)
+            if not (np.isfinite(dx).all() and np.isfinite(dlam).all() and np.isfinite(dmu).all()):
+                break
+            x, lam, mu = x + dx, lam + dlam, mu + dmu
+            new = kkt.error(x, lam, mu)
+            # Newton converges quadratically on a consistent active set, not on an inconsistent one
+            stalled = i >= 2 and new > 0.5 * err
+            err = new
+            if stalled:
+                break
     xf = np.zeros(act.shape)
     xf[kkt.pn, kkt.pk] = x
     lf = np.zeros(pri.shape)
     lf[kkt.qk, kkt.qr] = lam
     ties = np.zeros(act.shape)
     if kkt.p:
-        f1 = kkt.residual(x, lam, mu)[0]
-        ties[kkt.pn, kkt.pk] = np.abs(f1) / np.maximum(np.abs(mu[kkt.pn]), 1e-300)
+        with np.errstate(over="ignore", invalid="ignore"):
+            f1 = kkt.residual(x, lam, mu)[0]
+            ties[kkt.pn, kkt.pk] = np.abs(f1) / np.maximum(np.abs(mu[kkt.pn]), 1e-300)
     return xf, lf, mu, err, ties
 
 

@@ -25,6 +25,7 @@ near-optimal point whose ``x / z`` and ``lambda / s`` ratios identify the active
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,20 @@ class IpmResult:
     iterations: int
     gap: float
     infeasibility: float
+
+
+def symmetric_solver(mat: FloatArray, *, lower: bool) -> Callable[[FloatArray], FloatArray]:
+    """``v -> mat^-1 v`` for a symmetric matrix given by its ``lower`` (or upper) triangle: Cholesky, or LU of the
+    full matrix in double precision when Cholesky fails or loses the last pivot (a nearly singular system)."""
+    try:
+        fac = sla.cho_factor(mat, lower=lower, check_finite=False)
+        if not np.isfinite(fac[0][-1, -1]):
+            raise np.linalg.LinAlgError("factor lost")
+    except np.linalg.LinAlgError:
+        tri = np.tril(mat) if lower else np.triu(mat)
+        lu = sla.lu_factor((tri + tri.T - np.diag(np.diag(mat))).astype(np.float64), check_finite=False)
+        return lambda v: np.asarray(sla.lu_solve(lu, v, check_finite=False), dtype=np.float64)
+    return lambda v: np.asarray(sla.cho_solve(fac, v.astype(fac[0].dtype), check_finite=False), dtype=np.float64)
 
 
 class _Structure:
@@ -108,6 +123,7 @@ class _Newton:
         self,
         st: _Structure,
         p: _Point,
+        tot: FloatArray,
         rd: FloatArray,
         rp: FloatArray,
         ru: FloatArray,
@@ -120,7 +136,6 @@ class _Newton:
         self.refine = refine if gap < 1e-6 else 0
         n, k, r = st.n, st.k, st.r
         need, capped = st.need, st.capped
-        tot = st.tot(p.x)
         self.phiu = st.phi / tot**2 + np.where(capped, p.nu / p.t, 0.0)
         # primal regularisation: D + reg * Phi keeps the directions in which users could trade tasks around a cycle
         # (flat for the objective and the constraints) bounded; refinement is against the unregularised system
@@ -139,23 +154,8 @@ class _Newton:
             kmat = -sla.blas.ssyrk(1.0, wmat.astype(np.float32), trans=1)
         else:
             kmat = -sla.blas.dsyrk(1.0, wmat, trans=1)  # upper triangle of W^T W
-        kmat[np.diag_indices(n)] += np.bincount(st.pn, weights=self.dinv, minlength=n) + 1.0 / self.phiu
-        self.chol: tuple | None = None
-        self.lu: tuple | None = None
-        try:
-            self.chol = sla.cho_factor(kmat, lower=False, check_finite=False)
-            if not np.isfinite(self.chol[0][-1, -1]):
-                raise np.linalg.LinAlgError("factor lost")
-        except np.linalg.LinAlgError:
-            self.chol = None
-            full = np.triu(kmat) + np.triu(kmat, 1).T
-            self.lu = sla.lu_factor(full.astype(np.float64), check_finite=False)
-
-    def _ksolve(self, v: FloatArray) -> FloatArray:
-        if self.chol is not None:
-            return np.asarray(sla.cho_solve(self.chol, v.astype(self.chol[0].dtype), check_finite=False), np.float64)
-        assert self.lu is not None
-        return np.asarray(sla.lu_solve(self.lu, v, check_finite=False))
+        kmat[np.diag_indices(n)] += st.tot(self.dinv) + 1.0 / self.phiu
+        self._ksolve = symmetric_solver(kmat, lower=False)
 
     def _bsolve(self, v: FloatArray) -> FloatArray:
         return np.einsum("kab,kb->ka", self.binv, v.reshape(self.st.k, self.st.r))
@@ -283,7 +283,7 @@ def proportional_fair_ipm(
             break
         if best[0] < 1e-6 and max(gap, infeas) > 1e3 * best[0]:
             break  # rounding has taken over (the Schur complement loses accuracy once x z is tiny)
-        newton = _Newton(st, cur, rd, rp, ru, gap, reg, refine)
+        newton = _Newton(st, cur, tot, rd, rp, ru, gap, reg, refine)
         # predictor (affine scaling)
         aff = newton.direction(-cur.x * cur.z, -cur.s * cur.lam, -cur.t * cur.nu)
         mu_aff = _complementarity(newton.moved(aff, *newton.steps(aff)), need, capped) / count

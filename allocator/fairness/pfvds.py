@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 from scipy.optimize import nnls
@@ -70,10 +71,6 @@ from scipy.optimize import nnls
 from ._model import FloatArray, Instance, usage
 from ._pfpolish import polish
 from .ipm import IpmResult, proportional_fair_ipm
-
-#: indicator margins tried in turn by :func:`pf_vds` for the exact KKT solve (:func:`._pfpolish.polish`): 10 first, 100
-#: when near-ties pass the first
-_MARGINS = (10.0, 100.0)
 
 
 def _log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
@@ -271,17 +268,21 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     return res
 
 
+def _into_capacities(x: FloatArray, inst: Instance) -> FloatArray:
+    """``x`` with each server's column scaled down just enough to fit all its capacities (unchanged if it fits)."""
+    cap = np.where(inst.capacities > 0, inst.capacities, np.inf)
+    worst = np.max(usage(x, inst) / cap, axis=1)
+    return np.asarray(x / np.maximum(worst, 1.0)[None, :], dtype=np.float64)
+
+
 def _interior_start(inst: Instance, ip: IpmResult) -> FloatArray | None:
-    """The interior point as a start for the sweeps: feasible (each server scaled into its capacities) and without
-    the pairs that carry less than ``1e-9`` of their user's tasks; ``None`` if it is not finite and positive."""
+    """The interior point as a start for the sweeps: feasible (:func:`_into_capacities`) and without the pairs that
+    carry less than ``1e-9`` of their user's tasks; ``None`` if it is not finite and positive."""
     x = ip.x
     tot = x.sum(axis=1)
     if not (np.all(np.isfinite(x)) and np.all(tot > 0)):
         return None
-    x = np.where(x > 1e-9 * tot[:, None], x, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        worst = np.nanmax(np.where(inst.capacities > 0, usage(x, inst) / inst.capacities, 0.0), axis=1)
-    return np.asarray(x / np.maximum(worst, 1.0)[None, :], dtype=np.float64)
+    return _into_capacities(np.where(x > 1e-9 * tot[:, None], x, 0.0), inst)
 
 
 def pf_vds(
@@ -319,15 +320,16 @@ def pf_vds(
         ip = proportional_fair_ipm(inst)
         ipm_iterations = ip.iterations
         x0 = _interior_start(inst, ip)
-        for margin in _MARGINS:
-            for xp in polish(inst, ip, margin=margin, accept=0.3 * tol, max_pivots=3):
-                res = kkt_residual(xp, inst, alpha)
-                if res <= tol:
-                    return PfVdsResult(xp, 0, res, True, "ipm+kkt", ipm_iterations)
-            if x0 is not None and margin == _MARGINS[0]:
-                res = kkt_residual(x0, inst, alpha)
-                if res <= tol:
-                    return PfVdsResult(x0, 0, res, True, "ipm", ipm_iterations)
+        # candidates in order: exact solves with indicator margin 10, the interior point itself, margin 100
+        candidates = chain(
+            polish(inst, ip, margin=10.0, accept=0.3 * tol, max_pivots=3),
+            [] if x0 is None else [x0],
+            polish(inst, ip, margin=100.0, accept=0.3 * tol, max_pivots=3),
+        )
+        for xp in candidates:
+            res = kkt_residual(xp, inst, alpha)
+            if res <= tol:
+                return PfVdsResult(xp, 0, res, True, "ipm" if xp is x0 else "ipm+kkt", ipm_iterations)
         method = "ipm+sweeps" if x0 is not None else "sweeps"
     if x0 is None:
         wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
@@ -405,8 +407,6 @@ def pf_vds_distributed(
         x = np.minimum(x, np.maximum(inst.max_tasks[:, None], 0.0))
         if it % 200 == 0 and np.abs(np.where(x > 0, direction, np.maximum(direction, 0.0))).max() < 1e-9:
             break
-    load = usage(x, inst)
-    worst = np.max(load / cap, axis=1)
-    x = x / np.maximum(worst, 1.0)[None, :]
+    x = _into_capacities(x, inst)
     res = kkt_residual(x, inst, alpha)
     return PfVdsResult(x, it, res, res <= tol, "distributed")
