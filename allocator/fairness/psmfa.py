@@ -66,8 +66,12 @@ Additions to Algorithm I (each keeps feasibility and, within a phase, monotone d
 - Task caps couple the servers through a shared constraint and are outside Problem 3: instances with a finite cap are
   refused (``ValueError``).
 
-Known limits (measured, see the tests and the report): for alpha = 5 a few percent of small random instances end
-without meeting the stopping rule (stalls that the restarts do not cure); ``converged`` is then ``False``.
+Known limits (measured): for alpha = 5, 2 of 20 small random instances (3-8 users, 2-5 nodes) end without meeting the
+stopping rule (stalls that the restarts do not cure); ``converged`` is then ``False``. At scale it is far too slow:
+40 users x 250 nodes x 2 resources and 100 x 50 x 3 (alpha 0.5, 2, 5, 20) are not converged after 120 s (600-2,500
+iterations at 50-200 ms each, ``kkt_residual`` 0.13-1); per iteration the exact projection (~100 dual evaluations)
+and the face step (~40 conjugate-gradient products) dominate. Use it on small instances or from a near-equilibrium
+``x0``; the caller certifies every result with :func:`~allocator.fairness.pfvds.kkt_residual`.
 """
 
 from __future__ import annotations
