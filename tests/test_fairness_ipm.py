@@ -404,7 +404,9 @@ def _check_pf_vds(inst) -> None:
     _check_allocation(inst, res.x, rtol=1e-7)
     assert kkt_residual(res.x, inst, 1.0) == res.residual
     tot_ref, obj_ref = _reference(inst)
-    np.testing.assert_allclose(res.x.sum(axis=1), tot_ref, rtol=1e-5)  # Clarabel: totals to ~sqrt(its gap)
+    # Clarabel's totals are accurate to ~sqrt(its gap): 1.07e-5 off on one instance where pf_vds is exact (KKT
+    # residual 2.2e-16); the objective check below is the sharp one
+    np.testing.assert_allclose(res.x.sum(axis=1), tot_ref, rtol=1e-4)
     assert _objective(inst, res.x) >= obj_ref - 1e-9 * float(inst.weights.sum())
 
 
@@ -430,11 +432,11 @@ def test_pf_vds_one_with_task_caps(inst) -> None:
 def test_pf_vds_other_alpha_uses_sweeps() -> None:
     inst = _random_instance(4, 6, 3, 2, False, True, False)
     res = pf_vds(inst, 2.0, tol=1e-8)
-    assert res.method == "sweeps" and res.ipm_iterations == 0
+    assert res.method in ("sweeps", "sweeps+newton") and res.ipm_iterations == 0
     assert res.converged and res.residual <= 1e-8
     # alpha = 1 with a start given by the caller also takes the sweeps
     x0 = pf_vds(inst, 1.0).x
-    assert pf_vds(inst, 1.0, x0=x0).method == "sweeps"
+    assert pf_vds(inst, 1.0, x0=x0).method.startswith("sweeps")
 
 
 def test_ipm_one_node_with_a_task_cap() -> None:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import allocator.fairness.pfvds as pfvds
 from allocator.fairness import make_instance, usage
 from allocator.fairness._model import Instance
 from allocator.fairness.pfvds import kkt_residual, pf_vds
@@ -221,8 +222,14 @@ def test_regression_best_response_stalls_where_ps_mfa_converges() -> None:
         [[True, True, True], [True, True, True], [True, True, True], [True, False, False]],
         [2.0, 1.0, 1.0, 1.0],
     )
-    br = pf_vds(inst, 5.0, max_sweeps=2000)
+    # plain sweeps: pf_vds without its Newton tries and PS-MFA fallback (they certify this instance, see below)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pfvds, "NEWTON_MAX_UNKNOWNS", 0)
+        br = pfvds.pf_vds(inst, 5.0, max_sweeps=2000)
     assert not br.converged and br.residual > 1e-3
+    full = pf_vds(inst, 5.0)
+    assert full.converged and full.method == "sweeps+newton"
+    np.testing.assert_allclose(full.x.sum(axis=1), [12.66856798, 3.80203748, 9.6568278, 3.79682174], rtol=1e-6)
     res = ps_mfa(inst, 5.0)
     assert res.converged
     assert kkt_residual(res.x, inst, 5.0) <= 1e-6

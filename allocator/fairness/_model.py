@@ -142,3 +142,12 @@ def make_instance(
 def usage(x: FloatArray, inst: Instance) -> FloatArray:
     """Resource usage per server, ``(k, r)``: ``sum_n x[n, k] d[n, r]`` (left side of eq. 10)."""
     return np.einsum("nk,nr->kr", x, inst.demands)
+
+
+def log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
+    """``log g[n, k] = alpha log phi_n + (alpha - 1) log gamma[n, k] - alpha log x_n``, the log marginal utility of
+    PF-VDS(alpha) (paper 002, eq. 59), ``(n, k)``; ``-inf`` where not eligible."""
+    with np.errstate(divide="ignore"):
+        lg = np.log(np.where(inst.eligible, inst.gamma, 1.0))
+        out = alpha * np.log(inst.weights)[:, None] + (alpha - 1.0) * lg - alpha * np.log(x_tot)[:, None]
+        return np.asarray(np.where(inst.eligible, out, -np.inf), dtype=np.float64)

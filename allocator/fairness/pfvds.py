@@ -24,7 +24,12 @@ Centralised solver (:func:`pf_vds`).
   190,000 of the 250,000 eligible pairs tie at their user's price), which first-order methods resolve slowly.
 - Otherwise, and as the fallback for alpha = 1: Gauss-Seidel best response. Server ``k`` replaces its column with the
   *exact* maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton
-  method on the ``r``-dimensional dual, eqs. 27/30).
+  method on the ``r``-dimensional dual, eqs. 27/30). On instances of planning-round size (at most
+  :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns) the sweeps only find the region: after 20, 50, 100, ... sweeps the
+  equilibrium NCP (eqs. 28-29, Fischer-Burmeister form of Sec. 4.2) is solved from their iterate by a globalised
+  semismooth Newton method (:mod:`._ncpnewton`, locally quadratic), and the first certified result is returned. If
+  the sweeps end uncertified on such an instance without task caps, PS-MFA (:mod:`.psmfa`, Sec. 5.1, Algorithm I)
+  runs from the best iterate.
 
 Why the best-response sweeps converge:
 
@@ -49,10 +54,13 @@ Why the best-response sweeps converge:
   (Sec. 5.1, Algorithm I): a feasible descent on the constrained merit function of Problem 3 (eqs. 37-40, a
   Fischer-Burmeister complementarity function, eqs. 44-54); Lemma 3 makes every step a strict descent and
   Theorem 8 shows that its limit points solve Problem 1 under Assumption 1 (non-degenerate termination) or
-  Assumption 2 (every node/resource is needed by some eligible user). PS-MFA is NOT implemented in this module.
-  What is implemented for alpha != 1 is the Gauss-Seidel best response above; it stops on the measured
-  :func:`kkt_residual`, which certifies any result reported as ``converged`` whatever the route, and reports
-  ``converged=False`` otherwise (:func:`allocator.fairness.allocate` then warns).
+  Assumption 2 (every node/resource is needed by some eligible user). PS-MFA is implemented in :mod:`.psmfa` (as
+  reconstructed from the prose, the formulas being lost; see its docstring) and is the last stage of :func:`pf_vds`
+  on small uncapped instances, with a bounded iteration budget; measured, it is slow (first order: minutes at
+  40 x 250) and does not meet its stopping rule on 2 of 20 tiny random instances at alpha = 5, so it is a guarantee
+  in the limit rather than the practical route. The practical route is sweeps + Newton; whatever the route, the
+  result is reported ``converged`` only if :func:`kkt_residual` certifies it, and ``converged=False`` otherwise
+  (:func:`allocator.fairness.allocate` then warns).
 
 Distributed heuristic (:func:`pf_vds_distributed`, Sec. 5.2): every server updates only its own column, from its own
 capacities and the users' totals, along eqs. 55-56 with the multipliers replaced by the quadratic-penalty estimate of
@@ -68,17 +76,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from ._model import FloatArray, Instance, usage
+from ._model import FloatArray, Instance, log_marginal, usage
+from ._ncpnewton import ncp_newton
 from ._pfpolish import polish
 from .ipm import IpmResult, proportional_fair_ipm
-
-
-def _log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
-    """``log g[n, k] = alpha log phi_n + (alpha - 1) log gamma[n, k] - alpha log x_n`` (-inf where not eligible)."""
-    with np.errstate(divide="ignore"):
-        lg = np.log(np.where(inst.eligible, inst.gamma, 1.0))
-        out = alpha * np.log(inst.weights)[:, None] + (alpha - 1.0) * lg - alpha * np.log(x_tot)[:, None]
-        return np.asarray(np.where(inst.eligible, out, -np.inf), dtype=np.float64)
+from .psmfa import ps_mfa
 
 
 def _util(qv: FloatArray, z: FloatArray, alpha: float) -> FloatArray:
@@ -121,13 +123,15 @@ def best_response(
 
     def dual(lam: FloatArray) -> float:
         y, pi, _ = primal(lam)
+        if not np.all(np.isfinite(y)):
+            return np.inf  # a user's price is 0 (or its demand overflows): no finite allocation answers it
         with np.errstate(invalid="ignore"):
             val = float(lam @ cap + (_util(qv, o + y, alpha) - pi * y).sum())
         return val if np.isfinite(val) else np.inf
 
     if np.isfinite(u).all() and (dem.T @ u <= cap * (1 + 1e-12)).all():
         return u.copy(), np.zeros(r)
-    if lam0 is None or not np.all(np.isfinite(lam0)) or (dem @ lam0 <= 0).any():
+    if lam0 is None or not np.all(np.isfinite(lam0)) or (dem @ lam0 <= 0).any() or not np.isfinite(dual(lam0)):
         with np.errstate(divide="ignore"):
             share = np.where(dem > 0, cap[None, :] / (np.where(dem > 0, dem, 1.0) * m), np.inf).min(axis=1)
         target = np.log(qv) - np.log(o + share)
@@ -175,6 +179,8 @@ def best_response(
             if g_new <= g_val + 1e-4 * grad @ (cand - lam) + 1e-15 * abs(g_val):
                 break
             step *= 0.5
+        else:
+            break  # no step of the search decreases the dual: keep the last accepted prices
         lam, g_val = cand, g_new
     y, _, _ = primal(lam)
     load = dem.T @ y
@@ -196,7 +202,8 @@ class PfVdsResult:
         method: how ``x`` was found: ``"ipm+kkt"`` (alpha = 1: interior point, then the exact KKT solve on its active
             set), ``"ipm"`` (alpha = 1: the interior point itself, cleaned and scaled into the capacities, met ``tol``),
             ``"ipm+sweeps"`` (alpha = 1: best-response sweeps from the interior point), ``"sweeps"``
-            (best-response sweeps from the equal share or a given start) or ``"distributed"``.
+            (best-response sweeps from the equal share or a given start) or ``"distributed"``; a sweeps route
+            finished by the semismooth Newton solve or by PS-MFA ends in ``"+newton"`` or ``"+ps-mfa"``.
         ipm_iterations: interior-point iterations (alpha = 1), else 0.
     """
 
@@ -208,7 +215,7 @@ class PfVdsResult:
     ipm_iterations: int = 0
 
 
-def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
+def kkt_residual(x: FloatArray, inst: Instance, alpha: float, lam: FloatArray | None = None) -> float:
     """Largest violation of the PF-VDS equilibrium conditions (eqs. 28-29), scale free.
 
     Per server the multipliers ``lambda[k]`` are fitted by NNLS to the marginal utilities ``g[n, k]`` of the users it
@@ -222,8 +229,12 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     eligible pairs (eq. 29 as a min-complementarity function; ``nu_n = 0`` below the cap); the capped users' spread;
     and, for an unsaturated server with an eligible user below its cap, 1 (the column would not be optimal).
 
-    A saturated server used only by capped users gets no fitted prices (``lambda = 0``), which can only over-report
-    (an eligible user below its cap then sees a free server).
+    The fit can only over-report: it is one choice of multipliers, and the conditions hold if any choice satisfies
+    them. It is not unique when a server has more saturated resources than used pairs, and a saturated server used
+    only by capped users gets no fitted prices (``lambda = 0``; an eligible user below its cap then sees a free
+    server). A solver's own multipliers ``lam`` ``(k, r)`` may therefore be passed as a second witness: the same
+    conditions are then also measured with them (restricted to the saturated resources, as the fit is) and the smaller
+    of the two residuals is reported. Both are complete certificates, so this never accepts what the conditions do not.
     """
     x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
     tot = x.sum(axis=1)
@@ -234,28 +245,48 @@ def kkt_residual(x: FloatArray, inst: Instance, alpha: float) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         excess = np.where(cap > 0, load / np.where(cap > 0, cap, 1.0) - 1.0, np.where(load > 0, np.inf, 0.0))
     res = max(0.0, float(excess.max()))
-    lg = _log_marginal(inst, tot, alpha)
+    lg = log_marginal(inst, tot, alpha)
     at_cap = tot >= inst.max_tasks * (1 - 1e-9)
     share = x / tot[:, None]
     used = inst.eligible & (share > 1e-6)  # pairs that carry a material share; tiny ones enter via min() below
-    ratio = np.zeros(x.shape)
+    sat_all = load >= cap * (1 - 1e-7)
+    witnesses = [None] if lam is None else [None, np.where(sat_all, np.maximum(lam, 0.0), 0.0)]
+    return max(res, min(_pair_residual(inst, lg, share, used, at_cap, sat_all, w) for w in witnesses))
+
+
+def _pair_residual(
+    inst: Instance,
+    lg: FloatArray,
+    share: FloatArray,
+    used: np.ndarray,
+    at_cap: np.ndarray,
+    sat_all: np.ndarray,
+    witness: FloatArray | None,
+) -> float:
+    """Eq. 29 part of :func:`kkt_residual` with the NNLS-fitted multipliers (``witness=None``) or the given ones."""
+    res = 0.0
+    ratio = np.zeros(share.shape)
     for k in range(inst.k):
         idx = np.flatnonzero(inst.eligible[:, k])
         if idx.size == 0:
             continue
-        sat = load[k] >= cap[k] * (1 - 1e-7)
+        sat = sat_all[k]
         if not sat.any():
             if (~at_cap[idx]).any():
-                return max(res, 1.0)
+                return 1.0
             ratio[idx, k] = -1.0  # no resource is full: every price is 0
             continue
         sup = used[idx, k]
         shift = lg[idx, k][sup].max() if sup.any() else lg[idx, k].max()
         target = np.exp(lg[idx, k] - shift)
         dem = inst.demands[idx][:, sat]
-        fit_rows = sup & ~at_cap[idx]
-        lam = nnls(dem[fit_rows], target[fit_rows])[0] if fit_rows.any() else np.zeros(int(sat.sum()))
-        ratio[idx, k] = (dem @ lam) / target - 1.0
+        if witness is None:
+            fit_rows = sup & ~at_cap[idx]
+            lam_k = nnls(dem[fit_rows], target[fit_rows])[0] if fit_rows.any() else np.zeros(int(sat.sum()))
+        else:
+            with np.errstate(over="ignore"):
+                lam_k = witness[k, sat] * np.exp(-shift)
+        ratio[idx, k] = (dem @ lam_k) / target - 1.0
     nu = np.zeros(inst.n)
     for n in np.flatnonzero(at_cap):
         r_used = ratio[n, used[n]]
@@ -283,6 +314,19 @@ def _interior_start(inst: Instance, ip: IpmResult) -> FloatArray | None:
     if not (np.all(np.isfinite(x)) and np.all(tot > 0)):
         return None
     return _into_capacities(np.where(x > 1e-9 * tot[:, None], x, 0.0), inst)
+
+
+NEWTON_MAX_UNKNOWNS = 2500
+"""Largest NCP (eligible pairs + demanded resources + capped users) on which :func:`pf_vds` tries the dense
+semismooth Newton finish of :mod:`._ncpnewton` (one dense factorisation of this order per Newton iteration)."""
+
+NEWTON_AFTER = frozenset({20, 50, 100, 200, 500, 1000})
+"""Sweep counts after which :func:`pf_vds` tries the Newton finish (and after its last sweep)."""
+
+
+def _ncp_size(inst: Instance) -> int:
+    """Unknowns of the equilibrium NCP: eligible pairs, demanded resources (positive capacity), capped users."""
+    return int(inst.eligible.sum() + (inst.capacities > 0).sum() + np.isfinite(inst.max_tasks).sum())
 
 
 def _ipm_candidates(
@@ -314,6 +358,7 @@ def pf_vds(
     max_sweeps: int = 2000,
     x0: FloatArray | None = None,
     max_seconds: float | None = None,
+    mfa_iterations: int = 1000,
 ) -> PfVdsResult:
     """Centralised PF-VDS(alpha) equilibrium (see the module docstring); the result is certified by
     :func:`kkt_residual` ``<= tol``.
@@ -329,9 +374,17 @@ def pf_vds(
 
     Sweeps: start from ``x0``, the interior point, or the equal-share allocation (each server split among its eligible
     users by weight, a feasible point with every ``x_n > 0``); stop when :func:`kkt_residual` ``<= tol`` (checked
-    every few sweeps). ``max_seconds`` (benchmarks only: the result then depends on the machine) ends the sweeps after
-    the first one that finishes past that wall-clock budget, counted from the call (the interior point included); the
-    residual is then measured and reported.
+    every few sweeps). On instances with at most :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns (eligible pairs, demanded
+    resources, capped users; a planning round's pools after merging identical nodes) the semismooth Newton method of
+    :mod:`._ncpnewton` is tried from the sweeps' iterate after the sweep counts in :data:`NEWTON_AFTER` and after the
+    last, and returned if :func:`kkt_residual` certifies it (``method`` gains ``"+newton"``): the sweeps find the
+    region, Newton the equilibrium. If the sweeps end uncertified on such an instance without task caps, PS-MFA
+    (:func:`allocator.fairness.psmfa.ps_mfa`, the method with the convergence theorem, Sec. 5.1) runs from the best
+    iterate for at most ``mfa_iterations`` iterations (``method`` gains ``"+ps-mfa"`` if it improved on it). The
+    result is the best iterate by :func:`kkt_residual`, ``converged`` only if that is ``<= tol``. ``max_seconds``
+    (benchmarks only: the result then depends on the machine) ends the sweeps after the first one that finishes past
+    that wall-clock budget, counted from the call (the interior point included); the residual is then measured and
+    reported.
     """
     t_start = time.perf_counter()
     if not (np.isfinite(alpha) and alpha > 0):
@@ -363,6 +416,8 @@ def pf_vds(
     lams: list[FloatArray | None] = [None] * k
     residual = np.inf
     sweeps = 0
+    small = _ncp_size(inst) <= NEWTON_MAX_UNKNOWNS
+    best = (np.inf, x.copy())
     for sweeps in range(1, max_sweeps + 1):
         for j in range(k):
             idx = idxs[j]
@@ -377,9 +432,25 @@ def pf_vds(
         out_of_time = max_seconds is not None and time.perf_counter() - t_start > max_seconds
         if sweeps % 5 == 0 or sweeps == max_sweeps or out_of_time:
             residual = kkt_residual(x, inst, alpha)
+            if residual < best[0]:
+                best = (residual, x.copy())
             if residual <= tol or out_of_time:
                 break
-    return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations)
+        if small and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
+            nr = ncp_newton(inst, alpha, x)
+            res_n = kkt_residual(nr.x, inst, alpha, lam=nr.lam)
+            if res_n <= tol:
+                return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations)
+    if residual <= tol or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
+        return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations)
+    if small and not np.isfinite(inst.max_tasks).any():
+        # the provably convergent method of Sec. 5.1 from the best iterate, with a bounded budget
+        remaining = None if max_seconds is None else max(max_seconds - (time.perf_counter() - t_start), 0.0)
+        mfa = ps_mfa(inst, alpha, x0=best[1], tol=tol, max_iter=mfa_iterations, max_seconds=remaining)
+        res_m = kkt_residual(mfa.x, inst, alpha, lam=mfa.lam)
+        if res_m < best[0]:
+            return PfVdsResult(mfa.x, sweeps, res_m, res_m <= tol, method + "+ps-mfa", ipm_iterations)
+    return PfVdsResult(best[1], sweeps, best[0], best[0] <= tol, method, ipm_iterations)
 
 
 def pf_vds_distributed(
@@ -413,7 +484,7 @@ def pf_vds_distributed(
     it = 0
     for it in range(1, iterations + 1):
         tot = np.maximum(x.sum(axis=1), 1e-300)
-        lg = _log_marginal(inst, tot, alpha)
+        lg = log_marginal(inst, tot, alpha)
         lg = np.where(e, lg, -np.inf)
         gmax = lg.max(axis=0)
         g = np.exp(lg - gmax[None, :])  # per-server normalised marginal (local information only)
