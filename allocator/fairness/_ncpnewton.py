@@ -157,38 +157,56 @@ def ncp_newton(
     alpha: float,
     x0: FloatArray,
     *,
+    lam0: FloatArray | None = None,
+    units: str = "mean",
     tol: float = 1e-24,
     max_iter: int = 80,
 ) -> NcpNewtonResult:
     """Semismooth Newton (De Luca-Facchinei-Kanzow) on ``Phi = 0`` from ``x0`` (module docstring).
+
+    Prices start at ``lam0`` ``(k, r)`` or at the per-server NNLS fit of the marginal utilities. ``units`` fixes the
+    price unit of each resource, i.e. how the complementarity ``lambda _|_ slack`` is scaled: ``"mean"`` (the mean
+    ``g[n, k]`` of the server's users over their mean demand; well conditioned, the better global behaviour) or
+    ``"min"`` (the smallest ``g[n, k] / d[n, r]``: a price that is small in these units changes every user's
+    relative reduced cost ``pi / g - 1`` by as little, which is what the certificate measures; with alpha = 20 the
+    users' marginal utilities span orders of magnitude and a mean-unit solution can leave a price that matters to
+    the users with the smallest ``g``). Either is a positive rescaling, so the solutions are the same.
 
     Stops when ``Psi <= tol``, when no step decreases ``Psi`` or after ``max_iter`` iterations. The result is clipped
     at 0, scaled into the task caps and the capacities (rows, then columns: both only shrink it, so it is feasible),
     and a server within 1e-6 of full that serves no capped user is made exactly full; it must be certified by
     :func:`allocator.fairness.kkt_residual`.
     """
+    if units not in ("mean", "min"):
+        raise ValueError(f"units must be 'mean' or 'min', got {units!r}")
     x0 = np.where(inst.eligible, np.maximum(np.asarray(x0, dtype=np.float64), 0.0), 0.0)
     tot0 = x0.sum(axis=1)
     if not (np.isfinite(x0).all() and (tot0 > 0).all()):
         raise ValueError("ncp_newton needs a finite start where every user has tasks")
-    lam0 = _start_prices(inst, x0, alpha)
+    lam_start = _start_prices(inst, x0, alpha) if lam0 is None else np.maximum(lam0, 0.0)
     c = inst.capacities
     rk, rr = np.nonzero(c > 0)
     gmean = np.exp(log_marginal(inst, tot0, alpha))  # 0 where not eligible
-    # price unit per resource: the mean marginal utility of the server's users per unit of that resource
+    d = inst.demands
     e = inst.eligible
-    count = np.maximum(e.sum(axis=0), 1)
-    served = np.asarray(e.any(axis=0), dtype=bool)
-    g_server = np.where(served, (gmean * e).sum(axis=0) / count, 1.0)
-    d_server = np.where(served[:, None], (e.T @ inst.demands) / count[:, None], 1.0)
-    lscale = g_server[rk] / np.maximum(d_server[rk, rr], 1e-300)
+    if units == "mean":
+        count = np.maximum(e.sum(axis=0), 1)
+        served = np.asarray(e.any(axis=0), dtype=bool)
+        g_server = np.where(served, (gmean * e).sum(axis=0) / count, 1.0)
+        d_server = np.where(served[:, None], (e.T @ d) / count[:, None], 1.0)
+        unit = g_server[:, None] / np.maximum(d_server, 1e-300)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(e[:, :, None] & (d[:, None, :] > 0), gmean[:, :, None] / d[:, None, :], np.inf)
+        unit = ratio.min(axis=0)  # (k, r)
+    lscale = np.where(np.isfinite(unit[rk, rr]) & (unit[rk, rr] > 0), unit[rk, rr], 1.0)
     cu = np.flatnonzero(np.isfinite(inst.max_tasks))
     vscale = np.array([float(np.mean(gmean[n, inst.eligible[n]])) for n in cu]) if cu.size else np.zeros(0)
     sysm = _System(inst, alpha, lscale, vscale)
     z = np.concatenate(
         [
             x0[sysm.pn, sysm.pk] / sysm.gam,
-            lam0[rk, rr] / lscale,
+            lam_start[rk, rr] / lscale,
             np.zeros(cu.size),
         ]
     )

@@ -25,7 +25,7 @@ Centralised solver (:func:`pf_vds`).
 - Otherwise, and as the fallback for alpha = 1: Gauss-Seidel best response. Server ``k`` replaces its column with the
   *exact* maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton
   method on the ``r``-dimensional dual, eqs. 27/30). On instances of planning-round size (at most
-  :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns) the sweeps only find the region: after 20, 50, 100, ... sweeps the
+  :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns) the sweeps only find the region: after 5, 10, 20, 50, ... sweeps the
   equilibrium NCP (eqs. 28-29, Fischer-Burmeister form of Sec. 4.2) is solved from their iterate by a globalised
   semismooth Newton method (:mod:`._ncpnewton`, locally quadratic), and the first certified result is returned. If
   the sweeps end uncertified on such an instance without task caps, PS-MFA (:mod:`.psmfa`, Sec. 5.1, Algorithm I)
@@ -320,7 +320,7 @@ NEWTON_MAX_UNKNOWNS = 2500
 """Largest NCP (eligible pairs + demanded resources + capped users) on which :func:`pf_vds` tries the dense
 semismooth Newton finish of :mod:`._ncpnewton` (one dense factorisation of this order per Newton iteration)."""
 
-NEWTON_AFTER = frozenset({20, 50, 100, 200, 500, 1000})
+NEWTON_AFTER = frozenset({5, 10, 20, 50, 100, 200, 500, 1000})
 """Sweep counts after which :func:`pf_vds` tries the Newton finish (and after its last sweep)."""
 
 
@@ -439,6 +439,10 @@ def pf_vds(
         if small and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
             nr = ncp_newton(inst, alpha, x)
             res_n = kkt_residual(nr.x, inst, alpha, lam=nr.lam)
+            if res_n > tol and nr.merit <= 1e-12:
+                # converged in the mean units but not certified: finish in the certificate's units (see ncp_newton)
+                nr = ncp_newton(inst, alpha, nr.x, lam0=nr.lam, units="min")
+                res_n = kkt_residual(nr.x, inst, alpha, lam=nr.lam)
             if res_n <= tol:
                 return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations)
     if residual <= tol or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
