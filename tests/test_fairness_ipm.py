@@ -406,7 +406,7 @@ def _check_pf_vds(inst) -> None:
     assert res.method.startswith("ipm"), res.method
     assert res.ipm_iterations > 0
     _check_allocation(inst, res.x, rtol=1e-7)
-    assert kkt_residual(res.x, inst, 1.0) == res.residual
+    assert kkt_residual(res.x, inst, 1.0, lam=res.lam) == res.residual
     tot_ref, obj_ref = _reference(inst)
     # Clarabel's totals are accurate to ~sqrt(its gap): 1.07e-5 off on one instance where pf_vds is exact (KKT
     # residual 2.2e-16); the objective check below is the sharp one

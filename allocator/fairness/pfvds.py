@@ -197,7 +197,7 @@ class PfVdsResult:
     Attributes:
         x: ``(n, k)`` tasks.
         iterations: best-response sweeps (:func:`pf_vds`) or update steps (:func:`pf_vds_distributed`).
-        residual: :func:`kkt_residual` of ``x``.
+        residual: :func:`kkt_residual` of ``x`` (with ``lam`` as the second witness where there is one).
         converged: ``residual <= tol``.
         method: how ``x`` was found: ``"ipm+kkt"`` (alpha = 1: interior point, then the exact KKT solve on its active
             set), ``"ipm"`` (alpha = 1: the interior point itself, cleaned and scaled into the capacities, met ``tol``),
@@ -205,6 +205,9 @@ class PfVdsResult:
             (best-response sweeps from the equal share or a given start) or ``"distributed"``; a sweeps route
             finished by the semismooth Newton solve or by PS-MFA ends in ``"+newton"`` or ``"+ps-mfa"``.
         ipm_iterations: interior-point iterations (alpha = 1), else 0.
+        lam: ``(k, r)`` prices the solver passed to :func:`kkt_residual` as its second witness (the servers'
+            best-response prices, Newton's or PS-MFA's), so ``residual == kkt_residual(x, inst, alpha, lam=lam)``;
+            ``None`` where only the certificate's own fit was used.
     """
 
     x: FloatArray
@@ -213,6 +216,7 @@ class PfVdsResult:
     converged: bool
     method: str = "sweeps"
     ipm_iterations: int = 0
+    lam: FloatArray | None = None
 
 
 def kkt_residual(x: FloatArray, inst: Instance, alpha: float, lam: FloatArray | None = None) -> float:
@@ -415,9 +419,10 @@ def pf_vds(
         qall = inst.weights[:, None] * inst.gamma ** (1.0 - 1.0 / alpha)
     lams: list[FloatArray | None] = [None] * k
     residual = np.inf
+    witness: FloatArray | None = None
     sweeps = 0
     small = _ncp_size(inst) <= NEWTON_MAX_UNKNOWNS
-    best = (np.inf, x.copy())
+    best: tuple[float, FloatArray, FloatArray | None] = (np.inf, x.copy(), None)
     for sweeps in range(1, max_sweeps + 1):
         for j in range(k):
             idx = idxs[j]
@@ -431,9 +436,11 @@ def pf_vds(
             x[idx, j] = y
         out_of_time = max_seconds is not None and time.perf_counter() - t_start > max_seconds
         if sweeps % 5 == 0 or sweeps == max_sweeps or out_of_time:
-            residual = kkt_residual(x, inst, alpha)
+            # the servers' own best-response prices are a second witness (see kkt_residual)
+            witness = np.array([np.zeros(inst.r) if lk is None else lk for lk in lams])
+            residual = kkt_residual(x, inst, alpha, lam=witness)
             if residual < best[0]:
-                best = (residual, x.copy())
+                best = (residual, x.copy(), witness)
             if residual <= tol or out_of_time:
                 break
         if small and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
@@ -444,17 +451,17 @@ def pf_vds(
                 nr = ncp_newton(inst, alpha, nr.x, lam0=nr.lam, units="min")
                 res_n = kkt_residual(nr.x, inst, alpha, lam=nr.lam)
             if res_n <= tol:
-                return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations)
+                return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations, nr.lam)
     if residual <= tol or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
-        return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations)
+        return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations, witness)
     if small and not np.isfinite(inst.max_tasks).any():
         # the provably convergent method of Sec. 5.1 from the best iterate, with a bounded budget
         remaining = None if max_seconds is None else max(max_seconds - (time.perf_counter() - t_start), 0.0)
         mfa = ps_mfa(inst, alpha, x0=best[1], tol=tol, max_iter=mfa_iterations, max_seconds=remaining)
         res_m = kkt_residual(mfa.x, inst, alpha, lam=mfa.lam)
         if res_m < best[0]:
-            return PfVdsResult(mfa.x, sweeps, res_m, res_m <= tol, method + "+ps-mfa", ipm_iterations)
-    return PfVdsResult(best[1], sweeps, best[0], best[0] <= tol, method, ipm_iterations)
+            return PfVdsResult(mfa.x, sweeps, res_m, res_m <= tol, method + "+ps-mfa", ipm_iterations, mfa.lam)
+    return PfVdsResult(best[1], sweeps, best[0], best[0] <= tol, method, ipm_iterations, best[2])
 
 
 def pf_vds_distributed(
