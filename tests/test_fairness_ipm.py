@@ -493,3 +493,25 @@ def test_pf_vds_certifies_where_the_ipm_stalls_under_a_binding_cap() -> None:
     tot_ref, obj_ref = _reference(inst)
     np.testing.assert_allclose(res.x.sum(axis=1), tot_ref, rtol=1e-5)
     assert _objective(inst, res.x) >= obj_ref - 1e-9 * float(inst.weights.sum())
+
+
+def test_pf_vds_interior_point_certifies_where_the_active_set_solve_fails() -> None:
+    """A degenerate random instance (100 users x 50 nodes x 3 resources, the benchmark's generator, seed 76) on which
+    no exact active-set solve from the interior point at duality measure 1e-9 is certified; pf_vds runs the interior
+    point to 1e-14 and that point itself meets the certificate, with the reference's totals."""
+    rng = np.random.default_rng(76)
+    d = rng.uniform(0.1, 1.0, (100, 3))
+    c = rng.uniform(10.0, 100.0, (50, 3))
+    e = rng.random((100, 50)) < 0.5
+    e[np.arange(100), rng.integers(0, 50, 100)] = True
+    inst = make_instance(d, c, e)
+    ip = proportional_fair_ipm(inst)  # default tolerance 1e-9
+    solves = [kkt_residual(x, inst, 1.0) for m in (10.0, 100.0) for x in polish(inst, ip, margin=m, max_pivots=3)]
+    assert all(r > 1e-6 for r in solves)  # the failure this covers; if it goes, find another such instance
+    res = pf_vds(inst, 1.0)
+    assert res.converged and res.method == "ipm" and res.residual <= 1e-6
+    assert res.residual == kkt_residual(res.x, inst, 1.0)
+    _check_allocation(inst, res.x, rtol=1e-9)
+    tot_ref, obj_ref = _reference(inst)
+    np.testing.assert_allclose(res.x.sum(axis=1), tot_ref, rtol=1e-5)
+    assert _objective(inst, res.x) >= obj_ref - 1e-9 * float(inst.weights.sum())

@@ -200,8 +200,7 @@ def polish(
     accept: float = 1e-7,
     max_pivots: int = 6,
     rtol: float = 1e-9,
-    misses: bool = False,
-) -> Iterator[FloatArray | None]:
+) -> Iterator[FloatArray]:
     """Exact PF-VDS(1) allocations from the interior point ``ip`` (module docstring), best first.
 
     A pair is taken as used when its share of the user's tasks exceeds ``margin`` times its reduced cost relative to
@@ -216,8 +215,7 @@ def polish(
     yielded; if the caller wants more (its certificate failed), eligible unused pairs cheaper than their user's price
     (``pi[n, k] < mu_n (1 - accept)``) enter and the pivots go on. A solve whose equations cannot be met drops the
     pairs whose tie residual exceeds a tenth of the largest. Stops after ``max_pivots`` solves, when a solve diverges
-    or when it asks for many changes (more than ``max(16, 2 %)`` of the used pairs). With ``misses``, a solve that
-    yields no allocation yields ``None`` instead, so the caller can interleave other candidates between solves.
+    or when it asks for many changes (more than ``max(16, 2 %)`` of the used pairs).
     """
     e, d, c = inst.eligible, inst.demands, inst.capacities
     tot = ip.x.sum(axis=1)
@@ -246,8 +244,6 @@ def polish(
             return
         if err > accept:
             act = act & (ties <= 0.1 * ties.max())  # the worst-fitting ties are near-ties: they leave in a batch
-            if misses:
-                yield None
             continue
         xt = x.sum(axis=1)
         neg = act & (x < -rtol * np.maximum(xt[:, None], 1e-300))
@@ -266,8 +262,6 @@ def polish(
                 return
         if changes + int(enter.sum()) > max(16, int(0.02 * act.sum())):
             return
-        if misses and changes:
-            yield None
         act = (act & ~neg) | enter
         pri = (pri & ~negp) | over
         capped = (capped & ~uncap) | recap

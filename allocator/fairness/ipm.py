@@ -221,23 +221,34 @@ def _complementarity(p: _Point, need: np.ndarray, capped: np.ndarray) -> float:
     return float(p.x @ p.z) + float((p.s * p.lam)[need].sum()) + float((p.t * p.nu)[capped].sum())
 
 
+STALL_ITERATIONS = 10
+"""Once ``max(gap, residual)`` is below ``1e-9``, :func:`proportional_fair_ipm` stops after this many iterations
+without a new best iterate."""
+
+
 def proportional_fair_ipm(
     inst: Instance,
     *,
     tol: float = 1e-9,
     max_iter: int = 100,
-    refine: int = 2,
+    refine: int | None = None,
     reg: float = 1e-8,
 ) -> IpmResult:
     """Mehrotra predictor-corrector on ``max sum_n phi_n log X_n`` s.t. capacities, placement, ``max_tasks``.
 
     Stops when the duality measure ``mean(x z, s lambda, t nu) / mean(phi)`` is below ``tol`` and the relative
     residuals below ``10 tol``, or when rounding takes over (below ``1e-6``, the larger of the two grows a
-    thousandfold over the best seen); returns the best iterate (smallest ``max(gap, residual)``). ``reg`` is the
-    relative primal regularisation and ``refine`` the number of iterative-refinement steps per direction once the
-    measure is below ``1e-6``.
+    thousandfold over the best seen; below ``1e-9``, :data:`STALL_ITERATIONS` iterations bring no new best); returns
+    the best iterate (smallest ``max(gap, residual)``). ``reg`` is the relative primal regularisation and ``refine``
+    the number of iterative-refinement steps per direction once the measure is below ``1e-6``; by default 2 on
+    instances with task caps (a cap's slack enters the reduced system only through the small ``1 / Phi`` term, whose
+    digits the Schur complement cancels: without refinement a binding cap stalled the iteration at a residual of
+    4e-6) and 0 otherwise (measured at 1000 x 500 x 3 without caps: the same iterations to a duality measure of
+    1e-14 with or without it, and refinement adds a quarter to each iteration's time).
     """
     st = _Structure(inst)
+    if refine is None:
+        refine = 2 if st.capped.any() else 0
     n, k = st.n, st.k
     pn, pk = st.pn, st.pk
     need, capped, phi = st.need, st.capped, st.phi
@@ -283,6 +294,8 @@ def proportional_fair_ipm(
             break
         if best[0] < 1e-6 and max(gap, infeas) > 1e3 * best[0]:
             break  # rounding has taken over (the Schur complement loses accuracy once x z is tiny)
+        if best[0] < 1e-9 and it - best[1] >= STALL_ITERATIONS:
+            break  # no progress below 1e-9 for a while: the tolerance is below what rounding allows here
         newton = _Newton(st, cur, tot, rd, rp, ru, gap, reg, refine)
         # predictor (affine scaling)
         aff = newton.direction(-cur.x * cur.z, -cur.s * cur.lam, -cur.t * cur.nu)
