@@ -17,6 +17,7 @@ import warnings
 
 import cvxpy as cp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fairness_properties import check_feasible, instances
@@ -469,10 +470,12 @@ def test_pf_vds_capped_user_on_the_cheap_node() -> None:
     np.testing.assert_allclose(res.x.sum(axis=1), [1.0, 99.0, 10.0], rtol=1e-6)
 
 
-def test_pf_vds_certifies_where_the_ipm_stalls_under_a_binding_cap() -> None:
+def test_pf_vds_certifies_where_the_ipm_stalls_under_a_binding_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Known limit of the interior point (found by hypothesis, 2026-11-23): with user 0 at its task cap, its
     stationarity residual stays at 3.9e-6 (relative) while the duality measure falls to 1e-22, so the method alone
-    does not meet 1e-7; the exact active-set finish still solves this instance (KKT residual 0)."""
+    does not meet 1e-7; the exact active-set finish still solves this instance (KKT residual 0). The stall is
+    detected: asked for 1e-14 in up to 200 iterations, the method stops 10 iterations after its residual last
+    halved (it ran all 200 before)."""
     inst = make_instance(
         [
             [0.5606394622302311, 0.9554173266933418],
@@ -487,6 +490,17 @@ def test_pf_vds_certifies_where_the_ipm_stalls_under_a_binding_cap() -> None:
     )
     ip = proportional_fair_ipm(inst)
     assert ip.gap <= 1e-12 and ip.infeasibility > 1e-7  # the stall; if it goes, move this instance to _check_ipm
+    built = []
+    newton_init = _Newton.__init__
+
+    def counted(self: _Newton, *args: object) -> None:
+        built.append(1)
+        newton_init(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_Newton, "__init__", counted)
+    deep = proportional_fair_ipm(inst, tol=1e-14, max_iter=200)
+    assert len(built) <= 30 and deep.infeasibility == ip.infeasibility
+    monkeypatch.undo()
     res = pf_vds(inst, 1.0, tol=1e-9)
     assert res.converged and res.method == "ipm+kkt" and res.residual <= 1e-9
     _check_allocation(inst, res.x, rtol=1e-9)

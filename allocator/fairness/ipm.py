@@ -222,8 +222,9 @@ def _complementarity(p: _Point, need: np.ndarray, capped: np.ndarray) -> float:
 
 
 STALL_ITERATIONS = 10
-"""Once ``max(gap, residual)`` is below ``1e-9``, :func:`proportional_fair_ipm` stops after this many iterations
-without a new best iterate."""
+""":func:`proportional_fair_ipm` stops after this many iterations without a new best iterate once ``max(gap,
+residual)`` is below ``1e-9``, and after this many without halving ``max(gap, residual)`` once the duality measure
+alone is below its tolerance."""
 
 
 def proportional_fair_ipm(
@@ -238,7 +239,7 @@ def proportional_fair_ipm(
 
     Stops when the duality measure ``mean(x z, s lambda, t nu) / mean(phi)`` is below ``tol`` and the relative
     residuals below ``10 tol``, or when rounding takes over (below ``1e-6``, the larger of the two grows a
-    thousandfold over the best seen; below ``1e-9``, :data:`STALL_ITERATIONS` iterations bring no new best); returns
+    thousandfold over the best seen; or it stalls, see :data:`STALL_ITERATIONS`); returns
     the best iterate (smallest ``max(gap, residual)``). ``reg`` is the relative primal regularisation and ``refine``
     the number of iterative-refinement steps per direction once the measure is below ``1e-6``; by default 2 on
     instances with task caps (a cap's slack enters the reduced system only through the small ``1 / Phi`` term, whose
@@ -275,6 +276,7 @@ def proportional_fair_ipm(
     cur = _Point(x=x, s=s, t=t, z=st.price(lam) + nu[pn] - (phi / tot)[pn], lam=lam, nu=nu)
     it = 0
     best: tuple[float, int, float, float, _Point] = (np.inf, 0, np.inf, np.inf, cur)
+    halved = (np.inf, 0)  # last iterate whose max(gap, residual) was below half the previous such value
     for it in range(1, max_iter + 1):
         tot = st.tot(cur.x)
         pi = st.price(cur.lam)
@@ -290,12 +292,16 @@ def proportional_fair_ipm(
         )
         if max(gap, infeas) < best[0]:
             best = (max(gap, infeas), it, gap, infeas, cur)
+        if max(gap, infeas) < 0.5 * halved[0]:
+            halved = (max(gap, infeas), it)
         if gap <= tol and infeas <= 10 * tol:
             break
         if best[0] < 1e-6 and max(gap, infeas) > 1e3 * best[0]:
             break  # rounding has taken over (the Schur complement loses accuracy once x z is tiny)
         if best[0] < 1e-9 and it - best[1] >= STALL_ITERATIONS:
             break  # no progress below 1e-9 for a while: the tolerance is below what rounding allows here
+        if gap <= tol and it - halved[1] >= STALL_ITERATIONS:
+            break  # the duality measure is done but a residual stalls (observed under a binding task cap)
         newton = _Newton(st, cur, tot, rd, rp, ru, gap, reg, refine)
         # predictor (affine scaling)
         aff = newton.direction(-cur.x * cur.z, -cur.s * cur.lam, -cur.t * cur.nu)
