@@ -20,6 +20,7 @@ from allocator.fairness import (
     pf_vds_distributed,
     ps_dsf,
     round_allocation,
+    usage,
 )
 
 # Fig. 1 servers of paper 002: [cores, GB, Mb/s].
@@ -297,3 +298,24 @@ def test_rounding_is_feasible_capped_and_maximal(seed: int, mech: str) -> None:
     for i, kk in zip(*np.nonzero((x - np.floor(x + 1e-7) > 1e-7) & e), strict=True):
         if xi[i, kk] == np.floor(x[i, kk] + 1e-7) and tot[i] + 1 <= caps[i]:
             assert (load[kk] + d[i] > c[kk] * (1 + 1e-12)).any(), (i, kk)
+
+
+def test_pf_vds_best_response_restarts_a_stalled_warm_start() -> None:
+    """Found by random search (6 users x 5 nodes x 3 resources, alpha = 20, 2026-11-25): a server's dual search warm
+    started from the previous sweep's prices stalled (the marginal utilities ``x_n^-20`` moved by orders of magnitude)
+    and left its column unsaturated, so every sweep ended at KKT residual 1 (194 s, not certified). The search now
+    starts again from the cold start when the warm one stalls."""
+    inst = make_instance(
+        [[0, 2, 0], [4, 0, 5], [1, 3, 0], [2, 1, 4], [0, 4, 5], [4, 2, 6]],
+        [[8, 39, 34], [36, 26, 8], [31, 17, 30], [37, 37, 7], [36, 15, 8]],
+        np.array(
+            [[1, 1, 0, 1, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1], [1, 0, 1, 1, 0], [1, 1, 1, 1, 1], [0, 1, 0, 1, 1]],
+            dtype=bool,
+        ),
+        [2.0, 2.0, 1.0, 1.0, 2.0, 1.0],
+    )
+    res = pf_vds(inst, 20.0, max_sweeps=50, mfa_iterations=0)
+    assert res.converged and res.residual <= 1e-6
+    assert res.residual == kkt_residual(res.x, inst, 20.0, lam=res.lam)
+    load = usage(res.x, inst) / inst.capacities
+    assert (load <= 1 + 1e-9).all() and (load.max(axis=1) >= 1 - 1e-7).all()  # every node has a full resource

@@ -111,7 +111,8 @@ def best_response(
     constant). Solved on the dual: for prices ``lambda >= 0`` the maximiser is
     ``y_n = clip(q_n (lambda . d_n)^(-1/alpha) - o_n, 0, u_n)`` (eq. 27), and the convex dual
     ``lambda . cap + sum_n max_y [W(o_n + y) - (lambda . d_n) y]`` is minimised by projected Newton with an Armijo
-    search. Returns ``(y, lambda)``.
+    search, from ``lam0`` (the previous sweep's prices) if it is usable, and again from a cold start if that search
+    stalls. Returns ``(y, lambda)``.
     """
     m, r = dem.shape
     need = (dem > 0).any(axis=0)
@@ -134,57 +135,70 @@ def best_response(
 
     if np.isfinite(u).all() and (dem.T @ u <= cap * (1 + 1e-12)).all():
         return u.copy(), np.zeros(r)
-    if lam0 is None or not np.all(np.isfinite(lam0)) or (dem @ lam0 <= 0).any() or not np.isfinite(dual(lam0)):
+
+    def cold_start() -> FloatArray:
         with np.errstate(divide="ignore"):
             share = np.where(dem > 0, cap[None, :] / (np.where(dem > 0, dem, 1.0) * m), np.inf).min(axis=1)
         target = np.log(qv) - np.log(o + share)
         target = np.exp(alpha * (target - target.max()))
-        lam0 = np.maximum(nnls(dem, target)[0], 1e-6 * target.max() / np.maximum(dem.max(axis=0), 1e-300))
-        lam0 = np.where(need, lam0, 0.0)
+        lam_c = np.maximum(nnls(dem, target)[0], 1e-6 * target.max() / np.maximum(dem.max(axis=0), 1e-300))
+        lam_c = np.where(need, lam_c, 0.0)
         # Rescale so the shift used above disappears: choose the scale that makes usage match capacity in total.
         lo, hi = 1e-300, 1e300
         for _ in range(200):
             s = np.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
-            y, _, _ = primal(lam0 * s)
+            y, _, _ = primal(lam_c * s)
             if ((dem.T @ y) > cap).any():
                 lo = s
             else:
                 hi = s
             if hi / lo < 1 + 1e-3:
                 break
-        lam0 = lam0 * hi
-    lam = np.array(lam0, dtype=np.float64)
-    g_val = dual(lam)
-    for _ in range(max_iter):
-        y, pi, inner = primal(lam)
-        grad = cap - dem.T @ y
-        scale = np.maximum(cap, 1e-300)
-        viol = np.where(lam > 0, np.abs(grad), np.maximum(-grad, 0.0)) / scale
-        if viol.max() <= tol:
-            break
-        bind = (lam <= 0) & (grad > 0)
-        free = ~bind & need
-        h = (dem[inner].T * (qv[inner] * pi[inner] ** (-1.0 / alpha - 1.0) / alpha)) @ dem[inner]
-        p = np.zeros(r)
-        fi = np.flatnonzero(free)
-        hf = h[np.ix_(fi, fi)]
-        try:
-            ridge = 1e-12 * max(np.trace(hf), 1e-300)
-            p[fi] = -np.linalg.solve(hf + ridge * np.eye(fi.size), grad[fi])
-        except np.linalg.LinAlgError:
-            p[fi] = -grad[fi] * lam[fi] / scale[fi]
-        if not np.all(np.isfinite(p)) or grad @ p >= 0:
-            p = np.where(free, -grad * np.maximum(lam, 1e-300) / scale, 0.0)
-        step = 1.0
-        for _ in range(60):
-            cand = np.maximum(lam + step * p, 0.0)
-            g_new = dual(cand)
-            if g_new <= g_val + 1e-4 * grad @ (cand - lam) + 1e-15 * abs(g_val):
-                break
-            step *= 0.5
-        else:
-            break  # no step of the search decreases the dual: keep the last accepted prices
-        lam, g_val = cand, g_new
+        return np.asarray(lam_c * hi, dtype=np.float64)
+
+    def newton(lam: FloatArray) -> tuple[FloatArray, bool]:
+        """Projected Newton on the dual from ``lam``; returns the prices and whether they met ``tol``."""
+        g_val = dual(lam)
+        for _ in range(max_iter):
+            y, pi, inner = primal(lam)
+            grad = cap - dem.T @ y
+            scale = np.maximum(cap, 1e-300)
+            viol = np.where(lam > 0, np.abs(grad), np.maximum(-grad, 0.0)) / scale
+            if viol.max() <= tol:
+                return lam, True
+            bind = (lam <= 0) & (grad > 0)
+            free = ~bind & need
+            h = (dem[inner].T * (qv[inner] * pi[inner] ** (-1.0 / alpha - 1.0) / alpha)) @ dem[inner]
+            p = np.zeros(r)
+            fi = np.flatnonzero(free)
+            hf = h[np.ix_(fi, fi)]
+            try:
+                ridge = 1e-12 * max(np.trace(hf), 1e-300)
+                p[fi] = -np.linalg.solve(hf + ridge * np.eye(fi.size), grad[fi])
+            except np.linalg.LinAlgError:
+                p[fi] = -grad[fi] * lam[fi] / scale[fi]
+            if not np.all(np.isfinite(p)) or grad @ p >= 0:
+                p = np.where(free, -grad * np.maximum(lam, 1e-300) / scale, 0.0)
+            step = 1.0
+            for _ in range(60):
+                cand = np.maximum(lam + step * p, 0.0)
+                g_new = dual(cand)
+                if g_new <= g_val + 1e-4 * grad @ (cand - lam) + 1e-15 * abs(g_val):
+                    break
+                step *= 0.5
+            else:
+                return lam, False  # no step of the search decreases the dual: keep the last accepted prices
+            lam, g_val = cand, g_new
+        return lam, False
+
+    warm = lam0 is not None and np.all(np.isfinite(lam0)) and (dem @ lam0 > 0).all() and np.isfinite(dual(lam0))
+    lam, done = newton(np.array(lam0 if warm else cold_start(), dtype=np.float64))
+    if not done and warm:
+        # a warm start from the previous sweep's prices can be far off (at large alpha the marginal utilities move
+        # by orders of magnitude with the totals) and the search then stalls: start again from the cold start
+        lam_c, done_c = newton(cold_start())
+        if done_c or dual(lam_c) < dual(lam):
+            lam = lam_c
     y, _, _ = primal(lam)
     load = dem.T @ y
     worst = float(np.max(load / np.maximum(cap, 1e-300)))
