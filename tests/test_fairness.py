@@ -319,3 +319,31 @@ def test_pf_vds_best_response_restarts_a_stalled_warm_start() -> None:
     assert res.residual == kkt_residual(res.x, inst, 20.0, lam=res.lam)
     load = usage(res.x, inst) / inst.capacities
     assert (load <= 1 + 1e-9).all() and (load.max(axis=1) >= 1 - 1e-7).all()  # every node has a full resource
+
+
+def test_pf_vds_newton_along_a_drift_of_the_sweeps() -> None:
+    """Found by random search (6 users x 5 nodes x 3 resources, alpha = 5, 2026-11-25): the sweeps drift, users 0, 2
+    and 5 trading 3.5e-5 tasks per sweep between the nearly identical nodes 0 and 4 with the residual constant at
+    3.8e-5, and Newton from their iterate stalls (residual 0.35). Newton from a point down the drift converges; the
+    equilibrium it finds is checked from the definitions (every pair's price against its marginal utility)."""
+    inst = make_instance(
+        [[3, 4, 4], [4, 4, 7], [3, 1, 0], [1, 4, 1], [1, 4, 2], [4, 1, 6]],
+        [[29, 16, 22], [10, 34, 22], [38, 26, 38], [4, 39, 9], [28, 16, 22]],
+        np.array(
+            [[1, 1, 0, 1, 1], [0, 0, 0, 0, 1], [1, 1, 1, 0, 1], [0, 1, 1, 0, 1], [1, 1, 0, 0, 0], [1, 1, 0, 1, 1]],
+            dtype=bool,
+        ),
+        [1.0, 0.5, 0.5, 0.5, 0.5, 1.0],
+    )
+    res = pf_vds(inst, 5.0, mfa_iterations=0)
+    assert res.converged and res.method == "sweeps+drift+newton" and res.residual <= 1e-6
+    assert res.lam is not None
+    tot = res.x.sum(axis=1)
+    g = inst.weights[:, None] ** 5 * inst.gamma**4 * tot[:, None] ** -5.0  # marginal utility (eq. 59)
+    pi = inst.demands @ res.lam.T
+    rho = np.where(inst.eligible, pi / g - 1.0, 0.0)
+    used = inst.eligible & (res.x > 1e-6 * tot[:, None])
+    assert np.abs(rho[used]).max() <= 1e-6 and rho[inst.eligible].min() >= -1e-6  # eq. 29
+    load = usage(res.x, inst) / inst.capacities
+    assert load.max() <= 1 + 1e-9 and (res.lam >= 0).all()
+    assert (res.lam * (1.0 - load)).max() <= 1e-12 * res.lam.max()  # eq. 28: prices only on full resources
