@@ -304,12 +304,10 @@ def verdict(rows: list[str]) -> str:
     return "\n".join(missed) + why
 
 
-def tiny_instance(seed: int):
-    """Small integer-valued instance with placement constraints (the generator of ``tests/test_fairness_psmfa.py``,
-    sizes drawn as in its alpha = 5 test): 3-8 users, 2-5 nodes, 2-3 resources, 70 % eligibility, weights in
-    {0.5, 1, 2}."""
-    size = np.random.default_rng(1000 + seed)
-    n, k, r = int(size.integers(3, 9)), int(size.integers(2, 6)), int(size.integers(2, 4))
+def small_instance(seed: int, n: int, k: int, r: int):
+    """Small integer-valued heterogeneous instance with placement constraints (also the generator of
+    ``tests/test_fairness_psmfa.py``): demands 0-4 plus 1-4 on one resource, capacities 4-39, 70 % eligibility
+    (every user keeps a node), weights in {0.5, 1, 2}."""
     rng = np.random.default_rng(seed)
     d = rng.integers(0, 5, size=(n, r)).astype(float)
     d[np.arange(n), rng.integers(0, r, n)] += rng.integers(1, 5, n)
@@ -320,6 +318,14 @@ def tiny_instance(seed: int):
             e[i, rng.integers(0, k)] = True
     w = rng.choice([1.0, 1.0, 2.0, 0.5], size=n)
     return make_instance(d, c, e, w)
+
+
+def tiny_instance(seed: int):
+    """:func:`small_instance` with 3-8 users, 2-5 nodes and 2-3 resources drawn from seed ``1000 + seed`` (as in the
+    alpha = 5 test of ``tests/test_fairness_psmfa.py``)."""
+    size = np.random.default_rng(1000 + seed)
+    n, k, r = int(size.integers(3, 9)), int(size.integers(2, 6)), int(size.integers(2, 4))
+    return small_instance(seed, n, k, r)
 
 
 def certification(alphas: tuple[float, ...], tiny: int, medium: int) -> list[str]:

@@ -24,27 +24,14 @@ from allocator.fairness import make_instance, usage
 from allocator.fairness._model import Instance
 from allocator.fairness.pfvds import kkt_residual, pf_vds
 from allocator.fairness.psmfa import _Problem, _solve, project_directions, ps_mfa
+from bench.fairness import small_instance, tiny_instance
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 
 
-def _random_instance(seed: int, n: int, k: int, r: int) -> Instance:
-    """Integer-valued heterogeneous instance with placement constraints (every user keeps an eligible node)."""
-    rng = np.random.default_rng(seed)
-    d = rng.integers(0, 5, size=(n, r)).astype(float)
-    d[np.arange(n), rng.integers(0, r, n)] += rng.integers(1, 5, n)
-    c = rng.integers(4, 40, size=(k, r)).astype(float)
-    e = rng.random((n, k)) < 0.7
-    for i in range(n):
-        if not e[i].any():
-            e[i, rng.integers(0, k)] = True
-    w = rng.choice([1.0, 1.0, 2.0, 0.5], size=n)
-    return make_instance(d, c, e, w)
-
-
 @st.composite
 def small_instances(draw: st.DrawFn) -> Instance:
-    return _random_instance(
+    return small_instance(
         draw(st.integers(0, 2**31 - 1)), draw(st.integers(3, 8)), draw(st.integers(2, 5)), draw(st.integers(2, 3))
     )
 
@@ -86,7 +73,7 @@ def proportional_fair_totals(inst: Instance) -> np.ndarray:
 
 @pytest.mark.parametrize("alpha", [0.5, 2.0])
 def test_gradient_matches_central_differences(alpha: float) -> None:
-    inst = _random_instance(11, 5, 3, 3)
+    inst = small_instance(11, 5, 3, 3)
     prob = _Problem(inst, alpha)
     rng = np.random.default_rng(3)
     y = np.where(inst.eligible, rng.uniform(0.05, 0.4, size=(inst.n, inst.k)), 0.0)
@@ -156,7 +143,7 @@ def test_projection_is_the_euclidean_projection_onto_the_cone(seed: int) -> None
 
 @pytest.mark.parametrize(("seed", "alpha"), [(1, 0.5), (2, 2.0), (4, 5.0), (7, 2.0)])
 def test_iterates_feasible_and_merit_monotone(seed: int, alpha: float) -> None:
-    inst = _random_instance(seed, 6, 4, 3)
+    inst = small_instance(seed, 6, 4, 3)
     trace: list[tuple[np.ndarray, np.ndarray, float, int]] = []
     _solve(inst, alpha, x0=None, tol=1e-6, max_iter=400, max_seconds=None, trace=trace)
     assert trace
@@ -206,9 +193,7 @@ def test_converges_alpha_five(seed: int) -> None:
     """alpha = 5 on a fixed sample. PS-MFA does not meet its stopping rule on every random instance at this alpha: of
     seeds 0-19 of this generator, seeds 0 and 14 end unconverged (stalls that the restarts do not cure); the sample is
     seeds 1-8."""
-    rng = np.random.default_rng(1000 + seed)
-    n, k, r = int(rng.integers(3, 9)), int(rng.integers(2, 6)), int(rng.integers(2, 4))
-    _check_solution(_random_instance(seed, n, k, r), 5.0)
+    _check_solution(tiny_instance(seed), 5.0)
 
 
 def test_regression_best_response_stalls_where_ps_mfa_converges() -> None:
@@ -241,13 +226,13 @@ def test_regression_best_response_stalls_where_ps_mfa_converges() -> None:
 def test_kkt_residual_certifies_the_result() -> None:
     """The project's certificate (its own NNLS multipliers) accepts PS-MFA's allocations."""
     for seed, alpha in [(3, 0.5), (5, 2.0), (9, 2.0)]:
-        inst = _random_instance(seed, 5, 3, 2)
+        inst = small_instance(seed, 5, 3, 2)
         res = ps_mfa(inst, alpha)
         assert kkt_residual(res.x, inst, alpha) <= 1e-6
 
 
 def test_start_from_x0() -> None:
-    inst = _random_instance(5, 6, 3, 2)
+    inst = small_instance(5, 6, 3, 2)
     br = pf_vds(inst, 2.0, max_sweeps=3)
     res = ps_mfa(inst, 2.0, x0=br.x)
     assert res.converged and witness_kkt(res.x, res.lam, inst, 2.0) <= 1e-6
