@@ -339,7 +339,8 @@ def test_pf_vds_newton_along_a_drift_of_the_sweeps() -> None:
     assert res.converged and res.method == "sweeps+drift+newton" and res.residual <= 1e-6
     assert res.lam is not None
     tot = res.x.sum(axis=1)
-    g = inst.weights[:, None] ** 5 * inst.gamma**4 * tot[:, None] ** -5.0  # marginal utility (eq. 59)
+    gam = np.where(inst.eligible, inst.gamma, 1.0)
+    g = inst.weights[:, None] ** 5 * gam**4 * tot[:, None] ** -5.0  # marginal utility (eq. 59)
     pi = inst.demands @ res.lam.T
     rho = np.where(inst.eligible, pi / g - 1.0, 0.0)
     used = inst.eligible & (res.x > 1e-6 * tot[:, None])
