@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._fill_kernels import fill_column
 from ._levels import applicable, consistent, level_candidates, pivot
 from ._model import FloatArray, Instance
 
@@ -182,7 +183,11 @@ def _sweep(
     b_all: FloatArray,
     inst: Instance,
 ) -> float:
-    """One Gauss-Seidel sweep of exact fillings, in place; returns the fixed-point residual (largest relative move)."""
+    """One Gauss-Seidel sweep of exact fillings, in place; returns the fixed-point residual (largest relative move).
+
+    Each filling is :func:`fill_server`'s, computed by its compiled twin
+    :func:`allocator.fairness._fill_kernels.fill_column` (1000 x 500 x 3, seed 11: ``ps_dsf`` median 1.83 s -> 1.43 s,
+    the certifying sweep was a quarter of the solve in interpreter overhead)."""
     residual = 0.0
     for j, (idx, dem, cap) in enumerate(probs):
         if idx.size == 0:
@@ -190,7 +195,7 @@ def _sweep(
         old = x[idx, j]
         o = np.maximum(tot[idx] - old, 0.0)
         u = np.maximum(inst.max_tasks[idx] - o, 0.0)
-        y = fill_server(b_all[idx, j], o, u, dem, cap)
+        y = fill_column(b_all[idx, j], o, u, dem, cap)  # compiled fill_server
         diff = np.abs(y - old)
         scale = np.maximum(tot[idx] - old + y, 1e-300)
         residual = max(residual, float((diff / scale).max()))
