@@ -37,6 +37,7 @@ from allocator.fairness._ipm_kernels import (
 )
 from allocator.fairness._pfpolish import polish
 from allocator.fairness.ipm import _Newton, _Point, _Structure, proportional_fair_ipm
+from bench.fairness import random_instance
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 
@@ -513,12 +514,7 @@ def test_pf_vds_interior_point_certifies_where_the_active_set_solve_fails() -> N
     """A degenerate random instance (100 users x 50 nodes x 3 resources, the benchmark's generator, seed 76) on which
     no exact active-set solve from the interior point at duality measure 1e-9 is certified; pf_vds runs the interior
     point to 1e-14 and that point itself meets the certificate, with the reference's totals."""
-    rng = np.random.default_rng(76)
-    d = rng.uniform(0.1, 1.0, (100, 3))
-    c = rng.uniform(10.0, 100.0, (50, 3))
-    e = rng.random((100, 50)) < 0.5
-    e[np.arange(100), rng.integers(0, 50, 100)] = True
-    inst = make_instance(d, c, e)
+    inst = random_instance(100, 50, 3, 76)
     ip = proportional_fair_ipm(inst)  # default tolerance 1e-9
     solves = [kkt_residual(x, inst, 1.0) for m in (10.0, 100.0) for x in polish(inst, ip, margin=m, max_pivots=3)]
     assert all(r > 1e-6 for r in solves)  # the failure this covers; if it goes, find another such instance

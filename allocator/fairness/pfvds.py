@@ -158,16 +158,16 @@ def best_response(
                 break
         return np.asarray(lam_c * hi, dtype=np.float64)
 
-    def newton(lam: FloatArray) -> tuple[FloatArray, bool]:
-        """Projected Newton on the dual from ``lam``; returns the prices and whether they met ``tol``."""
-        g_val = dual(lam)
+    def newton(lam: FloatArray, g_val: float) -> tuple[FloatArray, float, bool]:
+        """Projected Newton on the dual from ``lam`` (dual value ``g_val``); returns the prices, their dual value
+        and whether they met ``tol``."""
         for _ in range(max_iter):
             y, pi, inner = primal(lam)
             grad = cap - dem.T @ y
             scale = np.maximum(cap, 1e-300)
             viol = np.where(lam > 0, np.abs(grad), np.maximum(-grad, 0.0)) / scale
             if viol.max() <= tol:
-                return lam, True
+                return lam, g_val, True
             bind = (lam <= 0) & (grad > 0)
             free = ~bind & need
             h = (dem[inner].T * (qv[inner] * pi[inner] ** (-1.0 / alpha - 1.0) / alpha)) @ dem[inner]
@@ -189,18 +189,25 @@ def best_response(
                     break
                 step *= 0.5
             else:
-                return lam, False  # no step of the search decreases the dual: keep the last accepted prices
+                return lam, g_val, False  # no step of the search decreases the dual: keep the last accepted prices
             lam, g_val = cand, g_new
-        return lam, False
+        return lam, g_val, False
 
-    warm = lam0 is not None and np.all(np.isfinite(lam0)) and (dem @ lam0 > 0).all() and np.isfinite(dual(lam0))
-    lam, done = newton(np.array(lam0 if warm else cold_start(), dtype=np.float64))
-    if not done and warm:
-        # a warm start from the previous sweep's prices can be far off (at large alpha the marginal utilities move
-        # by orders of magnitude with the totals) and the search then stalls: start again from the cold start
-        lam_c, done_c = newton(cold_start())
-        if done_c or dual(lam_c) < dual(lam):
-            lam = lam_c
+    def from_cold() -> tuple[FloatArray, float, bool]:
+        lam_c = cold_start()
+        return newton(lam_c, dual(lam_c))
+
+    g_warm = dual(lam0) if lam0 is not None and np.all(np.isfinite(lam0)) and (dem @ lam0 > 0).all() else np.inf
+    if np.isfinite(g_warm):
+        lam, g_val, done = newton(np.array(lam0, dtype=np.float64), g_warm)
+        if not done:
+            # a warm start from the previous sweep's prices can be far off (at large alpha the marginal utilities
+            # move by orders of magnitude with the totals) and the search then stalls: start again from the cold start
+            lam_c, g_c, done_c = from_cold()
+            if done_c or g_c < g_val:
+                lam = lam_c
+    else:
+        lam, _, _ = from_cold()
     y, _, _ = primal(lam)
     load = dem.T @ y
     worst = float(np.max(load / np.maximum(cap, 1e-300)))
@@ -488,8 +495,9 @@ def pf_vds(
     witness: FloatArray | None = None
     sweeps = 0
     small = _ncp_size(inst) <= NEWTON_MAX_UNKNOWNS
+    track = _ncp_size(inst) <= DRIFT_MAX_UNKNOWNS  # watch for a drift of the sweeps (see _along)
     best: tuple[float, FloatArray, FloatArray | None] = (np.inf, x.copy(), None)
-    before, step = x.copy(), np.zeros_like(x)
+    before, step, drifting = x.copy(), np.zeros_like(x), False
     for sweeps in range(1, max_sweeps + 1):
         for j in range(k):
             idx = idxs[j]
@@ -510,18 +518,18 @@ def pf_vds(
                 best = (residual, x.copy(), witness)
             if residual <= tol or out_of_time:
                 break
-        step, last_step = x - before, step
-        drifting = bool(np.abs(step).max() > 0 and np.abs(step - last_step).max() <= 0.01 * np.abs(step).max())
+        if track:
+            step, last_step, before = x - before, step, x.copy()
+            drifting = bool(np.abs(step).max() > 0 and np.abs(step - last_step).max() <= 0.01 * np.abs(step).max())
         if small and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
             nr, res_n = _newton_finish(inst, alpha, x, tol)
             if res_n <= tol:
                 return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations, nr.lam)
-            if drifting and _ncp_size(inst) <= DRIFT_MAX_UNKNOWNS:
+            if drifting:
                 for xs in _along(inst, x, step):
                     nr, res_n = _newton_finish(inst, alpha, xs, tol, max_iter=40)
                     if res_n <= tol:
                         return PfVdsResult(nr.x, sweeps, res_n, True, method + "+drift+newton", ipm_iterations, nr.lam)
-        before = x.copy()
     if residual <= tol or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
         return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations, witness)
     if small and not np.isfinite(inst.max_tasks).any():
