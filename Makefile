@@ -6,8 +6,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TOOLS := .tools/bin
 export PATH := $(CURDIR)/$(TOOLS):$(CURDIR)/$(BIN):$(PATH)
+# Kubernetes control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) from the tarball
+# in ../shared/k8s when it is there (CI copies shared/ beside the clone). They are unpacked into .tools/k8s/bin and
+# KUBEBUILDER_ASSETS (envtest's variable) points the tests and `walras demo` at them. Without the tarball and without
+# KUBEBUILDER_ASSETS, the tests that need a real control plane are skipped (and fail under CI=true).
+K8S_TARBALL := $(firstword $(wildcard ../shared/k8s/*.tar.xz))
+K8S_DIR := .tools/k8s
+K8S_STAMP := $(K8S_DIR)/.unpacked
+ifneq ($(K8S_TARBALL),)
+export KUBEBUILDER_ASSETS ?= $(CURDIR)/$(K8S_DIR)/bin
+endif
 
-.PHONY: install tools system demo test lint unit e2e bench clean
+.PHONY: install tools system controlplane demo test lint unit e2e bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,10 +33,22 @@ $(TOOLS)/kubectl $(TOOLS)/helm:
 
 tools: $(TOOLS)/kubectl $(TOOLS)/helm
 
+ifneq ($(K8S_TARBALL),)
+$(K8S_STAMP): $(K8S_TARBALL)
+	rm -rf $(K8S_DIR) && mkdir -p $(K8S_DIR)
+	tar -xJf $(K8S_TARBALL) -C $(K8S_DIR) --strip-components=1
+	touch $(K8S_STAMP)
+
+controlplane: $(K8S_STAMP)
+else
+controlplane:
+	@echo "no ../shared/k8s/*.tar.xz: tests that need a real control plane use KUBEBUILDER_ASSETS or are skipped"
+endif
+
 system:
 	scripts/install_system_packages.sh
 
-demo: install
+demo: install controlplane
 	$(BIN)/walras demo
 
 lint: install
@@ -34,13 +56,13 @@ lint: install
 	$(BIN)/lint-imports
 	$(BIN)/mypy allocator
 
-unit: install
+unit: install controlplane
 	$(BIN)/pytest -q -m "not e2e" tests
 
-e2e: install tools system
+e2e: install tools system controlplane
 	$(BIN)/pytest -q e2e
 
-test: install tools system
+test: install tools system controlplane
 	$(MAKE) lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
