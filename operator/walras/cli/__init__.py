@@ -1,38 +1,107 @@
 """The ``walras`` command line: one module per sub-command in this package.
 
 Each sub-command module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` (registering its options) and
-``run(args: argparse.Namespace) -> int`` (the exit status). This module only dispatches.
+``run(args: argparse.Namespace) -> int`` (the exit status). This module dispatches and turns user errors into one
+line on stderr with exit status 2.
+
+Only the chosen sub-command's module is imported: ``walras --help`` and ``walras --version`` import no sub-command
+(their dependencies - torch, the solvers, kopf, the Kubernetes client, aiohttp - take seconds to import), so the
+top-level help lists each command with the one-line summary kept in :data:`COMMANDS`
+(``tests/test_cli_help.py`` checks it equals the module's own ``help=``).
+
+Errors, route table of :func:`main` (everything else is a bug and keeps its traceback):
+
+=============================  ===================================================================================
+exception                      one line on stderr, exit status 2
+=============================  ===================================================================================
+:class:`errors.UsageError`     ``walras CMD: error: <message>`` (raised by sub-commands for input the user can fix)
+:class:`OSError`               ``walras CMD: error: <file or address>: <strerror>`` (missing or unwritable file,
+                               port in use, connection refused)
+=============================  ===================================================================================
+
+``KeyboardInterrupt`` exits with status 130 without a traceback. ``WALRAS_TRACEBACK=1`` re-raises instead (for
+debugging).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-#: Sub-commands, in the order ``walras --help`` lists them; each is the module ``walras.cli.<name>``.
-COMMANDS: tuple[str, ...] = ("solve", "plan", "run", "demo")
+from walras import __version__
+from walras.cli.errors import EXIT_USAGE, UsageError
+
+#: Sub-commands in the order ``walras --help`` lists them, each the module ``walras.cli.<name>``, with its one-line
+#: summary (the same text as the ``help=`` its ``add_parser`` registers).
+COMMANDS: dict[str, str] = {
+    "solve": "discover pool prices and an allocation (price discovery, paper 004)",
+    "plan": "plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
+    "run": "run the operator, the scheduler extender and the metrics endpoint",
+    "demo": "run the operator on an emulated Kubernetes API with the example cluster",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the top-level parser with every sub-command registered."""
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The top-level parser. Sub-commands named in ``load`` (default: all) are registered with their options by
+    importing their module; the others are listed by name and summary only (enough for ``walras --help``)."""
+    wanted = set(COMMANDS) if load is None else set(load)
     parser = argparse.ArgumentParser(
         prog="walras",
         description="Walras: a market for heterogeneous Kubernetes clusters (price discovery and placement).",
+        epilog="'walras COMMAND --help' shows the options of a command.",
     )
+    parser.add_argument("--version", action="version", version=f"walras {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMANDS:
-        module = importlib.import_module(f"{__name__}.{name}")
-        command_parser = module.add_parser(sub)
-        command_parser.set_defaults(_run=module.run)
+    for name, summary in COMMANDS.items():
+        if name in wanted:
+            module = importlib.import_module(f"{__name__}.{name}")
+            module.add_parser(sub).set_defaults(_run=module.run)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
 
 
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word not starting with ``-`` (the top level takes no option with
+    a value), or ``None``."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.strip().splitlines() if line.strip()) or "unknown error"
+
+
+def describe(exc: BaseException) -> str | None:
+    """The one-line message for a user error (see the module's route table), or ``None`` for a bug."""
+    if isinstance(exc, UsageError):
+        return _one_line(str(exc))
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        where = exc.filename if exc.filename is not None else None
+        return _one_line(f"{where}: {reason}" if where is not None else reason)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen sub-command; return its exit status."""
-    args = build_parser().parse_args(argv)
-    status: int = args._run(args)
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen sub-command and return its exit status; a user
+    error prints one line on stderr and returns 2."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    command = chosen_command(args_list)
+    parser = build_parser(load=[command] if command in COMMANDS else [])
+    args = parser.parse_args(args_list)
+    try:
+        status: int = args._run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        message = describe(exc)
+        if message is None or os.environ.get("WALRAS_TRACEBACK") == "1":
+            raise
+        print(f"walras {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
     return status
 
 

@@ -10,14 +10,14 @@ import os
 import random
 import signal
 import ssl
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from walras.cli.errors import UsageError
 from walras.extender import Extender
-from walras.metrics import CONTENT_TYPE_LATEST, WalrasMetrics
+from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
 
 
@@ -59,10 +59,15 @@ def setup_logging() -> None:
 
 
 def metrics_app(metrics: WalrasMetrics) -> web.Application:
-    """``/metrics`` (Prometheus text exposition) and ``/healthz``."""
+    """``/metrics`` (Prometheus text exposition, or OpenMetrics when the scraper asks for it) and ``/healthz``.
+
+    The body and content type come from prometheus-client's own negotiation (:meth:`WalrasMetrics.render`, which
+    calls ``prometheus_client.exposition.choose_encoder``); this handler only moves them onto aiohttp, which already
+    serves the extender in the same event loop (see docs/design-choices.md)."""
 
     async def serve(request: web.Request) -> web.Response:
-        return web.Response(body=metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body, content_type = metrics.render(request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -81,13 +86,18 @@ class Servers:
 
     @classmethod
     async def start(cls, apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]]) -> Servers:
-        runners = []
+        servers = cls([])
         for app, host, port, ctx in apps:
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
             await runner.setup()
-            await web.TCPSite(runner, host, port, ssl_context=ctx).start()
-            runners.append(runner)
-        return cls(runners)
+            servers.runners.append(runner)
+            try:
+                await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+            except OSError as exc:
+                await servers.stop()
+                raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                                 "(another process has the port? choose another with the --*-port options)") from exc
+        return servers
 
     async def stop(self) -> None:
         for runner in self.runners:
@@ -121,9 +131,42 @@ def extender_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return tls
 
 
+def load_kube_config(kubeconfig: str | None) -> KubeConfig:
+    """The cluster connection as kubectl finds it; :class:`UsageError` when there is none."""
+    from kubernetes.config import ConfigException
+
+    try:
+        return KubeConfig.load(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        raise UsageError(f"no Kubernetes cluster configured ({_one_line(exc)}): pass --kubeconfig, set $KUBECONFIG "
+                         "or ~/.kube/config, or run inside a cluster") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+async def check_reachable(kube: KubeConfig, timeout: float = 10.0) -> None:
+    """GET ``/version`` once; :class:`UsageError` naming the server when it cannot be reached. Any HTTP answer
+    (even 401/403) counts as reachable: authorization errors surface in the operator's own requests."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {kube.token}"} if kube.token else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session, \
+                session.get(kube.server + "/version", ssl=kube.ssl_context(), headers=headers) as resp:
+            await resp.read()
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise UsageError(f"cannot reach the Kubernetes API at {kube.server}: {_one_line(exc)}") from exc
+
+
 async def serve(args: argparse.Namespace) -> int:
-    tls = extender_tls(args.extender_tls_cert, args.extender_tls_key)
-    kube = KubeConfig.load(args.kubeconfig)
+    try:
+        tls = extender_tls(args.extender_tls_cert, args.extender_tls_key)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    kube = load_kube_config(args.kubeconfig)
+    await check_reachable(kube)
     controller, source, extender, metrics = build(args, kube)
     servers = await Servers.start([
         (extender.app(), "0.0.0.0", args.extender_port, tls),
@@ -154,6 +197,3 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(serve(args))
     except KeyboardInterrupt:
         return 0
-    except ValueError as exc:
-        print(f"walras run: {exc}", file=sys.stderr)
-        return 2

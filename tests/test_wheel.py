@@ -1,0 +1,103 @@
+"""The wheel runs outside the checkout: it is built, installed into a fresh virtual environment in a temporary
+directory, and ``walras --version``, ``walras plan -f`` and ``walras demo`` run from there.
+
+The wheel is built with ``pip wheel --no-deps --no-build-isolation`` from a copy of the sources (so the build leaves
+no ``build/`` behind in the checkout) and installed with ``--no-deps --no-index`` into a venv made with
+``--without-pip``; the dependencies (numpy, torch, kopf, ...) come from this interpreter's site-packages, appended
+to the new venv's path by a ``.pth`` line. That directory's own ``.pth`` files are not processed, so the editable
+install of the checkout (a meta-path finder registered by a ``.pth``) stays out: ``walras`` is imported from the
+wheel, which the test checks. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "allocator", "operator", "crds")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("wheel")
+    src = base / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(path, src / name)
+    dist = base / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                    str(src)], check=True, cwd=base, capture_output=True, text=True)
+    wheel = next(dist.glob("walras-*.whl"))
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, text=True)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "zz_checkout_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    work = base / "elsewhere"
+    work.mkdir()
+    return {"wheel": wheel, "venv": venv, "site": site, "work": work}
+
+
+def walras(env: dict[str, Path], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(env["venv"] / "bin" / "walras"), *args], cwd=env["work"], capture_output=True,
+                          text=True, timeout=timeout, env=clean)
+
+
+def test_wheel_contains_the_crds_and_the_examples(installed: dict[str, Path]) -> None:
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    for crd in sorted((ROOT / "crds").glob("*.yaml")):
+        assert f"walras/crds/{crd.name}" in names
+        packaged = zipfile.ZipFile(installed["wheel"]).read(f"walras/crds/{crd.name}")
+        assert packaged == crd.read_bytes()
+    assert "walras/data/examples.yaml" in names
+
+
+def test_walras_is_imported_from_the_wheel(installed: dict[str, Path]) -> None:
+    out = subprocess.run([str(installed["venv"] / "bin" / "python"), "-c", "import walras; print(walras.__file__)"],
+                         cwd=installed["work"], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(out).is_relative_to(installed["site"]), out
+
+
+def test_version_matches_the_project_and_the_chart(installed: dict[str, Path]) -> None:
+    result = walras(installed, "--version")
+    assert result.returncode == 0, result.stderr
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert result.stdout.strip() == f"walras {version}"
+    chart = yaml.safe_load((ROOT / "helm" / "walras" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == version
+
+
+def test_plan_on_an_example_outside_the_checkout(installed: dict[str, Path]) -> None:
+    manifests = installed["work"] / "cluster.yaml"
+    shutil.copy(ROOT / "operator" / "walras" / "data" / "examples.yaml", manifests)
+    result = walras(installed, "plan", "-f", str(manifests))
+    assert result.returncode == 0, result.stderr
+    assert "v100" in result.stdout and "solver:" in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_from_the_wheel(installed: dict[str, Path]) -> None:
+    """``walras demo`` needs the CRDs and the example cluster packaged in the wheel (it failed with
+    ``FileNotFoundError`` when the wheel had no CRDs)."""
+    result = walras(installed, "demo", "--json", "--timeout", "90")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"emulated": true' in result.stdout
