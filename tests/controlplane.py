@@ -1,0 +1,166 @@
+"""A real Kubernetes control plane for the tests (no pytest in here: usable from scripts too).
+
+:class:`ControlPlane` wraps :class:`walras.kubelet.controlplane.LocalControlPlane` (etcd, kube-apiserver and
+kube-controller-manager from ``$KUBEBUILDER_ASSETS`` on loopback ports, RBAC, service-account tokens; see that module)
+with what tests need: the real ``kubectl``, a kube-scheduler per test with a given KubeSchedulerConfiguration, and a
+kubeconfig for the chart's ServiceAccount with the chart's RBAC applied (``helm template helm/walras``).
+
+Where the binaries come from: ``$KUBEBUILDER_ASSETS`` (``make test`` / ``make controlplane`` unpack
+``../shared/k8s/*.tar.xz`` into ``.tools/k8s/bin`` and export it), else ``.tools/k8s/bin`` when it holds them (so a
+plain ``.venv/bin/pytest`` after ``make controlplane`` finds them too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from walras.kubelet.controlplane import BINARIES, HOW_TO_GET, LocalControlPlane, Process, find_binaries
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCAL_ASSETS = ROOT / ".tools" / "k8s" / "bin"
+CHART = ROOT / "helm" / "walras"
+#: The kinds of the chart that make up its identity and permissions.
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+def assets_folder() -> tuple[Path | None, list[str]]:
+    """``(folder, missing binaries)``: ``$KUBEBUILDER_ASSETS``, else ``.tools/k8s/bin``."""
+    if os.environ.get("KUBEBUILDER_ASSETS"):
+        return find_binaries()
+    if LOCAL_ASSETS.is_dir():
+        return find_binaries(LOCAL_ASSETS)
+    return None, list(BINARIES)
+
+
+def missing_message(missing: list[str]) -> str:
+    where = os.environ.get("KUBEBUILDER_ASSETS") or "KUBEBUILDER_ASSETS unset"
+    return f"Kubernetes control-plane binaries missing ({', '.join(missing)}; {where}): {HOW_TO_GET}"
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane: admin kubeconfig, API server URL, admin token, its CA and its folder."""
+
+    kubeconfig: Path
+    server: str
+    token: str
+    ca_file: Path
+    workdir: Path
+    kubectl_bin: str
+    plane: LocalControlPlane = field(repr=False)
+
+    @classmethod
+    def start(cls, kubectl_bin: str, workdir: Path | None = None, binaries: Path | None = None) -> ControlPlane:
+        workdir = workdir or Path(tempfile.mkdtemp(prefix="walras-k8s-"))
+        plane = LocalControlPlane.start(workdir, binaries)
+        return cls(plane.kubeconfig, plane.server, plane.token, plane.ca_file, plane.workdir, kubectl_bin, plane)
+
+    def stop(self) -> None:
+        self.plane.stop()
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, kubeconfig: Path | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run the real kubectl against this control plane (as admin unless ``kubeconfig`` says otherwise)."""
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig or self.kubeconfig),
+               "KUBECACHEDIR": str(self.workdir / "kubectl-cache")}
+        proc = subprocess.run([self.kubectl_bin, *args], input=stdin, capture_output=True, text=True, env=env,
+                              timeout=timeout)
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, ["kubectl", *args], proc.stdout, proc.stderr)
+        return proc
+
+    def get(self, *args: str) -> Any:
+        """``kubectl get ARGS -o json``, decoded."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply_objects(self, objects: list[dict[str, Any]], kubeconfig: Path | None = None) -> None:
+        if objects:
+            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects), kubeconfig=kubeconfig)
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        """One raw API call (admin unless ``token``): ``(status, decoded body)``."""
+        return self.plane.request(method, path, body, token)
+
+    def start_scheduler(self, config: Path | None = None) -> Process:
+        """A kube-scheduler with the KubeSchedulerConfiguration ``config``; ``.stop()`` it at the end of the test."""
+        return self.plane.start_scheduler(config)
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path | None = None) -> Path:
+        """A kubeconfig with a TokenRequest token of ServiceAccount ``namespace/name``."""
+        path = path or self.workdir / f"sa-{namespace}-{name}.kubeconfig"
+        return self.plane.service_account_kubeconfig(path, namespace, name)
+
+    def impersonating_kubeconfig(self, user: str, groups: tuple[str, ...] = (), path: Path | None = None) -> Path:
+        """An admin kubeconfig that impersonates ``user`` (kubectl honours ``as``/``as-groups``)."""
+        path = path or self.workdir / f"as-{user.replace(':', '-')}.kubeconfig"
+        doc = yaml.safe_load(self.kubeconfig.read_text())
+        doc["users"][0]["user"]["as"] = user
+        if groups:
+            doc["users"][0]["user"]["as-groups"] = list(groups)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+
+def render_chart(helm_bin: str, namespace: str, *values: str, release: str = "walras") -> list[dict[str, Any]]:
+    """``helm template RELEASE helm/walras --namespace NAMESPACE --set VALUE ...``, as objects."""
+    args = [helm_bin, "template", release, str(CHART), "--namespace", namespace]
+    for value in values:
+        args += ["--set", value]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def install_chart_identity(cp: ControlPlane, helm_bin: str, namespace: str = "walras-system",
+                           *values: str) -> tuple[Path, list[dict[str, Any]]]:
+    """Create ``namespace``, apply the chart's ServiceAccounts and RBAC (nothing else), and return a kubeconfig of
+    the operator's ServiceAccount (a TokenRequest token) with the rendered chart."""
+    objects = render_chart(helm_bin, namespace, *values)
+    cp.kubectl("create", "namespace", namespace, check=False)
+    rbac = [o for o in objects if o.get("kind") in RBAC_KINDS]
+    cp.apply_objects(rbac)
+    operator_sa = next(o for o in rbac if o["kind"] == "ServiceAccount"
+                       and o["metadata"].get("labels", {}).get("app.kubernetes.io/component", "operator") == "operator")
+    return cp.service_account_kubeconfig(namespace, operator_sa["metadata"]["name"]), objects
+
+
+def scheduler_config_from_chart(objects: list[dict[str, Any]], extender_url: str, kubeconfig: Path,
+                                path: Path) -> Path:
+    """The chart's KubeSchedulerConfiguration (ConfigMap ``*-scheduler``) with the extender's ``urlPrefix`` pointed
+    at ``extender_url``, ``clientConnection.kubeconfig`` set and leader election off (one scheduler per test)."""
+    cm = next(o for o in objects if o.get("kind") == "ConfigMap" and "kube-scheduler-config.yaml" in o.get("data", {}))
+    doc = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
+    for ext in doc.get("extenders", []):
+        ext["urlPrefix"] = extender_url
+    doc["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+    doc["leaderElection"] = {"leaderElect": False}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+_SESSION: ControlPlane | None = None
+
+
+def session_control_plane(kubectl_bin: str) -> ControlPlane:
+    """The one control plane of this process (started on first use, stopped by :func:`stop_session_control_plane`
+    or at exit), shared by the ``control_plane`` fixtures of ``tests/`` and ``e2e/``."""
+    global _SESSION
+    if _SESSION is None or not all(p.alive() for p in _SESSION.plane.processes):
+        folder, missing = assets_folder()
+        if folder is None or missing:
+            raise FileNotFoundError(missing_message(missing))
+        _SESSION = ControlPlane.start(kubectl_bin, binaries=folder)
+    return _SESSION
+
+
+def stop_session_control_plane() -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.stop()
+        _SESSION = None
