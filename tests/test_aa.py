@@ -259,7 +259,7 @@ def instances(draw: st.DrawFn, concave: bool) -> tuple[np.ndarray, list[int]]:
     return V, [C] * m
 
 
-@settings(max_examples=50, deadline=None, derandomize=True)
+@settings(max_examples=50, deadline=None)
 @given(instances(concave=True))
 def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]]) -> None:
     V, caps = inst
@@ -277,7 +277,7 @@ def test_algorithms_1_2_reach_alpha_of_optimum(inst: tuple[np.ndarray, list[int]
         assert util >= ALPHA * so.utility - 1e-9  # Lemma V.16 bounds against SO itself
 
 
-@settings(max_examples=50, deadline=None, derandomize=True)
+@settings(max_examples=50, deadline=None)
 @given(instances(concave=False))
 def test_aanc_reaches_half_of_optimum(inst: tuple[np.ndarray, list[int]]) -> None:
     V, caps = inst

@@ -24,9 +24,13 @@ paper-reproduction tests and figures use.
 
 Guarantees (equal capacities only, as in the paper): Algorithms 1 and 2 reach ``2(sqrt 2 - 1) > 0.828`` of the
 optimum on concave curves (Theorems V.17 and VI.1); AANC reaches ``1/2`` on nonconcave curves (Theorem VII.3). These
-are proven for the literal algorithms and carry over to the refined output, which is never worse. With
-unequal node capacities the same algorithms run ("largest remaining capacity first", super-optimal step on the total
-capacity), but no ratio is proven: ``bench/aa.py`` measures it against the exact optimum.
+are proven for the literal algorithms and carry over to the refined output, which is never worse.
+
+Unequal node capacities (outside the paper's model; its Section X leaves them open): the same algorithms run
+("largest remaining capacity first", super-optimal step on the total capacity), and then, by default
+(``search="auto"``), :func:`local_search` improves the assignment by relocate and swap moves between nodes, each node
+split optimally. No ratio is proven; :func:`exact_optimum` (HiGHS MILP) is the exact reference the tests and
+``bench/aa.py`` measure it against (``docs/bench/aa.md``).
 """
 
 from __future__ import annotations
@@ -52,7 +56,9 @@ from .curves import (
     parametric_curves,
     pchip_table,
 )
+from .exact import ExactResult, exact_optimum
 from .multi import aamr, assign_and_allocate_multi, check_tables, dpsopt, multi_baseline, reallocate_multi
+from .search import SearchResult, local_search, search_route
 from .superopt import (
     SuperOptimal,
     reallocate,
@@ -65,11 +71,13 @@ from .superopt import (
 __all__ = [
     "ConcatCurves",
     "CurveFamily",
+    "ExactResult",
     "FloatArray",
     "IntArray",
     "ParametricCurves",
     "PiecewiseLinearCurves",
     "Placement",
+    "SearchResult",
     "Step",
     "SuperOptimal",
     "TableCurves",
@@ -85,12 +93,15 @@ __all__ = [
     "concat_curves",
     "curves_from_points",
     "dpsopt",
+    "exact_optimum",
+    "local_search",
     "multi_baseline",
     "parametric_curves",
     "pchip_table",
     "reallocate",
     "reallocate_dp",
     "reallocate_multi",
+    "search_route",
     "solve",
     "super_optimal",
     "super_optimal_concave",
@@ -124,6 +135,29 @@ def total_utility(values: Any, amount: ArrayLike, capacity: int | None = None) -
     return float(curves.evaluate(a).sum())
 
 
+def _search_enabled(search: bool | str, refine: bool, caps: IntArray) -> bool:
+    """Route of the assignment local search (``search`` argument of :func:`solve`):
+
+    - ``"auto"`` (default): on when the capacities are unequal and ``refine`` is on. Equal capacities are the
+      paper's model, where Algorithms 1/2 and AANC carry their guarantees and reach >= 0.99 of SO on Section VIII's
+      instances after the re-split; unequal ones are outside it, and there the paper's "largest remaining capacity
+      first" rule measurably misplaces threads (``docs/bench/aa.md``, heterogeneous section).
+    - ``True``: on (needs ``refine=True``: the search evaluates every server optimally split).
+    - ``False``: off.
+
+    When on, :func:`~allocator.aa.search.search_route` still picks the moves by size, and skips instances too large
+    for one pass."""
+    if search == "auto":
+        return refine and bool((caps != caps[0]).any())
+    if search is True:
+        if not refine:
+            raise ValueError("search=True needs refine=True (the search evaluates optimally split servers)")
+        return True
+    if search is False:
+        return False
+    raise ValueError(f"search must be True, False or 'auto'; got {search!r}")
+
+
 def solve(
     values: Any,
     capacities: Sequence[int] | ArrayLike,
@@ -131,15 +165,15 @@ def solve(
     method: str = "alg2",
     trace: bool = False,
     refine: bool = True,
+    search: bool | str = "auto",
 ) -> tuple[Placement, SuperOptimal | None]:
-    """:func:`assign_and_allocate` with its by-products: the :class:`Placement` (with the step trace when ``trace``)
-    and the super-optimal allocation used (``None`` for the baselines).
+    """:func:`assign_and_allocate` with its by-products: the :class:`Placement` (with the step trace when ``trace``,
+    and the :class:`~allocator.aa.search.SearchResult` when the local search ran) and the super-optimal allocation
+    used (``None`` for the baselines).
 
-    ``refine`` has the same meaning and default (``True``) as in :func:`assign_and_allocate`: for ``alg1``,
-    ``alg2`` and ``aanc`` every server's capacity is then re-split optimally among the threads the algorithm put
-    there (:func:`reallocate`, not in the paper), never lowering any server's utility. ``refine=False`` returns the
-    paper's algorithm as its pseudocode reads. The baselines ignore ``refine``. ``placement.steps`` always traces the
-    algorithm's own loop (Tables II and III); with ``refine`` only ``placement.amount`` differs from it."""
+    ``refine`` and ``search`` have the same meaning and defaults as in :func:`assign_and_allocate`. ``refine=False``
+    returns the paper's algorithm as its pseudocode reads. The baselines ignore both. ``placement.steps`` always
+    traces the algorithm's own loop (Tables II and III); ``placement.order`` is the algorithm's placement order."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     caps = _capacities(capacities)
@@ -147,17 +181,27 @@ def solve(
     total = int(caps.sum())
     if method in ("uu", "ur", "ru", "rr"):
         return baseline(method, curves.n, caps, np.random.default_rng(0)), None
+    use_search = _search_enabled(search, refine, caps)
     so = super_optimal(curves, total, method="dp" if method == "aanc" else "auto")
     g_hat = curves.evaluate(so.amount)
     place = algorithm1 if method == "alg1" else algorithm2
     p = place(so.amount, g_hat, caps, trace=trace)
     if refine:
         p = Placement(p.server, reallocate(curves, p.server, caps, current=p.amount), p.order, p.steps)
+    if use_search:
+        found = local_search(curves, p.server, caps)
+        amount = p.amount if found.moves == 0 else reallocate(curves, found.server, caps)
+        p = Placement(found.server, amount, p.order, p.steps, found)
     return p, so
 
 
 def assign_and_allocate(
-    values: Any, capacities: Sequence[int] | ArrayLike, *, method: str = "alg2", refine: bool = True
+    values: Any,
+    capacities: Sequence[int] | ArrayLike,
+    *,
+    method: str = "alg2",
+    refine: bool = True,
+    search: bool | str = "auto",
 ) -> tuple[IntArray, IntArray]:
     """Assign every thread (pod) to a server (node) and give it an integer amount of the server's resource.
 
@@ -184,6 +228,13 @@ def assign_and_allocate(
         the guarantees, proven for the literal algorithms, hold for it too. ``False``: the paper's algorithm exactly
         as its pseudocode reads (to reproduce Tables II and III and Section VIII's figures). Ignored by the
         baselines, which stay as Section VIII defines them.
+    search:
+        Local search on the assignment after the re-split (:func:`~allocator.aa.search.local_search`, beyond the
+        paper): best-improvement relocate and swap moves between servers, each server split optimally, until no move
+        improves. ``"auto"`` (default): on when the capacities are unequal (outside the paper's model, where its
+        assignment rule has no guarantee and measurably misplaces threads) and ``refine`` is on; ``True``: on
+        (needs ``refine=True``); ``False``: off. Size limits: :func:`~allocator.aa.search.search_route`. It only
+        accepts improving moves, so the result is never worse than without it.
 
     Returns
     -------
@@ -191,5 +242,5 @@ def assign_and_allocate(
         ``int64`` arrays of length ``n``: 0-based server index and units per thread; per server the amounts sum to at
         most its capacity.
     """
-    placement, _ = solve(values, capacities, method=method, refine=refine)
+    placement, _ = solve(values, capacities, method=method, refine=refine, search=search)
     return placement.server, placement.amount

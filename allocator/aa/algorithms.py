@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .curves import FloatArray, IntArray
+from .search import SearchResult
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,15 @@ class Step:
 @dataclass(frozen=True)
 class Placement:
     """Result of an assignment algorithm: ``server[i]`` (0-based) and ``amount[i]`` units for thread ``i``;
-    ``order`` the threads in the order they were placed; ``steps`` the per-iteration trace when requested."""
+    ``order`` the threads in the order they were placed; ``steps`` the per-iteration trace when requested;
+    ``search`` the outcome of the assignment local search when :func:`~allocator.aa.solve` ran it (``None``
+    otherwise; its ``server`` is then this placement's ``server``)."""
 
     server: IntArray
     amount: IntArray
     order: IntArray
     steps: list[Step] = field(default_factory=list)
+    search: SearchResult | None = None
 
 
 def _check_inputs(c_hat: ArrayLike, g_hat: ArrayLike, capacities: ArrayLike) -> tuple[IntArray, FloatArray, IntArray]:
