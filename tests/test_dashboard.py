@@ -90,7 +90,7 @@ def test_required_panels_exist() -> None:
 def test_pool_and_namespace_variables_filter_the_queries() -> None:
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
     assert variables["pool"]["query"]["query"] == "label_values(walras_pool_price, pool)"
-    assert variables["namespace"]["query"]["query"] == "label_values(walras_job_throughput, namespace)"
+    assert variables["namespace"]["query"]["query"] == "label_values(walras_job_throughput, fungiblejob_namespace)"
     for name in ("pool", "namespace"):
         assert variables[name]["includeAll"] and variables[name]["multi"] and variables[name]["allValue"] == ".*"
     for target in targets():
@@ -98,7 +98,7 @@ def test_pool_and_namespace_variables_filter_the_queries() -> None:
         if re.search(r"walras_(pool_|pods_|binding_errors)", expr):
             assert 'pool=~"$pool"' in expr, expr
         if re.search(r"walras_job_(throughput|target|utility|cost)", expr):
-            assert 'namespace=~"$namespace"' in expr, expr
+            assert 'fungiblejob_namespace=~"$namespace"' in expr, expr
 
 
 def test_dashboard_structure_is_importable() -> None:
@@ -112,3 +112,25 @@ def test_dashboard_structure_is_importable() -> None:
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert panel["targets"], panel["title"]
             assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
+
+
+def test_per_job_legends_name_the_fungiblejob_not_the_scrape_target() -> None:
+    """``job``/``namespace`` on a scraped series are the scrape job and the operator's namespace; a legend or filter
+    on them would show the operator's namespace for every job."""
+    for target in targets():
+        if re.search(r"walras_job_(throughput|target|utility|cost)", target["expr"]):
+            assert "{{fungiblejob_namespace}}/{{fungiblejob}}" in target["legendFormat"], target
+        assert not re.search(r"(?<![a-z_])(job|namespace)=~", target["expr"]), target["expr"]
+        assert "exported_" not in target["expr"] and "exported_" not in target.get("legendFormat", "")
+
+
+def test_every_timeseries_panel_has_a_unit() -> None:
+    """Units in the dashboard: each panel says what its axis measures; a panel mixing durations with other
+    quantities overrides the unit of its duration series."""
+    by_title = {p["title"]: p for p in DASHBOARD["panels"] if p["type"] != "row"}
+    for title, panel in by_title.items():
+        assert panel["fieldConfig"]["defaults"].get("unit"), title
+    assert by_title["Extender latency by verb"]["fieldConfig"]["defaults"]["unit"] == "s"
+    assert by_title["Utilisation per pool"]["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    mixed = by_title["Duality gap and solve time"]["fieldConfig"]["overrides"]
+    assert {"id": "unit", "value": "s"} in [prop for o in mixed for prop in o["properties"]]

@@ -63,11 +63,11 @@ def test_job_gauges_and_cardinality_limit() -> None:
     m = WalrasMetrics(job_metrics_limit=2)
     m.update(make_plan(n_jobs=4))
     s = samples(m)
-    jobs = {dict(k[1])["job"] for k in s if k[0] == "walras_job_cost"}
+    jobs = {dict(k[1])["fungiblejob"] for k in s if k[0] == "walras_job_cost"}
     assert jobs == {"j3", "j2"}  # the two highest costs
     assert s[("walras_job_metrics_dropped", ())] == 3  # j0, j1, bad
-    assert s[("walras_job_throughput", (("job", "j3"), ("namespace", "ns")))] == 13.0
-    assert ("walras_job_target_throughput", (("job", "j3"), ("namespace", "ns"))) not in s
+    assert s[("walras_job_throughput", (("fungiblejob", "j3"), ("fungiblejob_namespace", "ns")))] == 13.0
+    assert ("walras_job_target_throughput", (("fungiblejob", "j3"), ("fungiblejob_namespace", "ns"))) not in s
 
 
 def test_series_of_removed_pools_and_jobs_disappear() -> None:
@@ -80,8 +80,8 @@ def test_series_of_removed_pools_and_jobs_disappear() -> None:
     s = samples(m)
     assert not any(k[0] == "walras_pool_price" and ("pool", "cpu") in k[1] for k in s)
     assert not any(k[0] == "walras_pool_nodes" and ("pool", "cpu") in k[1] for k in s)
-    assert {dict(k[1])["job"] for k in s if k[0] == "walras_job_cost"} == {"j0", "bad"}
-    assert s[("walras_job_target_throughput", (("job", "j0"), ("namespace", "ns")))] == 5.0
+    assert {dict(k[1])["fungiblejob"] for k in s if k[0] == "walras_job_cost"} == {"j0", "bad"}
+    assert s[("walras_job_target_throughput", (("fungiblejob", "j0"), ("fungiblejob_namespace", "ns")))] == 5.0
 
 
 def test_counters_and_extender_histogram() -> None:
@@ -157,3 +157,48 @@ def test_binding_error_series_exist_per_pool_and_go_with_the_pool() -> None:
     s = samples(m)
     assert not any(k[0] == "walras_binding_errors_total" and ("pool", "cpu") in k[1] for k in s)
     assert s[("walras_binding_errors_total", (("pool", "v100"), ("reason", "Other")))] == 0
+
+
+#: Labels Prometheus attaches to every scraped series itself (target labels); an exported label of the same name is
+#: renamed ``exported_<name>`` on ingestion (honor_labels: false, the default).
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "service", "container", "endpoint"}
+
+
+def test_no_exported_label_collides_with_a_prometheus_target_label() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(make_plan())
+    m.bound("v100", "direct")
+    m.binding_error("v100", 409)
+    m.extender_request("bind", 500, 0.1)
+    labels = {name for _, pairs in samples(m) for name, _ in pairs}
+    assert "fungiblejob" in labels and "fungiblejob_namespace" in labels
+    assert labels & TARGET_LABELS == set()
+
+
+def test_no_created_series() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(make_plan())
+    m.bound("v100", "direct")
+    m.extender_request("filter", 200, 0.01)
+    text = m.exposition().decode()
+    assert "walras_pods_bound_total" in text
+    assert "_created" not in text
+    body, content_type = m.render("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    assert b"_created" not in body and body.rstrip().endswith(b"# EOF")
+    body, content_type = m.render(None)
+    assert content_type.startswith("text/plain") and body == m.exposition()
+
+
+def test_metric_names_carry_units_and_suffixes() -> None:
+    """Counters end in ``_total``, histograms of durations in ``_seconds``, 0..1 gauges in ``_ratio``."""
+    for family in WalrasMetrics().registry.collect():
+        if family.type == "histogram":
+            assert family.name.endswith("_seconds"), family.name
+        if "utilisation" in family.name or "fraction" in family.name:
+            assert family.name.endswith("_ratio"), family.name
+        assert not family.name.endswith("_total") or family.type == "counter", family.name
+    counters = {f.name for f in WalrasMetrics().registry.collect() if f.type == "counter"}
+    text = WalrasMetrics().exposition().decode()
+    for name in counters:
+        assert f"# TYPE {name}_total counter" in text, name

@@ -5,6 +5,16 @@ All names carry the ``walras_`` prefix and follow Prometheus conventions (base u
 resource (the dual variables ``p_j`` of the market-clearing problem, paper 004 Alg. 2); capacity and used are in the
 pool's priced resource (GPUs, or CPU cores).
 
+Labels: the per-job gauges (``walras_job_*``) name the FungibleJob with ``fungiblejob`` and its namespace with
+``fungiblejob_namespace`` (the kube-state-metrics convention of one label per object kind, lower case), never ``job``
+or ``namespace``: Prometheus attaches those two to every scraped series itself (the scrape job and the operator
+pod's namespace), so exported ``job``/``namespace`` labels would be renamed ``exported_job``/``exported_namespace``
+under the default ``honor_labels: false``. Setting ``honorLabels: true`` instead would let any label the operator
+exports override target labels; the chosen names work with every scrape configuration (docs/design-choices.md).
+
+Created series: :func:`prometheus_client.disable_created_metrics` is called on import, so counters and histograms
+export no ``*_created`` series (one extra series per label set that no dashboard or alert reads).
+
 Cardinality: the per-job gauges (``walras_job_*``) are exported for at most ``job_metrics_limit`` jobs, those with
 the highest cost first (ties broken by namespace/name); ``walras_job_metrics_dropped`` counts the jobs left out.
 Per-pool series are bounded by the number of ResourcePools.
@@ -17,13 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
 
 from walras.planner.model import Condition, JobPlan, Plan
 
-__all__ = ["BINDING_ERROR_REASONS", "CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "WalrasMetrics", "binding_reason",
-           "is_invalid"]
+__all__ = ["BINDING_ERROR_REASONS", "CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "JOB_LABELS", "WalrasMetrics",
+           "binding_reason", "is_invalid"]
+
+disable_created_metrics()
+
+#: Labels of the per-job series: the FungibleJob's namespace and name (see the module docstring).
+JOB_LABELS = ("fungiblejob_namespace", "fungiblejob")
 
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: The scheduler-extender verbs (kube-scheduler extender v1) whose request series are pre-created.
@@ -109,13 +124,13 @@ class WalrasMetrics:
         self.extender_requests = Counter("walras_extender_requests", "Scheduler-extender requests by verb and code.",
                                          ["verb", "code"], registry=r)
         self.job_throughput = Gauge("walras_job_throughput", "Expected throughput of the job (a_i^T x_i).",
-                                    ["namespace", "job"], registry=r)
+                                    JOB_LABELS, registry=r)
         self.job_target = Gauge("walras_job_target_throughput", "Target throughput of a target-priority job.",
-                                ["namespace", "job"], registry=r)
-        self.job_utility = Gauge("walras_job_utility", "Utility of the job at its allocation.", ["namespace", "job"],
+                                JOB_LABELS, registry=r)
+        self.job_utility = Gauge("walras_job_utility", "Utility of the job at its allocation.", JOB_LABELS,
                                  registry=r)
         self.job_cost = Gauge("walras_job_cost", "Price the job pays at current prices (sum_j p_j d_ij x_ij).",
-                              ["namespace", "job"], registry=r)
+                              JOB_LABELS, registry=r)
         self.job_dropped = Gauge("walras_job_metrics_dropped",
                                  "Jobs left out of walras_job_* because of the cardinality limit.", registry=r)
         self.invalid_objects = Gauge("walras_invalid_objects", "Semantically invalid objects by kind.", ["kind"],
@@ -234,3 +249,9 @@ class WalrasMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+    def render(self, accept: str | None) -> tuple[bytes, str]:
+        """The body and content type for a scrape with this ``Accept`` header: prometheus-client's own negotiation
+        (OpenMetrics when asked for, the text format otherwise), as its ``MetricsHandler`` does."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
