@@ -22,7 +22,6 @@ import datetime as dt
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,18 +100,16 @@ def comparison(runs: int, n_users: int, four: bool, seed: int) -> dict[str, dict
         w = np.ones(n_users)
         for label, mech, alpha in mechs:
             t0 = time.perf_counter()
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", RuntimeWarning)
-                x = allocate(d, c, eligible=e, weights=w, mechanism=mech, alpha=alpha)
+            fa = allocate(d, c, eligible=e, weights=w, mechanism=mech, alpha=alpha)
+            x = fa.tasks
             el = time.perf_counter() - t0
             rec = out.setdefault(label, {"util": [], "dev": [], "time": [], "certified": []})
             rec["util"].append(utilisation(x, d, c))
             rec["dev"].append(deviation(x, d, c, e, w))
             rec["time"].append(el)
-            # allocate warns exactly when the solver's own certificate (PS-DSF fixed point, PF-VDS KKT) failed
-            rec["certified"].append(not any(issubclass(wi.category, RuntimeWarning) for wi in caught))
+            rec["certified"].append(fa.status == "certified")
             if mech == "ps-dsf":
-                xi = allocate(d, c, eligible=e, weights=w, mechanism=mech, integral=True)
+                xi = allocate(d, c, eligible=e, weights=w, mechanism=mech, integral=True).tasks
                 rec = out.setdefault("PS-DSF integral", {"util": [], "dev": [], "time": [], "certified": []})
                 rec["util"].append(utilisation(xi, d, c))
                 rec["dev"].append(deviation(xi, d, c, e, w))
@@ -412,9 +409,10 @@ solving (see `allocator.fairness.merge_identical_nodes`). Utilisation = used / t
 D = reconstructed eq. 58 (see the module docstring of `bench/fairness.py`). "PS-DSF integral" = PS-DSF rounded to
 whole tasks with `integral=True` (capacity never exceeded); its mean task loss per user is
 {loss2:.2f} % (two resources) and {loss4:.2f} % (four resources). "certified runs" = runs in which `allocate`
-did not warn, i.e. the solver's own certificate held (PS-DSF: fixed-point residual; PF-VDS: `kkt_residual` <= 1e-6,
-eqs. 28-29). PF-VDS with alpha != 1 = best-response sweeps finished by the semismooth Newton solve of the
-equilibrium NCP (`allocator/fairness/_ncpnewton.py`), PS-MFA as the last resort.
+returned `status="certified"` (DRFH/TSF: every filling LP optimal and the split within the levels and capacities;
+PS-DSF: fixed-point residual; PF-VDS: `kkt_residual` <= 1e-6, eqs. 28-29).
+PF-VDS with alpha != 1 = best-response sweeps finished by the semismooth Newton solve of the equilibrium NCP
+(`allocator/fairness/_ncpnewton.py`), PS-MFA as the last resort.
 
 ### Two resources (Google-like), cf. 002 Figs. 9 and 13-14
 

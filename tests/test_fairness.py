@@ -33,20 +33,20 @@ FIG1_USERS = [[1.0, 1.0, 17.0], [1.0, 1.0, 17.0], [1.0, 4.0, 0.0], [1.0, 4.0, 0.
 
 def test_drf_paper_example() -> None:
     # DRF paper example: 9 CPU, 18 GB; A <1 CPU, 4 GB>, B <3 CPU, 1 GB>: A gets 3 tasks, B 2 (shares 2/3 each).
-    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="drf")
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="drf").tasks
     np.testing.assert_allclose(x[:, 0], [3.0, 2.0], rtol=1e-9)
 
 
 def test_drf_weighted() -> None:
     # Weights 2:1 on one resource of 9 units, unit demands: 6 and 3.
-    x = allocate([[1.0], [1.0]], [[9.0]], weights=[2.0, 1.0], mechanism="drf")
+    x = allocate([[1.0], [1.0]], [[9.0]], weights=[2.0, 1.0], mechanism="drf").tasks
     np.testing.assert_allclose(x[:, 0], [6.0, 3.0], rtol=1e-9)
 
 
 @pytest.mark.parametrize("mechanism", ["drf", "drfh", "tsf", "ps-dsf"])
 def test_one_server_reduces_to_drf_hand(mechanism: str) -> None:
     # One server [9, 18]: DRFH, TSF and PS-DSF are DRF there (A 3 tasks, B 2 tasks).
-    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism=mechanism)
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism=mechanism).tasks
     np.testing.assert_allclose(x[:, 0], [3.0, 2.0], rtol=1e-6)
 
 
@@ -54,7 +54,7 @@ def test_pfvds_one_server_is_alpha_fair_not_drf() -> None:
     # On one server PF-VDS(1) is proportional fairness on dominant shares (002 Sec. 3.3), not DRF: for [9, 18] with
     # <1,4>, <3,1> both resources bind: a + 3b = 9, 4a + b = 18 -> a = 45/11, b = 18/11, and the KKT multipliers
     # 1/a = l1 + 4 l2, 1/b = 3 l1 + l2 are positive, so this vertex is the maximiser of log a + log b.
-    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="pf-vds", alpha=1.0)
+    x = allocate([[1, 4], [3, 1]], [[9, 18]], mechanism="pf-vds", alpha=1.0).tasks
     np.testing.assert_allclose(x[:, 0], [45 / 11, 18 / 11], rtol=1e-6)
 
 
@@ -62,7 +62,7 @@ def test_pfvds_one_server_is_alpha_fair_not_drf() -> None:
 def test_pfvds_one_server_with_bottleneck_is_drf(alpha: float) -> None:
     # [10 CPU, 10 GB], A <1, 2>, B <1, 3>: RAM dominant for both, so every alpha gives DRF (Theorem 4):
     # equal RAM 2a = 3b with 2a + 3b = 10 -> a = 5/2, b = 5/3.
-    x = allocate([[1, 2], [1, 3]], [[10, 10]], mechanism="pf-vds", alpha=alpha)
+    x = allocate([[1, 2], [1, 3]], [[10, 10]], mechanism="pf-vds", alpha=alpha).tasks
     np.testing.assert_allclose(x[:, 0], [2.5, 5 / 3], rtol=1e-6)
 
 
@@ -70,7 +70,7 @@ def test_drfh_violates_bottleneck_fairness() -> None:
     # DRFH: equal global dominant shares 17/75 x1 = 4/20 x3 -> x1 = 15/17 t, x3 = t. Users 3-4 fill node 1's 16 GB at
     # t = 2; then node 0's RAM: 2 (15/17) t + 4 * 2 (t - 2) = 4 -> t = 170/83. So x1 = x2 = 150/83, x3 = x4 = 170/83,
     # and users 3-4 take RAM on node 0 although they hold 680/83 GB in total against 150/83 GB for users 1-2.
-    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="drfh")
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="drfh").tasks
     np.testing.assert_allclose(x.sum(axis=1), [150 / 83, 150 / 83, 170 / 83, 170 / 83], rtol=1e-6)
     assert x[2:, 0].sum() == pytest.approx(2 * 4 / 83, rel=1e-5)
     ram_held = x.sum(axis=1) * np.array(FIG1_USERS)[:, 1]
@@ -80,7 +80,7 @@ def test_drfh_violates_bottleneck_fairness() -> None:
 def test_tsf_violates_bottleneck_fairness() -> None:
     # TSF: gamma ignoring constraints: u1 = min(12, 4, 75/17) + 0 = 4; u3 = min(12, 1) + min(8, 4) = 5.
     # x1 / 4 = x3 / 5 -> x1 = 0.8 t. Node 1 full at t = 2; node 0 RAM: 1.6 t + 8 (t - 2) = 4 -> t = 25/12.
-    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="tsf")
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism="tsf").tasks
     np.testing.assert_allclose(x.sum(axis=1), [5 / 3, 5 / 3, 25 / 12, 25 / 12], rtol=1e-6)
     assert x[2:, 0].sum() == pytest.approx(2 / 12, rel=1e-5)
 
@@ -89,7 +89,7 @@ def test_tsf_violates_bottleneck_fairness() -> None:
 def test_psdsf_and_pfvds_bottleneck_fair_on_fig1(mechanism: str, alpha: float | None) -> None:
     # Max-min on RAM per node: node 1 splits 16 GB between users 3-4 (2 tasks each); node 0's 4 GB goes to users 1-2
     # (2 tasks each, bandwidth 68 <= 75). Theorem 4: every PF-VDS alpha gives the same allocation.
-    x = allocate(FIG1_USERS, FIG1_NODES, mechanism=mechanism, alpha=alpha)
+    x = allocate(FIG1_USERS, FIG1_NODES, mechanism=mechanism, alpha=alpha).tasks
     np.testing.assert_allclose(x.sum(axis=1), [2, 2, 2, 2], rtol=1e-5)
     np.testing.assert_allclose(x[2:, 0], [0, 0], atol=1e-6)
 
@@ -118,13 +118,13 @@ def test_validation_errors_name_the_culprit() -> None:
 def test_max_tasks_caps_and_redistributes() -> None:
     # One resource of 10, unit demands: uncapped 5/5; with user 0 capped at 2 the other gets the remaining 8.
     for mech in ("drf", "drfh", "tsf", "ps-dsf", "pf-vds"):
-        x = allocate([[1.0], [1.0]], [[10.0]], mechanism=mech, max_tasks=[2, np.inf])
+        x = allocate([[1.0], [1.0]], [[10.0]], mechanism=mech, max_tasks=[2, np.inf]).tasks
         np.testing.assert_allclose(x[:, 0], [2.0, 8.0], rtol=1e-6, err_msg=mech)
 
 
 def test_merging_identical_nodes_is_exact() -> None:
     # Two identical nodes [6, 6] behave like one [12, 12] split equally: DRF on [12, 12] with <1,2>, <2,1> gives 4 / 4.
-    x = allocate([[1, 2], [2, 1]], [[6, 6], [6, 6]], mechanism="ps-dsf")
+    x = allocate([[1, 2], [2, 1]], [[6, 6], [6, 6]], mechanism="ps-dsf").tasks
     np.testing.assert_allclose(x, [[2, 2], [2, 2]], rtol=1e-9)
 
 
@@ -174,8 +174,8 @@ def test_rounding_is_feasible_and_close() -> None:
     d = rng.uniform(0.5, 2.0, (8, 3))
     c = rng.uniform(10.0, 30.0, (4, 3))
     for mech in ("drfh", "tsf", "ps-dsf", "pf-vds"):
-        x = allocate(d, c, mechanism=mech)
-        xi = allocate(d, c, mechanism=mech, integral=True)
+        x = allocate(d, c, mechanism=mech).tasks
+        xi = allocate(d, c, mechanism=mech, integral=True).tasks
         assert np.array_equal(xi, np.round(xi))
         assert (xi.T @ d <= c * (1 + 1e-12)).all(), mech
         assert (xi <= np.ceil(x - 1e-9) + 1e-9).all()  # never more than ceil of the divisible pair
@@ -191,7 +191,7 @@ def test_rounding_respects_capacity_under_float_noise() -> None:
     assert xi.sum() == 1.0  # one pod fits, not two
 
 
-def test_psdsf_reports_non_convergence_and_allocate_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_psdsf_non_convergence_is_status_capped(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     d = rng.uniform(0.1, 1.0, (12, 3))
     c = rng.uniform(10.0, 100.0, (6, 3))
@@ -202,18 +202,59 @@ def test_psdsf_reports_non_convergence_and_allocate_warns(monkeypatch: pytest.Mo
     assert not one.converged and one.residual > 1e-6
     full = ps_dsf(inst)
     assert full.converged and full.residual <= 1e-9
+    import warnings
+
     import allocator.fairness as fairness
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the normal path says everything in its status, nothing is warned
+        ok = fairness.allocate(d, c, eligible=e)
+    assert ok.status == "certified" and ok.residual <= 1e-9 and ok.method.startswith("ps-dsf/")
     real = fairness.ps_dsf
     monkeypatch.setattr(fairness, "ps_dsf", lambda i: real(i, max_sweeps=1, levels=False))
-    with pytest.warns(RuntimeWarning, match="PS-DSF sweeps stopped"):
-        fairness.allocate(d, c, eligible=e)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        capped = fairness.allocate(d, c, eligible=e)
+    assert capped.status == "capped" and capped.residual > 1e-6
+    assert capped.method == "ps-dsf/sweeps" and "sweep cap" in capped.message
+    assert (capped.tasks.T @ d <= c * (1 + 1e-12)).all()  # the capped iterate is still feasible
+
+
+def test_pfvds_non_convergence_is_status_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import allocator.fairness as fairness
+
+    d, c = [[1, 4], [3, 1], [2, 2]], [[9, 18], [12, 6]]
+    ok = fairness.allocate(d, c, mechanism="pf-vds", alpha=2.0)
+    inst = make_instance(d, c)
+    assert ok.status == "certified" and ok.residual <= 1e-6 and ok.method.startswith("pf-vds/")
+    assert kkt_residual(ok.tasks, inst, 2.0) <= 1e-6  # the status is the independent certificate's
+    real = fairness.pf_vds
+    monkeypatch.setattr(fairness, "pf_vds", lambda i, a: real(i, a, max_seconds=0.0))  # stop after one sweep
+    capped = fairness.allocate(d, c, mechanism="pf-vds", alpha=2.0)
+    assert capped.status == "capped" and capped.residual > 1e-6 and "uncertified" in capped.message
+    assert capped.residual == pytest.approx(kkt_residual(capped.tasks, make_instance(d, c), 2.0), rel=1e-6, abs=0)
+
+
+@pytest.mark.parametrize("mechanism", ["drf", "drfh", "tsf", "ps-dsf", "pf-vds"])
+def test_allocate_result_is_typed(mechanism: str) -> None:
+    from dataclasses import FrozenInstanceError
+
+    from allocator.fairness import FairAllocation
+
+    c = [[9, 18]] if mechanism == "drf" else [[9, 18], [4, 4]]
+    res = allocate([[1, 4], [3, 1]], c, mechanism=mechanism)
+    assert isinstance(res, FairAllocation) and res.tasks.shape == (2, len(c))
+    assert res.status == "certified"
+    assert np.isnan(res.residual) if mechanism == "drf" else 0.0 <= res.residual <= 1e-6
+    assert res.method.startswith(mechanism) and res.message
+    with pytest.raises(FrozenInstanceError):
+        res.status = "capped"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("mechanism", ["drfh", "tsf", "ps-dsf", "pf-vds"])
 def test_max_tasks_on_two_nodes(mechanism: str) -> None:
     # Nodes of 10 and 6 units, unit demands, user 0 capped at 3 replicas: every mechanism gives 3 and 13.
-    x = allocate([[1.0], [1.0]], [[10.0], [6.0]], mechanism=mechanism, max_tasks=[3, np.inf])
+    x = allocate([[1.0], [1.0]], [[10.0], [6.0]], mechanism=mechanism, max_tasks=[3, np.inf]).tasks
     np.testing.assert_allclose(x.sum(axis=1), [3.0, 13.0], rtol=1e-6)
     assert (x.T @ np.ones((2, 1)) <= np.array([[10.0], [6.0]]) + 1e-9).all()
 
@@ -285,7 +326,7 @@ def test_rounding_is_feasible_capped_and_maximal(seed: int, mech: str) -> None:
     e[np.arange(n), rng.integers(0, k, n)] = True
     caps = np.where(rng.random(n) < 0.3, rng.integers(1, 6, n), np.inf)
     inst = make_instance(d, c, e, None, caps)
-    x = allocate(d, c, eligible=e, mechanism=mech)
+    x = allocate(d, c, eligible=e, mechanism=mech).tasks
     scale = np.where(np.isfinite(caps), np.minimum(1.0, caps / np.maximum(x.sum(axis=1), 1e-12)), 1.0)
     x = x * scale[:, None]  # a feasible divisible allocation within the task caps
     xi = round_allocation(x, inst)

@@ -192,7 +192,7 @@ def test_pfvds_approaches_psdsf(data) -> None:
 @given(instances(max_nodes=1))
 def test_one_node_everything_is_drf(data) -> None:
     d, c, _, w = data
-    ref = allocate(d, c, weights=w, mechanism="drf")
+    ref = allocate(d, c, weights=w, mechanism="drf").tasks
     # Independent DRF check (Definition 1) through the bottleneck characterisation of weighted max-min fairness: every
     # user needs a saturated resource on which its weighted dominant share is the largest among that resource's users.
     dom = (d / c[0]).max(axis=1)
@@ -202,4 +202,4 @@ def test_one_node_everything_is_drf(data) -> None:
         ok = [share[n] >= share[d[:, q] > 0].max() * (1 - 1e-9) for q in np.flatnonzero(sat & (d[n] > 0))]
         assert any(ok), (n, share, sat)
     for mech in ("drfh", "tsf", "ps-dsf"):
-        np.testing.assert_allclose(allocate(d, c, weights=w, mechanism=mech), ref, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(allocate(d, c, weights=w, mechanism=mech).tasks, ref, rtol=1e-6, atol=1e-9)

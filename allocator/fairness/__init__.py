@@ -18,31 +18,68 @@ VDS are rescaled by a common factor on that node, DRFH/TSF totals are unchanged)
 
 from __future__ import annotations
 
-import warnings
+import math
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ._model import FloatArray, Instance, make_instance, monopoly_tasks, usage
-from .maxmin import drfh, linear_maxmin, tsf
+from .maxmin import MaxMinResult, drfh, drfh_result, linear_maxmin, tsf, tsf_result
 from .pfvds import PfVdsResult, best_response, kkt_residual, pf_vds, pf_vds_distributed
 from .psdsf import PsDsfResult, drf, fill_server, ps_dsf
 from .rounding import round_allocation
 
 Mechanism = Literal["drf", "drfh", "tsf", "ps-dsf", "pf-vds"]
 MECHANISMS: tuple[str, ...] = ("drf", "drfh", "tsf", "ps-dsf", "pf-vds")
+Status = Literal["certified", "converged", "capped"]
+
+
+@dataclass(frozen=True)
+class FairAllocation:
+    """Outcome of :func:`allocate`.
+
+    Attributes:
+        tasks: ``(n, k)`` tasks of each user on each node (fractional unless ``integral=True``).
+        status: ``"certified"``: the mechanism's defining conditions were checked on the result and hold to the
+            solver's tolerance -- DRF: one exact closed-form filling (Definition 1); DRFH / TSF: every progressive
+            filling LP solved to optimality by HiGHS and the final split checked against the capacities and the
+            max-min levels (``residual``); PS-DSF: one exact Gauss-Seidel sweep of per-server fillings from the result
+            moves no column by more than ``1e-9`` of its user's total (Definition 4 checked server by server);
+            PF-VDS: :func:`kkt_residual` ``<= 1e-6`` (eqs. 28-29). ``"converged"``: the method met its own stopping
+            rule without an independent certificate (no mechanism of :func:`allocate` ends there today; kept for
+            callers that pass results of other solvers). ``"capped"``: an iteration or time cap was reached before
+            the certificate held; ``tasks`` is the best feasible iterate and ``residual`` says how far it is.
+        residual: the certificate's value: PF-VDS :func:`kkt_residual`; PS-DSF fixed-point residual (largest
+            relative column move of the last sweep); DRFH / TSF largest relative violation of a capacity or of a
+            user's max-min level by the final split; ``nan`` for DRF (exact closed form, nothing to measure).
+        method: the route taken: ``"drf"``, ``"drfh-lp"``, ``"tsf-lp"``, ``"ps-dsf/levels"`` or
+            ``"ps-dsf/sweeps"``, ``"pf-vds/<route>"`` (:attr:`PfVdsResult.method`).
+        message: one line for humans (sweeps, iterations, tolerance).
+    """
+
+    tasks: FloatArray
+    status: Status
+    residual: float
+    method: str
+    message: str
+
 
 __all__ = [
     "MECHANISMS",
+    "FairAllocation",
     "Instance",
+    "MaxMinResult",
     "PfVdsResult",
     "PsDsfResult",
+    "Status",
     "allocate",
     "allocate_time_shared",
     "best_response",
     "drf",
     "drfh",
+    "drfh_result",
     "fill_server",
     "kkt_residual",
     "linear_maxmin",
@@ -54,6 +91,7 @@ __all__ = [
     "ps_dsf",
     "round_allocation",
     "tsf",
+    "tsf_result",
     "usage",
 ]
 
@@ -79,31 +117,26 @@ def merge_identical_nodes(inst: Instance) -> tuple[Instance, np.ndarray, np.ndar
     return merged, group, count
 
 
-def _solve(inst: Instance, mechanism: str, alpha: float | None) -> FloatArray:
+def _solve(inst: Instance, mechanism: str, alpha: float | None) -> tuple[FloatArray, Status, float, str, str]:
+    """Run one mechanism on a (merged) instance; returns ``(x, status, residual, method, message)``."""
     if mechanism == "drf":
-        return drf(inst)
-    if mechanism == "drfh":
-        return drfh(inst)
-    if mechanism == "tsf":
-        return tsf(inst)
+        return drf(inst), "certified", math.nan, "drf", "exact progressive filling on one node (Definition 1)"
+    if mechanism in ("drfh", "tsf"):
+        res = drfh_result(inst) if mechanism == "drfh" else tsf_result(inst)
+        msg = f"{res.stages} filling stage(s), {res.lps} HiGHS LPs; split within {res.residual:.1e} of caps and levels"
+        return res.x, "certified", res.residual, f"{mechanism}-lp", msg
     if mechanism == "ps-dsf":
-        res = ps_dsf(inst)
-        if not res.converged:
-            warnings.warn(
-                f"PS-DSF sweeps stopped after {res.sweeps} with fixed-point residual {res.residual:.1e}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        return res.x
+        ps = ps_dsf(inst)
+        ps_status: Status = "certified" if ps.converged else "capped"
+        verb = "fixed point to 1e-9" if ps.converged else "stopped at the sweep cap"
+        msg = f"{ps.sweeps} sweep(s), {verb}, fixed-point residual {ps.residual:.1e}"
+        return ps.x, ps_status, ps.residual, f"ps-dsf/{ps.start}", msg
     a = 1.0 if alpha is None else float(alpha)
-    res2 = pf_vds(inst, a)
-    if not res2.converged:
-        warnings.warn(
-            f"PF-VDS({a:g}) stopped after {res2.iterations} sweeps with KKT residual {res2.residual:.1e}",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return res2.x
+    pf = pf_vds(inst, a)
+    pf_status: Status = "certified" if pf.converged else "capped"
+    verb = "KKT certified to 1e-6" if pf.converged else "stopped uncertified at its caps"
+    msg = f"PF-VDS({a:g}) {verb}: residual {pf.residual:.1e}, {pf.iterations} sweep(s), {pf.ipm_iterations} IPM iter."
+    return pf.x, pf_status, pf.residual, f"pf-vds/{pf.method}", msg
 
 
 def allocate(
@@ -116,8 +149,9 @@ def allocate(
     alpha: float | None = None,
     integral: bool = False,
     max_tasks: ArrayLike | None = None,
-) -> FloatArray:
-    """Tasks ``x`` ``(n, k)`` of each user on each node under a multi-resource fairness mechanism.
+) -> FairAllocation:
+    """Tasks ``x`` ``(n, k)`` of each user on each node under a multi-resource fairness mechanism, with the status of
+    the solve (:class:`FairAllocation`; nothing is warned: an uncertified result has ``status="capped"``).
 
     Args:
         demands: ``(n, r)`` per-task demand of each user (job).
@@ -144,12 +178,13 @@ def allocate(
     if mechanism == "drf" and inst.k != 1:
         raise ValueError(f"mechanism 'drf' needs exactly one node (pool), got {inst.k}; use 'drfh', 'tsf' or 'ps-dsf'")
     merged, group, count = merge_identical_nodes(inst)
-    xm = _solve(merged, mechanism, alpha)
+    xm, status, residual, method, message = _solve(merged, mechanism, alpha)
     x = xm[:, group] / count[group][None, :]
     x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
     if integral:
         x = round_allocation(x, inst)
-    return x
+        message += "; rounded to whole tasks"
+    return FairAllocation(tasks=x, status=status, residual=float(residual), method=method, message=message)
 
 
 def allocate_time_shared(

@@ -6,14 +6,30 @@ Each mechanism gives user ``n`` a scalar share that is linear in its total task 
 - DRFH (eq. 5): ``G_n = x_n max_r d[n, r] / C[r]`` with ``C[r] = sum_k c[k, r]`` (all servers concatenated).
 - TSF: ``t_n = x_n / gamma_n`` with ``gamma_n = sum_k gamma0[n, k]`` (eq. 8 ignoring placement constraints).
 
-Weighted max-min fairness on ``share_n / phi_n`` is computed by progressive filling: all unfrozen users grow at a common
-level ``t`` (``x_n = t * rate_n``, ``rate_n = phi_n / (share_n / x_n)``) until no further simultaneous increase is
-feasible; then every user that cannot grow on its own is frozen. With several servers the feasibility of a level is an
-LP over the per-server split ``x[n, k]`` (capacities, eq. 10, and placement constraints), solved exactly with HiGHS.
+Weighted max-min fairness on ``share_n / phi_n`` is computed by progressive filling (002 Sec. 2.2, the water-filling
+behind Definitions 1 and 3): all unfrozen users grow at a common level ``t`` (``x_n >= t * rate_n``) until no further
+simultaneous increase is feasible; the users that cannot grow on their own are frozen at that level and the others
+keep rising. With several servers the level of a stage is an LP over the per-server split ``x[n, k]`` (capacities,
+eq. 10, placement constraints, task caps), solved with HiGHS (dual simplex). Each stage is made robust by construction:
+
+- **Frozen levels are those of an exactly feasible witness.** After each stage the LP's split is scaled per server into
+  the capacities and per user under its task cap (HiGHS meets constraints only to its primal feasibility tolerance,
+  1e-7), and the frozen users keep the totals of that scaled split. The next stage's LP is then feasible in exact
+  arithmetic (the witness with ``t = min over active users of x_n / rate_n``), so HiGHS cannot report it infeasible;
+  the fixed levels lose at most the solver's tolerance (reported as ``residual``). Fixing the exact ``t* rate_n`` of the
+  previous stage instead made about 1 in 20 random 10 x 5 x 3 instances infeasible (issue 19).
+- **Who freezes is read from the LP's duals.** The dual of ``max t`` has ``sum_n mu_n rate_n = 1`` over the active
+  users' rows; by complementary slackness a user with ``mu_n > 0`` in some dual optimum has ``x_n = t* rate_n`` in every
+  primal optimum, i.e. it cannot grow while the others keep ``t*``. So every stage freezes at least one user (the
+  largest ``mu_n rate_n``) with one LP; a blocked user whose dual happens to be 0 stays active and freezes at the same
+  level in the next stage. At most ``n`` LPs in all, instead of one LP per candidate test.
+
 On one server the filling is closed-form (:func:`allocator.fairness.psdsf.fill_server`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,7 +37,12 @@ from scipy.optimize import linprog
 
 from ._model import FloatArray, Instance, monopoly_tasks
 
-_TOL = 1e-9
+#: a user freezes when its share of the stage LP's dual, ``mu_n rate_n`` (they sum to 1), is at least this; HiGHS's dual
+#: feasibility tolerance is 1e-7, so smaller values are not told apart from 0 (such a user freezes a stage later).
+_DUAL_FREEZE = 1e-6
+#: the witness is scaled to ``(1 - _INSIDE)`` of each capacity so float rounding in the next LP's rows cannot make it
+#: infeasible
+_INSIDE = 1e-12
 
 
 def drfh_rate(inst: Instance) -> FloatArray:
@@ -38,8 +59,30 @@ def tsf_rate(inst: Instance) -> FloatArray:
     return np.asarray(inst.weights * gamma_n, dtype=np.float64)
 
 
+@dataclass(frozen=True)
+class MaxMinResult:
+    """Outcome of :func:`linear_maxmin`.
+
+    Attributes:
+        x: ``(n, k)`` tasks; within every capacity and task cap (exactly, after scaling).
+        levels: ``(n,)`` the max-min levels ``t*_s rate_n`` of the stage ``s`` in which each user froze (the cap for a
+            user frozen at its cap).
+        stages: progressive-filling stages (LPs for the levels).
+        lps: HiGHS LPs solved (one per stage).
+        residual: largest relative shortfall of a user's total below its level, or excess of a capacity or cap,
+            ``max(max_n (levels_n - x_n) / levels_n, max_{k,r} (load - c) / c)``: what the scaling of the witnesses
+            cost (about the solver's feasibility tolerance).
+    """
+
+    x: FloatArray
+    levels: FloatArray
+    stages: int
+    lps: int
+    residual: float
+
+
 class _LinearMaxMin:
-    """Progressive filling for weighted max-min on ``x_n / rate_n`` with per-server feasibility (LPs via HiGHS)."""
+    """Progressive filling for weighted max-min on ``x_n / rate_n`` with per-server feasibility (one LP per stage)."""
 
     def __init__(self, inst: Instance, rate: FloatArray) -> None:
         self.inst = inst
@@ -49,99 +92,113 @@ class _LinearMaxMin:
         p = users.size
         self.p = p
         n, k, r = inst.n, inst.k, inst.r
-        # Capacity rows (k*r) x pairs.
         rows = (nodes[:, None] * r + np.arange(r)[None, :]).ravel()
         cols = np.repeat(np.arange(p), r)
         vals = inst.demands[users].ravel()
         keep = vals > 0
-        self.cap_a = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(k * r, p))
-        self.cap_b = inst.capacities.ravel()
+        cap_a = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(k * r, p))
+        live = np.diff(cap_a.indptr) > 0  # capacity rows no eligible pair uses are dropped
+        self.cap_a = cap_a[live]
+        self.cap_b = inst.capacities.ravel()[live]
         self.tot = sp.csr_matrix((np.ones(p), (users, np.arange(p))), shape=(n, p))
         self.capped = np.flatnonzero(np.isfinite(inst.max_tasks))
+        self.lps = 0
 
-    def _solve(self, c: FloatArray, a_ub: sp.spmatrix, b_ub: FloatArray, a_eq=None, b_eq=None) -> FloatArray:
-        res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"HiGHS failed in max-min progressive filling: {res.message}")
-        return np.asarray(res.x, dtype=np.float64)
+    def _witness(self, flows: FloatArray) -> FloatArray:
+        """``flows`` (pairs) scaled per server into ``(1 - _INSIDE)`` of its capacities and per user under its cap."""
+        inst = self.inst
+        x = np.zeros((inst.n, inst.k))
+        x[self.users, self.nodes] = np.maximum(flows, 0.0)
+        load = x.T @ inst.demands
+        cap = inst.capacities * (1 - _INSIDE)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            over = np.where(load > cap, load / np.where(cap > 0, cap, 1.0), 1.0)
+        x = x / np.where(np.isfinite(over), over, np.inf).max(axis=1)[None, :]
+        tot = x.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shrink = np.where(tot > inst.max_tasks, inst.max_tasks / tot, 1.0)
+        return np.asarray(x * shrink[:, None], dtype=np.float64)
 
-    def _common_rows(self, n_extra: int, lower: FloatArray, mask: np.ndarray) -> tuple[sp.spmatrix, FloatArray]:
-        """Capacity rows, caps and ``x_n >= lower_n`` for users in ``mask``, padded with ``n_extra`` zero columns."""
-        blocks = [sp.hstack([self.cap_a, sp.csr_matrix((self.cap_a.shape[0], n_extra))])]
+    def _stage(self, active: np.ndarray, lower: FloatArray) -> tuple[float, FloatArray, FloatArray]:
+        """``max t`` s.t. capacities, caps, ``x_n >= lower_n`` (frozen), ``x_n >= t rate_n`` (active).
+
+        Returns ``(t*, pair flows, mu_n rate_n of the active users)``."""
+        p = self.p
+        act = np.flatnonzero(active)
+        frz = np.flatnonzero(~active & (lower > 0))
+        zcol = sp.csr_matrix((self.cap_a.shape[0], 1))
+        blocks = [sp.hstack([self.cap_a, zcol])]
         rhs = [self.cap_b]
         if self.capped.size:
-            blocks.append(sp.hstack([self.tot[self.capped], sp.csr_matrix((self.capped.size, n_extra))]))
+            blocks.append(sp.hstack([self.tot[self.capped], sp.csr_matrix((self.capped.size, 1))]))
             rhs.append(self.inst.max_tasks[self.capped])
-        idx = np.flatnonzero(mask)
-        if idx.size:
-            blocks.append(sp.hstack([-self.tot[idx], sp.csr_matrix((idx.size, n_extra))]))
-            rhs.append(-lower[idx])
-        return sp.vstack(blocks).tocsr(), np.concatenate(rhs)
+        if frz.size:
+            blocks.append(sp.hstack([-self.tot[frz], sp.csr_matrix((frz.size, 1))]))
+            rhs.append(-lower[frz])
+        blocks.append(sp.hstack([-self.tot[act], sp.csr_matrix(self.rate[act][:, None])]))
+        rhs.append(np.zeros(act.size))
+        a_ub = sp.vstack(blocks).tocsr()
+        c = np.zeros(p + 1)
+        c[-1] = -1.0
+        res = linprog(c, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=(0, None), method="highs-ds")
+        self.lps += 1
+        if res.status != 0:
+            raise RuntimeError(f"HiGHS failed in max-min progressive filling: {res.message}")
+        mu = -np.asarray(res.ineqlin.marginals, dtype=np.float64)[-act.size :]
+        return float(res.x[-1]), np.asarray(res.x[:p], dtype=np.float64), mu * self.rate[act]
 
-    def run(self) -> FloatArray:
-        inst, rate, p = self.inst, self.rate, self.p
+    def run(self) -> MaxMinResult:
+        inst, rate = self.inst, self.rate
         n = inst.n
-        active = np.ones(n, dtype=bool)
-        level_tasks = np.zeros(n)  # frozen totals
-        # Users capped at zero are frozen immediately.
-        zero_cap = inst.max_tasks <= 0
-        active[zero_cap] = False
+        active = inst.max_tasks > 0  # users capped at zero are frozen at 0 from the start
+        lower = np.zeros(n)  # frozen totals of the current witness
+        levels = np.zeros(n)
+        x = np.zeros((n, inst.k))
+        stages = 0
         while active.any():
             act = np.flatnonzero(active)
-            # (1) max t: x_n >= t * rate_n for active users, frozen users keep their totals.
-            frozen_lb = level_tasks * (1 - _TOL)
-            a_com, b_com = self._common_rows(1, frozen_lb, ~active)
-            a_t = sp.hstack([-self.tot[act], sp.csr_matrix(rate[act][:, None])])
-            a_ub = sp.vstack([a_com, a_t]).tocsr()
-            b_ub = np.concatenate([b_com, np.zeros(act.size)])
-            c = np.zeros(p + 1)
-            c[-1] = -1.0
-            t_star = self._solve(c, a_ub, b_ub)[-1]
-            # (2) find the active users that cannot grow on their own while everyone else keeps >= its level.
-            lower = np.where(active, t_star * rate * (1 - _TOL), frozen_lb)
-            cand = act.copy()
-            while cand.size:
-                m = cand.size
-                is_cand = np.zeros(n, dtype=bool)
-                is_cand[cand] = True
-                a_com, b_com = self._common_rows(m, lower, ~is_cand)
-                # x_n - e_n >= t* rate_n, 0 <= e_n <= rate_n (normalised headroom).
-                a_e = sp.hstack([-self.tot[cand], sp.identity(m, format="csr")])
-                a_box = sp.hstack([sp.csr_matrix((m, p)), sp.identity(m, format="csr")])
-                a_ub = sp.vstack([a_com, a_e, a_box]).tocsr()
-                b_ub = np.concatenate([b_com, -t_star * rate[cand], rate[cand]])
-                c = np.concatenate([np.zeros(p), -1.0 / rate[cand]])
-                sol = self._solve(c, a_ub, b_ub)
-                e = sol[p:] / rate[cand]
-                grow = e > 1e-7
-                if not grow.any():
-                    break
-                cand = cand[~grow]
-            if cand.size == 0:  # numerical safety: t* was maximal, so someone must be blocked
-                cand = act[:1]
-            active[cand] = False
-            level_tasks[cand] = t_star * rate[cand]
-        # (3) a feasible split with exactly the max-min totals.
-        a_ub = sp.vstack([self.cap_a]).tocsr()
-        sol = self._solve(np.zeros(p), a_ub, self.cap_b, a_eq=self.tot.tocsr(), b_eq=level_tasks * (1 - _TOL))
-        x = np.zeros((n, inst.k))
-        x[self.users, self.nodes] = sol
-        return x
+            t_star, flows, share = self._stage(active, lower)
+            stages += 1
+            x = self._witness(flows)
+            tot = x.sum(axis=1)
+            freeze = share >= _DUAL_FREEZE
+            freeze[int(np.argmax(share))] = True
+            # a user whose level reached its cap cannot grow either (its dual may sit on the cap row instead)
+            freeze |= t_star * rate[act] >= inst.max_tasks[act] * (1 - 1e-9)
+            newly = act[freeze]
+            levels[newly] = np.minimum(t_star * rate[newly], inst.max_tasks[newly])
+            active[newly] = False
+            lower = np.where(active, 0.0, np.minimum(tot, levels))
+        load = x.T @ inst.demands
+        c = inst.capacities
+        with np.errstate(divide="ignore", invalid="ignore"):
+            short = np.where(levels > 0, (levels - x.sum(axis=1)) / np.where(levels > 0, levels, 1.0), 0.0)
+            excess = np.where(c > 0, (load - c) / np.where(c > 0, c, 1.0), np.where(load > 0, np.inf, 0.0))
+        residual = max(float(short.max(initial=0.0)), float(excess.max(initial=0.0)), 0.0)
+        return MaxMinResult(x=x, levels=levels, stages=stages, lps=self.lps, residual=residual)
 
 
-def linear_maxmin(inst: Instance, rate: FloatArray) -> FloatArray:
-    """Weighted max-min fair allocation on the share ``x_n / rate_n`` subject to eq. 10 and placement constraints.
-
-    Returns ``x`` of shape ``(n, k)``. Exact up to HiGHS tolerances (relative ~1e-9).
-    """
+def linear_maxmin(inst: Instance, rate: FloatArray) -> MaxMinResult:
+    """Weighted max-min fair allocation on the share ``x_n / rate_n`` subject to eq. 10, placement constraints and task
+    caps (module docstring). Exact up to HiGHS tolerances (``residual``, relative, about 1e-7 or better)."""
     return _LinearMaxMin(inst, np.asarray(rate, dtype=np.float64)).run()
 
 
-def drfh(inst: Instance) -> FloatArray:
+def drfh_result(inst: Instance) -> MaxMinResult:
     """DRFH: weighted max-min fairness on global dominant shares (eq. 5), per-server feasible."""
     return linear_maxmin(inst, drfh_rate(inst))
 
 
-def tsf(inst: Instance) -> FloatArray:
-    """TSF: weighted max-min fairness on task shares ``x_n / gamma_n``, per-server feasible."""
+def tsf_result(inst: Instance) -> MaxMinResult:
+    """TSF: weighted max-min fairness on task shares ``x_n / gamma_n`` (Sec. 2.2), per-server feasible."""
     return linear_maxmin(inst, tsf_rate(inst))
+
+
+def drfh(inst: Instance) -> FloatArray:
+    """Tasks ``(n, k)`` of :func:`drfh_result`."""
+    return drfh_result(inst).x
+
+
+def tsf(inst: Instance) -> FloatArray:
+    """Tasks ``(n, k)`` of :func:`tsf_result`."""
+    return tsf_result(inst).x
