@@ -13,7 +13,12 @@ evaluation, the rules file loaded), waits for a few scrapes, then
 * checks that each alert fires for exactly the series whose signal crosses its threshold (computed in Python from
   the signal's values), and through ``/api/v1/rules`` that Prometheus loaded every rule and evaluated it without
   error and that the operator-down alert stays quiet while the demo is up;
-* runs ``promtool check rules`` on the file.
+* runs ``promtool check rules`` on the file, and ``promtool test rules`` on its unit tests
+  (``deploy/prometheus/walras-rules.test.yaml``: a firing and a quiet case per alert, checked to catch a changed
+  threshold);
+* checks the labels as Prometheus stored them: the scrape attaches ``namespace``/``pod`` target labels as the
+  Kubernetes service discovery of a ServiceMonitor would, and no ingested series may carry an ``exported_*`` label;
+  the per-job series name the FungibleJobs' own namespaces in ``fungiblejob_namespace``; no ``*_created`` series.
 
 Both processes are stopped by the test. Under ``CI=true`` a missing ``prometheus``/``promtool`` fails the test.
 """
@@ -41,6 +46,10 @@ from realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "walras-rules.yaml"
+RULE_TESTS = ROOT / "deploy" / "prometheus" / "walras-rules.test.yaml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+#: Target labels the scrape attaches, as Kubernetes service discovery does for a ServiceMonitor target.
+TARGET_LABELS = {"namespace": "walras-system", "pod": "walras-7d9f-abcde", "service": "walras"}
 DASHBOARD = ROOT / "deploy" / "grafana" / "walras-dashboard.json"
 
 #: Metrics the direct-mode demo legitimately never produces a series for (see the module docstring).
@@ -149,7 +158,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(RULES)],
             "scrape_configs": [{"job_name": "walras",
-                                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}]}],
+                                "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"],
+                                                    "labels": TARGET_LABELS}]}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         server = subprocess.Popen(
@@ -263,3 +273,68 @@ def test_alert_signal_split_is_not_vacuous() -> None:
     assert alert_signal("(sum(up) or vector(0)) < 1") == "(sum(up) or vector(0))"
     with pytest.raises(AssertionError):
         alert_signal("absent(up)")
+
+
+def alerts() -> list[dict[str, Any]]:
+    return [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_promtool_unit_tests_pass() -> None:
+    out = subprocess.run([require("promtool"), "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
+
+
+def test_every_alert_has_a_firing_and_a_quiet_unit_test() -> None:
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    cases = [case for t in tests for case in t.get("alert_rule_test", [])]
+    for alert in alerts():
+        mine = [c for c in cases if c["alertname"] == alert["alert"]]
+        assert any(c["exp_alerts"] for c in mine), f"{alert['alert']}: no case where it fires"
+        assert any(not c["exp_alerts"] for c in mine), f"{alert['alert']}: no case where it stays quiet"
+
+
+def test_the_unit_tests_catch_a_changed_threshold(tmp_path: Path) -> None:
+    """Mutation check: the same unit tests against rules whose duality-gap threshold moved must fail."""
+    promtool = require("promtool")
+    mutated = RULES.read_text().replace("max(walras_solver_duality_gap) > 0.05", "max(walras_solver_duality_gap) > 5")
+    assert mutated != RULES.read_text()
+    (tmp_path / "walras-rules.yaml").write_text(mutated)
+    (tmp_path / "walras-rules.test.yaml").write_text(RULE_TESTS.read_text())
+    out = subprocess.run([promtool, "test", "rules", str(tmp_path / "walras-rules.test.yaml")], capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode != 0 and "WalrasDualityGapHigh" in out.stdout + out.stderr
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^a-z0-9 _-]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    anchors = {github_anchor(line.lstrip("#")) for line in RUNBOOKS.read_text().splitlines() if line.startswith("## ")}
+    for alert in alerts():
+        url = alert["annotations"]["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page.endswith("/docs/runbooks.md"), url
+        assert anchor in anchors, f"{alert['alert']}: docs/runbooks.md has no section #{anchor}"
+        assert anchor == alert["alert"].lower()
+
+
+def test_ingested_series_keep_their_labels(prometheus: str) -> None:
+    """No label collides with a target label (no ``exported_*``), the per-job series name the FungibleJobs' own
+    namespaces (those of the bundled examples), and counters/histograms have no ``_created`` series."""
+    everything = query(prometheus, '{__name__=~"walras_.+"}')["data"]["result"]
+    assert everything
+    for sample in everything:
+        labels = sample["metric"]
+        assert not [k for k in labels if k.startswith("exported_")], labels
+        assert labels["namespace"] == TARGET_LABELS["namespace"] and labels["job"] == "walras", labels
+    jobs = query(prometheus, "walras_job_throughput")["data"]["result"]
+    from walras.planner import examples
+
+    expected = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in examples.documents()
+                if d["kind"] == "FungibleJob"}
+    assert {(s["metric"]["fungiblejob_namespace"], s["metric"]["fungiblejob"]) for s in jobs} == expected
+    assert query(prometheus, '{__name__=~"walras_.+_created"}')["data"]["result"] == []
