@@ -1,30 +1,51 @@
-"""kopf wiring: indexes over nodes, pods and the three Walras kinds, event handlers that trigger a re-plan, a timer
-for the plan period, login from the kubeconfig, and the operator entry point with peering.
+"""kopf wiring: indexes over nodes, pods and the three Walras kinds, event handlers that trigger a re-plan, the plan
+period, login from the kubeconfig, and the operator entry point with leader election.
 
 kopf fills the indexes from its list + watch streams and starts the event handlers only once every index holds the
-initial listing, so the first plan sees the whole cluster. With peering (``--peering NAME``) kopf pauses the watch
-streams and timers of every operator that sees a peer of higher priority; since the plan loop only runs on triggers
-from those streams and timers, only the highest-priority replica ever plans and writes (leader election). Replicas
-get distinct priorities (``--priority``, default: random) so that exactly one leads.
+initial listing, so the first plan sees the whole cluster. kopf runs *standalone* in every replica (each keeps its
+indexes warm); which replica plans, writes and binds is decided by a ``coordination.k8s.io`` Lease
+(:class:`walras.operator.leader.LeaseElector`, ``--peering NAME`` names the Lease): the controller runs only while
+its replica leads, and the extender of a standby answers "no opinion" and is not ready (``/readyz`` 503), so a
+Service sends kube-scheduler to the leader only.
+
+Why not kopf's own peering: its keep-alive PATCH runs as one of kopf's root tasks, so a single 409/4xx answer to it
+ended the whole operator process; and a replica restarted under a new random priority paused until the dead
+replica's peering entry expired (60 s). The Lease loop retries every API error and lets a restarted replica with the
+same identity lead at once.
+
+No kopf handler here needs a finalizer: the plan period is a plain asyncio task, not a kopf timer (a kopf timer puts
+a finalizer on every ResourcePool, and deleting a pool then hangs for ever once the operator is gone). Pools created
+by an older Walras still carry that finalizer (``walras.dev/kopf-finalizer``); the leader removes it when it sees
+them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import kopf
 
 from walras.operator.controller import Controller
-from walras.operator.kube import KubeConfig
+from walras.operator.kube import KubeClient, KubeConfig, KubeError
+from walras.operator.leader import LeaseElector
 from walras.operator.translate import snapshot_from
 from walras.planner.model import GROUP, VERSION, Snapshot
 
 logger = logging.getLogger("walras.operator")
 
 INDEX_NAMES = ("walras_nodes", "walras_pods", "walras_pools", "walras_jobs", "walras_profiles")
+
+#: The finalizer an older Walras put on ResourcePools through its kopf timer; removed by the leader on sight.
+LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
+
+#: Where a pod finds its own namespace (the Lease lives there).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class IndexSource:
@@ -33,6 +54,11 @@ class IndexSource:
     def __init__(self, namespaces: tuple[str, ...] = ()) -> None:
         self.indices: dict[str, Any] = {}
         self.namespaces = namespaces
+
+    @property
+    def ready(self) -> bool:
+        """Whether kopf has handed over its indexes (it does so only after every initial listing)."""
+        return bool(self.indices)
 
     def capture(self, kwargs: Mapping[str, Any]) -> None:
         for name in INDEX_NAMES:
@@ -54,8 +80,19 @@ def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
     return {key: body[key] for key in body}
 
 
-def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig) -> kopf.OperatorRegistry:
-    """A kopf registry with every Walras handler bound to ``controller``."""
+class LeaderAware(Protocol):
+    """What the operator sets on the extender: a callable that says whether this replica leads."""
+
+    leader: Any
+
+
+def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig,
+                   leads: Any = None) -> kopf.OperatorRegistry:
+    """A kopf registry with every Walras handler bound to ``controller``.
+
+    ``leads`` (a callable, or None when this replica always acts) gates the writes a handler itself makes (removing
+    the legacy finalizer); the controller is started and stopped by the caller.
+    """
     registry = kopf.OperatorRegistry()
     kinds = {
         "walras_nodes": (("v1", "nodes"), "Node"),
@@ -75,7 +112,10 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
     def make_event(kind: str, selector: tuple[str, ...]) -> None:
         async def on_event(type: str | None, body: kopf.Body, **kwargs: Any) -> None:
             source.capture(kwargs)
-            controller.observe(kind, type, _plain(body))
+            obj = _plain(body)
+            controller.observe(kind, type, obj)
+            if kind == "ResourcePool" and type != "DELETED" and (leads is None or leads()):
+                await remove_legacy_finalizer(controller.client, obj)
 
         on_event.__name__ = f"walras_{kind.lower()}_event"
         kopf.on.event(*selector, id=on_event.__name__, registry=registry)(on_event)
@@ -83,12 +123,6 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
     for index_name, (selector, kind) in kinds.items():
         make_index(index_name, selector)
         make_event(kind, selector)
-
-    @kopf.timer(GROUP, VERSION, "resourcepools", interval=controller.options.plan_period, id="walras_period",
-                registry=registry)
-    async def period(**kwargs: Any) -> None:
-        source.capture(kwargs)
-        controller.trigger("plan period")
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -99,23 +133,45 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
         settings.posting.level = logging.WARNING
-        settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
+        settings.persistence.finalizer = LEGACY_FINALIZER
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
         source.capture(kwargs)
-        controller.start()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
         await controller.stop()
-        await controller.client.close()
 
     return registry
 
 
+async def remove_legacy_finalizer(client: KubeClient, pool: Mapping[str, Any]) -> bool:
+    """Remove :data:`LEGACY_FINALIZER` from a ResourcePool that carries it (a JSON patch that tests the list first,
+    so a concurrent change of the finalizers is never overwritten); True if it was removed."""
+    meta = pool.get("metadata") or {}
+    finalizers = list(meta.get("finalizers") or [])
+    if LEGACY_FINALIZER not in finalizers:
+        return False
+    i = finalizers.index(LEGACY_FINALIZER)
+    patch = [{"op": "test", "path": f"/metadata/finalizers/{i}", "value": LEGACY_FINALIZER},
+             {"op": "remove", "path": f"/metadata/finalizers/{i}"}]
+    try:
+        await client.request("PATCH", f"/apis/{GROUP}/{VERSION}/resourcepools/{meta.get('name')}", patch,
+                             content_type="application/json-patch+json", attempts=3)
+    except KubeError as exc:  # 404 gone, 409/422 changed meanwhile: the next event tries again
+        logger.info("could not remove %s from ResourcePool %s: %s", LEGACY_FINALIZER, meta.get("name"), exc)
+        return False
+    logger.info("removed the legacy finalizer %s from ResourcePool %s", LEGACY_FINALIZER, meta.get("name"))
+    return True
+
+
 async def ensure_peering(controller: Controller, name: str) -> None:
-    """Create the cluster-wide kopf peering object ``name`` if it does not exist (kopf does not create it)."""
+    """Create the cluster-wide kopf peering object ``name`` if it does not exist.
+
+    Only for deployments that still run kopf peering next to an older Walras; :func:`run_operator` elects its leader
+    through a Lease and never calls it.
+    """
     path = "/apis/kopf.dev/v1/clusterkopfpeerings"
     body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
     result = await controller.client.request("POST", path, body, ok_conflict=True)
@@ -123,22 +179,81 @@ async def ensure_peering(controller: Controller, name: str) -> None:
         logger.debug("peering object %s exists", name)
 
 
+def lease_namespace(kube: KubeConfig) -> str:
+    """Where the leader Lease lives: ``$WALRAS_NAMESPACE`` or ``$POD_NAMESPACE``, else the pod's own namespace (in a
+    cluster), else the kubeconfig context's namespace."""
+    for var in ("WALRAS_NAMESPACE", "POD_NAMESPACE"):
+        if os.environ.get(var):
+            return os.environ[var]
+    with contextlib.suppress(OSError):
+        text = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        if text:
+            return text
+    return kube.namespace or "default"
+
+
+async def plan_period(controller: Controller, source: IndexSource, elector: LeaseElector | None) -> None:
+    """Trigger a re-plan every ``plan_period`` seconds on the replica that leads (the kopf timer's job, without the
+    finalizer a kopf timer needs)."""
+    while True:
+        await asyncio.sleep(controller.options.plan_period)
+        if source.ready and (elector is None or elector.is_leader()):
+            controller.trigger("plan period")
+
+
 async def run_operator(controller: Controller, source: IndexSource, kube: KubeConfig, *, peering: str | None,
-                       priority: int, health_port: int | None, stop_flag: asyncio.Event | None = None,
-                       ready_flag: asyncio.Event | None = None) -> None:
-    """Run kopf (cluster-wide) with the Walras handlers until ``stop_flag`` is set."""
-    registry = build_registry(controller, source, kube)
-    if peering:
-        await ensure_peering(controller, peering)
+                       priority: int = 0, health_port: int | None, stop_flag: asyncio.Event | None = None,
+                       ready_flag: asyncio.Event | None = None, extender: LeaderAware | None = None,
+                       elector: LeaseElector | None = None) -> None:
+    """Run kopf (cluster-wide, standalone) with the Walras handlers until ``stop_flag`` is set.
+
+    With ``peering`` (the Lease name) the controller runs only while this replica holds the Lease in
+    :func:`lease_namespace`; ``extender.leader`` is set to the elector's check so a standby's extender has no opinion
+    and is not ready. ``elector`` replaces the default :class:`LeaseElector` (tests use shorter periods).
+    ``priority`` is not used by Lease election (the first live candidate wins); it is accepted for callers written
+    for kopf peering. Without ``peering`` this replica always acts.
+    """
+    del priority
+    if peering and elector is None:
+        elector = LeaseElector(KubeClient(kube), lease_namespace(kube), peering, controller.options.identity)
+    if elector is not None:
+        elector.on_started = _starter(controller, source)
+        elector.on_stopped = controller.stop
+        if extender is not None:
+            extender.leader = elector.is_leader
+    registry = build_registry(controller, source, kube, None if elector is None else elector.is_leader)
+    tasks = [asyncio.create_task(plan_period(controller, source, elector), name="walras-plan-period")]
+    if elector is None:
+        controller.start()
+    else:
+        tasks.append(asyncio.create_task(elector.run(), name="walras-leader-election"))
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
-    await kopf.operator(
-        registry=registry,
-        clusterwide=True,
-        standalone=peering is None,
-        peering_name=peering,
-        priority=priority,
-        liveness_endpoint=liveness,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-        identity=controller.options.identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
-    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=liveness,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+            identity=controller.options.identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await controller.stop()
+        if elector is not None:
+            await elector.client.close()
+        await controller.client.close()
+
+
+def _starter(controller: Controller, source: IndexSource) -> Any:
+    async def started() -> None:
+        controller.start()
+        if source.ready:
+            controller.trigger("became leader")
+
+    return started

@@ -128,8 +128,9 @@ class KubeClient:
             await self._session.close()
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                      retry_conflict: bool = False, ok_conflict: bool = False) -> JSON:
-        """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``) with backoff.
+                      retry_conflict: bool = False, ok_conflict: bool = False, attempts: int | None = None) -> JSON:
+        """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``) with backoff, at most ``attempts``
+        tries (default: the retry policy's).
 
         With ``ok_conflict`` a 409 is returned to the caller as ``{"code": 409, ...}`` instead of raised.
         """
@@ -137,7 +138,8 @@ class KubeClient:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if body is not None else {}
         last: KubeError | None = None
-        for attempt in range(self.retry.attempts):
+        tries = self.retry.attempts if attempts is None else max(1, attempts)
+        for attempt in range(tries):
             retry_after = None
             try:
                 async with session.request(method, self.config.server + path, data=data, headers=headers) as resp:
@@ -148,6 +150,8 @@ class KubeClient:
                         status = json.loads(text)
                     except ValueError:
                         status = {"message": text}
+                    if not isinstance(status, dict):
+                        status = {"message": text}
                     last = KubeError(resp.status, str(status.get("reason", "")), str(status.get("message", text)))
                     retry_after = resp.headers.get("Retry-After")
                     if resp.status == 409:
@@ -157,8 +161,12 @@ class KubeClient:
                             raise last
                     elif resp.status not in RETRYABLE:
                         raise last
-            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-                last = KubeError(503, "ConnectionError", str(exc))
+            except (aiohttp.ClientError, TimeoutError) as exc:  # connection lost, body cut off, timed out
+                last = KubeError(503, "ConnectionError", str(exc) or type(exc).__name__)
+            except ValueError as exc:  # a 2xx answer whose body is not JSON (a proxy or a cut-off response)
+                last = KubeError(502, "BadResponse", f"the answer is not JSON: {exc}")
+            if attempt + 1 >= tries:
+                break
             self.retries += 1
             delay = self.retry.delay(attempt, retry_after)
             logger.info("retrying %s %s after %s (attempt %d, %.2fs)", method, path, last, attempt + 1, delay)

@@ -1,0 +1,196 @@
+"""High availability: Lease leader election, and two real operator replicas of which only the leader serves the
+extender (``/readyz``) while the standby has no opinion; failover after SIGKILL within one lease duration.
+
+Against the emulated API (the real control plane fixture replaces it where present: ``tests/controlplane.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from faultproxy import FaultProxy, FaultRates
+from test_ha_support import NAMESPACE, NODES, POD, Replica, load_scenario, wait_until
+from walras.emulator import Emulator
+from walras.emulator.server import EmulatorThread
+from walras.emulator.store import Store
+from walras.operator import KubeClient, KubeConfig, RetryPolicy
+from walras.operator.leader import LeaseElector
+
+LEASE = ("coordination.k8s.io", "v1", "leases")
+
+
+async def _emulator(tmp_path: Path) -> tuple[Emulator, KubeConfig]:
+    emulator = Emulator(Store())
+    await emulator.start()
+    return emulator, KubeConfig.load(str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+
+
+def _elector(kube: KubeConfig, identity: str, duration: float = 1.5) -> LeaseElector:
+    client = KubeClient(kube, RetryPolicy(attempts=2, base=0.01, cap=0.02))
+    return LeaseElector(client, "default", "walras", identity, lease_duration=duration,
+                        renew_deadline=duration * 2 / 3, renew_period=duration / 6, retry_period=duration / 6)
+
+
+@pytest.mark.asyncio
+async def test_one_leader_takeover_after_expiry_and_immediate_return_of_the_same_identity(tmp_path: Path) -> None:
+    emulator, kube = await _emulator(tmp_path)
+    a, b = _elector(kube, "a"), _elector(kube, "b")
+    try:
+        assert await a.try_acquire_or_renew()
+        assert not await b.try_acquire_or_renew()  # held by a live peer
+        lease = emulator.store.get(emulator.store.types[LEASE], "default", "walras")
+        assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseDurationSeconds"] == 2
+        # "a" crashes (no release). The same identity, restarted, leads at once ...
+        again = _elector(kube, "a")
+        assert await again.try_acquire_or_renew()
+        await again.client.close()
+        # ... another identity only once the record has not changed for a lease duration
+        started = time.monotonic()
+        while not await b.try_acquire_or_renew():
+            await asyncio.sleep(0.05)
+        waited = time.monotonic() - started
+        assert 1.5 <= waited <= 2.5, waited  # leaseDurationSeconds is 2 (1.5 rounded) on the record
+        lease = emulator.store.get(emulator.store.types[LEASE], "default", "walras")
+        assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    finally:
+        for e in (a, b):
+            await e.client.close()
+        await emulator.stop()
+
+
+@pytest.mark.asyncio
+async def test_election_survives_injected_faults_and_never_has_two_leaders(tmp_path: Path) -> None:
+    """409/429/500 and latency on every Lease call: the loops never end, leadership is never held twice, and a
+    leader emerges; a released Lease is taken over within a retry period."""
+    emulator, _ = await _emulator(tmp_path)
+    proxy = FaultProxy(emulator.url, FaultRates(conflict=0.2, throttle=0.1, error=0.2, latency=0.2, latency_s=0.1),
+                       seed=5)
+    await proxy.start()
+    proxied = KubeConfig(server=proxy.url, token="x")
+    electors = [_elector(proxied, name) for name in ("a", "b", "c")]
+    tasks = [asyncio.create_task(e.run()) for e in electors]
+    try:
+        both = 0
+        led = set()
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            leaders = [e.identity for e in electors if e.is_leader()]
+            both += len(leaders) > 1
+            led.update(leaders)
+            await asyncio.sleep(0.02)
+        assert both == 0
+        assert led, "no leader within 8 s"
+        assert not any(t.done() for t in tasks), "an injected fault ended an election loop"
+        assert proxy.counts["409"] > 0 and proxy.counts["500"] > 0 and proxy.counts["429"] > 0
+        proxy.rates = FaultRates()
+        for _ in range(300):  # without faults a leader holds within a lease duration
+            leaders = [e for e in electors if e.is_leader()]
+            if leaders:
+                break
+            await asyncio.sleep(0.01)
+        leader = leaders[0]
+        index = electors.index(leader)
+        tasks[index].cancel()  # a clean shutdown releases the Lease
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[index]
+        started = time.monotonic()
+        while not any(e.is_leader() for e in electors if e is not leader):
+            await asyncio.sleep(0.02)
+            assert time.monotonic() - started < 1.5, "the released Lease was not taken within a retry period"
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for e in electors:
+            await e.client.close()
+        await proxy.stop()
+        await emulator.stop()
+
+
+def _ready(replica: Replica) -> int:
+    try:
+        return requests.get(replica.url("/readyz"), timeout=2).status_code
+    except requests.RequestException:
+        return 0
+
+
+def _post(replica: Replica, verb: str, body: Any) -> Any:
+    resp = requests.post(replica.url(f"/scheduler/{verb}"), data=json.dumps(body), timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def test_two_replicas_only_the_leader_serves_and_a_standby_takes_over_after_sigkill(tmp_path: Path) -> None:
+    lease = 3.0
+    thread = EmulatorThread()
+    with thread as emulator:
+        store = emulator.store
+        kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+        thread_call = thread.call
+        thread_call(load_scenario, store)
+        replicas = [Replica(kubeconfig, tmp_path, name, lease_duration=lease).start() for name in ("a", "b")]
+        try:
+            def one_ready() -> tuple[Replica, Replica] | None:
+                for r in replicas:
+                    assert r.alive(), r.output()
+                codes = [_ready(r) for r in replicas]
+                if sorted(codes) == [200, 503]:
+                    return (replicas[codes.index(200)], replicas[codes.index(503)])
+                return None
+
+            leader, standby = wait_until(one_ready, 90, "one ready leader and one standby")
+
+            def planned_pods() -> list[dict[str, Any]] | None:
+                pods = thread_call(store.list, store.types[POD], NAMESPACE)
+                return pods if len(pods) == 5 else None
+
+            pods = wait_until(planned_pods, 60, "the leader to create the 5 pods")
+            assert all(not p["spec"].get("nodeName") for p in pods), "extender mode: nothing bound yet"
+            pod = sorted(pods, key=lambda p: p["metadata"]["name"])[0]
+            body = {"Pod": pod, "Nodes": None, "NodeNames": list(NODES)}
+
+            def leader_places() -> Any:
+                answer = _post(leader, "filter", body)
+                return answer if len(answer["nodenames"]) == 1 else None
+
+            answer = wait_until(leader_places, 30, "the leader's plan to place the pod")
+            node = answer["nodenames"][0]
+            assert set(answer["failedAndUnresolvableNodes"]) == set(NODES) - {node}
+            # the standby has no opinion: every node passes, nothing fails, every score 0, bind refused
+            assert _post(standby, "filter", body) == {"nodenames": list(NODES), "failedNodes": {},
+                                                      "failedAndUnresolvableNodes": {}, "error": ""}
+            assert {h["score"] for h in _post(standby, "prioritize", body)} == {0}
+            bind = {"PodName": pod["metadata"]["name"], "PodNamespace": NAMESPACE,
+                    "PodUID": pod["metadata"]["uid"], "Node": node}
+            assert "standby" in _post(standby, "bind", bind)["error"]
+            assert thread_call(lambda: list(store.bindings)) == []
+            assert _post(leader, "bind", bind) == {"error": ""}
+            bound = thread_call(store.get, store.types[POD], NAMESPACE, pod["metadata"]["name"])
+            assert bound["spec"]["nodeName"] == node
+
+            # SIGKILL the leader: the standby leads within one lease duration (plus its retry period and a probe)
+            leader.kill()
+            killed_at = time.monotonic()
+            wait_until(lambda: _ready(standby) == 200, 3 * lease, "the standby to become ready")
+            took = time.monotonic() - killed_at
+            assert took <= lease + lease / 6 + 1.0, f"failover took {took:.2f} s (lease {lease} s)"
+            assert wait_until(lambda: len(_post(standby, "filter", body)["nodenames"]) == 1 or None, 30,
+                              "the new leader to plan")
+            # the restarted replica comes back as a standby
+            leader.start()
+            wait_until(lambda: _ready(leader) == 503, 60, "the restarted replica to serve as a standby")
+            assert _ready(standby) == 200
+            deleted = [e.obj["metadata"]["name"] for e in thread_call(lambda: list(store.history[POD]))
+                       if e.type == "DELETED"]
+            assert deleted == [], f"a failover deleted pods: {deleted}"
+        finally:
+            for r in replicas:
+                r.stop()
+            for r in replicas:
+                print(f"--- replica {r.identity}\n{r.output()[-3000:]}")
