@@ -16,8 +16,10 @@ capacities leave a few percent (``docs/bench/aa.md``). :func:`local_search` impr
 
 Every pass computes, for all servers at once, the prefix and suffix convolutions along each server's threads, the
 leave-one-out functions ``F_{S - i} = prefix_i (+) suffix_i``, and then the gains of *all* relocate and swap moves
-as dense numpy blocks; it applies the best move if it gains more than ``rel_tol`` of the current total. The total
-strictly increases, so the search terminates; it stops at a local optimum (``status="converged"``: no relocate or
+as dense numpy blocks; a move counts as improving if it gains more than ``rel_tol`` of the current total. The total
+strictly increases, so the search terminates. Each pass applies the best move and then, best first, every further
+improving move whose two servers no applied move touched (server values are independent, so the gains add up
+exactly); it stops at a local optimum (``status="converged"``: no relocate or
 swap move improves) or after ``max_moves`` moves (``status="capped"``).
 
 Cost per pass, with ``W = C_max + 1``: ``O(n W^2)`` for the convolutions, ``O(n m W)`` for relocations and
@@ -177,23 +179,44 @@ def local_search(
         out_val = L[rows, caps[g]]  # value of a without i
         reloc = out_val[:, None] + ins - val[g][:, None] - val[None, :]
         reloc[rows, g] = -np.inf
-        bi, bj = np.unravel_index(int(np.argmax(reloc)), reloc.shape)
-        best, move = float(reloc[bi, bj]), ("relocate", int(bi), int(bj))
+        ri, rb = np.nonzero(reloc > tol)
+        gains = [reloc[ri, rb]]
+        firsts, seconds, kinds = [ri], [rb], [np.zeros(ri.size, dtype=bool)]
         if chosen == "relocate+swap" and n > 1:
             RL = _reversed_at(L, caps[g])  # RL[i, z] = L_i(C_{g_i} - z)
             M = _best_insert(T, RL)  # M[k, i] = value of g_i without i, with k added
             swap = M + M.T - val[g][:, None] - val[g][None, :]
-            swap[g[:, None] == g[None, :]] = -np.inf
-            si, sk = np.unravel_index(int(np.argmax(swap)), swap.shape)
-            if float(swap[si, sk]) > best:
-                best, move = float(swap[si, sk]), ("swap", int(si), int(sk))
-        if not best > tol:
+            swap[g[:, None] >= g[None, :]] = -np.inf  # each unordered pair once, servers differ
+            si, sk = np.nonzero(swap > tol)
+            gains.append(swap[si, sk])
+            firsts.append(si)
+            seconds.append(sk)
+            kinds.append(np.ones(si.size, dtype=bool))
+        gain = np.concatenate(gains)
+        if gain.size == 0:
             status = "converged"
             break
-        kind, a, b = move
-        if kind == "relocate":
-            g[a] = b
-        else:
-            g[a], g[b] = g[b], g[a]
-        moves += 1
+        first = np.concatenate(firsts)
+        second = np.concatenate(seconds)
+        is_swap = np.concatenate(kinds)
+        # apply the best move, then every next-best move whose two servers no applied move touched: the values of
+        # disjoint server pairs are independent, so each applied gain is exact and the total rises by their sum
+        used = np.zeros(m, dtype=bool)
+        new_g = g.copy()
+        for t in np.argsort(-gain, kind="stable").tolist():
+            i = int(first[t])
+            a = int(g[i])
+            b = int(g[second[t]]) if is_swap[t] else int(second[t])
+            if used[a] or used[b]:
+                continue
+            if is_swap[t]:
+                k = int(second[t])
+                new_g[i], new_g[k] = b, a
+            else:
+                new_g[i] = b
+            used[a] = used[b] = True
+            moves += 1
+            if moves >= budget:
+                break
+        g = new_g
     return SearchResult(g, status, chosen, moves, before, total)
