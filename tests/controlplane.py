@@ -44,6 +44,13 @@ def missing_message(missing: list[str]) -> str:
     return f"Kubernetes control-plane binaries missing ({', '.join(missing)}; {where}): {HOW_TO_GET}"
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call; the message includes kubectl's stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
 @dataclass
 class ControlPlane:
     """A running control plane: admin kubeconfig, API server URL, admin token, its CA and its folder."""
@@ -73,7 +80,7 @@ class ControlPlane:
         proc = subprocess.run([self.kubectl_bin, *args], input=stdin, capture_output=True, text=True, env=env,
                               timeout=timeout)
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, ["kubectl", *args], proc.stdout, proc.stderr)
+            raise KubectlError(proc.returncode, ["kubectl", *args], proc.stdout, proc.stderr)
         return proc
 
     def get(self, *args: str) -> Any:
