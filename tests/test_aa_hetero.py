@@ -304,3 +304,45 @@ def test_large_heterogeneous_family_skips_search_and_stays_feasible(monkeypatch:
     check_feasible(p.server, p.amount, caps)
     best_split = reallocate(TableCurves(V), p.server, caps)
     assert utility(V, p.amount) == pytest.approx(utility(V, best_split), rel=1e-12)
+
+
+def test_milp_status_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HiGHS's outcomes map to the result's status: proven optimum -> certified; limit reached with a point ->
+    capped (the dual bound reported as the upper bound); limit reached without a point, or a failure -> error."""
+    from allocator.aa import exact as exact_mod
+
+    V = random_table(np.random.default_rng(9), 4, 6, False)
+    caps = [6, 3]
+    real = exact_mod.milp
+    full = exact_optimum(V, caps)
+    assert full.status == "certified" and full.bound == pytest.approx(full.utility, rel=1e-9)
+
+    def limited(*args: object, **kwargs: object) -> object:
+        res = real(*args, **kwargs)
+        res.status = 1
+        res.mip_dual_bound = res.fun - 1.0  # a looser dual bound, as HiGHS reports when stopped early
+        return res
+
+    monkeypatch.setattr(exact_mod, "milp", limited)
+    capped = exact_optimum(V, caps, time_limit=5.0)
+    assert capped.status == "capped"
+    assert capped.utility == pytest.approx(full.utility, rel=1e-9)
+    assert capped.bound == pytest.approx(full.utility + 1.0, rel=1e-9)
+
+    def no_point(*args: object, **kwargs: object) -> object:
+        res = real(*args, **kwargs)
+        res.status, res.x = 1, None
+        return res
+
+    monkeypatch.setattr(exact_mod, "milp", no_point)
+    with pytest.raises(RuntimeError, match="no feasible point"):
+        exact_optimum(V, caps)
+
+    def failed(*args: object, **kwargs: object) -> object:
+        res = real(*args, **kwargs)
+        res.status = 4
+        return res
+
+    monkeypatch.setattr(exact_mod, "milp", failed)
+    with pytest.raises(RuntimeError, match="HiGHS failed"):
+        exact_optimum(V, caps)
