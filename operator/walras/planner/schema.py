@@ -1,0 +1,312 @@
+"""Validation of Walras manifests against the CRDs in ``crds/``, as the API server applies them.
+
+:func:`validate` checks a ResourcePool, FungibleJob or ColocationProfile (any other kind passes unchecked) in the
+order the API server does on create (``k8s.io/apiextensions-apiserver``, structural schemas):
+
+1. the ``apiVersion``/``kind`` must be a served version of a Walras CRD;
+2. **defaults** of the schema are applied (``default:``), so rules see the object the server would store;
+3. the **structural schema** (OpenAPI v3, translated to JSON Schema draft 2020-12 and checked by the ``jsonschema``
+   library): types, enums, bounds, patterns, required fields; every object schema that declares ``properties``
+   without ``additionalProperties`` or ``x-kubernetes-preserve-unknown-fields`` rejects other fields, as
+   ``kubectl apply --validate=strict`` (server-side field validation ``Strict``) does - the API server would
+   otherwise prune them silently;
+4. the **CEL rules** (``x-kubernetes-validations``), compiled and evaluated by the ``cel-python`` library with
+   ``self`` bound to the value at the rule's node, typed from the schema (``number`` -> double, ``integer`` -> int,
+   as the API server's CEL type provider does). Rules are evaluated only where the schema check passed for that
+   node's subtree, like the server, which skips CEL on an invalid object.
+
+``status`` is not validated: with the status sub-resource enabled the API server ignores ``status`` on create and
+update of the main resource. ``metadata`` is the API server's ObjectMeta and is not described by the CRDs.
+
+Each error is one string ``<field path>: <what is wrong>``, with the path written as ``spec.replicas.min`` or
+``spec.utilityCurve.points[0].amount``; the result is sorted and empty for a valid object.
+
+The CRDs are read from ``walras/crds`` (a link to ``crds/`` in the checkout; the files themselves in the wheel).
+Pure: no Kubernetes client, no I/O besides reading the CRDs once.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+__all__ = ["CRD", "crds", "validate"]
+
+
+@dataclass(frozen=True)
+class CRD:
+    """One served version of a Walras CRD: its group, version, kind, OpenAPI schema and the translated JSON Schema."""
+
+    group: str
+    version: str
+    kind: str
+    schema: Mapping[str, Any]
+    json_schema: Mapping[str, Any]
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+@functools.cache
+def crds() -> dict[tuple[str, str], CRD]:
+    """Every served version of the CRDs in ``walras/crds``, keyed by ``(apiVersion, kind)``."""
+    out: dict[tuple[str, str], CRD] = {}
+    folder = resources.files("walras").joinpath("crds")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        doc = yaml.safe_load(entry.read_text())
+        if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = doc["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", False):
+                continue
+            schema = version["schema"]["openAPIV3Schema"]
+            translated = to_json_schema(schema, root=True)
+            jsonschema.Draft202012Validator.check_schema(translated)
+            crd = CRD(spec["group"], version["name"], spec["names"]["kind"], schema, translated)
+            out[(crd.api_version, crd.kind)] = crd
+    if not out:
+        raise FileNotFoundError("no CustomResourceDefinition found in walras/crds")
+    return out
+
+
+def walras_kinds() -> set[str]:
+    return {kind for _, kind in crds()}
+
+
+# ------------------------------------------------------------------------------------------- structural schema
+
+
+def to_json_schema(node: Any, root: bool = False) -> Any:
+    """OpenAPI v3 (the Kubernetes structural subset) -> JSON Schema draft 2020-12.
+
+    ``exclusiveMinimum: true`` with ``minimum`` becomes a numeric ``exclusiveMinimum``; ``nullable`` adds ``null``
+    to the type; an object schema with ``properties`` and neither ``additionalProperties`` nor
+    ``x-kubernetes-preserve-unknown-fields`` gets ``additionalProperties: false`` (strict field validation);
+    ``x-kubernetes-int-or-string`` is already written as ``anyOf``; ``format`` and the other extensions are left
+    to the API server (``date-time`` appears only in status). At the root, ``metadata`` (ObjectMeta) and ``status``
+    (ignored on create) accept anything.
+    """
+    if isinstance(node, list):
+        return [to_json_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-") or key in ("description", "default", "format", "nullable"):
+            continue
+        if key == "properties":
+            out[key] = {k: ({} if root and k in ("metadata", "status") else to_json_schema(v))
+                        for k, v in value.items()}
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = to_json_schema(value) if isinstance(value, dict) else value
+        elif key in ("anyOf", "allOf", "oneOf"):
+            out[key] = [to_json_schema(v) for v in value]
+        else:
+            out[key] = value
+    if out.get("exclusiveMinimum") is True:
+        out["exclusiveMinimum"] = out.pop("minimum")
+    elif out.get("exclusiveMinimum") is False:
+        del out["exclusiveMinimum"]
+    if out.get("exclusiveMaximum") is True:
+        out["exclusiveMaximum"] = out.pop("maximum")
+    elif out.get("exclusiveMaximum") is False:
+        del out["exclusiveMaximum"]
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if ("properties" in node and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def field_path(parts: Iterator[Any] | Any) -> str:
+    """``['spec', 'points', 0, 'amount']`` -> ``spec.points[0].amount``."""
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "<root>"
+
+
+@functools.cache
+def _validator(api_version: str, kind: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(crds()[(api_version, kind)].json_schema)
+
+
+def _schema_errors(crd: CRD, obj: Mapping[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    validator = _validator(crd.api_version, crd.kind)
+    found: list[tuple[tuple[Any, ...], str]] = []
+    for error in validator.iter_errors(obj):
+        where = tuple(error.absolute_path)
+        if error.validator == "additionalProperties" and error.validator_value is False:
+            allowed = set(error.schema.get("properties", {}))
+            for key in sorted(set(error.instance) - allowed):
+                found.append(((*where, key), f'unknown field "{key}"'))
+        elif error.validator == "required":
+            match = re.match(r"'(.+)' is a required property", error.message)
+            name = match.group(1) if match else error.message
+            found.append(((*where, name), "Required value"))
+        else:
+            found.append((where, f"Invalid value: {_short(error.instance)}: {_reason(error)}"))
+    return found
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, (dict, list)) else ("object" if isinstance(value, dict) else "array")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _reason(error: jsonschema.ValidationError) -> str:
+    v, expected = error.validator, error.validator_value
+    reasons = {
+        "enum": lambda: "supported values: " + ", ".join(f'"{x}"' for x in expected),
+        "minimum": lambda: f"must be greater than or equal to {expected}",
+        "exclusiveMinimum": lambda: f"must be greater than {expected}",
+        "maximum": lambda: f"must be less than or equal to {expected}",
+        "exclusiveMaximum": lambda: f"must be less than {expected}",
+        "type": lambda: f"must be of type {expected if isinstance(expected, str) else ' or '.join(expected)}",
+        "pattern": lambda: f"must match the pattern {expected}",
+        "minItems": lambda: f"must have at least {expected} items",
+        "maxItems": lambda: f"must have at most {expected} items",
+        "minProperties": lambda: f"must have at least {expected} properties",
+        "minLength": lambda: f"must be at least {expected} characters long",
+        "maxLength": lambda: f"must be at most {expected} characters long",
+        "anyOf": lambda: "must be an integer or a string",
+    }
+    return reasons[v]() if v in reasons else error.message
+
+
+# ------------------------------------------------------------------------------------------------- defaulting
+
+
+def apply_defaults(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` with the schema's ``default``s filled in where a field is absent (structural defaulting)."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for key, sub in props.items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                value[key] = apply_defaults(sub, value[key])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in value:
+                if key not in props:
+                    value[key] = apply_defaults(extra, value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [apply_defaults(schema["items"], v) for v in value]
+    return value
+
+
+# ------------------------------------------------------------------------------------------------------- CEL
+
+
+@functools.cache
+def _program(rule: str) -> Any:
+    import celpy
+
+    env = celpy.Environment()
+    return env.program(env.compile(rule))
+
+
+def to_cel(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` as a CEL value typed by its schema (``number`` -> double even when written as ``1``)."""
+    import celpy
+    from celpy import celtypes
+
+    if schema.get("x-kubernetes-preserve-unknown-fields") and "properties" not in schema:
+        return celpy.json_to_cel(value)
+    kind = schema.get("type")
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else {}
+        return celtypes.MapType({celtypes.StringType(k): to_cel(props.get(k, extra), v) for k, v in value.items()})
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        return celtypes.ListType([to_cel(items, v) for v in value])
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if kind == "number" and isinstance(value, (int, float)):
+        return celtypes.DoubleType(float(value))
+    if isinstance(value, int):
+        return celtypes.IntType(value)
+    if isinstance(value, float):
+        return celtypes.DoubleType(value)
+    if isinstance(value, str):
+        return celtypes.StringType(value)
+    return celpy.json_to_cel(value)
+
+
+def _cel_errors(schema: Mapping[str, Any], value: Any, path: tuple[Any, ...],
+                invalid: set[tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], str]]:
+    import celpy
+
+    found: list[tuple[tuple[Any, ...], str]] = []
+    if any(bad[: len(path)] == path for bad in invalid):
+        skip_self = True  # the schema check failed inside this subtree: the server would not run its rules
+    else:
+        skip_self = False
+    if not skip_self:
+        for rule in schema.get("x-kubernetes-validations") or []:
+            if "oldSelf" in rule["rule"]:
+                continue  # a transition rule: only evaluated on update, against the stored object
+            try:
+                result = _program(rule["rule"]).evaluate({"self": to_cel(schema, value)})
+            except celpy.CELEvalError as exc:
+                found.append((path, f"rule {rule['rule']!r} could not be evaluated: {exc.args[0]}"))
+                continue
+            if isinstance(result, celpy.CELEvalError):
+                found.append((path, f"rule {rule['rule']!r} could not be evaluated: {result.args[0]}"))
+            elif not bool(result):
+                message = rule.get("message") or f"failed rule: {rule['rule']}"
+                found.append((path, f"Invalid value: {_short(value)}: {message}"))
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else None
+        for key, sub in value.items():
+            child = props.get(key, extra)
+            if child is not None:
+                found.extend(_cel_errors(child, sub, (*path, key), invalid))
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, sub in enumerate(value):
+            found.extend(_cel_errors(schema["items"], sub, (*path, i), invalid))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------- entry
+
+
+def validate(obj: Mapping[str, Any]) -> list[str]:
+    """Errors of ``obj`` against its CRD (structural schema, strict fields, CEL rules), each ``path: message``;
+    empty when valid and for kinds that are not Walras CRDs."""
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    known = crds()
+    if kind not in walras_kinds():
+        return []
+    crd = known.get((str(api_version), str(kind)))
+    if crd is None:
+        served = sorted(v for v, k in known if k == kind)
+        return [f'apiVersion: no matches for kind "{kind}" in version "{api_version}" (served: {", ".join(served)})']
+    body = {k: copy.deepcopy(v) for k, v in obj.items() if k != "status"}
+    body = apply_defaults(crd.schema, body)
+    structural = _schema_errors(crd, body)
+    invalid = {path for path, _ in structural}
+    spec_schema = {k: v for k, v in crd.schema.items() if k != "properties"}
+    spec_schema["properties"] = {k: v for k, v in (crd.schema.get("properties") or {}).items()
+                                 if k not in ("metadata", "status")}
+    rules = _cel_errors(spec_schema, body, (), invalid)
+    return sorted({f"{field_path(path)}: {message}" for path, message in structural + rules})
