@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.planner import Plan, Snapshot, build_plan, load_manifests
-from walras.planner import plan as plan_module
+from walras.planner import rounds as rounds_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import (
     REGISTRY,
@@ -469,13 +469,13 @@ def test_foreign_pods_reduce_capacity() -> None:
 
 def test_warm_start_passes_previous_prices(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[Any] = []
-    real = plan_module.solve_market
+    real = rounds_module.solve_market
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(args[5])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(plan_module, "solve_market", spy)
+    monkeypatch.setattr(rounds_module, "solve_market", spy)
     snap = small_cluster()
     first = build_plan(snap)
     first.pools["a"].price, first.pools["b"].price = 0.25, 0.75
@@ -531,7 +531,8 @@ def test_unknown_pool_job_nowhere_and_infeasible_demand() -> None:
     assert warnings(plan, "NoUsablePool")
     huge = plan.jobs[("ml", "huge")]
     assert huge.phase == "Unschedulable"
-    assert any("exceeds the largest node" in c.message for c in huge.conditions)
+    assert any(c.type == "Schedulable" and c.reason == "TooLarge" and "largest node" in c.message
+               for c in huge.conditions)
     broken = plan.jobs[("ml", "broken")]
     assert broken.phase == "Invalid"
     assert "spec.throughput" in broken.conditions[0].message

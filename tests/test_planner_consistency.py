@@ -11,7 +11,8 @@ import pytest
 from test_planner import bind, check_plan, job, node, pool
 from walras.planner import Snapshot, build_plan, examples
 from walras.planner import market as market_module
-from walras.planner import plan as plan_module
+from walras.planner import replicas as replicas_module
+from walras.planner import rounds as rounds_module
 from walras.planner.spec import UtilitySpec, parse_profile
 
 from allocator import colocation
@@ -47,23 +48,30 @@ def test_example_market_converges_within_eps(monkeypatch: pytest.MonkeyPatch) ->
     """``walras demo`` printed ``60 iterations, duality gap 3.81, converged=False``: the solver's prices were optimal
     but its allocation was not; the plan now reaches a gap within the allocator's eps (1e-3 n) of the exact optimum."""
     seen: list[tuple[Any, ...]] = []
-    real = plan_module.solve_market
+    real = rounds_module.solve_market
 
     def spy(*args: Any, **kwargs: Any) -> market_module.MarketResult:
         seen.append(args)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(plan_module, "solve_market", spy)
+    monkeypatch.setattr(rounds_module, "solve_market", spy)
     plan = build_plan(examples.snapshot())
-    ((a, r, specs, _, d, _),) = seen
+    assert len(seen) == plan.solver.rounds  # one market solve per market -> placement round
+    (a, r, specs, _, d, _) = seen[-1]
     eps = 1e-3 * a.shape[0]
     assert plan.solver.converged
     assert 0 <= plan.solver.gap <= eps
     optimum = _cvxpy_optimum(a, r, d, list(specs))
     assert plan.solver.dual >= optimum - 1e-6
     assert plan.solver.primal == pytest.approx(optimum, abs=eps)
-    # the reported primal is the utility of the allocation the jobs' statuses show
-    assert sum(jp.utility for jp in plan.jobs.values()) == pytest.approx(plan.solver.primal, abs=1e-6)
+    # the reported primal is the utility of the priced allocation the jobs' statuses show
+    priced = [(jp, next(s for s in specs if s.target == jp.target) if jp.target is not None else None)
+              for jp in plan.jobs.values() if jp.allocation]
+    assert len(priced) == a.shape[0]
+    utilities = market_module.utility_values(list(specs), [1.0] * len(specs),
+                                             np.array([jp.priced_throughput for jp in plan.jobs.values()
+                                                       if jp.allocation]))
+    assert float(utilities.sum()) == pytest.approx(plan.solver.primal, abs=1e-6)
 
 
 def test_polish_never_lowers_utility_and_stays_feasible() -> None:
@@ -162,7 +170,7 @@ def test_a_shrinking_job_deletes_only_its_surplus() -> None:
     [([2, 0], [0, 2], [0, 2]), ([1, 1, 2], [0, 3, 0], [0, 3, 1]), ([0, 2], [2, 1], [1, 1]), ([3, 0], [0, 0], [3, 0])],
 )
 def test_split_replicas(target: list[int], running: list[int], expected: list[int]) -> None:
-    out = plan_module.split_replicas(np.array(target), np.array(running))
+    out = replicas_module.split_replicas(np.array(target), np.array(running))
     assert out.tolist() == expected
     assert out.sum() == sum(target)
 
@@ -188,9 +196,13 @@ def test_unplaceable_replicas_are_reported_not_created() -> None:
     created = [p for p in plan.pods if p.action == "create"]
     assert len(created) == 2 and all(p.node == "a0" for p in created)
     jp = plan.jobs[("ml", "j")]
-    assert jp.replicas == {"a": 2}
+    assert jp.replicas == {"a": 2} and jp.wanted == {"a": 4}
     (cond,) = [c for c in jp.conditions if c.type == "ReplicasPlaceable"]
-    assert cond.reason == "Unplaceable" and "2 replica(s) not created" in cond.message and "'a'" in cond.message
+    assert cond.reason == "DegreeLimited" and "2 wanted replica(s) have no node" in cond.message
+    assert "'a'" in cond.message and "degree limit" in cond.message
+    (scheduled,) = [c for c in jp.conditions if c.type == "Scheduled"]
+    assert scheduled.status == "False" and scheduled.reason == "DegreeLimited"
+    assert "2 of 4 wanted replica(s) placed" in scheduled.message
     assert any(e.reason == "Unplaceable" and e.type == "Warning" for e in plan.events)
 
 
@@ -225,7 +237,7 @@ def test_colocation_pool_goes_through_allocator_colocation(monkeypatch: pytest.M
 
     monkeypatch.setattr(colocation, "partition", spy)
     plan = build_plan(snap)
-    assert calls == ["bestors+hill"]
+    assert calls == ["bestors+hill"]  # later rounds reuse the proposal of an unchanged request
     assert not [c for c in plan.pools["cpu"].conditions if c.reason == "PolicyFallback"]
     assert not [e for e in plan.events if e.reason == "PolicyFallback"]
     planned = _cpu_cost(snap, plan)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.planner import Plan, Snapshot, build_plan
-from walras.planner import plan as plan_module
+from walras.planner import placement as placement_module
+from walras.planner import replicas as replicas_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import REGISTRY, PlacementRequest, largest_remainder
 from walras.planner.spec import PoolSpec
@@ -156,7 +157,7 @@ class CountingPolicies:
 def test_largest_remainder_rows_matches_the_row_by_row_rounding(rows: list[tuple[list[float], int]]) -> None:
     shares = np.array([r[0] for r in rows])
     totals = np.array([r[1] if sum(r[0]) > 0 else 0 for r in rows], dtype=np.int64)
-    got = plan_module.largest_remainder_rows(shares, totals)
+    got = replicas_module.largest_remainder_rows(shares, totals)
     for i in range(len(rows)):
         expected = largest_remainder(shares[i], int(totals[i]))
         assert got[i].tolist() == expected.tolist(), (shares[i], totals[i])
@@ -165,14 +166,14 @@ def test_largest_remainder_rows_matches_the_row_by_row_rounding(rows: list[tuple
 
 def test_largest_remainder_rows_known_cases_and_bad_input() -> None:
     shares = np.array([[1.5, 1.5, 0.0], [0.2, 0.3, 0.5], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    got = plan_module.largest_remainder_rows(shares, np.array([3, 1, 4, 0]))
+    got = replicas_module.largest_remainder_rows(shares, np.array([3, 1, 4, 0]))
     # row 0: floors 1+1, the tie of remainders goes to the lower column; row 1: the largest remainder wins;
     # row 2: 4 lies outside [2, 2], so the share is scaled to 4; row 3: zero total, zero replicas
     assert got.tolist() == [[2, 1, 0], [0, 0, 1], [4, 0, 0], [0, 0, 0]]
     with pytest.raises(ValueError, match="row 0"):
-        plan_module.largest_remainder_rows(np.zeros((1, 2)), np.array([2]))
+        replicas_module.largest_remainder_rows(np.zeros((1, 2)), np.array([2]))
     with pytest.raises(ValueError, match="shares must be"):
-        plan_module.largest_remainder_rows(np.zeros(3), np.array([1]))
+        replicas_module.largest_remainder_rows(np.zeros(3), np.array([1]))
 
 
 # --- placement digest ----------------------------------------------------------------------------------------------
@@ -193,16 +194,16 @@ def _request(free: list[float], pod_job: list[int]) -> PlacementRequest:
 
 
 def test_placement_digest_changes_with_every_input() -> None:
-    base = plan_module.placement_digest(_request([4.0, 2.0], [0, 0]))
-    assert base == plan_module.placement_digest(_request([4.0, 2.0], [0, 0]))
-    assert base != plan_module.placement_digest(_request([4.0, 1.0], [0, 0]))  # free capacity
-    assert base != plan_module.placement_digest(_request([4.0, 2.0], [0]))  # pods to place
+    base = placement_module.placement_digest(_request([4.0, 2.0], [0, 0]))
+    assert base == placement_module.placement_digest(_request([4.0, 2.0], [0, 0]))
+    assert base != placement_module.placement_digest(_request([4.0, 1.0], [0, 0]))  # free capacity
+    assert base != placement_module.placement_digest(_request([4.0, 2.0], [0]))  # pods to place
     other = _request([4.0, 2.0], [0, 0])
     other.slots = np.array([4, 3])
-    assert base != plan_module.placement_digest(other)  # degree slots
+    assert base != placement_module.placement_digest(other)  # degree slots
     renamed = _request([4.0, 2.0], [0, 0])
     renamed.node_names = ["n1", "n0"]
-    assert base != plan_module.placement_digest(renamed)  # node identity
+    assert base != placement_module.placement_digest(renamed)  # node identity
 
 
 # --- warm plans -----------------------------------------------------------------------------------------------------
@@ -306,9 +307,12 @@ def test_pod_parses_are_reused_by_uid_and_resource_version() -> None:
     stale = copy.deepcopy(pods)
     stale[1]["status"] = {"phase": "Succeeded"}  # an impossible edit that kept its resourceVersion: not seen
     plan = build_plan(Snapshot(steady.nodes, tuple(changed), steady.pools, steady.jobs, steady.profiles), previous)
-    # the finished pod is no longer planned around: a new pod (same deterministic name) replaces it
-    replaced = plan.pod(changed[0]["metadata"]["namespace"], changed[0]["metadata"]["name"])
-    assert replaced is not None and (replaced.action, replaced.exists) == ("create", False)
+    # the finished pod is no longer planned around: a new pod replaces it, under a new name (the finished pod still
+    # holds its name in the API server, so re-using it would be refused as AlreadyExists)
+    finished = changed[0]["metadata"]["name"]
+    assert plan.pod(changed[0]["metadata"]["namespace"], finished) is None
+    created = [p for p in plan.pods if p.action == "create"]
+    assert len(created) == 1 and created[0].name != finished and not created[0].exists
     plan = build_plan(Snapshot(steady.nodes, tuple(stale), steady.pools, steady.jobs, steady.profiles), previous)
     assert plan.pod(stale[1]["metadata"]["namespace"], stale[1]["metadata"]["name"]).action == "keep"
     # a node that goes away is seen even for pods whose parse is reused (the node index is looked up again)

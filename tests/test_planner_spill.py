@@ -1,10 +1,11 @@
-"""Spill-over (issue 7: running pods stay where they are): a new replica whose market pool is full of running pods
-goes to the job's next usable pool instead of being reported unplaceable, and the job says so."""
+"""Running pods stay where they are (issue 7), so a pool can be full of pods the market would have put elsewhere. The
+market is not offered what placement cannot realise: a new job is priced only where its pods can run, and says so."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 
@@ -74,12 +75,13 @@ def conditions(plan: Plan, name: str) -> dict[str, Any]:
     return {c.type: c for c in plan.jobs[("ml", name)].conditions}
 
 
-def test_replicas_of_a_full_market_pool_spill_over_to_the_next_pool() -> None:
+def test_a_pool_full_of_running_pods_is_not_sold_to_a_new_job() -> None:
     snap = snapshot(3.0)
     plan = build_plan(snap)
-    # the market gives the new job the fast pool (it gains 3x there, the running job only 1x)
-    assert plan.jobs[("ml", "new")].allocation["fast"] > 0.5
-    new_pods = [p for p in plan.jobs[("ml", "new")].pods if p.action == "create"]
+    # the new job would gain 3x on the fast pool, but old's running pods fill it: the market does not sell it
+    new = plan.jobs[("ml", "new")]
+    assert "fast" not in new.allocation and new.allocation["slow"] > 0.99
+    new_pods = [p for p in new.pods if p.action == "create"]
     assert [(p.pool, p.node) for p in new_pods] == [("slow", "slow-0"), ("slow", "slow-0")]
     assert all(p.name.startswith("new-slow-") for p in new_pods)
     # the running pods stayed
@@ -88,26 +90,30 @@ def test_replicas_of_a_full_market_pool_spill_over_to_the_next_pool() -> None:
         ("old-fast-1", "keep", "fast-0"),
     ]
     cond = conditions(plan, "new")
-    assert cond["PlacedAsPriced"].status == "False" and cond["PlacedAsPriced"].reason == "SpilledOver"
-    assert "2 in pool 'slow' instead of 'fast'" in cond["PlacedAsPriced"].message
+    assert cond["PlacedAsPriced"].status == "False" and cond["PlacedAsPriced"].reason == "MarketRepriced"
+    assert "pool 'fast'" in cond["PlacedAsPriced"].message
     assert "ReplicasPlaceable" not in cond
-    assert [e for e in plan.events if e.reason == "SpilledOver" and e.name == "new"]
+    assert cond["Scheduled"].status == "True"
+    # status: what was priced is what was placed
+    assert new.wanted == new.replicas == {"slow": 2}
+    assert new.throughput == pytest.approx(new.priced_throughput, rel=1e-6)
     assert plan.pools["slow"].pods_planned == 2
-    assert build_plan(snap).jobs[("ml", "new")].pods == plan.jobs[("ml", "new")].pods  # deterministic
+    assert build_plan(snap).jobs[("ml", "new")].pods == new.pods  # deterministic
 
 
-def test_without_another_usable_pool_the_replicas_are_unplaceable() -> None:
+def test_without_another_usable_pool_the_job_waits_and_says_why() -> None:
     plan = build_plan(snapshot(3.0, slow=False))
+    new = plan.jobs[("ml", "new")]
     cond = conditions(plan, "new")
-    assert cond["ReplicasPlaceable"].reason == "Unplaceable"
-    assert "2 in pool 'fast'" in cond["ReplicasPlaceable"].message
-    assert "PlacedAsPriced" not in cond
-    assert not [p for p in plan.jobs[("ml", "new")].pods if p.action == "create"]
+    assert cond["Scheduled"].status == "False" and cond["Scheduled"].reason == "InsufficientCapacity"
+    assert "'fast'" in cond["Scheduled"].message
+    assert new.phase == "Pending" and not new.allocation and not new.replicas
+    assert not [p for p in new.pods if p.action == "create"]
 
 
-def test_a_pool_the_job_cannot_use_is_not_a_spill_target() -> None:
+def test_a_pool_the_job_cannot_use_is_never_a_target() -> None:
     snap = snapshot(3.0)
     new = job("new", {"fast": 3.0}, 2)  # lists no throughput on slow
     plan = build_plan(Snapshot(nodes=snap.nodes, pods=snap.pods, pools=snap.pools, jobs=(snap.jobs[0], new)))
     assert not [p for p in plan.jobs[("ml", "new")].pods if p.action == "create"]
-    assert conditions(plan, "new")["ReplicasPlaceable"].reason == "Unplaceable"
+    assert conditions(plan, "new")["Scheduled"].reason == "InsufficientCapacity"

@@ -108,6 +108,7 @@ class PlacementMemo:
     node: tuple[int, ...]
     amount: tuple[float, ...]
     fallback: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -126,6 +127,7 @@ class PoolPlan:
     pods_planned: int = 0
     pods_bound: int = 0
     conditions: list[Condition] = field(default_factory=list)
+    observed_generation: int | None = None
     #: The placement of this plan's new and pending pods, reused by the next plan when its request is unchanged.
     placement: PlacementMemo | None = field(default=None, repr=False, compare=False)
 
@@ -140,6 +142,7 @@ class PoolPlan:
             "podsPlanned": self.pods_planned,
             "podsBound": self.pods_bound,
             "conditions": [c.to_dict() for c in self.conditions],
+            **({} if self.observed_generation is None else {"observedGeneration": self.observed_generation}),
         }
 
 
@@ -150,11 +153,15 @@ class JobPlan:
     namespace: str
     name: str
     phase: str  # "Pending", "Running", "Invalid", "Unschedulable"
-    allocation: dict[str, float] = field(default_factory=dict)  # pool -> fraction of time (004, x_i)
-    replicas: dict[str, int] = field(default_factory=dict)  # pool -> pods
-    throughput: float = 0.0  # a_i^T x_i
-    utility: float = 0.0  # u_i(a_i^T x_i)
-    cost: float = 0.0  # price paid at current prices: sum_j p_j d_ij x_ij
+    allocation: dict[str, float] = field(default_factory=dict)  # pool -> fraction of time priced (004, x_i)
+    replicas: dict[str, int] = field(default_factory=dict)  # pool -> pods placed (running, or with a node)
+    throughput: float = 0.0  # of the placed replicas: sum_j a_ij placed_ij / N_i
+    utility: float = 0.0  # u_i(throughput)
+    cost: float = 0.0  # of the placed replicas at current prices: sum_j p_j d_i placed_ij
+    allocation_text: str = ""  # "a100=0.46,v100=0.54" (printer column)
+    wanted: dict[str, int] = field(default_factory=dict)  # pool -> replicas the market's allocation rounds to
+    priced_throughput: float = 0.0  # a_i^T x_i
+    priced_cost: float = 0.0  # sum_j p_j d_ij x_ij
     target: float | None = None  # target throughput for target-priority utilities
     pods: list[PodPlan] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
@@ -169,10 +176,15 @@ class JobPlan:
         body: dict[str, Any] = {
             "phase": self.phase,
             "allocation": dict(self.allocation),
+            "allocationText": self.allocation_text or "-",
             "replicas": dict(self.replicas),
+            "placedReplicas": sum(self.replicas.values()),
+            "wantedReplicas": dict(self.wanted),
             "throughput": self.throughput,
+            "pricedThroughput": self.priced_throughput,
             "utility": self.utility,
             "cost": self.cost,
+            "pricedCost": self.priced_cost,
             "pods": [
                 {"name": p.name, "pool": p.pool, "node": p.node, "requests": p.requests, "limits": p.limits}
                 for p in self.pods
@@ -196,6 +208,7 @@ class SolverStats:
     converged: bool = True
     seconds: float = 0.0
     device: str = "cpu"
+    rounds: int = 1  #: market -> placement rounds (the market re-prices what placement could not realise)
 
 
 @dataclass

@@ -18,7 +18,6 @@ slots that the running pods leave on each node.
 from __future__ import annotations
 
 import heapq
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -237,7 +236,7 @@ class ColocationPolicy:
     name = "colocation"
 
     def place(self, request: PlacementRequest) -> PlacementResult:
-        colocation = importlib.import_module("allocator.colocation")
+        from allocator import colocation
 
         profile = request.profile
         if profile is None:
@@ -258,7 +257,7 @@ class ColocationPolicy:
         method = request.pool.colocation_method
         # HILL's budget of cost evaluations (001 Sec. 8.1.1 uses 10**6): 2 * 10**5 keeps a 1,400-pod pool near 1 s on
         # a busy 2-core machine (2.4 s with 10**6) for a cost 0.4 % higher on that instance.
-        options: dict[str, object] = {"type_names": list(profile.types), "budget": COLOCATION_BUDGET}
+        options: dict[str, Any] = {"type_names": list(profile.types), "budget": COLOCATION_BUDGET}
         if method in colocation_limits_methods():
             # Kubernetes hard limits (001 Sec. 3 with the allocator's capacity/max_tasks extension): a node's free
             # priced resource, in the units of the pods' demands, and its free Walras pod slots.
@@ -388,8 +387,9 @@ class FairPolicy:
         caps = request.node_resources[usable]
         # A job none of whose nodes has room left in every resource it needs (a full pool) gets no task here; the
         # mechanism is run on the others (allocator.fairness rejects a user eligible nowhere).
-        fits = ((caps[None, :, :] > 0) | (vectors[:, None, :] <= 0)).all(axis=2).any(axis=1)
+        fits = np.any(np.all((caps[None, :, :] > 0) | (vectors[:, None, :] <= 0), axis=2), axis=1)
         tasks = np.zeros((len(request.jobs), usable.size), dtype=np.int64)
+        notes: list[str] = []
         if fits.any():
             kwargs: dict[str, Any] = {
                 "weights": np.array([job.weight for job in request.jobs])[fits],
@@ -399,15 +399,18 @@ class FairPolicy:
             }
             if request.pool.fair_mechanism == "pf-vds" and request.pool.fair_alpha is not None:
                 kwargs["alpha"] = request.pool.fair_alpha
-            got = np.asarray(fairness.allocate(vectors[fits], caps, **kwargs), dtype=np.float64)
-            tasks[fits] = np.floor(got + 1e-9).astype(np.int64)
+            got = fairness.allocate(vectors[fits], caps, **kwargs)
+            tasks[fits] = np.floor(np.asarray(got.tasks, dtype=np.float64) + 1e-9).astype(np.int64)
+            if got.status == "capped":
+                notes.append(f"{request.pool.fair_mechanism} stopped at its cap uncertified ({got.method}, residual "
+                             f"{got.residual:.3g}): {got.message}")
         proposed = np.full(n, -1, dtype=np.int64)
         for i in range(len(request.jobs)):
             pods = np.flatnonzero(request.pod_job == i)
             targets = np.repeat(usable, tasks[i])[: pods.size]
             proposed[pods[: targets.size]] = targets
         node = _fit(proposed, demand_pod, request.free, request.slots)
-        return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0))
+        return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0), notes=notes)
 
 
 def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:

@@ -84,7 +84,6 @@ class PoolSpec:
     machines: int | None = None
     fair_mechanism: str = "ps-dsf"
     fair_alpha: float | None = None
-    fair_integral: bool = True
 
 
 def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
@@ -131,7 +130,6 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         machines=None if machines is None else _integer(machines, "spec.policy.colocation.machines", minimum=1),
         fair_mechanism=mechanism,
         fair_alpha=None if alpha is None else _number(alpha, "spec.policy.fair.alpha", minimum=0.0, exclusive=True),
-        fair_integral=bool(fair.get("integral", True)),
     )
 
 

@@ -1,0 +1,123 @@
+"""Node capacity (kube-scheduler's ``NodeInfo`` and its Filter plugins, vectorised over nodes and resources).
+
+For every node, the free vector over every resource present is ``allocatable - requested`` where ``requested`` sums
+the effective requests of every non-terminal pod bound to the node (Walras's or not, terminating ones included, and
+the pods the operator has assumed there, :mod:`.cache`). A pod *fits* a node when its request vector is within the
+free vector on every resource, the ``pods`` count included (``NodeResourcesFit``). A node is *usable* for new pods when
+it is Ready and not cordoned; a job's pods may go to the usable nodes its template admits (``NodeAffinity``,
+``TaintToleration``, ``nodeSelector``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from walras.planner.cluster import Cluster, Constraints, Node
+
+#: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
+EPS = 1e-9
+
+
+@dataclass
+class NodeTable:
+    """Column view of the nodes: ``alloc`` and ``used`` are ``(K, R)`` over ``resources`` (``pods`` first)."""
+
+    nodes: tuple[Node, ...]
+    names: list[str]
+    index: dict[str, int]
+    resources: tuple[str, ...]
+    column: dict[str, int]
+    alloc: np.ndarray
+    used: np.ndarray
+    usable: np.ndarray  # bool (K,)
+
+    @property
+    def free(self) -> np.ndarray:
+        """Free amount per node and resource (may be negative on a node that is already over-committed)."""
+        return self.alloc - self.used
+
+    def vector(self, requests: Mapping[str, float]) -> np.ndarray:
+        """A request mapping as a vector over ``resources`` (names this cluster does not know are ignored here;
+        :meth:`unknown` reports them)."""
+        out = np.zeros(len(self.resources))
+        for name, value in requests.items():
+            r = self.column.get(name)
+            if r is not None:
+                out[r] = value
+        return out
+
+    def unknown(self, requests: dict[str, float]) -> list[str]:
+        """Requested resources that no node offers (a pod requesting one fits nowhere)."""
+        return sorted(name for name, value in requests.items() if value > 0 and name not in self.column)
+
+    def add(self, k: int, vector: np.ndarray) -> None:
+        """Reserve ``vector`` on node ``k`` (kube-scheduler's Reserve/assume)."""
+        self.used[k] += vector
+
+    def fits(self, k: int, vector: np.ndarray) -> bool:
+        """Whether ``vector`` fits node ``k``'s free vector on every resource."""
+        return bool(np.all(self.used[k] + vector <= self.alloc[k] + EPS * np.maximum(1.0, self.alloc[k])))
+
+    def fits_many(self, nodes: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """Mask over ``nodes``: whether ``vector`` fits each one's free vector on every resource."""
+        alloc = self.alloc[nodes]
+        return np.all(self.used[nodes] + vector <= alloc + EPS * np.maximum(1.0, alloc), axis=1)
+
+    def fit_count(self, vector: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """How many pods of request ``vector`` each node of ``nodes`` can still take (0 where none fits)."""
+        if nodes.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        free = np.maximum(self.free[nodes], 0.0)
+        need = vector > 0
+        if not need.any():
+            return np.full(nodes.size, 1 << 30, dtype=np.int64)
+        slack = EPS * np.maximum(1.0, self.alloc[nodes][:, need])
+        counts = np.floor((free[:, need] + slack) / vector[need]).min(axis=1)
+        return np.maximum(counts, 0).astype(np.int64)
+
+    def admitted(self, constraints: Constraints) -> np.ndarray:
+        """Usable nodes a pod with ``constraints`` may be placed on (bool mask)."""
+        if constraints == Constraints():
+            plain = np.array([not any(t.effect in ("NoSchedule", "NoExecute") for t in n.taints) for n in self.nodes],
+                             dtype=bool)
+            return self.usable & plain
+        return self.usable & np.array([constraints.admits(n) for n in self.nodes], dtype=bool)
+
+    def over_committed(self) -> list[tuple[str, str, float, float]]:
+        """``(node, resource, requested, allocatable)`` for every pair where requests exceed allocatable."""
+        over = self.used > self.alloc + EPS * np.maximum(1.0, self.alloc)
+        return [
+            (self.names[k], self.resources[r], float(self.used[k, r]), float(self.alloc[k, r]))
+            for k, r in zip(*np.nonzero(over), strict=True)
+        ]
+
+
+def node_table(cluster: Cluster) -> NodeTable:
+    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there."""
+    resources = cluster.resource_names()
+    column = {name: r for r, name in enumerate(resources)}
+    names = [n.name for n in cluster.nodes]
+    index = {name: k for k, name in enumerate(names)}
+    alloc = np.zeros((len(names), len(resources)))
+    for k, node in enumerate(cluster.nodes):
+        for name, value in node.allocatable.items():
+            alloc[k, column[name]] = value
+    rows, cols, vals = [], [], []
+    for pod in cluster.pods:
+        if pod.node is None or pod.terminal:
+            continue
+        at = index.get(pod.node)
+        if at is None:
+            continue
+        for name, value in pod.requests.items():
+            rows.append(at)
+            cols.append(column[name])
+            vals.append(value)
+    used = np.zeros_like(alloc)
+    if rows:
+        np.add.at(used, (np.array(rows), np.array(cols)), np.array(vals))
+    usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
+    return NodeTable(cluster.nodes, names, index, resources, column, alloc, used, usable)

@@ -1,0 +1,240 @@
+"""The typed cluster model: what the planner's phases read, after the translation layer (:mod:`.translate`).
+
+Nothing downstream of the translation reads a raw API dict. Quantities are parsed once, into floats keyed by the
+resource name (``cpu`` in cores, ``memory`` in bytes, ``pods`` in pods, extended resources such as
+``nvidia.com/gpu`` in units). Objects are frozen; collections are tuples in name order, so a cluster is a value.
+
+Requests follow kube-scheduler's accounting (``NodeInfo``, ``computePodResourceRequest``): a pod requests the sum of
+its containers' requests (a limit stands in for a missing request, as the API server defaults it), at least the
+largest init container's request, plus its ``overhead``; and one ``pods`` slot. Every pod bound to a node and not in
+a terminal phase counts on that node, terminating ones included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
+
+#: The pod-count resource: each pod requests one; a node's ``allocatable.pods`` bounds it (default 110, as kubelet).
+PODS = "pods"
+DEFAULT_MAX_PODS = 110.0
+
+Resources = Mapping[str, float]
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """A pod toleration (``operator`` Exists or Equal; an empty key with Exists tolerates every taint)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Whether this toleration matches ``taint`` (``v1.Toleration.ToleratesTaint``)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return bool(self.key) and self.value == taint.value
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One ``matchExpressions`` entry of a required node-affinity term."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        value = labels.get(self.key)
+        if self.operator == "In":
+            return present and value in self.values
+        if self.operator == "NotIn":
+            return not present or value not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        if self.operator in ("Gt", "Lt") and present and self.values:
+            try:
+                have, bound = int(str(value)), int(self.values[0])
+            except ValueError:
+                return False
+            return have > bound if self.operator == "Gt" else have < bound
+        return False
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Where a job's pods may go, from its pod template: ``nodeSelector``, tolerations, and the required node
+    affinity (terms ORed, requirements within a term ANDed), as kube-scheduler's NodeAffinity and TaintToleration
+    filters read them."""
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+
+    def admits(self, node: Node) -> bool:
+        """Whether a pod with these constraints may be placed on ``node`` (labels and NoSchedule/NoExecute taints)."""
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in self.node_selector):
+            return False
+        if self.affinity and not any(all(r.matches(labels) for r in term) for term in self.affinity):
+            return False
+        for taint in node.taints:
+            if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in self.tolerations):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Resources  # includes PODS
+    taints: tuple[Taint, ...] = ()
+    ready: bool = True
+    unschedulable: bool = False
+
+    @property
+    def usable(self) -> bool:
+        """Ready and not cordoned: new pods may go here (pods already bound stay and count either way)."""
+        return self.ready and not self.unschedulable
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod as the planner counts it. ``node`` is ``spec.nodeName`` (None while Pending). ``job`` is the
+    FungibleJob's name for a pod Walras manages, else None. ``first`` is the first container's (requests, limits) as
+    written (quantity strings), the part Walras sets and resizes. ``assumed`` marks a pod the operator created or
+    bound that the watch has not shown yet (see :mod:`.cache`)."""
+
+    namespace: str
+    name: str
+    node: str | None
+    requests: Resources  # kube-scheduler's effective request, PODS included
+    phase: str = "Pending"
+    terminating: bool = False
+    job: str | None = None
+    pool: str | None = None  # the walras.dev/pool label of a managed pod
+    first: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())
+    uid: str = ""
+    assumed: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What the planner reads of a job's ``spec.template``: its placement constraints and the requests of its
+    containers (the first container's own, overridden by Walras; the others' summed, as they ride along)."""
+
+    constraints: Constraints = Constraints()
+    first: Resources = field(default_factory=dict)
+    others: Resources = field(default_factory=dict)  # sum over the other containers
+    init: Resources = field(default_factory=dict)  # max over init containers
+    overhead: Resources = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReportedStatus:
+    """What a FungibleJob's status said last (for ``walras check``: statuses that disagree with the pods)."""
+
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    phase: str = ""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A FungibleJob: its validated spec (or why it is invalid), its template, what its status reports."""
+
+    namespace: str
+    name: str
+    generation: int | None
+    spec: JobSpec | None
+    error: str | None = None
+    template: JobTemplate = JobTemplate()
+    reported: ReportedStatus = ReportedStatus()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    generation: int | None
+    spec: PoolSpec | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    generation: int | None
+    spec: ProfileSpec | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The whole typed model: every tuple in name order (pods and jobs by (namespace, name))."""
+
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    pools: tuple[Pool, ...] = ()
+    jobs: tuple[Job, ...] = ()
+    profiles: tuple[Profile, ...] = ()
+
+    def resource_names(self) -> tuple[str, ...]:
+        """Every resource named by a node's allocatable or a live pod's request, ``pods`` first, then sorted."""
+        names = {PODS}
+        for node in self.nodes:
+            names.update(node.allocatable)
+        for pod in self.pods:
+            if not pod.terminal:
+                names.update(pod.requests)
+        return (PODS, *sorted(names - {PODS}))
+
+
+def pod_vector(template: JobTemplate, job: JobSpec, priced: str, amount: float) -> dict[str, float]:
+    """The effective request of a pod Walras creates for ``job`` with ``amount`` of the ``priced`` resource: the
+    template's first container overridden by the job's ``spec.resources`` and the priced amount (what
+    :func:`walras.operator.translate.pod_manifest` writes), plus the other containers, at least the largest init
+    container, plus overhead, plus one pod slot."""
+    first = {**template.first, **job.resources, priced: amount}
+    total = dict(template.others)
+    for name, value in first.items():
+        total[name] = total.get(name, 0.0) + value
+    for name, value in template.init.items():
+        if value > total.get(name, 0.0):
+            total[name] = value
+    for name, value in template.overhead.items():
+        total[name] = total.get(name, 0.0) + value
+    total[PODS] = 1.0
+    return {k: v for k, v in total.items() if v > 0}

@@ -1,0 +1,180 @@
+"""Phase *objects* (kube-scheduler's PreFilter, Kueue's ClusterQueue/flavor set-up): which profiles, pools and jobs
+take part, which nodes each pool holds, and which pools each job may use.
+
+A profile, pool or job that is invalid gets a ``Valid=False`` condition and a Warning event and is left out; planning
+goes on for the rest. A job may use pool j when the pool exists and is valid, the job's throughput there is positive,
+and (colocation pools) its colocation type is in the pool's profile. Whether the job's pods *fit* the pool's nodes is
+the capacity phase's question, not this one's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Cluster, Job
+from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PoolPlan
+from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
+
+
+@dataclass
+class PoolInfo:
+    """A valid pool: its spec and profile, the node indices it claims and the usable ones among them."""
+
+    spec: PoolSpec
+    profile: ProfileSpec | None
+    members: np.ndarray
+    usable: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class JobInfo:
+    """A valid job and the pools it may use (``pools[j]`` over :attr:`Objects.pools`)."""
+
+    job: Job
+    spec: JobSpec
+    pools: np.ndarray  # bool (m,)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.job.key
+
+
+@dataclass
+class Objects:
+    pools: list[PoolInfo] = field(default_factory=list)
+    jobs: list[JobInfo] = field(default_factory=list)
+    pool_of_node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: in no pool
+    invalid_jobs: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def pool_index(self) -> dict[str, int]:
+        return {p.name: j for j, p in enumerate(self.pools)}
+
+
+def _warn(plan: Plan, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+    plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
+
+
+def select(table: NodeTable, selector: dict[str, str]) -> np.ndarray:
+    """Mask of the nodes whose labels include every ``key: value`` of ``selector``."""
+    items = tuple(selector.items())
+    return np.array([all(n.labels.get(k) == v for k, v in items) for n in table.nodes], dtype=bool)
+
+
+def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
+    """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
+    out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
+    profiles: dict[str, ProfileSpec] = {}
+    for obj in cluster.profiles:
+        if obj.spec is None:
+            plan.profiles[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
+            _warn(plan, "ColocationProfile", "", obj.name, "InvalidSpec", obj.error or "")
+            continue
+        profiles[obj.name] = obj.spec
+        plan.profiles[obj.name] = [Condition("Valid", "True", "Valid", f"{len(obj.spec.types)} types")]
+
+    for pool in cluster.pools:
+        name = pool.name
+        if pool.spec is None:
+            pp = PoolPlan(name, "", "", 0, [], 0.0, 0.0, 0.0, 0.0)
+            pp.conditions.append(Condition("Valid", "False", "InvalidSpec", pool.error or ""))
+            pp.observed_generation = pool.generation
+            plan.pools[name] = pp
+            _warn(plan, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
+            continue
+        spec = pool.spec
+        profile: ProfileSpec | None = None
+        if spec.policy == "colocation":
+            profile = profiles.get(spec.profile or "")
+            if profile is None:
+                message = f"ColocationProfile {spec.profile!r} does not exist or is invalid"
+                pp = PoolPlan(name, spec.resource, spec.policy, 0, [], 0.0, 0.0, 0.0, 0.0)
+                pp.conditions.append(Condition("Valid", "False", "ProfileNotFound", message))
+                pp.observed_generation = pool.generation
+                plan.pools[name] = pp
+                _warn(plan, "ResourcePool", "", name, "ProfileNotFound", message)
+                continue
+        conditions: list[Condition] = []
+        match = select(table, spec.node_selector)
+        overlap = match & (out.pool_of_node >= 0)
+        if overlap.any():
+            other = out.pools[int(out.pool_of_node[np.flatnonzero(overlap)[0]])].name
+            message = f"{int(overlap.sum())} node(s) also match pool {other!r}; they stay in {other!r}"
+            conditions.append(Condition("NodesOverlap", "True", "SelectorOverlap", message))
+            _warn(plan, "ResourcePool", "", name, "SelectorOverlap", message)
+        members = np.flatnonzero(match & (out.pool_of_node < 0))
+        out.pool_of_node[members] = len(out.pools)
+        usable = members[table.usable[members]]
+        out.pools.append(PoolInfo(spec, profile, members, usable))
+        conditions.insert(0, Condition("Valid", "True", "Valid", f"{usable.size} usable node(s)"))
+        if usable.size == 0:
+            conditions.append(Condition("Ready", "False", "NoNodes", "no Ready, schedulable node matches"))
+            message = "no Ready, schedulable node matches the pool's nodeSelector"
+            _warn(plan, "ResourcePool", "", name, "NoNodes", message)
+        else:
+            conditions.append(Condition("Ready", "True", "NodesReady", f"{usable.size} node(s) ready"))
+        pp = PoolPlan(name, spec.resource, spec.policy, int(usable.size), [table.names[k] for k in usable],
+                      0.0, 0.0, 0.0, 0.0, conditions=conditions)
+        pp.observed_generation = pool.generation
+        plan.pools[name] = pp
+
+    index = out.pool_index
+    m = len(out.pools)
+    for job in cluster.jobs:
+        namespace, name = job.key
+        if job.spec is None:
+            jp = JobPlan(namespace, name, "Invalid", observed_generation=job.generation)
+            jp.conditions.append(Condition("Valid", "False", "InvalidSpec", job.error or ""))
+            plan.jobs[job.key] = jp
+            out.invalid_jobs.add(job.key)
+            _warn(plan, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
+            continue
+        job_spec = job.spec
+        jp = JobPlan(namespace, name, "Pending", observed_generation=job_spec.generation,
+                     target=job_spec.utility.target)
+        plan.jobs[job.key] = jp
+        ok = np.zeros(m, dtype=bool)
+        problems: list[str] = []
+        for pool_name, value in sorted(job_spec.throughput.items()):
+            j = index.get(pool_name)
+            if j is None:
+                problems.append(f"throughput names unknown or invalid pool {pool_name!r}")
+                continue
+            if value <= 0:
+                continue
+            info = out.pools[j]
+            if info.profile is not None:
+                if job_spec.colocation_type is None:
+                    problems.append(f"pool {pool_name!r} uses the colocation policy but spec.colocation is missing")
+                    continue
+                if job_spec.colocation_type not in info.profile.types:
+                    message = (
+                        f"type {job_spec.colocation_type!r} of job {namespace}/{name} is missing from the profile's "
+                        f"types {list(info.profile.types)}"
+                    )
+                    problems.append(f"pool {pool_name!r}: {message}")
+                    plan.profiles[info.profile.name].append(Condition("TypesComplete", "False", "MissingType", message))
+                    _warn(plan, "ColocationProfile", "", info.profile.name, "MissingType", message)
+                    continue
+            ok[j] = True
+        for problem in problems:
+            _warn(plan, "FungibleJob", namespace, name, "PoolUnusable", problem)
+        if problems:
+            jp.conditions.append(Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems)))
+        else:
+            jp.conditions.append(Condition("PoolsValid", "True", "PoolsValid", ""))
+        if not ok.any():
+            jp.phase = "Unschedulable"
+            message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
+            jp.conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
+            _warn(plan, "FungibleJob", namespace, name, "NoUsablePool", message)
+            continue
+        out.jobs.append(JobInfo(job, job_spec, ok))
+    return out

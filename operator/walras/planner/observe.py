@@ -1,0 +1,86 @@
+"""Phase *observe*: what each job has now, per pool (running and pending replicas), and which managed pods no job
+wants any more (with why). Pure bookkeeping over the typed cluster; the reconcile phase turns it into actions.
+
+* A pod bound to a node of a pool its job may use is *running* there (whatever its phase: the node counts it).
+* An unbound pod whose ``walras.dev/pool`` label names a pool its job may use is *pending* there.
+* A terminating pod counts on its node (capacity) but is no replica and gets no action: it is already going.
+* A terminal pod (Succeeded, Failed) counts nowhere.
+* Pods of a job whose spec is invalid are *frozen*: kept as they are until the spec is fixed (one bad edit must not
+  tear down a running job).
+* Every other managed pod is *surplus*: its job is gone or cannot use the pool, or its node is gone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Cluster, Pod
+from walras.planner.objects import Objects
+
+
+@dataclass
+class Observed:
+    running: list[list[list[Pod]]]  # [row][pool] -> pods
+    pending: list[list[list[Pod]]]
+    surplus: list[tuple[Pod, str]] = field(default_factory=list)  # (pod, why) for pods of no wanted replica
+    frozen: list[Pod] = field(default_factory=list)
+    names: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # every pod name each job has
+    walras_count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # managed pods per node
+
+    def counts(self, which: str) -> np.ndarray:
+        rows = self.running if which == "running" else self.pending
+        m = len(rows[0]) if rows else 0
+        return np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
+
+
+def observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
+    m = len(objects.pools)
+    row_of = {info.key: i for i, info in enumerate(objects.jobs)}
+    pool_index = objects.pool_index
+    out = Observed(
+        running=[[[] for _ in range(m)] for _ in objects.jobs],
+        pending=[[[] for _ in range(m)] for _ in objects.jobs],
+        walras_count=np.zeros(len(table.names), dtype=np.int64),
+    )
+    names: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for pod in cluster.pods:
+        if pod.job is None:
+            continue
+        key = (pod.namespace, pod.job)
+        names[key].add(pod.name)
+        if pod.terminal:
+            continue
+        k = table.index.get(pod.node) if pod.node is not None else None
+        if k is not None:
+            out.walras_count[k] += 1
+        if pod.terminating:
+            continue
+        if key in objects.invalid_jobs:
+            out.frozen.append(pod)
+            continue
+        row = row_of.get(key)
+        if row is None:
+            out.surplus.append((pod, "its FungibleJob is gone or can run in no pool"))
+            continue
+        usable = objects.jobs[row].pools
+        if pod.node is not None:
+            if k is None:
+                out.surplus.append((pod, f"its node {pod.node} is gone"))
+                continue
+            j = int(objects.pool_of_node[k])
+            if j < 0 or not usable[j]:
+                out.surplus.append((pod, f"its node {pod.node} is in no pool the job can use"))
+                continue
+            out.running[row][j].append(pod)
+        else:
+            j = pool_index.get(pod.pool or "", -1)
+            if j < 0 or not usable[j]:
+                out.surplus.append((pod, f"its pool {pod.pool!r} is not one the job can use"))
+                continue
+            out.pending[row][j].append(pod)
+    out.names = dict(names)
+    return out

@@ -1,0 +1,262 @@
+"""Phase *placement*: one pool's pods to its nodes (kube-scheduler's Filter -> Score -> Reserve for a batch).
+
+1. **Filter**: a pod of job i may go to node k of the pool when k is usable, admits the job's template
+   (:meth:`.capacity.NodeTable.admitted`) and has room for the pod's whole request vector and a degree slot.
+2. **Score**: the pool's policy (:mod:`.policies`: utility, colocation, throughput, fair) proposes a node for every pod
+   of the batch at once. The policies optimise over the priced resource; they are given, per node, the priced amount
+   that the node's *other* free resources can actually back for this batch's pods (``effective_free``), and slots
+   that are the smaller of the degree limit and the node's free ``pods`` count.
+3. **Reserve**: pods are committed in order. A pod whose proposed node passes the Filter is reserved there (the node's
+   free vector shrinks); otherwise it goes to the Filter-passing node with the most free priced resource (the
+   LeastAllocated score), or stays unplaced when no node passes. So no node is ever over-committed on any resource,
+   whatever a policy proposes; unplaced pods are fed back to the market (:mod:`.plan`).
+
+A policy that raises or breaks its contract is reported (``PolicyApplied=False``) and the pool's pods are proposed by
+``spread``; the Reserve step is the same either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import PODS, JobTemplate, pod_vector
+from walras.planner.model import Condition, PlacementMemo, Plan, PoolPlan
+from walras.planner.objects import JobInfo, PoolInfo
+from walras.planner.policies import (
+    UNLIMITED,
+    PlacementRequest,
+    PlacementResult,
+    SpreadPolicy,
+    check_result,
+    get_policy,
+)
+
+Warn = Callable[[str, str, str, str, str], None]
+
+
+@dataclass
+class Batch:
+    """Pods to place in one pool: ``rows[q]`` the job row of pod q (into the job list), ``optional[q]`` whether it
+    is an elastic job's offer that the policy may leave out."""
+
+    pool: int
+    rows: list[int]
+    optional: list[bool]
+
+
+@dataclass
+class Placed:
+    """``node[q]``: global node index of pod q (-1 unplaced); ``amount[q]``: its priced amount; ``why[q]``: for an
+    unplaced pod, ``"DegreeLimited"``, ``"Fragmented"`` or ``"InsufficientCapacity"``."""
+
+    node: np.ndarray
+    amount: np.ndarray
+    why: list[str]
+
+
+def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np.ndarray) -> np.ndarray:
+    """Per node of ``nodes``, the amount of the priced resource that the node can actually sell to pods of the given
+    request ``vectors`` (rows): its free priced amount, lowered where another free resource runs out first (for the
+    most demanding pod per unit of priced resource)."""
+    free = np.maximum(table.free[nodes], 0.0)
+    p = table.column.get(priced)
+    if p is None or nodes.size == 0:
+        return np.zeros(nodes.size)
+    out = free[:, p].copy()
+    priced_amount = vectors[:, p]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(priced_amount[:, None] > 0, vectors / priced_amount[:, None], 0.0)
+    ratio = ratio.max(axis=0) if ratio.size else np.zeros(len(table.resources))
+    ratio[p] = 0.0
+    ratio[table.column[PODS]] = 0.0
+    for r in np.flatnonzero(ratio > 0).tolist():
+        out = np.minimum(out, free[:, r] / ratio[r])
+    return out
+
+
+def place_batch(
+    batch: Batch,
+    pool: PoolInfo,
+    jobs: list[JobInfo],
+    templates: list[JobTemplate],
+    throughput: np.ndarray,
+    admitted: list[np.ndarray],
+    table: NodeTable,
+    walras_count: np.ndarray,
+    pool_plan: PoolPlan,
+    previous: Plan | None,
+    warn: Warn,
+    *,
+    memoise: bool,
+) -> Placed:
+    """Place ``batch`` in ``pool`` (Filter, Score by the pool's policy, Reserve into ``table`` and ``walras_count``)."""
+    n = len(batch.rows)
+    node = np.full(n, -1, dtype=np.int64)
+    amount = np.zeros(n)
+    why = [""] * n
+    if n == 0:
+        if memoise:
+            pool_plan.placement = None
+        return Placed(node, amount, why)
+    spec = pool.spec
+    priced = spec.resource
+    nodes_k = pool.usable
+    rows = sorted(set(batch.rows))
+    local = {row: q for q, row in enumerate(rows)}
+    pool_jobs = [jobs[r].spec for r in rows]
+    pod_local = np.array([local[r] for r in batch.rows], dtype=np.int64)
+    vectors = np.array([table.vector(pod_vector(templates[r], jobs[r].spec, priced, jobs[r].spec.demand))
+                        for r in rows])
+    free_priced = effective_free(table, nodes_k, priced, vectors)
+    pods_free = np.maximum(np.floor(table.free[nodes_k, table.column[PODS]] + 1e-9), 0).astype(np.int64)
+    if spec.degree_limit is None:
+        slots = np.minimum(pods_free, UNLIMITED)
+    else:
+        slots = np.minimum(np.maximum(spec.degree_limit - walras_count[nodes_k], 0), pods_free).astype(np.int64)
+    extra = sorted({r for job in pool_jobs for r in job.resources if r != priced})
+    resource_names = [priced, *extra]
+    node_resources = np.zeros((nodes_k.size, len(resource_names)))
+    node_resources[:, 0] = free_priced
+    for r, res in enumerate(extra, start=1):
+        c = table.column.get(res)
+        if c is not None:
+            node_resources[:, r] = np.maximum(table.free[nodes_k, c], 0.0)
+    j = batch.pool
+    request = PlacementRequest(
+        pool=spec,
+        node_names=[table.names[k] for k in nodes_k],
+        free=free_priced,
+        slots=slots,
+        resource_names=resource_names,
+        node_resources=node_resources,
+        jobs=pool_jobs,
+        job_pods=np.bincount(pod_local, minlength=len(rows)).astype(np.int64),
+        job_throughput=np.array([throughput[r, j] for r in rows]),
+        job_replicas_total=np.array([max(jobs[r].spec.replicas, 1) for r in rows], dtype=np.float64),
+        pod_job=pod_local,
+        profile=pool.profile,
+    )
+    result = _placement(request, pool_plan, previous, warn, memoise=memoise)
+    # Reserve, in pod order: the proposal when it passes the Filter, else the best node that does.
+    priced_col = table.column.get(priced)
+    degree = spec.degree_limit
+    vectors_of: dict[tuple[int, float], np.ndarray] = {}
+    for q in range(n):
+        row = batch.rows[q]
+        proposed = int(result.node[q])
+        if proposed < 0 and batch.optional[q]:
+            continue  # an elastic job's offer the fair allocation did not take: beyond its share, not an error
+        got = float(result.amount[q]) if proposed >= 0 else jobs[row].spec.demand
+        vec = vectors_of.get((row, got))
+        if vec is None:
+            vec = vectors_of[(row, got)] = table.vector(pod_vector(templates[row], jobs[row].spec, priced, got))
+        mask = admitted[row][nodes_k]
+        if degree is not None:
+            mask = mask & (walras_count[nodes_k] < degree)
+        k = int(nodes_k[proposed]) if proposed >= 0 else -1
+        if k < 0 or not mask[proposed] or not table.fits(k, vec):
+            if proposed >= 0 and batch.optional[q]:
+                continue
+            fits = mask & table.fits_many(nodes_k, vec)
+            if not fits.any():
+                why[q] = _why_not(table, nodes_k, admitted[row], walras_count, degree, vec)
+                continue
+            score = table.free[nodes_k, priced_col] if priced_col is not None else np.zeros(nodes_k.size)
+            t = int(np.flatnonzero(fits)[np.argmax(score[fits])])
+            k = int(nodes_k[t])
+        node[q] = k
+        amount[q] = got
+        table.add(k, vec)
+        walras_count[k] += 1
+    return Placed(node, amount, why)
+
+
+def _why_not(table: NodeTable, nodes_k: np.ndarray, admitted: np.ndarray, walras_count: np.ndarray,
+             degree: int | None, vec: np.ndarray) -> str:
+    """Why no node of the pool takes a pod: the degree limit, fragmentation (the pool has the room in total, no
+    single node does), or capacity."""
+    eligible = nodes_k[admitted[nodes_k]]
+    if eligible.size == 0:
+        return "NoEligibleNode"
+    fits_room = table.fits_many(eligible, vec)
+    if degree is not None and fits_room.any() and np.all(walras_count[eligible[fits_room]] >= degree):
+        return "DegreeLimited"
+    free = np.maximum(table.free[eligible], 0.0).sum(axis=0)
+    if np.all(free + 1e-9 >= vec):
+        return "Fragmented"
+    return "InsufficientCapacity"
+
+
+def placement_digest(request: PlacementRequest) -> str:
+    """A digest of everything a pool's placement policy reads from ``request``. Policies are deterministic
+    functions of the request, so equal digests mean equal proposals: the planner reuses the previous plan's proposal
+    of a pool whose digest did not change instead of running its policy again."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((request.pool, request.profile, request.resource_names)).encode())
+    h.update("\0".join(request.node_names).encode())
+    for array, dtype in (
+        (request.free, np.float64),
+        (request.slots, np.int64),
+        (request.node_resources, np.float64),
+        (request.job_pods, np.int64),
+        (request.job_throughput, np.float64),
+        (request.job_replicas_total, np.float64),
+        (request.pod_job, np.int64),
+    ):
+        a = np.ascontiguousarray(array, dtype=dtype)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    for job in request.jobs:
+        h.update(repr(job).encode())
+    return h.hexdigest()
+
+
+def _placement(request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | None, warn: Warn, *,
+               memoise: bool) -> PlacementResult:
+    """The policy's proposal for ``request``: the previous plan's when its digest is unchanged, else :func:`propose`.
+    ``memoise=False`` (a second batch in the same pool) neither reads nor replaces the memo."""
+    memo: PlacementMemo | None = None
+    digest = ""
+    if memoise:
+        digest = placement_digest(request)
+        memo = pool_plan.placement  # an earlier round of this plan
+        if memo is None or memo.digest != digest:
+            old_pool = previous.pools.get(request.pool.name) if previous is not None else None
+            memo = old_pool.placement if old_pool is not None else None
+    if memo is not None and memo.digest == digest and len(memo.node) == request.n_pods:
+        result = PlacementResult(node=np.array(memo.node, dtype=np.int64),
+                                 amount=np.array(memo.amount, dtype=np.float64), notes=list(memo.notes))
+        fallback = memo.fallback
+    else:
+        result, fallback = propose(request)
+        if memoise:
+            memo = PlacementMemo(digest, tuple(result.node.tolist()), tuple(result.amount.tolist()), fallback,
+                                 tuple(result.notes))
+    reports = [("PolicyApplied", "PolicyFallback", fallback)] if fallback is not None else []
+    reports += [("PolicyCertified", "SolverCapped", note) for note in result.notes]
+    for type_, reason, message in reports:
+        condition = Condition(type_, "False", reason, message)
+        if condition not in pool_plan.conditions:  # a later round may place the same request again
+            pool_plan.conditions.append(condition)
+            warn("ResourcePool", "", request.pool.name, reason, message)
+    if memoise:
+        pool_plan.placement = memo
+    return result
+
+
+def propose(request: PlacementRequest) -> tuple[PlacementResult, str | None]:
+    """Run the pool's policy; if it raises or breaks its contract, propose by ``spread`` and say why."""
+    try:
+        result = get_policy(request.pool.policy).place(request)
+        check_result(request, result)
+        return result, None
+    except Exception as exc:  # a failing policy must not stop the plan: it is reported on the pool
+        message = f"policy {request.pool.policy!r} failed ({exc}); pods proposed most-free-node first instead"
+        result = SpreadPolicy().place(request)
+        check_result(request, result)
+        return result, message

@@ -1,0 +1,129 @@
+"""Phase *reconcile*: desired replicas vs observed pods -> one :class:`PodPlan` per pod with its action.
+
+* running pods: the first ``target`` of each pool (by name) are kept (``keep``, or ``resize`` when the resize phase
+  changed them); the rest are ``delete``;
+* pending pods: ``bind`` to the node placement chose, ``keep`` (no node yet) when none had room, ``delete`` when the
+  pool wants fewer;
+* new replicas that placement placed: ``create`` (a deterministic name, so a re-create after a restart is idempotent);
+  new replicas that found no node are not created (the job's status says why);
+* pods of deleted jobs, of pools the job cannot use, on nodes that are gone: ``delete``; pods of a job whose spec is
+  invalid: ``keep``.
+
+A plan of an unchanged cluster is a fixed point: it keeps what runs, binds pending pods where it bound them before,
+and creates nothing (the replica and placement phases keep what exists when it is a valid answer). Deleting running
+pods is disruptive, so at most ``max_deletes`` per plan (the rest wait for the next plan, said on the job).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import PODS, Pod
+from walras.planner.model import PodAction, PodPlan
+from walras.planner.objects import Objects
+from walras.planner.observe import Observed
+from walras.planner.quantity import format_quantity
+from walras.planner.resize import Resizes
+from walras.planner.rounds import Outcome
+
+_NAME_SAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def pod_base(job: str, pool: str) -> str:
+    """The name stem of a job's pods in a pool (DNS-1123: lower-case, digits, dashes; room left for a counter)."""
+    return _NAME_SAFE.sub("-", f"{job}-{pool}".lower()).strip("-")[:240]
+
+
+def _text(requests: Mapping[str, float]) -> dict[str, str]:
+    return {name: format_quantity(value) for name, value in sorted(requests.items()) if name != PODS}
+
+
+@dataclass
+class Actions:
+    """Pod plans per job key, and per job what the churn budget deferred and where placed pods went."""
+
+    pods: dict[tuple[str, str], list[PodPlan]] = field(default_factory=lambda: defaultdict(list))
+    deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+
+
+def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: Resizes, table: NodeTable,
+              *, max_deletes: int | None = None) -> Actions:
+    out = Actions()
+    deletes = 0
+
+    def delete(pod: Pod, pool: str, reason: str, running: bool) -> None:
+        nonlocal deletes
+        key = (pod.namespace, pod.job or "")
+        if running and max_deletes is not None and deletes >= max_deletes:
+            out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, _text(pod.requests),
+                                         _text(pod.requests), "keep", True, f"deletion deferred: {reason}"))
+            out.deferred[key] += 1
+            return
+        if running:
+            deletes += 1
+        out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, {}, {}, "delete", True,
+                                     reason))
+
+    pools = objects.pools
+    for row, info in enumerate(objects.jobs):
+        key = info.key
+        for j, pool in enumerate(pools):
+            kept = sorted(observed.running[row][j], key=lambda p: p.name)
+            want = int(outcome.target[row, j])
+            for q, pod in enumerate(kept):
+                if q >= want:
+                    delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", True)
+                    continue
+                target = resizes.done.get(pod.key)
+                action: PodAction = "resize" if target is not None else "keep"
+                requests = dict(target.requests) if target is not None else _text(pod.requests)
+                limits = dict(target.limits) if target is not None else _text(pod.requests)
+                out.pods[key].append(PodPlan(pod.namespace, pod.name, info.spec.name, pool.name, pod.node, requests,
+                                             limits, action, True, target.reason if target is not None else ""))
+                out.placed[key][pool.name] += 1
+            wanted_pending = max(want - len(kept), 0)
+            for pod in sorted(observed.pending[row][j], key=lambda p: p.name)[wanted_pending:]:
+                delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
+    for batch, placed, existing in outcome.batches:
+        pool = pools[batch.pool]
+        counter: dict[int, int] = defaultdict(int)
+        for q, row in enumerate(batch.rows):
+            info = objects.jobs[row]
+            key = info.key
+            k = int(placed.node[q])
+            node = table.names[k] if k >= 0 else None
+            held = existing[q]
+            amount = float(placed.amount[q]) if k >= 0 else info.spec.demand
+            requests = {**info.spec.resource_text, pool.spec.resource: format_quantity(amount)}
+            if held is not None:
+                verb: PodAction = "bind" if node is not None else "keep"
+                out.pods[key].append(PodPlan(info.spec.namespace, held.name, info.spec.name, pool.name, node, requests,
+                                             dict(requests), verb, True))
+            elif node is not None:
+                taken = observed.names.setdefault(key, set())
+                base = pod_base(info.spec.name, pool.name)
+                while f"{base}-{counter[row]}" in taken:
+                    counter[row] += 1
+                name = f"{base}-{counter[row]}"
+                taken.add(name)
+                out.pods[key].append(PodPlan(info.spec.namespace, name, info.spec.name, pool.name, node, requests,
+                                             dict(requests), "create", False))
+            if node is not None:
+                out.placed[key][pool.name] += 1
+            elif not batch.optional[q]:
+                count, why = out.unplaced[key].get(pool.name, (0, ""))
+                out.unplaced[key][pool.name] = (count + 1, why or placed.why[q])
+    for pod, reason in observed.surplus:
+        j = int(objects.pool_of_node[table.index[pod.node]]) if pod.node in table.index else -1
+        delete(pod, pools[j].name if j >= 0 else (pod.pool or ""), reason, pod.node is not None)
+    for pod in observed.frozen:
+        out.pods[(pod.namespace, pod.job or "")].append(PodPlan(
+            pod.namespace, pod.name, pod.job or "", pod.pool or "", pod.node, _text(pod.requests),
+            _text(pod.requests), "keep", True, "the job's spec is invalid: kept as it is"))
+    return out

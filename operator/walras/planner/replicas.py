@@ -1,0 +1,111 @@
+"""Fractional allocations -> integral replicas per pool (Hamilton's largest-remainder method), bounded by what each
+pool can host.
+
+The market gives job i a time fraction ``x_ij`` of each pool (004 Sec. 2.1); with ``N_i`` replicas, ``N_i x_ij`` is a
+fractional replica count. Rounding keeps each entry within one of its share, the row total at the rounded total, and
+never exceeds ``hostable[i, j]`` (how many of the job's pods pool j's nodes can still take, :mod:`.capacity`).
+Everything is computed on shares normalised by their row maximum, so no input that is finite overflows (a subnormal
+share times a large total used to overflow to -9.2e18 pods).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def largest_remainder(shares: np.ndarray, total: int, cap: np.ndarray | None = None) -> np.ndarray:
+    """Integers summing to ``min(total, cap.sum())`` close to ``shares`` scaled to that sum.
+
+    When ``total`` lies between the sum of the floors and the sum of the ceilings of ``shares`` (rounding a vector
+    whose sum is ``total``), every entry gets its floor and the entries with the largest remainders one more (ties to
+    the lower index), so each stays within one unit of its share; otherwise the shares are first scaled to sum to
+    ``total``. With ``cap``, no entry exceeds its cap: what a capped entry cannot take goes to the others by the same
+    rule. All-zero shares with a positive total are an error the caller must avoid (``ValueError``).
+    """
+    shares = np.asarray(shares, dtype=np.float64)
+    if shares.ndim != 1 or np.any(shares < 0) or not np.all(np.isfinite(shares)):
+        raise ValueError("shares must be a finite non-negative vector")
+    if total < 0:
+        raise ValueError(f"total must be non-negative, got {total}")
+    limit = np.full(shares.shape, np.iinfo(np.int64).max // 4, dtype=np.int64) if cap is None else (
+        np.maximum(np.asarray(cap, dtype=np.int64), 0))
+    out = np.zeros(shares.shape, dtype=np.int64)
+    left = int(min(total, int(limit.sum()) if cap is not None else total))
+    if left == 0:
+        return out
+    if not np.any(shares > 0):
+        raise ValueError(f"cannot distribute a total of {total} over shares that are all zero")
+    weights = shares.copy()
+    first = True
+    while left > 0:
+        open_ = (out < limit) & (weights > 0)
+        if not open_.any():
+            open_ = out < limit  # the positive shares are all capped: the rest goes where room is left
+            if not open_.any():
+                break
+            weights = open_.astype(np.float64)
+        room = (limit - out).astype(np.float64)
+        raw = np.where(open_, weights, 0.0)
+        in_range = raw.max() <= left + 1 and np.floor(raw).sum() <= left <= np.ceil(raw).sum()
+        if first and in_range and np.all(raw <= room):
+            target = raw  # already sums to ``left`` within rounding: each entry stays within one of its share
+        else:
+            w = raw / raw.max()  # in [0, 1] with a 1: the scaling below cannot overflow, whatever the magnitudes
+            target = np.minimum(w / w.sum() * left, room)
+        first = False
+        base = np.floor(target).astype(np.int64)
+        extra = left - int(base.sum())
+        frac = np.where(open_ & (base < limit - out), target - base, -1.0)
+        order = np.lexsort((np.arange(shares.size), -frac))
+        give = order[: max(extra, 0)]
+        give = give[frac[give] >= 0]
+        base[give] += 1
+        out += base
+        left -= int(base.sum())
+        if base.sum() == 0:
+            break
+    return out
+
+
+def largest_remainder_rows(shares: np.ndarray, totals: np.ndarray, cap: np.ndarray | None = None) -> np.ndarray:
+    """:func:`largest_remainder` of each row of ``shares`` to ``totals[i]`` (rows with a zero total are zero; a row of
+    zero shares with a positive total raises ``ValueError``)."""
+    shares = np.asarray(shares, dtype=np.float64)
+    totals = np.asarray(totals, dtype=np.int64)
+    if shares.ndim != 2 or totals.shape != (shares.shape[0],):
+        raise ValueError(f"shares must be (n, m) and totals (n,), got {shares.shape} and {totals.shape}")
+    if np.any(shares < 0) or not np.all(np.isfinite(shares)) or np.any(totals < 0):
+        raise ValueError("shares must be finite and non-negative, totals non-negative")
+    out = np.zeros(shares.shape, dtype=np.int64)
+    for i in np.flatnonzero(totals > 0).tolist():
+        try:
+            out[i] = largest_remainder(shares[i], int(totals[i]), None if cap is None else cap[i])
+        except ValueError as exc:
+            raise ValueError(f"row {i}: {exc}") from None
+    return out
+
+
+def split_replicas(target: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Replicas per pool for a job whose market split rounds to ``target`` while ``running`` pods already run.
+
+    The total stays ``target.sum()``. When it is at least the running total, every running pod is kept and the
+    remaining replicas go to the pools where ``target`` exceeds what runs there (largest remainder over those
+    deficits); otherwise the job shrinks and running pods are removed one at a time from the pool that runs the most
+    above its target (ties to the lower pool index). Returns an integer vector ``>= 0``.
+    """
+    target = np.asarray(target, dtype=np.int64)
+    running = np.asarray(running, dtype=np.int64)
+    total, have = int(target.sum()), int(running.sum())
+    if have == 0:
+        return target.copy()
+    if total >= have:
+        deficit = np.maximum(target - running, 0)
+        extra = total - have
+        if extra == 0:
+            return running.copy()
+        return running + largest_remainder(deficit.astype(np.float64), extra)
+    out = running.copy()
+    for _ in range(have - total):
+        over = np.where(out > 0, out - target, np.iinfo(np.int64).min)
+        out[int(np.argmax(over))] -= 1
+    return out

@@ -1,0 +1,141 @@
+"""Phase *resize*: running pods whose planned requests/limits changed (in-place resize, KEP-1287).
+
+A running pod of a job in a pool is planned the job's per-task ``spec.resources`` and, for the pool's priced
+resource, the job's demand per replica (under the ``utility`` policy the amount AA gave the pod stays: AA decides it
+per pod). They are compared with the pod's first container (the one Walras writes): a request that differs, or a
+limit that exists and differs, needs a resize. Only cpu and memory change in place; a change of any other resource
+(a GPU count) waits for the next pod (``later``). A resource the container does not request at all is not added in
+place (that would change the pod's QoS class, which in-place resize does not allow). An increase must fit what its
+node has left on every resource; where it does not, the pod keeps its resources (``blocked``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Pod
+from walras.planner.objects import Objects
+from walras.planner.observe import Observed
+from walras.planner.quantity import format_quantity, parse_quantity
+from walras.planner.spec import JobSpec, PoolSpec
+
+#: The resources Kubernetes can change in a running pod (in-place resize, KEP-1287: cpu and memory only).
+RESIZABLE = frozenset({"cpu", "memory"})
+
+_Items = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ResizeTarget:
+    """New requests/limits of a running pod (text), the change of each request (amount), what changes in place
+    (``reason``, empty when nothing does), and what cannot change in place and waits for the next pod (``later``)."""
+
+    requests: dict[str, str]
+    limits: dict[str, str]
+    delta: tuple[tuple[str, float], ...]
+    reason: str
+    later: str = ""
+
+
+@dataclass
+class Resizes:
+    """Per pod (namespace, name): the resize it gets; per job: pods blocked (no room) and deferred (not in place)."""
+
+    done: dict[tuple[str, str], ResizeTarget] = field(default_factory=dict)
+    blocked: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+@lru_cache(maxsize=4096)
+def _parse_items(items: _Items) -> tuple[tuple[str, float], ...]:
+    out = []
+    for name, raw in items:
+        try:
+            out.append((name, parse_quantity(raw)))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def _differs(a: float, b: float) -> bool:
+    return abs(a - b) > 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def _target(job: JobSpec, pool: PoolSpec, first: tuple[_Items, _Items]) -> ResizeTarget | None:
+    requests_raw, limits_raw = first
+    merged = {**dict(limits_raw), **dict(requests_raw)}
+    current = dict(_parse_items(tuple(sorted(merged.items()))))
+    limits = dict(_parse_items(limits_raw))
+    wanted = dict(job.resources)
+    wanted_text = dict(job.resource_text)
+    priced = pool.resource
+    wanted[priced] = current[priced] if pool.policy == "utility" and current.get(priced, 0.0) > 0 else job.demand
+    wanted_text[priced] = format_quantity(wanted[priced])
+    changes, added = [], []
+    for name in sorted(wanted):
+        have = current.get(name)
+        if have is None:
+            if wanted[name] > 0:
+                added.append(name)
+            continue
+        limit = limits.get(name)
+        if _differs(have, wanted[name]) or (limit is not None and _differs(limit, wanted[name])):
+            changes.append((name, have, wanted[name]))
+    if not changes and not added:
+        return None
+    now = [c for c in changes if c[0] in RESIZABLE]
+    later = [c for c in changes if c[0] not in RESIZABLE]
+    requests = {name: format_quantity(value) for name, value in current.items()}
+    requests.update(dict(requests_raw))
+    limits_text = dict(limits_raw)
+    for name, _, _ in now:
+        requests[name] = wanted_text[name]
+        if name in limits:
+            limits_text[name] = wanted_text[name]
+    reason = ", ".join(f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in now)
+    waits = ", ".join(
+        [f"{name} {format_quantity(have)} -> {wanted_text[name]}" for name, have, _ in later]
+        + [f"{name} not requested -> {wanted_text[name]}" for name in added]
+    )
+    delta = tuple((name, want - have) for name, have, want in now if _differs(have, want))
+    return ResizeTarget(requests, limits_text, delta, reason, waits)
+
+
+def resize_target(job: JobSpec, pool: PoolSpec, pod: Pod) -> ResizeTarget | None:
+    """What running ``pod`` of ``job`` in ``pool`` must be resized to, or None when it already has it."""
+    return _target(job, pool, pod.first)
+
+
+def plan_resizes(objects: Objects, observed: Observed, table: NodeTable) -> Resizes:
+    """Decide every running pod's resize and reserve the increases in ``table`` (before placement, so new pods see
+    the resized amounts)."""
+    out = Resizes()
+    memo: dict[tuple[int, int, tuple[_Items, _Items]], ResizeTarget | None] = {}
+    for row, info in enumerate(objects.jobs):
+        for j, pods in enumerate(observed.running[row]):
+            for pod in pods:
+                key = (row, j, pod.first)
+                if key not in memo:
+                    memo[key] = resize_target(info.spec, objects.pools[j].spec, pod)
+                target = memo[key]
+                if target is None:
+                    continue
+                if target.later:
+                    out.later.setdefault(info.key, []).append(f"{pod.name} ({target.later})")
+                if not target.reason:
+                    continue
+                k = table.index[pod.node] if pod.node is not None else -1
+                change = table.vector(dict(target.delta))
+                short = [table.resources[r] for r in np.flatnonzero(change > 0)
+                         if table.used[k, r] + change[r] > table.alloc[k, r] + 1e-9]
+                if short:
+                    out.blocked.setdefault(info.key, []).append(
+                        f"{pod.name} ({target.reason}): node {pod.node} lacks {', '.join(short)}")
+                    continue
+                table.add(k, change)
+                out.done[pod.key] = target
+    return out

@@ -1,0 +1,186 @@
+"""Phase *status*: what each job and pool reports, from what was placed (not from what was priced).
+
+A job's status carries the market's priced allocation (``allocation``: time fraction per pool, ``pricedThroughput``
+``a_i^T x_i``, ``pricedCost`` ``sum_j p_j d_ij x_ij``; 004 Sec. 2) and, separately, what placement realised: replicas
+per pool that run or have a node (``replicas``), what the market wanted (``wantedReplicas``), and the throughput and
+cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j a_ij placed_ij / N_i``).
+``Scheduled=True`` only when every wanted replica is placed; otherwise the reason says why: ``DegreeLimited``,
+``Fragmented``, ``InsufficientCapacity``, ``NoEligibleNode`` (taints, selectors, affinity), or ``NoAllocation``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from walras.planner.market import utility_values
+from walras.planner.model import Condition, JobPlan, Plan, PlanEvent
+from walras.planner.objects import Objects
+from walras.planner.reconcile import Actions
+from walras.planner.resize import Resizes
+from walras.planner.rounds import Outcome
+
+_WHY = {
+    "DegreeLimited": "the pool's degree limit leaves no slot on a node with room",
+    "Fragmented": "the pool has the room in total but no single node has room for a whole pod",
+    "InsufficientCapacity": "the pool has no room left for the pod's requests",
+    "NoEligibleNode": "no usable node of the pool admits the pod (taints, nodeSelector, node affinity)",
+    "NoRoom": "no node of the pool has room for a pod of this job now",
+    "TooLarge": "the pod's requests exceed the allocatable of the largest node the pod may use",
+}
+#: Reasons that no change of load can cure: the job can never run in that pool as it is specified.
+_STRUCTURAL = ("TooLarge", "NoEligibleNode")
+
+
+def allocation_text(allocation: dict[str, float]) -> str:
+    """``a100=0.46,v100=0.54``: the priced allocation, two decimals, largest first (for printer columns)."""
+    items = sorted(allocation.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ",".join(f"{name}={value:.2f}" for name, value in items) or "-"
+
+
+def _first_few(items: list[str], shown: int = 5) -> str:
+    return "; ".join(items[:shown]) + ("; ..." if len(items) > shown else "")
+
+
+def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: Resizes, plan: Plan,
+                 previous: Plan | None) -> None:
+    """Fill every valid job's :class:`JobPlan` and its events."""
+    jobs = objects.jobs
+    n, m = len(jobs), len(objects.pools)
+    prices = outcome.market.prices if outcome.market.prices.size == m else np.zeros(m)
+    X = outcome.allocation
+    names = [p.name for p in objects.pools]
+    A = outcome.throughput
+    priced_t = np.einsum("ij,ij->i", A, X) if n else np.zeros(0)
+    priced_cost = (outcome.demand * X) @ prices if n and m else np.zeros(n)
+    for i, info in enumerate(jobs):
+        jp = plan.jobs[info.key]
+        spec = info.spec
+        placed = actions.placed.get(info.key, {})
+        placed_vec = np.array([placed.get(name, 0) for name in names], dtype=np.float64)
+        big_n = max(spec.replicas, 1)
+        jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(X[i]) if x > 1e-9}
+        jp.allocation_text = allocation_text(jp.allocation)
+        jp.wanted = {names[j]: int(t) for j, t in enumerate(outcome.target[i]) if t > 0}
+        jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
+        jp.priced_throughput = float(priced_t[i])
+        jp.priced_cost = float(priced_cost[i])
+        jp.throughput = float(A[i] @ placed_vec / big_n) if m else 0.0
+        jp.cost = float((placed_vec * spec.demand) @ prices) if m else 0.0
+        jp.utility = float(utility_values([spec.utility], [1.0], np.array([jp.throughput]))[0])
+        jp.pods = sorted(actions.pods.get(info.key, []), key=lambda p: p.name)
+        _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names)
+        old = previous.jobs.get(info.key) if previous is not None else None
+        if old is None or old.replicas != jp.replicas:
+            placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
+            plan.events.append(PlanEvent(
+                "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
+                f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
+                f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
+
+
+def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, outcome: Outcome, actions: Actions,
+                resizes: Resizes, plan: Plan, i: int, names: list[str]) -> None:
+    """The job's conditions and phase from what was placed (see the module docstring)."""
+    warn = plan.events.append
+    ns, name = key
+    live = [p for p in jp.pods if p.action != "delete"]
+    wanted = int(outcome.target[i].sum())
+    placed = sum(jp.replicas.values())
+    if resizes.done and any(p.action == "resize" for p in live):
+        count = sum(1 for p in live if p.action == "resize")
+        jp.conditions.append(Condition(
+            "ResourcesCurrent", "False", "ResizeNeeded",
+            f"{count} running pod(s) get new requests/limits in place (pods/resize where the cluster serves it, "
+            "else with the next pod)"))
+    blocked = resizes.blocked.get(key)
+    if blocked:
+        message = (f"{len(blocked)} running pod(s) keep their resources: the new ones do not fit on their node "
+                   f"({_first_few(blocked)}); the next pod gets them")
+        jp.conditions.append(Condition("ResizeBlocked", "True", "NoRoomOnNode", message))
+        warn(PlanEvent("FungibleJob", ns, name, "Warning", "ResizeBlocked", message))
+    later = resizes.later.get(key)
+    if later:
+        message = (f"{len(later)} running pod(s) keep resources that cannot change in place ({_first_few(later)}); "
+                   "the change waits for the next pod")
+        jp.conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
+        warn(PlanEvent("FungibleJob", ns, name, "Normal", "ResizeDeferred", message))
+    if i in outcome.below_min:
+        message = (f"the fair share gives {outcome.below_min[i]} replica(s), fewer than spec.replicas.min {minimum}; "
+                   "no new pod is created until it reaches the minimum")
+        jp.conditions.append(Condition("MinimumReplicas", "False", "BelowMinimum", message))
+        warn(PlanEvent("FungibleJob", ns, name, "Warning", "BelowMinimum", message))
+    if actions.deferred.get(key):
+        message = f"{actions.deferred[key]} surplus pod(s) wait for the next plan (churn budget of this plan spent)"
+        jp.conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
+    unplaced = actions.unplaced.get(key, {})
+    blocked_pools = [(names[j], why) for (r, j), why in outcome.blocked.items() if r == i]
+    reasons = [why for _, (_, why) in sorted(unplaced.items())] + [why for _, why in sorted(blocked_pools)]
+    if unplaced:
+        detail = "; ".join(f"{count} in pool {pool!r}: {_WHY.get(why, why)}" for pool, (count, why)
+                           in sorted(unplaced.items()))
+        message = f"{sum(c for c, _ in unplaced.values())} wanted replica(s) have no node: {detail}"
+        jp.conditions.append(Condition("ReplicasPlaceable", "False", reasons[0] or "NoRoom", message))
+        warn(PlanEvent("FungibleJob", ns, name, "Warning", "Unplaceable", message))
+    if blocked_pools:
+        detail = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
+        jp.conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
+                                       f"not offered in {detail}; the market priced the job without it"))
+    usable = [names[j] for j in range(len(names)) if outcome.offered[i, j]]
+    structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
+    if replicas > 0 and usable and len(structural) == len(usable):
+        jp.phase = "Unschedulable"
+        message = "no pod of this job can run in its pools: " + "; ".join(
+            f"pool {pool!r}: {_WHY[why]}" for pool, why in structural)
+        jp.conditions.append(Condition("Schedulable", "False", structural[0][1], message))
+        warn(PlanEvent("FungibleJob", ns, name, "Warning", structural[0][1], message))
+    elif replicas > 0 and wanted == 0:
+        jp.phase = "Pending"
+        if blocked_pools:
+            reason = blocked_pools[0][1] if blocked_pools[0][1] != "NoRoom" else "InsufficientCapacity"
+            message = "no replica of this job can be placed in its pools: " + "; ".join(
+                f"{pool!r} ({_WHY.get(why, why)})" for pool, why in blocked_pools)
+        else:
+            reason, message = "NoAllocation", "the market gives this job no replicas at current prices"
+        jp.conditions.append(Condition("Scheduled", "False", reason, message))
+    elif placed < wanted:
+        jp.phase = "Pending"
+        reason = next((r for r in reasons if r), "InsufficientCapacity")
+        jp.conditions.append(Condition("Scheduled", "False", reason,
+                                       f"{placed} of {wanted} wanted replica(s) placed"))
+    else:
+        bound = all(p.node is not None and p.action in ("keep", "resize") for p in live)
+        jp.phase = "Running" if live and bound else "Pending"
+        what = "running" if jp.phase == "Running" else "placed"
+        jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
+
+
+def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Plan, previous: Plan | None) -> None:
+    """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change."""
+    table = outcome.table
+    prices = outcome.market.prices
+    planned: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    for plans in actions.pods.values():
+        for p in plans:
+            if p.action == "delete" or p.node is None:
+                continue
+            planned[p.pool] = planned.get(p.pool, 0) + 1
+            if p.exists and p.action in ("keep", "resize"):
+                bound[p.pool] = bound.get(p.pool, 0) + 1
+    for j, pool in enumerate(objects.pools):
+        pp = plan.pools[pool.name]
+        price = float(prices[j]) if j < prices.size else 0.0
+        c = table.column.get(pool.spec.resource)
+        used = float(table.used[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
+        alloc = float(table.alloc[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
+        capacity = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
+        pp.price = price
+        pp.capacity = capacity
+        pp.used = used
+        pp.utilisation = float(min(used / capacity, 1.0)) if capacity > 0 else 0.0
+        pp.pods_planned = planned.get(pool.name, 0)
+        pp.pods_bound = bound.get(pool.name, 0)
+        old = previous.pools.get(pool.name) if previous is not None else None
+        if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
+            plan.events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
+                                         f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))

@@ -1,0 +1,274 @@
+"""The translation layer: raw API objects (dicts, as the API server or a manifest gives them) -> :mod:`.cluster`.
+
+This is the only module of the planner that reads a raw object. Malformed content never raises here: a node or pod
+field that cannot be read counts as absent (a quantity that does not parse is 0, as the API server would have
+refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails validation becomes an object with
+``spec=None`` and ``error`` saying why, so that one bad object never stops the others.
+
+Pods are memoised by ``(metadata.uid, metadata.resourceVersion)``: the API server changes the resourceVersion on every
+write, so the same pair means the same content, and the operator's next plan reuses the translation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, MutableMapping
+from functools import lru_cache
+from typing import Any
+
+from walras.planner.cluster import (
+    DEFAULT_MAX_PODS,
+    PODS,
+    Cluster,
+    Constraints,
+    Job,
+    JobTemplate,
+    Node,
+    Pod,
+    Pool,
+    Profile,
+    ReportedStatus,
+    Requirement,
+    Taint,
+    Toleration,
+)
+from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, Snapshot
+from walras.planner.quantity import parse_quantity
+from walras.planner.spec import parse_job, parse_pool, parse_profile
+
+PodMemo = MutableMapping[tuple[str, str], Pod]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    value = _meta(obj).get("generation")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@lru_cache(maxsize=8192)
+def _quantity(raw: Any) -> float:
+    try:
+        return parse_quantity(raw)
+    except ValueError:
+        return 0.0
+
+
+def quantities(raw: Any) -> dict[str, float]:
+    """A ``{name: quantity}`` mapping parsed to floats (unparseable values count as 0 and are dropped)."""
+    out: dict[str, float] = {}
+    for name, value in _map(raw).items():
+        try:
+            amount = _quantity(value) if isinstance(value, str | int | float) else 0.0
+        except TypeError:
+            amount = 0.0
+        if amount > 0:
+            out[str(name)] = amount
+    return out
+
+
+def container_requests(container: Any) -> dict[str, float]:
+    """A container's requests, a limit standing in for a missing request (the API server's defaulting)."""
+    resources = _map(_map(container).get("resources"))
+    return {**quantities(resources.get("limits")), **quantities(resources.get("requests"))}
+
+
+def _add(total: dict[str, float], part: Mapping[str, float]) -> None:
+    for name, value in part.items():
+        total[name] = total.get(name, 0.0) + value
+
+
+def _max(total: dict[str, float], part: Mapping[str, float]) -> None:
+    for name, value in part.items():
+        if value > total.get(name, 0.0):
+            total[name] = value
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, float]:
+    """kube-scheduler's effective request of a pod spec: sum of containers, at least each init container, plus
+    overhead, plus one ``pods`` slot."""
+    total: dict[str, float] = {}
+    for container in _list(spec.get("containers")):
+        _add(total, container_requests(container))
+    init: dict[str, float] = {}
+    for container in _list(spec.get("initContainers")):
+        _max(init, container_requests(container))
+    _max(total, init)
+    _add(total, quantities(spec.get("overhead")))
+    total[PODS] = 1.0
+    return total
+
+
+def _first_resources(spec: Mapping[str, Any]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    containers = _list(spec.get("containers"))
+    if not containers:
+        return ((), ())
+    resources = _map(_map(containers[0]).get("resources"))
+
+    def items(raw: Any) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((str(k), str(v)) for k, v in _map(raw).items()))
+
+    return (items(resources.get("requests")), items(resources.get("limits")))
+
+
+def node_from(obj: Mapping[str, Any]) -> Node | None:
+    """A Node object -> :class:`Node` (None without a name). Ready when the ``Ready`` condition is ``True``."""
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    status = _map(obj.get("status"))
+    spec = _map(obj.get("spec"))
+    ready = any(
+        _map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in _list(status.get("conditions"))
+    )
+    allocatable = quantities(status.get("allocatable"))
+    allocatable.setdefault(PODS, DEFAULT_MAX_PODS if "pods" not in _map(status.get("allocatable")) else 0.0)
+    taints = tuple(
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
+        for t in (_map(x) for x in _list(spec.get("taints")))
+    )
+    labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    return Node(name, labels, allocatable, taints, ready, bool(spec.get("unschedulable", False)))
+
+
+def pod_from(obj: Mapping[str, Any]) -> Pod | None:
+    """A Pod object -> :class:`Pod` (None without a name)."""
+    meta = _meta(obj)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    spec = _map(obj.get("spec"))
+    labels = _map(meta.get("labels"))
+    job = labels.get(LABEL_JOB)
+    managed = isinstance(job, str) and bool(job) and labels.get(LABEL_MANAGED) == "true"
+    node = spec.get("nodeName")
+    pool = labels.get(LABEL_POOL)
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=name,
+        node=node if isinstance(node, str) and node else None,
+        requests=pod_requests(spec),
+        phase=str(_map(obj.get("status")).get("phase") or "Pending"),
+        terminating=bool(meta.get("deletionTimestamp")),
+        job=str(job) if managed else None,
+        pool=str(pool) if managed and isinstance(pool, str) else None,
+        first=_first_resources(spec),
+        uid=str(meta.get("uid") or ""),
+    )
+
+
+def constraints_from(pod_spec: Mapping[str, Any]) -> Constraints:
+    """Placement constraints of a pod spec: nodeSelector, tolerations, required node affinity."""
+    selector = tuple(sorted((str(k), str(v)) for k, v in _map(pod_spec.get("nodeSelector")).items()))
+    tolerations = tuple(
+        Toleration(
+            str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in (_map(x) for x in _list(pod_spec.get("tolerations")))
+    )
+    required = _map(_map(_map(pod_spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ))
+    terms = []
+    for term in _list(required.get("nodeSelectorTerms")):
+        reqs = tuple(
+            Requirement(str(r.get("key") or ""), str(r.get("operator") or ""),
+                        tuple(str(v) for v in _list(r.get("values"))))
+            for r in (_map(x) for x in _list(_map(term).get("matchExpressions")))
+        )
+        terms.append(reqs)
+    return Constraints(selector, tolerations, tuple(terms))
+
+
+def template_from(template: Mapping[str, Any]) -> JobTemplate:
+    """A job's ``spec.template`` -> :class:`JobTemplate`."""
+    spec = _map(template.get("spec"))
+    containers = _list(spec.get("containers"))
+    first = container_requests(containers[0]) if containers else {}
+    others: dict[str, float] = {}
+    for container in containers[1:]:
+        _add(others, container_requests(container))
+    init: dict[str, float] = {}
+    for container in _list(spec.get("initContainers")):
+        _max(init, container_requests(container))
+    return JobTemplate(constraints_from(spec), first, others, init, quantities(spec.get("overhead")))
+
+
+def job_from(obj: Mapping[str, Any]) -> Job:
+    meta = _meta(obj)
+    namespace = str(meta.get("namespace") or "default")
+    name = str(meta.get("name") or "<unnamed>")
+    status = _map(obj.get("status"))
+    reported = ReportedStatus(
+        {str(k): int(v) for k, v in _map(status.get("replicas")).items() if isinstance(v, int)},
+        str(status.get("phase") or ""),
+    )
+    try:
+        spec = parse_job(obj)
+    except (ValueError, TypeError) as exc:
+        return Job(namespace, name, _generation(obj), None, str(exc), reported=reported)
+    return Job(namespace, name, spec.generation, spec, None, template_from(_map(spec.template)), reported)
+
+
+def pool_from(obj: Mapping[str, Any]) -> Pool:
+    name = str(_meta(obj).get("name") or "<unnamed>")
+    try:
+        return Pool(name, _generation(obj), parse_pool(obj))
+    except (ValueError, TypeError) as exc:
+        return Pool(name, _generation(obj), None, str(exc))
+
+
+def profile_from(obj: Mapping[str, Any]) -> Profile:
+    name = str(_meta(obj).get("name") or "<unnamed>")
+    try:
+        return Profile(name, _generation(obj), parse_profile(obj))
+    except (ValueError, TypeError) as exc:
+        return Profile(name, _generation(obj), None, str(exc))
+
+
+def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Pod] | None = None,
+              out: PodMemo | None = None) -> list[Pod]:
+    """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
+    translations by (uid, resourceVersion) and records this call's in ``out``."""
+    memo = memo or {}
+    pods = []
+    for obj in objs:
+        meta = _meta(obj)
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        ident = (str(uid), str(rv)) if uid and rv else None
+        pod = memo.get(ident) if ident is not None else None
+        if pod is None:
+            pod = pod_from(obj)
+            if pod is None:
+                continue
+        if ident is not None and out is not None:
+            out[ident] = pod
+        pods.append(pod)
+    pods.sort(key=lambda p: (p.namespace, p.name))
+    return pods
+
+
+def cluster_from(snapshot: Snapshot, memo: Mapping[tuple[str, str], Pod] | None = None,
+                 out: PodMemo | None = None) -> Cluster:
+    """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring)."""
+    nodes = sorted((n for n in map(node_from, snapshot.nodes) if n is not None), key=lambda n: n.name)
+    jobs = sorted(map(job_from, snapshot.jobs), key=lambda j: (j.namespace, j.name))
+    return Cluster(
+        nodes=tuple(nodes),
+        pods=tuple(pods_from(snapshot.pods, memo, out)),
+        pools=tuple(sorted(map(pool_from, snapshot.pools), key=lambda p: p.name)),
+        jobs=tuple(jobs),
+        profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
+    )
