@@ -9,10 +9,10 @@ the first, zero-gain one is allowed. The kernel (:mod:`allocator.colocation._sea
 
 Starts (deterministic; ``seed`` fixes the kicks): 1. the given start (BestOrS, or BestOrS under the hard limits after
 HILL's repair), 2. DEDIC (type ``t`` on machine ``t mod m``, Sec. 8.1.1) when it respects the limits, 3.. iterated
-local search: the best partition so far with ``max(2, n / 10)`` random tasks sent to random machines that can take
-them (``numpy.random.default_rng((seed, s))``). Every start runs the kernel until its descent and plateau steps end or
-the shared evaluation ``budget`` is spent; the best partition over all starts is returned. No guarantee: a local
-optimum of moves, swaps and plateau steps.
+local search: the best partition so far with ``max(2, share * n)`` random tasks sent to random other machines that
+can take them, ``share`` cycling over :data:`KICKS` (``numpy.random.default_rng((seed, s))``). Every start runs the
+kernel until its descent and plateau steps end or the shared evaluation ``budget`` is spent; the best partition over
+all starts is returned. No guarantee: a local optimum of moves, swaps and plateau steps.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from ._search_kernel import local_search
 
 #: Default number of starts of :func:`search`.
 DEFAULT_STARTS = 32
+#: Share of the tasks a kick moves, in turn over the starts.
+KICKS = (0.1, 0.2, 0.3)
 #: Zero-gain plateau steps allowed since the last new best, per start.
 DEFAULT_PLATEAU = 50
 #: Plateau steps a moved task stays tabu.
@@ -60,15 +62,17 @@ def _fits(assign: np.ndarray, limits: _Limits | None, m: int) -> bool:
     return bool(np.all(D <= limits.capacity * (1 + 1e-12) + 1e-12) and np.all(C <= limits.max_tasks))
 
 
-def _kick(best: np.ndarray, inst: _Instance, limits: _Limits | None, rng: np.random.Generator) -> np.ndarray:
-    """``max(2, n // 10)`` random tasks of ``best``, each to a random other machine with room under ``limits``.
+def _kick(
+    best: np.ndarray, inst: _Instance, limits: _Limits | None, rng: np.random.Generator, share: float = 0.1
+) -> np.ndarray:
+    """``max(2, share * n)`` random tasks of ``best``, each to a random other machine with room under ``limits``.
 
     The random draws do not depend on ``limits`` while they leave every machine room, so limits that never bind
     give the same kicks as no limits.
     """
     a = best.copy()
     n, m = inst.n, inst.m
-    r = min(n, max(2, n // 10))
+    r = min(n, max(2, int(share * n)))
     dem = limits.demands if limits is not None else np.zeros(n)
     cap = limits.capacity if limits is not None else np.full(m, np.inf)
     mt = limits.max_tasks if limits is not None else np.full(m, np.inf)
@@ -136,7 +140,7 @@ def search(
                 continue
         else:
             assert best is not None
-            a0 = _kick(best, inst, limits, np.random.default_rng((seed, s)))
+            a0 = _kick(best, inst, limits, np.random.default_rng((seed, s)), KICKS[s % len(KICKS)])
         a = local_search(sizes, types, dem, a0, alpha, m, kind, expo, limits is not None, cap, mt, left, plateau,
                          tenure, out)
         evaluations += int(out[0])
