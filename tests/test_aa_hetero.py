@@ -346,3 +346,20 @@ def test_milp_status_routes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exact_mod, "milp", failed)
     with pytest.raises(RuntimeError, match="HiGHS failed"):
         exact_optimum(V, caps)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    caps=st.lists(st.integers(0, 9), min_size=2, max_size=4),
+    n=st.integers(1, 12),
+)
+def test_concave_value_functions_match_the_convolutions(seed: int, caps: list[int], n: int) -> None:
+    # the greedy (sorted marginals) per-server values used for concave curves equal the exact max-plus convolutions
+    rng = np.random.default_rng(seed)
+    T = random_table(rng, n, max(max(caps), 1), concave=True) + rng.uniform(0, 1, size=(n, 1))
+    g = rng.integers(0, len(caps), size=n)
+    F1, L1 = search_mod._server_functions(T, g, len(caps))
+    F2, L2 = search_mod._server_functions_concave(T, g, len(caps))
+    np.testing.assert_allclose(F2, F1, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(L2, L1, rtol=1e-12, atol=1e-12)

@@ -22,7 +22,8 @@ improving move whose two servers no applied move touched (server values are inde
 exactly); it stops at a local optimum (``status="converged"``: no relocate or
 swap move improves) or after ``max_moves`` moves (``status="capped"``).
 
-Cost per pass, with ``W = C_max + 1``: ``O(n W^2)`` for the convolutions, ``O(n m W)`` for relocations and
+Cost per pass, with ``W = C_max + 1``: ``O(n W^2)`` for the convolutions (concave curves: sorted marginals instead,
+``O(sum_j k_j^2 W)`` with ``k_j`` threads on server ``j``), ``O(n m W)`` for relocations and
 ``O(n^2 W)`` for swaps (chunked to bounded memory). Route table (:func:`search_route`): instances with
 ``n^2 W <= SEARCH_MAX_WORK`` and ``n W^2 <= SEARCH_MAX_WORK`` get relocate + swap; larger ones whose ``n m W`` and
 ``n W^2`` fit get relocate moves only; beyond that no search runs (``status="skipped"``) -- e.g. the paper-scale
@@ -135,6 +136,45 @@ def _server_functions(T: FloatArray, g: IntArray, m: int) -> tuple[FloatArray, F
     return F, L
 
 
+def _server_functions_concave(T: FloatArray, g: IntArray, m: int) -> tuple[FloatArray, FloatArray]:
+    """:func:`_server_functions` for concave curves: a server's optimal value with ``x`` units is its threads'
+    utilities at 0 plus the ``x`` largest marginal utilities among them (greedy, exact for concave curves -- the
+    single-server problem of [12] in paper 000), so ``F`` and every leave-one-out ``L`` are cumulative sums of
+    sorted marginals: one sort and ``O(k^2 W)`` per server with ``k`` threads instead of ``O(k W^2)``."""
+    n, W = T.shape
+    marg = np.diff(T, axis=1)  # (n, W - 1), nonincreasing along each row
+    F = np.zeros((m, W))
+    L = np.zeros((n, W))
+    order = np.argsort(g, kind="stable")
+    bounds = np.searchsorted(g[order], np.arange(m + 1))
+    for j in range(m):
+        idx = order[bounds[j] : bounds[j + 1]]
+        k = idx.size
+        if k == 0:
+            continue
+        base = T[idx, 0]
+        flat = marg[idx].ravel()
+        owner = np.repeat(np.arange(k), W - 1)
+        by = np.argsort(-flat, kind="stable")
+        merged, owner = flat[by], owner[by]  # the server's marginals, best first, and whose they are
+        top = merged[: W - 1]
+        F[j, 0] = base.sum()
+        F[j, 1:] = base.sum() + np.cumsum(np.concatenate([top, np.zeros(W - 1 - top.size)]))
+        if k == 1:
+            continue  # L of the only thread is the empty server's value, 0
+        chunk = max(1, _BLOCK // max(1, k * (W - 1)))
+        for a in range(0, k, chunk):
+            rows = np.arange(a, min(k, a + chunk))
+            # the merged list without thread rows[r]'s marginals is still best first
+            keep = owner[None, :] != rows[:, None]
+            rest = np.broadcast_to(merged, keep.shape)[keep].reshape(rows.size, -1)[:, : W - 1]
+            pad = np.zeros((rows.size, W - 1 - rest.shape[1]))
+            lb = base.sum() - base[rows]
+            L[idx[rows], 0] = lb
+            L[idx[rows], 1:] = lb[:, None] + np.cumsum(np.concatenate([rest, pad], axis=1), axis=1)
+    return F, L
+
+
 def local_search(
     curves: CurveFamily,
     server: ArrayLike,
@@ -160,13 +200,14 @@ def local_search(
     if chosen == "none":
         return SearchResult(g, "skipped", "none", 0, float("nan"), float("nan"))
     T = curves.with_capacity(W - 1).table()
+    values_of = _server_functions_concave if bool(curves.concave().all()) else _server_functions
     budget = 4 * n if max_moves is None else int(max_moves)
     rows = np.arange(n)
     moves = 0
     before = float("nan")
     status = "capped"
     while True:
-        F, L = _server_functions(T, g, m)
+        F, L = values_of(T, g, m)
         val = F[np.arange(m), caps]  # server values
         total = float(val.sum())
         if moves == 0:
