@@ -506,3 +506,108 @@ def test_scheduler_config_uses_only_known_fields(which: str) -> None:
             assert set(resource) <= SCHEDULER_CONFIG_FIELDS["managedResources"]
         assert isinstance(extender["weight"], int) and extender["weight"] > 0
         assert re.fullmatch(r"([0-9]+(\.[0-9]+)?(ms|s|m|h))+", extender["httpTimeout"])
+
+
+# --- two releases, disruption budget, anti-affinity, image, runbooks (issue 18) ----------------------------------
+
+
+def render_release(release: str, namespace: str, *values: tuple[str, str]) -> list[dict[str, Any]]:
+    out = helm("template", release, str(CHART), "--namespace", namespace, *set_args(dict(values)))
+    assert out.returncode == 0, out.stderr
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
+
+
+#: Kinds without a namespace that a release's templates create (CRDs come from crds/, shared and never templated).
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "PriorityClass"}
+
+
+def test_every_cluster_scoped_name_derives_from_the_release() -> None:
+    """Two releases in one cluster must not share a cluster-scoped object (Helm refuses to adopt another release's
+    object: 'invalid ownership metadata')."""
+    all_on = tuple(ALL_ON.items())
+    first = render_release("alpha", "team-a", *all_on)
+    second = render_release("beta", "team-b", *all_on)
+    names = [{(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in CLUSTER_SCOPED}
+             for objs in (first, second)]
+    assert ("ClusterKopfPeering", "alpha-walras") in names[0] and ("ClusterKopfPeering", "beta-walras") in names[1]
+    assert names[0] & names[1] == set()
+    for objs in (first, second):
+        for o in objs:
+            if o["kind"] in CLUSTER_SCOPED:
+                assert o["metadata"]["name"].startswith(("alpha", "beta")), o["metadata"]["name"]
+    args = one(tuple(first), "Deployment", "alpha-walras")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peering=alpha-walras" in args
+
+
+def test_two_releases_install_into_a_real_api_server(control_plane: Any, tmp_path: Path) -> None:
+    """``helm install`` twice (two releases, two namespaces) against a real kube-apiserver; the second used to fail
+    on the ClusterKopfPeering named ``walras`` owned by the first."""
+    helm_bin = require("helm")
+    env_kubeconfig = str(control_plane.kubeconfig)
+    installed = []
+    try:
+        for release in ("rel-one", "rel-two"):
+            out = subprocess.run([helm_bin, "install", release, str(CHART), "--namespace", f"ns-{release}",
+                                  "--create-namespace", "--kubeconfig", env_kubeconfig, "--timeout", "60s"],
+                                 capture_output=True, text=True, timeout=180, check=False)
+            assert out.returncode == 0, out.stdout + out.stderr
+            installed.append(release)
+        peerings = control_plane.get("clusterkopfpeerings")["items"]
+        assert {"rel-one-walras", "rel-two-walras"} <= {p["metadata"]["name"] for p in peerings}
+        pdbs = control_plane.get("poddisruptionbudgets", "-A")["items"]
+        assert {("ns-rel-one", "rel-one-walras"), ("ns-rel-two", "rel-two-walras")} <= {
+            (p["metadata"]["namespace"], p["metadata"]["name"]) for p in pdbs}
+    finally:
+        for release in installed:
+            subprocess.run([helm_bin, "uninstall", release, "--namespace", f"ns-{release}", "--kubeconfig",
+                            env_kubeconfig, "--wait=false"], capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_pod_disruption_budget_covers_the_operator_pods() -> None:
+    objects = default_objects()
+    pdb = one(objects, "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
+    pod_labels = one(objects, "Deployment", RELEASE)["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert not find(render((("podDisruptionBudget.enabled", "false"),)), "PodDisruptionBudget")
+
+
+def _affinity(*values: tuple[str, str]) -> dict[str, Any]:
+    spec = one(render(tuple(values)), "Deployment", RELEASE)["spec"]["template"]["spec"]
+    return dict(spec.get("affinity") or {})
+
+
+def test_replicas_spread_over_nodes_by_default() -> None:
+    pod_labels = one(default_objects(), "Deployment", RELEASE)["spec"]["template"]["metadata"]["labels"]
+    soft = _affinity()["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    term = soft[0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= pod_labels.items()
+    hard = _affinity(("operator.podAntiAffinity", "hard"))["podAntiAffinity"]
+    assert hard["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"] == "kubernetes.io/hostname"
+    assert _affinity(("operator.podAntiAffinity", "")) == {}
+    custom = _affinity(("operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                        ".nodeSelectorTerms[0].matchExpressions[0].key", "pool"),
+                       ("operator.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                        ".nodeSelectorTerms[0].matchExpressions[0].operator", "Exists"))
+    assert set(custom) == {"nodeAffinity"}
+
+
+def test_default_image_is_what_the_dockerfile_builds_with_the_chart_app_version() -> None:
+    import tomllib
+
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == version
+    image = one(default_objects(), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"walras:{chart['appVersion']}"
+    assert f"docker build -t walras:{chart['appVersion']} ." in (ROOT / "Dockerfile").read_text()
+    install = (ROOT / "docs" / "install.md").read_text()
+    assert "docker build -t" in install and "docker push" in install and "image.repository" in install
+
+
+def test_runbook_urls_follow_the_configured_base() -> None:
+    rule = one(render((("metrics.prometheusRule.enabled", "true"),
+                       ("metrics.prometheusRule.runbookBaseURL", "https://wiki.example/walras"))), "PrometheusRule")
+    urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert urls and all(u.startswith("https://wiki.example/walras#walras") for u in urls)

@@ -61,6 +61,11 @@ app.kubernetes.io/component: scheduler
 {{- end -}}
 {{- end -}}
 
+{{/* The ClusterKopfPeering's name: cluster-scoped, so derived from the release (two releases never share it). */}}
+{{- define "walras.peeringName" -}}
+{{- default (include "walras.fullname" .) .Values.peering.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "walras.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
