@@ -63,7 +63,7 @@ logger = logging.getLogger("walras.extender")
 #: The highest score an extender may give (``MaxExtenderPriority`` in kube-scheduler).
 MAX_EXTENDER_PRIORITY = 10
 
-_encode_str: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
 
 PlanSource = Callable[[], Plan | None]
 Binder = Callable[[str, str, str, str], Awaitable[None]]  # (namespace, name, uid, node)
