@@ -14,7 +14,7 @@ from scipy.optimize import linprog
 
 from allocator.fairness import allocate, make_instance, pf_vds, ps_dsf
 
-SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
+SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}  # derandomized under CI by conftest.py
 
 
 @st.composite
