@@ -1,13 +1,19 @@
 """Benchmark for allocator.colocation (paper 001, Sec. 8): ``python -m bench.colocation [--quick]``.
 
-Writes ``docs/bench/colocation.md``. The Google trace used in Sec. 8.1.2 is not available offline, so the Section 8
-reproduction runs on a SYNTHETIC data set generated to match what Sec. 8.1.2 and Figures 1-2 describe (see
-``synthetic_dataset``). A second section builds instances from Gavel's measured GPU interference (OSDI 2020).
+Writes ``docs/bench/colocation.md``. The first section (issue 19) compares the paper's BestOrS+HILL ("before") with
+the multi-start search alone and with the default ``"auto"`` route table ("after") against brute force, on the
+Sec. 8.1.2 alpha generator and on random alpha in [0, 1] with zeros, and times them side by side on n = 2000, m = 50.
+The Google trace used in Sec. 8.1.2 is not available offline, so the Section 8 reproduction runs on a SYNTHETIC data
+set generated to match what Sec. 8.1.2 and Figures 1-2 describe (see ``synthetic_dataset``). A last section builds
+instances from Gavel's measured GPU interference (OSDI 2020).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
+import os
 import statistics
 import sys
 import time
@@ -21,7 +27,7 @@ from bench._machine import machine_line, now_utc
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "colocation.md"
 BUDGET = 10**6
-HEURISTICS = ("bestors", "bestors+hill", "one+hill", "dedic+hill")
+HEURISTICS = ("bestors", "bestors+hill", "one+hill", "dedic+hill", "search", "auto")
 
 # Sec. 8.1.2 interference coefficients (symmetric, alpha_tt = 1)
 ALPHAS = {
@@ -252,6 +258,126 @@ def gavel_section(quick: bool, seed: int) -> list[str]:
     return out
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages (the machine is shared; every timing is read next to them)."""
+    a, b, c = os.getloadavg()
+    return f"{a:.2f}/{b:.2f}/{c:.2f}"
+
+
+def brute_force(p: np.ndarray, t: np.ndarray, alpha: np.ndarray, m: int) -> float:
+    """Least eq. (1) cost over all ``m ** n`` assignments, task by task (independent of allocator.colocation)."""
+    A = np.array(list(itertools.product(range(m), repeat=p.size)), dtype=np.int64)
+    same = A[:, :, None] == A[:, None, :]
+    infl = p[None, :] * alpha[t[None, :], t[:, None]]  # [i, j] = p_j alpha[t_j, t_i]
+    return float(np.sum(same * infl[None], axis=(1, 2)).min())
+
+
+def random_alpha(rng: np.random.Generator, T: int, zeros: float = 0.3) -> np.ndarray:
+    """alpha uniform in [0, 1] with each entry set to 0 with probability ``zeros``."""
+    a = rng.uniform(0.0, 1.0, (T, T))
+    a[rng.random((T, T)) < zeros] = 0.0
+    return a
+
+
+def ratio(cost: float, opt: float) -> float:
+    """cost / optimum, with 0 / 0 = 1 (an optimum of 0 is met only by a cost of 0)."""
+    if opt <= 1e-12:
+        return 1.0 if cost <= 1e-9 else math.inf
+    return cost / opt
+
+
+QUALITY = ("bestors+hill", "search", "auto")
+
+
+def quality(quick: bool, seed: int) -> list[str]:
+    """Ratios to the optimum (brute force for n <= 9, the certified exact DP for n = 10..14) on both generators."""
+    loads, log_rho = synthetic_dataset(seed)
+    reps = 60 if quick else 300
+    out = [
+        "### Issue 19: quality against the optimum, before (BestOrS+HILL) and after (search, auto)",
+        "",
+        "Instances: n uniform in 4..9, m in 2..3, T in 2..4 (optimum by brute force over all m^n assignments, "
+        '`bench/colocation.py::brute_force`); then n in 10..14, m in 2..4 (optimum by `solve(method="exact")`, '
+        "the certified DP over machines, itself checked against brute force in tests/test_colocation_search.py). "
+        "*paper*: sizes and types from the Sec. 8.1.2 generator (`make_instance`), alpha of Sec. 8.1.2; *random*: "
+        "sizes uniform in 1..10, types uniform, alpha uniform in [0, 1] with 30 % of the entries set to 0. "
+        f'{reps} instances per row. `search` is the multi-start local search alone (`method="search"`), `auto` '
+        "the default route table (exact DP when it needs <= 5e6 transitions, the search otherwise). "
+        "An optimum of 0 counts as met only by a cost of 0.",
+        "",
+        "| generator | n | optimum by | method | optimal (%) | mean ratio | worst ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for gen in ("paper", "random"):
+        for lo_n, hi_n, ms, ref in ((4, 9, (2, 3), "brute force"), (10, 14, (2, 3, 4), "exact DP")):
+            rng = np.random.default_rng((seed, lo_n, gen == "paper"))
+            ratios: dict[str, list[float]] = {k: [] for k in QUALITY}
+            for _ in range(reps):
+                n = int(rng.integers(lo_n, hi_n + 1))
+                m = int(rng.choice(ms))
+                T = int(rng.integers(2, 5))
+                if gen == "paper":
+                    p, t = make_instance(rng, loads, log_rho, n, T)
+                    a = ALPHAS[T]
+                else:
+                    p = rng.integers(1, 11, n).astype(float)
+                    t = rng.integers(0, T, n)
+                    a = random_alpha(rng, T)
+                if ref == "brute force":
+                    opt = brute_force(p, t, a, m)
+                else:
+                    opt = solve(p, t, a, m, method="exact", exact_limit=1e9).cost
+                for meth in QUALITY:
+                    ratios[meth].append(ratio(solve(p, t, a, m, method=meth).cost, opt))
+            for meth in QUALITY:
+                r = np.array(ratios[meth])
+                out.append(
+                    f"| {gen} | {lo_n}-{hi_n} | {ref} | {meth} | {100 * np.mean(r <= 1 + 1e-9):.1f} | "
+                    f"{r.mean():.4f} | {r.max():.3f} |"
+                )
+    out += [
+        "",
+        "Targets of issue 19 (both generators): optimal on >= 90 %, worst ratio <= 1.05, mean <= 1.005.",
+        "",
+    ]
+    return out
+
+
+def issue19_timing(repeats: int = 5) -> list[str]:
+    """BestOrS+HILL and the default ``auto`` on the n = 2000, m = 50 instance, interleaved in one process."""
+    rng = np.random.default_rng(42)
+    n, m, T = 2000, 50, 4
+    p = rng.integers(1, 101, n).astype(float)
+    t = rng.integers(0, T, n)
+    a = ALPHAS[4]
+    solve(p, t, a, m, method="auto")  # compile the kernels outside the timings
+    times: dict[str, list[float]] = {"bestors+hill": [], "auto": []}
+    costs: dict[str, float] = {}
+    routes: dict[str, str] = {}
+    before = load()
+    for _ in range(repeats):
+        for meth in times:
+            t0 = time.perf_counter()
+            r = solve(p, t, a, m, method=meth)
+            times[meth].append(time.perf_counter() - t0)
+            costs[meth], routes[meth] = r.cost, r.route
+    after = load()
+    hb, au = statistics.median(times["bestors+hill"]), statistics.median(times["auto"])
+    return [
+        f"Time on n = 2000, m = 50, T = 4 (the Performance instance below), median of {repeats} interleaved runs "
+        f"in one process, load average {before} before and {after} after:",
+        "",
+        "| method | route | time (s) | cost | cost / BestOrS+HILL |",
+        "|---|---|---|---|---|",
+        f"| bestors+hill (before) | {routes['bestors+hill']} | {hb:.3f} | {costs['bestors+hill']:.1f} | 1 |",
+        f"| auto (after) | {routes['auto']} | {au:.3f} | {costs['auto']:.1f} | "
+        f"{costs['auto'] / costs['bestors+hill']:.5f} |",
+        "",
+        f"auto / BestOrS+HILL time: **{au / hb:.2f}x** (target <= 3x).",
+        "",
+    ]
+
+
 def performance() -> list[str]:
     rng = np.random.default_rng(42)
     n, m, T = 2000, 50, 4
@@ -285,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cmd = "python -m bench.colocation" + (" --quick" if args.quick else "")
     lines = header(cmd)
+    q = quality(args.quick, args.seed) + issue19_timing()
+    print("\n".join(q), flush=True)
+    lines += q
     perf = performance()
     print("\n".join(perf), flush=True)
     sec8, elapsed = section8(args.quick, args.seed)

@@ -116,16 +116,68 @@ def test_swap_is_the_only_improving_step_of_the_example():
     res = np.empty(4)
     inf = np.full(m, np.inf)
     tabu = np.zeros(4, np.int64)
-    evals = _pair(0, 1, p, t, np.zeros(4), E, G, N, mc, D, C, inf, inf, a, 0, 1.0, False, order, mstart, lo, hi,
-                  tabu, 0, False, 0.0, res)
+    evals = _pair(
+        0,
+        1,
+        p,
+        t,
+        np.zeros(4),
+        E,
+        G,
+        N,
+        mc,
+        D,
+        C,
+        inf,
+        inf,
+        a,
+        0,
+        1.0,
+        False,
+        order,
+        mstart,
+        lo,
+        hi,
+        tabu,
+        0,
+        False,
+        0.0,
+        res,
+    )
     assert evals > 0
     delta, i, j = res[0], int(res[1]), int(res[2])
     assert delta == pytest.approx(-2.0)
     assert j >= 0 and t[i] != t[j]  # a swap of two tasks of different types
     # with the tabu list holding both type-0 tasks, no step that moves them is offered
     tabu[[0, 3]] = 5
-    _pair(0, 1, p, t, np.zeros(4), E, G, N, mc, D, C, inf, inf, a, 0, 1.0, False, order, mstart, lo, hi, tabu, 1,
-          True, 0.0, res)
+    _pair(
+        0,
+        1,
+        p,
+        t,
+        np.zeros(4),
+        E,
+        G,
+        N,
+        mc,
+        D,
+        C,
+        inf,
+        inf,
+        a,
+        0,
+        1.0,
+        False,
+        order,
+        mstart,
+        lo,
+        hi,
+        tabu,
+        1,
+        True,
+        0.0,
+        res,
+    )
     assert int(res[1]) not in (0, 3) and int(res[2]) not in (0, 3)
 
 
@@ -140,8 +192,34 @@ def test_swap_with_power_cost_matches_recomputed_cost():
     mc = np.sum(N * E**2, axis=1)
     res = np.empty(4)
     inf = np.full(3, np.inf)
-    _pair(0, 1, p, t, np.zeros(9), E, G, N, mc, D, C, inf, inf, a, 1, 2.0, False, order, mstart, lo, hi,
-          np.zeros(9, np.int64), 0, False, 0.0, res)
+    _pair(
+        0,
+        1,
+        p,
+        t,
+        np.zeros(9),
+        E,
+        G,
+        N,
+        mc,
+        D,
+        C,
+        inf,
+        inf,
+        a,
+        1,
+        2.0,
+        False,
+        order,
+        mstart,
+        lo,
+        hi,
+        np.zeros(9, np.int64),
+        0,
+        False,
+        0.0,
+        res,
+    )
     i, j, dst = int(res[1]), int(res[2]), int(res[3])
     after = assign.copy()
     if j >= 0:

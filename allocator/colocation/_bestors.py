@@ -149,7 +149,6 @@ def _bestors_limited(inst: _Instance, limits: _Limits) -> np.ndarray:
     return assignment
 
 
-
 # ----------------------------------------------------------------------------------------------------------------
 # Lower bound (Sec. 8.1.3)
 # ----------------------------------------------------------------------------------------------------------------
@@ -170,5 +169,3 @@ def lower_bound(sizes: Any, types: Any, alpha: Any, n_machines: int, *, cost: An
     if inst.cost is None:
         return lin
     return float(inst.n * np.asarray(inst.cost(np.array([lin / inst.n])))[0])
-
-

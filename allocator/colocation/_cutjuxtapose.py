@@ -218,5 +218,3 @@ def _cutjuxtapose_matching(
     groups_b = _placement_machines(pb, best[1], n_b)
     assignment[orders[b]] = best[2][groups_b]
     return assignment, evaluations, complete
-
-

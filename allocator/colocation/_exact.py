@@ -172,9 +172,7 @@ def exact_partition(inst: _Instance, limits: _Limits | None = None) -> tuple[np.
         F.append(nxt)
     y = S - 1  # the full count vector
     if not np.isfinite(F[-1][y]):
-        raise InfeasibleError(
-            "infeasible: no partition respects capacity and max_tasks (exact DP over all partitions)"
-        )
+        raise InfeasibleError("infeasible: no partition respects capacity and max_tasks (exact DP over all partitions)")
     per_machine = np.zeros((layers, K), dtype=np.int64)
     for r in range(layers - 1, 0, -1):
         x = int(_dp_backtrack(F[r - 1], c1s[r], stride, radix, y, F[r][y]))

@@ -172,5 +172,3 @@ def _hill(inst: _Instance, start: np.ndarray, budget: int, limits: _Limits | Non
             f"{C[over].tolist()}); the instance may be infeasible (bin packing)"
         )
     return assignment, evaluations, moves
-
-

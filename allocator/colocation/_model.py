@@ -12,6 +12,7 @@ import numpy as np
 
 CostFn = Callable[[np.ndarray], np.ndarray]
 
+
 class InfeasibleError(ValueError):
     """No partition respecting the hard limits (capacity, max tasks per machine) was found."""
 
@@ -248,4 +249,3 @@ def _per_machine(value: Any, m: int, name: str, integer: bool) -> np.ndarray:
     if integer and np.any(np.isfinite(arr) & (arr != np.floor(arr))):
         raise ValueError(f"{name} must hold integers")
     return arr
-

@@ -141,8 +141,9 @@ def search(
         else:
             assert best is not None
             a0 = _kick(best, inst, limits, np.random.default_rng((seed, s)), KICKS[s % len(KICKS)])
-        a = local_search(sizes, types, dem, a0, alpha, m, kind, expo, limits is not None, cap, mt, left, plateau,
-                         tenure, out)
+        a = local_search(
+            sizes, types, dem, a0, alpha, m, kind, expo, limits is not None, cap, mt, left, plateau, tenure, out
+        )
         evaluations += int(out[0])
         moves += int(out[1])
         run += 1

@@ -117,8 +117,34 @@ def _extremes(assign, types, sizes, u, v, lo, hi):  # pragma: no cover - compile
 
 
 @njit(nogil=True)
-def _pair(k, l, sizes, types, dem, E, G, N, mc, D, C, cap, mt, alpha, kind, expo, limited, order, mstart, lo, hi,
-          tabu, step, use_tabu, tol, res):  # pragma: no cover - compiled
+def _pair(
+    k,
+    l,
+    sizes,
+    types,
+    dem,
+    E,
+    G,
+    N,
+    mc,
+    D,
+    C,
+    cap,
+    mt,
+    alpha,
+    kind,
+    expo,
+    limited,
+    order,
+    mstart,
+    lo,
+    hi,
+    tabu,
+    step,
+    use_tabu,
+    tol,
+    res,
+):  # pragma: no cover - compiled
     """Best move (k -> l, l -> k) or swap between machines ``k`` and ``l``; writes (delta, i, j, dst) into ``res``.
 
     ``j = -1`` for a move of task ``i`` to ``dst``. Candidates that change no cost (a lone task to an empty machine,
@@ -273,8 +299,9 @@ def _apply(i, dst, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind,
 
 
 @njit(nogil=True)
-def local_search(sizes, types, dem, assign, alpha, m, kind, expo, limited, cap, mt, budget, plateau, tenure,
-                 out):  # pragma: no cover - compiled
+def local_search(
+    sizes, types, dem, assign, alpha, m, kind, expo, limited, cap, mt, budget, plateau, tenure, out
+):  # pragma: no cover - compiled
     """Descent with moves and swaps plus zero-gain plateau steps (module docstring) from ``assign`` (modified).
 
     Returns the best partition seen; ``out`` receives (evaluations, steps taken, plateau steps taken).
@@ -316,8 +343,34 @@ def local_search(sizes, types, dem, assign, alpha, m, kind, expo, limited, cap, 
     evals = 0
     for k in range(m):
         for l in range(k + 1, m):
-            evals += _pair(k, l, sizes, types, dem, E, G, N, mc, D, C, cap, mt, alpha, kind, expo, limited, order,
-                           mstart, lo, hi, tabu, 0, False, 0.0, res)
+            evals += _pair(
+                k,
+                l,
+                sizes,
+                types,
+                dem,
+                E,
+                G,
+                N,
+                mc,
+                D,
+                C,
+                cap,
+                mt,
+                alpha,
+                kind,
+                expo,
+                limited,
+                order,
+                mstart,
+                lo,
+                hi,
+                tabu,
+                0,
+                False,
+                0.0,
+                res,
+            )
             val[k, l] = res[0]
             mi[k, l], mj[k, l], md[k, l] = int(res[1]), int(res[2]), int(res[3])
     steps = 0
@@ -350,8 +403,34 @@ def local_search(sizes, types, dem, assign, alpha, m, kind, expo, limited, cap, 
                 bv = np.inf
                 for k in range(m):
                     for l in range(k + 1, m):
-                        evals += _pair(k, l, sizes, types, dem, E, G, N, mc, D, C, cap, mt, alpha, kind, expo,
-                                       limited, order, mstart, lo, hi, tabu, pstep, True, tol, res)
+                        evals += _pair(
+                            k,
+                            l,
+                            sizes,
+                            types,
+                            dem,
+                            E,
+                            G,
+                            N,
+                            mc,
+                            D,
+                            C,
+                            cap,
+                            mt,
+                            alpha,
+                            kind,
+                            expo,
+                            limited,
+                            order,
+                            mstart,
+                            lo,
+                            hi,
+                            tabu,
+                            pstep,
+                            True,
+                            tol,
+                            res,
+                        )
                         if res[0] < bv:
                             bv, i, j, dst = res[0], int(res[1]), int(res[2]), int(res[3])
             if i < 0 or bv > tol:
@@ -387,8 +466,34 @@ def local_search(sizes, types, dem, assign, alpha, m, kind, expo, limited, cap, 
                 if (k == u and l == v) or (k == v and l == u):
                     if w == v:
                         continue  # the pair (u, v) is evaluated once
-                evals += _pair(k, l, sizes, types, dem, E, G, N, mc, D, C, cap, mt, alpha, kind, expo, limited,
-                               order, mstart, lo, hi, tabu, pstep, False, 0.0, res)
+                evals += _pair(
+                    k,
+                    l,
+                    sizes,
+                    types,
+                    dem,
+                    E,
+                    G,
+                    N,
+                    mc,
+                    D,
+                    C,
+                    cap,
+                    mt,
+                    alpha,
+                    kind,
+                    expo,
+                    limited,
+                    order,
+                    mstart,
+                    lo,
+                    hi,
+                    tabu,
+                    pstep,
+                    False,
+                    0.0,
+                    res,
+                )
                 val[k, l] = res[0]
                 mi[k, l], mj[k, l], md[k, l] = int(res[1]), int(res[2]), int(res[3])
     out[0] = evals

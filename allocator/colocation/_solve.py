@@ -79,9 +79,7 @@ def _limits(inst: _Instance, capacity: Any, max_tasks: Any, demands: Any) -> _Li
         raise ValueError(f"demands[{int(np.flatnonzero(~(dem >= 0))[0])}] must be finite and >= 0")
     limits = _Limits(
         capacity=np.inf * np.ones(inst.m) if capacity is None else _per_machine(capacity, inst.m, "capacity", False),
-        max_tasks=np.inf * np.ones(inst.m)
-        if max_tasks is None
-        else _per_machine(max_tasks, inst.m, "max_tasks", True),
+        max_tasks=np.inf * np.ones(inst.m) if max_tasks is None else _per_machine(max_tasks, inst.m, "max_tasks", True),
         demands=dem,
     )
     limits.check_obvious(inst.n)
@@ -260,8 +258,18 @@ def partition(
     (Kubernetes hard limits), ``eps=``, ``juxtapose=``, ``type_names=``, ``dp=``, ``starts=``, ``seed=``,
     ``exact_limit=``.
     """
-    allowed = {"capacity", "max_tasks", "demands", "eps", "juxtapose", "type_names", "dp", "starts", "seed",
-               "exact_limit"}
+    allowed = {
+        "capacity",
+        "max_tasks",
+        "demands",
+        "eps",
+        "juxtapose",
+        "type_names",
+        "dp",
+        "starts",
+        "seed",
+        "exact_limit",
+    }
     unknown = set(options) - allowed
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; allowed: {sorted(allowed)}")

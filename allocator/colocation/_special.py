@@ -182,5 +182,3 @@ def _round_sizes(sizes: np.ndarray, eps: float) -> np.ndarray:
     k = np.ceil(np.log(sizes[pos]) / np.log1p(eps) - 1e-9)
     out[pos] = np.power(1.0 + eps, k)
     return out
-
-
