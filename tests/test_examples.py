@@ -1,10 +1,17 @@
-"""examples/: the packaged copy, coverage of every policy and utility, Gavel numbers, and `walras plan` on them."""
+"""examples/: the packaged copy, coverage of every policy and utility, Gavel numbers, `walras plan` on them, and
+that ``kubectl apply -R -f examples/`` is safe on a real cluster (no Node objects, every namespace it uses created).
+
+What a user applies lives in ``examples/``; the emulated nodes the demo (and offline planning) uses live in
+``operator/walras/data/emulated-nodes.yaml``; ``operator/walras/data/examples.yaml`` (what ``walras demo`` loads) is
+the concatenation of both, in :data:`PACKAGED_SOURCES` order.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,17 +23,62 @@ from walras.planner.spec import parse_job, parse_pool, parse_profile
 from allocator.datasets import gavel_throughputs
 
 ROOT = Path(__file__).resolve().parents[1]
+NODES = ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml"
+#: The files ``operator/walras/data/examples.yaml`` concatenates, relative to the repository root.
+PACKAGED_SOURCES = ("operator/walras/data/emulated-nodes.yaml", "examples/00-namespaces.yaml", "examples/pools.yaml",
+                    "examples/profile.yaml", "examples/jobs/gpu.yaml", "examples/jobs/cpu.yaml")
+WALRAS_KINDS = {"ResourcePool", "FungibleJob", "ColocationProfile"}
+
+
+def packaged_text() -> str:
+    """The packaged file built from its sources (documents separated by ``---``, each headed by its path)."""
+    parts = [f"# --- {name}\n" + (ROOT / name).read_text().rstrip("\n") + "\n" for name in PACKAGED_SOURCES]
+    return "---\n".join(parts)
 
 
 def test_packaged_copy_equals_examples() -> None:
     packaged = ROOT / "operator" / "walras" / "data" / "examples.yaml"
-    assert packaged.read_text() == examples.concatenate(ROOT / "examples")
-    on_disk = sorted(str(p.relative_to(ROOT / "examples")) for p in (ROOT / "examples").rglob("*.yaml"))
-    assert on_disk == sorted(examples.FILES)
+    assert packaged.read_text() == packaged_text()
+    on_disk = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.yaml"))
+    assert on_disk == sorted(n for n in PACKAGED_SOURCES if n.startswith("examples/"))
+
+
+def test_examples_are_safe_to_apply_to_a_real_cluster() -> None:
+    """Only Namespaces and Walras objects under examples/ (no Node), every namespace used is created there, and
+    the Namespace file sorts first (``kubectl apply -R`` walks files in lexical order)."""
+    files = sorted((ROOT / "examples").rglob("*.yaml"))
+    docs = [d for f in files for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
+    assert {d["kind"] for d in docs} == WALRAS_KINDS | {"Namespace"}
+    created = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
+    used = {d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}
+    assert used and used <= created
+    assert files[0].name == "00-namespaces.yaml"
+    nodes = [d for d in yaml.safe_load_all(NODES.read_text()) if isinstance(d, dict)]
+    assert nodes and {d["kind"] for d in nodes} == {"Node"}
+
+
+def test_kubectl_apply_recursive_on_a_real_api_server(control_plane: Any) -> None:
+    """``kubectl apply -R -f examples/`` after the CRDs, against a real kube-apiserver: it succeeds on the first
+    try and creates no Node."""
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+        control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    nodes_before = {n["metadata"]["name"] for n in control_plane.get("nodes")["items"]}
+    try:
+        out = control_plane.kubectl("apply", "-R", "-f", str(ROOT / "examples"))
+        assert "fungiblejob.walras.dev/resnet50 created" in out.stdout, out.stdout
+        assert {n["metadata"]["name"] for n in control_plane.get("nodes")["items"]} == nodes_before
+        jobs = control_plane.get("fungiblejobs", "-A")["items"]
+        assert {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs} >= {("ml", "resnet50"),
+                                                                                         ("web", "frontend")}
+    finally:
+        control_plane.kubectl("delete", "-R", "-f", str(ROOT / "examples"), "--wait=false", "--ignore-not-found",
+                              check=False)
 
 
 def test_packaged_snapshot_equals_directory_snapshot() -> None:
-    packaged, directory = examples.snapshot(), load_manifests(ROOT / "examples")
+    packaged, directory = examples.snapshot(), load_manifests([ROOT / "examples", NODES])
     for field in ("nodes", "pods", "pools", "jobs", "profiles"):
 
         def key(obj: dict) -> tuple[str, str]:
@@ -78,7 +130,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 
 def test_walras_plan_json_on_examples(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples"), "--json"], capsys)
+    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples"), "-f", str(NODES), "--json"], capsys)
     assert status == 0
     data = json.loads(out)
     assert set(data["pools"]) == {"k80", "p100", "v100", "cpu"}
@@ -89,7 +141,7 @@ def test_walras_plan_json_on_examples(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_walras_plan_table_and_bad_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples")], capsys)
+    status, out, _ = run_cli(["plan", "-f", str(ROOT / "examples"), "-f", str(NODES)], capsys)
     assert status == 0
     assert "POOL" in out and "v100" in out and "solver:" in out
     status, _, err = run_cli(["plan", "-f", str(tmp_path / "missing.yaml")], capsys)
