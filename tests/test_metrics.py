@@ -183,11 +183,38 @@ def test_no_created_series() -> None:
     text = m.exposition().decode()
     assert "walras_pods_bound_total" in text
     assert "_created" not in text
-    body, content_type = m.render("application/openmetrics-text; version=1.0.0")
-    assert content_type.startswith("application/openmetrics-text")
-    assert b"_created" not in body and body.rstrip().endswith(b"# EOF")
-    body, content_type = m.render(None)
-    assert content_type.startswith("text/plain") and body == m.exposition()
+    from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
+
+    body = openmetrics(m.registry)
+    assert b"walras_pods_bound_total" in body and b"_created" not in body and body.rstrip().endswith(b"# EOF")
+
+
+def test_metrics_endpoint_is_prometheus_clients_handler() -> None:
+    """``walras run``'s /metrics: the text format by default, OpenMetrics when the scraper asks for it (as
+    Prometheus does), both from prometheus-client's own aiohttp handler."""
+    import asyncio
+
+    from aiohttp.test_utils import TestClient, TestServer
+    from walras.cli.run import metrics_app
+
+    m = WalrasMetrics()
+    m.plan_succeeded(make_plan())
+
+    async def scrape() -> list[tuple[str, str]]:
+        async with TestClient(TestServer(metrics_app(m))) as client:
+            out = []
+            for accept in ("", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"):
+                resp = await client.get("/metrics", headers={"Accept": accept} if accept else {})
+                assert resp.status == 200
+                out.append((resp.headers["Content-Type"], await resp.text()))
+            resp = await client.get("/metrics", params={"name[]": "walras_pool_price"})
+            out.append((resp.headers["Content-Type"], await resp.text()))
+            return out
+
+    (text_type, text), (om_type, om), (_, filtered) = asyncio.run(scrape())
+    assert text_type.startswith("text/plain") and 'walras_pool_price{pool="v100"' in text
+    assert om_type.startswith("application/openmetrics-text") and om.rstrip().endswith("# EOF")
+    assert "walras_pool_price" in filtered and "walras_pool_capacity" not in filtered
 
 
 def test_metric_names_carry_units_and_suffixes() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from walras.planner.model import Condition, JobPlan, Plan
 
@@ -249,9 +249,3 @@ class WalrasMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
-
-    def render(self, accept: str | None) -> tuple[bytes, str]:
-        """The body and content type for a scrape with this ``Accept`` header: prometheus-client's own negotiation
-        (OpenMetrics when asked for, the text format otherwise), as its ``MetricsHandler`` does."""
-        encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type

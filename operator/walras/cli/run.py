@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from walras.cli.errors import UsageError
 from walras.extender import Extender
@@ -59,21 +60,13 @@ def setup_logging() -> None:
 
 
 def metrics_app(metrics: WalrasMetrics) -> web.Application:
-    """``/metrics`` (Prometheus text exposition, or OpenMetrics when the scraper asks for it) and ``/healthz``.
-
-    The body and content type come from prometheus-client's own negotiation (:meth:`WalrasMetrics.render`, which
-    calls ``prometheus_client.exposition.choose_encoder``); this handler only moves them onto aiohttp, which already
-    serves the extender in the same event loop (see docs/design-choices.md)."""
-
-    async def serve(request: web.Request) -> web.Response:
-        body, content_type = metrics.render(request.headers.get("Accept"))
-        return web.Response(body=body, headers={"Content-Type": content_type})
-
+    """``/metrics`` served by prometheus-client's own aiohttp handler (content negotiation with OpenMetrics,
+    ``name[]`` filtering, compression) on the operator's registry, and ``/healthz``."""
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     app = web.Application()
-    app.router.add_get("/metrics", serve)
+    app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
     app.router.add_get("/healthz", healthz)
     return app
 
