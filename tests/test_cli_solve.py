@@ -14,7 +14,7 @@ from allocator import pricing, utilities
 
 KEYS = {
     "n_jobs", "n_resources", "utility", "prices", "utility_value", "dual_value", "gap", "iterations", "converged",
-    "seconds", "device",
+    "seconds", "startup_seconds", "import_seconds", "kernel_route", "device",
 }
 
 

@@ -179,3 +179,20 @@ def test_numba_cache_is_on_the_writable_tmp_volume() -> None:
     assert found and found.group(1).startswith("/tmp/")
     deployment = (ROOT / "helm" / "walras" / "templates" / "deployment.yaml").read_text()
     assert "readOnlyRootFilesystem: true" in deployment and "mountPath: /tmp" in deployment
+
+
+def test_pricing_kernels_are_compiled_ahead_of_time_in_the_build_stage() -> None:
+    """A fresh pod's first plan must not import numba or compile (allocator/pricing/kernels.py, route "aot"): the
+    build stage compiles the kernels after installing the project and checks that the route loads; the compiler
+    stays in the build stage."""
+    runs = [a for i, a in BUILD.instructions if i == "RUN"]
+    project_at = next(n for n, a in enumerate(runs) if re.search(r"pip install \.(\s|$)", a))
+    aot_at = next(n for n, a in enumerate(runs) if "python -m allocator.pricing.aot" in a)
+    assert project_at <= aot_at
+    assert "gcc" in runs[aot_at] and "k.route == 'aot'" in runs[aot_at]
+    assert runs[aot_at].index("apt-get install") < runs[aot_at].index("python -m allocator.pricing.aot")
+    assert not any(i == "RUN" and "gcc" in a for i, a in FINAL.instructions)
+    from allocator.pricing import kernels
+
+    assert kernels.AOT_MODULE == "allocator.pricing._kernels_aot"
+

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator._pricing_kernel import solve_hull, solve_pairs
+from allocator.pricing.subproblem import solve_hull, solve_pairs
 
 F64 = torch.float64
 
@@ -71,7 +71,7 @@ def test_worked_example_log_optimum() -> None:
     "family", ["log", "linear", "target", "power", "power-neg", "alpha", "alpha-0", "alpha-1", "mixed-alpha"]
 )
 def test_compiled_walk_matches_the_torch_walk(family: str, dtype: torch.dtype) -> None:
-    """The compiled CPU hull walk (allocator._pricing_numba) against the torch walk, per job: the same vertices
+    """The compiled CPU hull walk (allocator.pricing.kernels) against the torch walk, per job: the same vertices
     (allowing a rare last-bit difference of compound formulas) and the same net utility."""
     rng = np.random.default_rng(5)
     n, m = 4000, 5
@@ -247,7 +247,7 @@ def test_agrees_with_cvxpy_clarabel(family: str, demand_kind: str) -> None:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_primal_recovery_on_small_instances(family: str, seed: int) -> None:
     """Small markets sit on kinks of g (jobs indifferent between pools); the LP split of the tied jobs
-    (``allocator._pricing_recovery``) must bring the returned allocation within 1e-3 per job of CVXPY's U*."""
+    (``allocator.pricing.recovery``) must bring the returned allocation within 1e-3 per job of CVXPY's U*."""
     rng = np.random.default_rng(len(family) + 100 * seed)
     n, m = int(rng.integers(40, 200)), int(rng.integers(2, 9))
     a = rng.uniform(0.1, 1.0, (n, m))
@@ -352,6 +352,58 @@ def test_section_62_statistics_target_priority() -> None:
     # 004: "virtually all of the high priority jobs"; measured here: 96 % (see docs/bench/pricing.md)
     assert reached[high].mean() > 0.95
     assert reached[high].mean() > reached[~high].mean()
+
+
+def test_section_62_target_priority_at_the_default_tolerance() -> None:
+    """004 Sec. 6.2 at the paper's size and with the default tolerance: "over 95%" of jobs reach the target 0.2 and
+    "virtually all" high-priority jobs do. With the paper's absolute ``eps = 1e-3 n`` this failed (77.0 % exactly,
+    85.6 % within 0.1 %): the optimum is about -1.3e-3 per job, so that tolerance accepted 1.6 times the optimal
+    shortfall; the default tolerance is now 1e-3 of the utility range ``sum_i w_i t_des_i``."""
+    n = 1_000_000
+    a, r = _section_62(n)
+    u = U.from_spec("target:0.2:1,2", n, seed=0)
+    w = u.weight.numpy()  # type: ignore[attr-defined]
+    res = pricing.solve(a, r, u, device="cpu")
+    assert res.converged
+    assert res.eps == pytest.approx(1e-3 * float((0.2 * w).sum()))
+    reached = res.throughputs >= 0.2 * (1 - 1e-3)  # at the target up to the 0.1 % accuracy of the tolerance
+    assert reached.mean() > 0.95
+    assert reached[w == 2.0].mean() > 0.99
+
+
+def test_target_priority_default_tolerance_holds_against_highs() -> None:
+    """The default tolerance is a guarantee against the exact optimum: U* (HiGHS on the LP form of the
+    target-priority problem, shortfalls ``s_i >= t_des_i - a_i^T x_i``) minus the returned allocation's utility is at
+    most ``1e-3 sum_i w_i t_des_i``."""
+    import scipy.optimize
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(4)
+    n, m = 400, 4
+    a, r = _section_62(n, seed=4)
+    target = rng.uniform(0.15, 0.3, n)
+    w = rng.choice([1.0, 2.0], n)
+    res = pricing.solve(a, r, U.TargetPriority(target, w), device="cpu", dtype="float64")
+    # variables: x (n*m, row-major), then s (n); maximise -w^T s
+    cost = np.concatenate([np.zeros(n * m), w])
+    rows = np.repeat(np.arange(n), m)
+    a64 = a.astype(np.float64)
+    var = np.arange(n * m)
+    cols = np.tile(np.arange(m), n)
+    short = sp.hstack([sp.csr_matrix((-a64.reshape(-1), (rows, var)), shape=(n, n * m)), -sp.eye(n)])
+    time_ = sp.hstack([sp.csr_matrix((np.ones(n * m), (rows, var)), shape=(n, n * m)), sp.csr_matrix((n, n))])
+    cap = sp.hstack([sp.csr_matrix((np.ones(n * m), (cols, var)), shape=(m, n * m)), sp.csr_matrix((m, n))])
+    lp = scipy.optimize.linprog(
+        cost, A_ub=sp.vstack([short, time_, cap]), b_ub=np.concatenate([-target, np.ones(n), r]), method="highs"
+    )
+    assert lp.status == 0
+    u_star = -lp.fun
+    x = res.allocation.astype(np.float64)
+    assert (x.sum(1) <= 1 + 1e-9).all() and (x.sum(0) <= r * (1 + 1e-9)).all()
+    u_x = float((w * np.minimum((a64 * x).sum(1) - target, 0)).sum())
+    assert res.eps == pytest.approx(1e-3 * float((w * target).sum()))
+    assert res.dual_value >= u_star - 1e-6 * n
+    assert u_star - u_x <= res.eps
 
 
 # ----------------------------------------------------------------------------------------------- bad input
@@ -490,7 +542,7 @@ def test_small_problems_restore_the_thread_count() -> None:
 def test_split_jobs_is_a_lower_bound_on_the_tied_jobs(family: str) -> None:
     """The early exit of the LP recovery counts jobs strictly inside a hull segment; every one of them must be
     among the tied jobs the recovery itself finds (with no limit on their number)."""
-    from allocator._pricing_recovery import recover_allocation, split_jobs
+    from allocator.pricing.recovery import recover_allocation, split_jobs
 
     rng = np.random.default_rng(7)
     n, m = 400, 4
@@ -656,8 +708,8 @@ def test_a_float32_run_that_stalls_continues_in_float64() -> None:
 def test_compiled_helpers_match_their_torch_expressions() -> None:
     """The one-pass kernels behind dense allocations, change detection and column-scaled throughputs against the
     torch expressions they replace (float32, bit for bit)."""
-    from allocator._pricing_kernel import Subsolution
-    from allocator._pricing_numba import dense_fill, rows_differ, scaled_throughput
+    from allocator.pricing.kernels import dense_fill, rows_differ, scaled_throughput
+    from allocator.pricing.subproblem import Subsolution
 
     rng = np.random.default_rng(9)
     n, m = 3000, 5

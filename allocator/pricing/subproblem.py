@@ -22,7 +22,7 @@ and ``c_i`` is the lower convex hull of the points ``(0, 0)`` and ``(a_ij, c_ij)
     utility on every chord; kept as an independent reference and for the hull-vs-pairs benchmark.
 
 On CPU, for the built-in utility families, :func:`solve_hull` runs the same walk compiled, one job at a time
-(:mod:`allocator._pricing_numba`): the torch walk costs a few dozen tensor operations per evaluation whatever ``n``
+(:mod:`allocator.pricing.kernels`): the torch walk costs a few dozen tensor operations per evaluation whatever ``n``
 is, which dominates small markets (10^4 jobs: about 3.5x slower than the compiled walk on this project's 2-core
 machine, 1 thread). The torch walk remains the path on CUDA and for user-defined utilities, and the reference the
 compiled walk is tested against.
@@ -72,7 +72,7 @@ class Subsolution:
         """The allocation as an ``n x m`` matrix, each column multiplied by ``scale`` (``(m,)``) when given."""
         n = self.t.shape[0]
         if self.t.device.type == "cpu":
-            from allocator._pricing_numba import dense_fill
+            from allocator.pricing.kernels import dense_fill
 
             s = np.ones(m) if scale is None else scale.detach().double().cpu().numpy()
             out = dense_fill(
@@ -122,17 +122,20 @@ def solve_hull(
     The walk records only ``t`` and the segment ends per job; :func:`_assemble` derives the rest once at the end.
 
     On CPU, for the built-in utility families (``utility.kernel_spec()``), the same walk runs compiled, one job at a
-    time (:mod:`allocator._pricing_numba`), unless ``compiled=False``; ``compiled=True`` requires it. The torch walk
+    time (:mod:`allocator.pricing.kernels`), unless ``compiled=False``; ``compiled=True`` requires it. The torch walk
     below is the path everywhere else (CUDA, user-defined utilities).
     """
     if compiled is not False and a.device.type == "cpu":
         spec = getattr(utility, "kernel_spec", None)
         fast = spec() if spec is not None else None
         if fast is not None:
-            from allocator._pricing_numba import walk
+            from allocator.pricing.kernels import walk
 
             an = a.detach().contiguous().numpy()
-            cn = c.detach().to(a.dtype).contiguous().numpy()
+            c = c.detach().to(a.dtype)
+            if c.shape[0] > 1 and c.stride(0) == 0:
+                c = c[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
+            cn = c.contiguous().numpy()
             family, w, q = fast
             # parameters in the working dtype, as the torch walk uses them (a float32 quotient w / alpha rounds as
             # it does there, so a job at a vertex is reported at the same vertex)

@@ -35,12 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse
 import torch
 from torch import Tensor
 
-from allocator._pricing_kernel import Subsolution
+from allocator.pricing.subproblem import Subsolution
 from allocator.utilities import Utility
 
 __all__ = ["MAX_TIED", "Recovery", "recover_allocation", "split_jobs"]
@@ -243,6 +241,10 @@ def recover_allocation(
     k = first.size
     if k > max_tied:
         return None
+    # scipy (0.5 s to import) is loaded only when an LP is actually solved, not by ``import allocator.pricing``
+    import scipy.optimize
+    import scipy.sparse
+
     cand_t, a_t, d_t, slopes, lengths = cand_t[first], a_t[first], d_t[first], slopes[first], lengths[first]
     w = weight.astype(np.float64)
     rows, cols = np.nonzero(cand_t)

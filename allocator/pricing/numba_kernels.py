@@ -1,15 +1,20 @@
 """Compiled CPU kernel of the per-job subproblem (paper 004, Sec. 4, Alg. 1): the hull walk of
-:func:`allocator._pricing_kernel.solve_hull`, one job at a time in a loop compiled by numba.
+:func:`allocator.pricing.subproblem.solve_hull`, one job at a time in a loop compiled by numba.
 
 The vectorised torch walk costs a few dozen tensor operations per dual evaluation whatever the number of jobs, which
 is most of an evaluation below ~10^4 jobs (per-operation overhead, not arithmetic). This kernel walks each job's lower
 convex hull of ``(0, 0), (a_ij, c_ij)`` left to right exactly as the torch version does (the next vertex is the
 point right of the current one with the smallest slope, the first such point on ties; the walk stops at the first
 segment whose maximiser lies left of its right end), with the utility's maximiser of ``u(t) - alpha t`` on a segment
-in closed form (eqs. 15-16) for the built-in families, and assembles the :class:`~allocator._pricing_kernel.Subsolution`
-fields (``x_hi = (t - a_lo) / (a_hi - a_lo)``, Sec. 4.1). Slopes are computed in the input's dtype as in the torch
-walk and the maximisers rounded to it, so the two walks visit the same vertices; a compound formula (power, alpha-fair,
-the split ``x_hi``) can still differ in the last bit. The tests compare the two walks.
+in closed form (eqs. 15-16) for the built-in families, and assembles the
+:class:`~allocator.pricing.subproblem.Subsolution` fields (``x_hi = (t - a_lo) / (a_hi - a_lo)``, Sec. 4.1).
+Slopes are computed in the input's dtype as in the torch walk and the maximisers rounded to it, so the two walks
+visit the same vertices; a compound formula (power, alpha-fair, the split ``x_hi``) can still differ in the last bit.
+The tests compare the two walks.
+
+This module is the source of both routes of :mod:`allocator.pricing.kernels`: imported, it compiles just in time
+(numba, on-disk cache where one is writable); :mod:`allocator.pricing.aot` compiles the same functions ahead of time
+into an extension module for the signatures in :data:`SIGNATURES`.
 
 Families (``family`` code, per-job ``w`` = weight and ``q`` = the family's parameter):
 0 linear ``w t``; 1 log ``w log t``; 2 power ``sign(q) w t^q`` (``q = 1`` linear); 3 alpha-fair ``w t^(1-q)/(1-q)``
@@ -58,13 +63,16 @@ def _argmax(family: int, w: float, q: float, alpha: float, gamma: float, delta: 
 def hull_walk(
     a, c, family, w, q, single, t_out, j_lo_out, j_hi_out, x_lo_out, a_lo_out, c_lo_out, x_hi_out, a_hi_out, c_hi_out
 ):
-    """Fill the ``*_out`` arrays (length ``n``) with every job's subproblem solution; ``w`` and ``q`` have length
-    ``n`` or 1 (shared); ``single``: the arrays are float32."""
+    """Fill the ``*_out`` arrays (length ``n``) with every job's subproblem solution; ``c`` has ``n`` rows or one
+    (costs shared by all jobs: unit demands), ``w`` and ``q`` have length ``n`` or 1 (shared); ``single``: the arrays
+    are float32."""
     n, m = a.shape
     inf = math.inf
     shared_w = w.shape[0] == 1
     shared_q = q.shape[0] == 1
+    shared_c = c.shape[0] == 1
     for i in range(n):
+        ci = 0 if shared_c else i
         wi = w[0] if shared_w else w[i]
         qi = q[0] if shared_q else q[i]
         # step 0 from the origin: the most efficient pool (smallest c / a among a > 0)
@@ -73,7 +81,7 @@ def hull_walk(
         for j in range(m):
             aj = a[i, j]
             if aj > 0:
-                sl = c[i, j] / aj
+                sl = c[ci, j] / aj
                 if sl < s:
                     s = sl
                     k = j
@@ -94,7 +102,7 @@ def hull_walk(
         jh = k
         if not t < na:
             cur_a = na
-            cur_c = c[i, k]
+            cur_c = c[ci, k]
             cur_j = k
             for _ in range(1, m):
                 s = inf
@@ -102,7 +110,7 @@ def hull_walk(
                 for j in range(m):
                     da = a[i, j] - cur_a
                     if da > 0:
-                        sl = (c[i, j] - cur_c) / da
+                        sl = (c[ci, j] - cur_c) / da
                         if sl < s:
                             s = sl
                             k2 = j
@@ -118,13 +126,13 @@ def hull_walk(
                 if t < na:
                     break
                 cur_a = na
-                cur_c = c[i, k2]
+                cur_c = c[ci, k2]
                 cur_j = k2
         # assemble (Sec. 4.1): the point t of segment (lo, hi) as a convex combination of its ends
         alo = float(a[i, jl]) if jl < m else 0.0
-        clo = float(c[i, jl]) if jl < m else 0.0
+        clo = float(c[ci, jl]) if jl < m else 0.0
         ahi = float(a[i, jh]) if jh < m else 0.0
-        chi = float(c[i, jh]) if jh < m else 0.0
+        chi = float(c[ci, jh]) if jh < m else 0.0
         span = ahi - alo
         xhi = (t - alo) / span if (jh < m and span > 0) else 0.0
         t_out[i] = t
@@ -138,20 +146,8 @@ def hull_walk(
         c_hi_out[i] = chi
 
 
-def walk(a: np.ndarray, c: np.ndarray, family: int, w: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Run :func:`hull_walk` on C-contiguous ``a``, ``c`` (same float dtype); returns ``(t, j_lo, x_lo, a_lo, c_lo,
-    j_hi, x_hi, a_hi, c_hi)`` as new arrays (floats in ``a``'s dtype, indices int64)."""
-    n = a.shape[0]
-    dt = a.dtype
-    t, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi = (np.empty(n, dtype=dt) for _ in range(7))
-    j_lo = np.empty(n, dtype=np.int64)
-    j_hi = np.empty(n, dtype=np.int64)
-    hull_walk(a, c, family, w, q, dt == np.float32, t, j_lo, j_hi, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi)
-    return t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi
-
-
 @njit(nogil=True)
-def _dense_fill(j_lo, x_lo, j_hi, x_hi, scale, out):
+def dense_fill_kernel(j_lo, x_lo, j_hi, x_hi, scale, out):
     m = out.shape[1]
     for i in range(out.shape[0]):
         j = j_lo[i]
@@ -162,18 +158,8 @@ def _dense_fill(j_lo, x_lo, j_hi, x_hi, scale, out):
             out[i, j] += x_hi[i] * scale[j]
 
 
-def dense_fill(
-    j_lo: np.ndarray, x_lo: np.ndarray, j_hi: np.ndarray, x_hi: np.ndarray, scale: np.ndarray, m: int, dtype: np.dtype
-) -> np.ndarray:
-    """The ``n x m`` allocation of a subsolution (pool ``m`` = none), column ``j`` scaled by ``scale[j]``: one pass
-    over the jobs instead of an ``n x (m + 1)`` scatter and a scaled copy."""
-    out = np.zeros((j_lo.shape[0], m), dtype=dtype)
-    _dense_fill(j_lo, x_lo, j_hi, x_hi, scale.astype(dtype), out)
-    return out
-
-
 @njit(nogil=True)
-def _rows_differ(a, b, out):
+def rows_differ_kernel(a, b, out):
     n, m = a.shape
     for i in range(n):
         for j in range(m):
@@ -182,31 +168,28 @@ def _rows_differ(a, b, out):
                 break
 
 
-def rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``(a != b).any(axis=1)`` for two C-contiguous matrices of one shape and dtype, in one pass without the
-    ``n x m`` temporary (the change detection of an incremental re-solve)."""
-    out = np.zeros(a.shape[0], dtype=np.bool_)
-    _rows_differ(a, b, out)
-    return out
-
-
 @njit(nogil=True)
-def _scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale, out):
+def scaled_throughput_kernel(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale, out):
     for i in range(out.shape[0]):
         out[i] = a_lo[i] * x_lo[i] * scale[j_lo[i]] + a_hi[i] * x_hi[i] * scale[j_hi[i]]
 
 
-def scaled_throughput(
-    a_lo: np.ndarray,
-    x_lo: np.ndarray,
-    j_lo: np.ndarray,
-    a_hi: np.ndarray,
-    x_hi: np.ndarray,
-    j_hi: np.ndarray,
-    scale: np.ndarray,
-) -> np.ndarray:
-    """Each job's throughput after column scaling (004 Sec. 5): ``a_lo x_lo s[j_lo] + a_hi x_hi s[j_hi]`` with
-    ``scale`` of length ``m + 1`` (the last entry, for "no pool", is 1)."""
-    out = np.empty(a_lo.shape[0], dtype=a_lo.dtype)
-    _scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale.astype(a_lo.dtype), out)
+def _signatures() -> dict[str, list[tuple[str, str]]]:
+    """``{kernel: [(suffix, numba signature), ...]}``: the argument types the wrappers of
+    :mod:`allocator.pricing.kernels` pass (C-contiguous arrays, float32 or float64 values, int64 indices)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for f in ("f4", "f8"):
+        v = f"{f}[::1]"
+        out.setdefault("hull_walk", []).append(
+            (f, f"void({f}[:, ::1], {f}[:, ::1], i8, {v}, {v}, b1, {v}, i8[::1], i8[::1], " + ", ".join([v] * 6) + ")")
+        )
+        out.setdefault("dense_fill_kernel", []).append((f, f"void(i8[::1], {v}, i8[::1], {v}, {v}, {f}[:, ::1])"))
+        out.setdefault("rows_differ_kernel", []).append((f, f"void({f}[:, ::1], {f}[:, ::1], b1[::1])"))
+        out.setdefault("scaled_throughput_kernel", []).append(
+            (f, f"void({v}, {v}, i8[::1], {v}, {v}, i8[::1], {v}, {v})")
+        )
     return out
+
+
+#: Ahead-of-time signatures per kernel (export name = kernel name + ``_`` + suffix).
+SIGNATURES = _signatures()

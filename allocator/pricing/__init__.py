@@ -1,0 +1,65 @@
+"""Price discovery for fungible resources across node pools (paper 004, Sec. 3-5, Alg. 2, vector demands of Sec. 7.1).
+
+The problem (eq. 4 with demands)::
+
+    maximise    sum_i u_i(a_i^T x_i)
+    subject to  x_i >= 0,  1^T x_i <= 1,           i = 1..n
+                sum_i d_i * x_i <= R                (elementwise; d_i a scalar or an m-vector)
+
+``a_ij`` is job ``i``'s throughput on pool ``j``, ``R_j`` the pool's capacity, ``x_ij`` the fraction of time job
+``i`` runs on pool ``j`` and ``u_i`` a concave nondecreasing utility (:mod:`allocator.utilities`).
+
+Method (Alg. 2): the dual function ``g(p) = p^T R + sum_i max_{x_i} [u_i(a_i^T x_i) - (p * d_i)^T x_i]`` (Sec. 3)
+splits into one small problem per job, solved analytically and vectorised over all jobs
+(Sec. 4 / Alg. 1). ``q = R - r`` is a subgradient (eq. 9). Prices are updated by
+a projected L-BFGS on ``p >= 0`` (memory 10, Armijo backtracking along the projected path, preconditioned by the
+unit-elasticity scaling ``diag(p / R)``), falling back to projected subgradient steps when the line search fails
+(Sec. 5). Every evaluation also yields a feasible allocation, by scaling down the columns of over-used pools
+(Sec. 5), whose utility is a lower bound; the method stops when ``g(p) - U(X_feasible) <= eps`` (default ``eps =
+1e-3 n``, scaled by the utility's range for target-priority: :func:`default_eps`). Initial prices are eq. (17)
+(:func:`allocator.utilities.initial_prices`), or the given ``prices`` (warm start); cold starts of at least 5000
+jobs first solve a seeded random sample of the jobs from eq. (17) and start from its prices and L-BFGS curvature
+(:class:`PriceDiscovery`, "presolve"), which leaves two to four full-size evaluations on 004 Sec. 6.2 instead of 13.
+The thread policy of CPU solves is :mod:`allocator.pricing.threads`.
+
+Scale-out: the dual function is a sum over jobs, so :func:`solve_distributed` shards jobs over the processes of a
+``torch.distributed`` group and all-reduces resource usage, dual and primal sums every evaluation; the price update
+is replicated identically on every rank.
+
+Modules, one job each:
+
+- :mod:`~allocator.pricing.problem`: the problem's data, input validation and conversion, change detection;
+- :mod:`~allocator.pricing.subproblem`: the per-job subproblem (hull walk, all-pairs reference), Sec. 4;
+- :mod:`~allocator.pricing.kernels`: the compiled CPU kernels and their loading routes (ahead of time or just in
+  time; :mod:`~allocator.pricing.numba_kernels` is their source, :mod:`~allocator.pricing.aot` the AOT build);
+- :mod:`~allocator.pricing.oracle`: the dual oracle: ``g(p)``, its subgradient and the feasible allocation, Sec. 3, 5;
+- :mod:`~allocator.pricing.recovery`: the exact LP split of tied jobs (primal recovery; imports scipy when used);
+- :mod:`~allocator.pricing.lbfgs`: the projected L-BFGS price update and stopping rule, Alg. 2;
+- :mod:`~allocator.pricing.threads`: torch threads of a CPU solve;
+- :mod:`~allocator.pricing.result`: the result types;
+- :mod:`~allocator.pricing.discovery`: the driver (presolve, escalation, incremental re-solves) and entry points.
+
+``import allocator.pricing`` loads torch and numpy, not scipy or numba: the kernels load on the first solve (outside
+its clock) or when :func:`load_kernels` is called, the LP solver when a recovery first needs it.
+"""
+
+from __future__ import annotations
+
+from allocator.pricing.discovery import PriceDiscovery, default_eps, solve, solve_distributed
+from allocator.pricing.kernels import load as load_kernels
+from allocator.pricing.oracle import dual_evaluation
+from allocator.pricing.problem import resolve_device, resolve_dtype
+from allocator.pricing.result import IterationRecord, PricingResult
+
+__all__ = [
+    "IterationRecord",
+    "PriceDiscovery",
+    "PricingResult",
+    "default_eps",
+    "dual_evaluation",
+    "load_kernels",
+    "resolve_device",
+    "resolve_dtype",
+    "solve",
+    "solve_distributed",
+]

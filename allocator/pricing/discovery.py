@@ -1,0 +1,518 @@
+"""The driver of price discovery (004 Alg. 2): :class:`PriceDiscovery` (configuration, presolve on a job sample,
+float64 escalation, incremental re-solves) and the entry points :func:`solve` and :func:`solve_distributed`."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from allocator.pricing import kernels
+from allocator.pricing.lbfgs import LBFGSRun
+from allocator.pricing.oracle import DualOracle, Evaluation
+from allocator.pricing.problem import (
+    ArrayLike,
+    Problem,
+    changed_rows,
+    first_bad,
+    prepare,
+    resolve_device,
+    resolve_dtype,
+    to_tensor,
+    validate_throughput,
+)
+from allocator.pricing.result import PricingResult, Reuse, Status
+from allocator.pricing.threads import intra_op_threads
+from allocator.utilities import Utility, initial_prices
+
+__all__ = ["EPS_RELATIVE", "PriceDiscovery", "default_eps", "solve", "solve_distributed", "utility_scale"]
+
+#: The default tolerance on the duality gap is this fraction of the utility scale (:func:`utility_scale`).
+EPS_RELATIVE = 1e-3
+
+
+def utility_scale(utility: Utility, n: int) -> float:
+    """``sum_i s_i``: the utilities' scale for the default stopping rule (:func:`default_eps`).
+
+    ``s_i`` is what the utility defines (:meth:`allocator.utilities.UtilityBase.gap_scale`): 1 for log, linear,
+    power and alpha-fair utilities, ``w_i t_des_i`` for target-priority; 1 per job for a utility that defines none.
+    """
+    fn = getattr(utility, "gap_scale", None)
+    return float(n) if fn is None else float(fn(n))
+
+
+def default_eps(utility: Utility, n: int) -> float:
+    """The default tolerance on ``g(p) - U(X)`` (Alg. 2 step 2): ``1e-3 sum_i s_i`` (:func:`utility_scale`).
+
+    004 Sec. 5 proposes ``eps = 1e-3 n``: for log utility a gap of ``1e-3`` per job is a 0.1 % error in throughput.
+    The same absolute gap is not the same accuracy for every utility. A target-priority utility (eq. 2) is a
+    shortfall in throughput units, ``-w_i t_des_i`` at zero throughput: on 004 Sec. 6.2 (``t_des = 0.2``,
+    ``w in {1, 2}``) the optimum is about ``-1.3e-3`` per job, so ``1e-3 n`` accepts allocations whose total
+    shortfall is 1.6 times the optimal one (measured: 77 % of jobs at their target at n = 10^6 instead of 96 %).
+    Scaling the tolerance by each job's utility range ``w_i t_des_i`` keeps the paper's 0.1 % in throughput terms
+    for both families; for log (and the other families) it is the paper's ``1e-3 n``.
+    """
+    return EPS_RELATIVE * (utility_scale(utility, n) if n > 0 else 1.0)
+
+
+@dataclass
+class PriceDiscovery:
+    """Configuration of Algorithm 2; :meth:`solve` runs it. :func:`solve` uses the defaults.
+
+    ``method`` selects the subproblem solver (``"hull"``: convex-hull walk; ``"pairs"``: all ``m(m+1)/2`` chords).
+    ``memory`` is the L-BFGS memory; ``max_line_search`` the backtracking trials per iteration; ``max_ratio`` is the
+    initial trust region: the first trial step changes no positive price by more than that factor; the factor is
+    squared after a full step is accepted and square-rooted (down to ``max_ratio``) after backtracking.
+
+    Presolve (cold starts of at least ``presolve_min_jobs`` jobs on one process): the market restricted to a
+    deterministic random sample of ``n / 10`` jobs (at least 1000, at most ``presolve_jobs``), with capacities
+    scaled by the sample fraction, is solved
+    first from eq. (17). Its optimal prices are those of the full market up to ``O(1/sqrt(sample))`` (the dual
+    function is a sum over jobs, so the sample's ``g`` is an unbiased estimate of the full ``g`` times the fraction),
+    so Alg. 2 on the full market starts from them, with the sample's L-BFGS pairs rescaled as its initial curvature.
+    This replaces most full-size dual evaluations by cheap ones (13 -> 2 on 004 Sec. 6.2, n = 1e6); the stopping
+    test and the bounds are those of the full market, so the result has the same guarantee.
+    """
+
+    eps: float | None = None
+    max_iter: int | None = None
+    method: Literal["hull", "pairs"] = "hull"
+    memory: int = 10
+    max_line_search: int = 12
+    armijo: float = 1e-4
+    max_ratio: float = 1.5
+    device: torch.device | str | None = None
+    dtype: torch.dtype | str | None = None
+    record_history: bool = True
+    recover: bool = True
+    presolve_min_jobs: int = 5_000
+    presolve_jobs: int = 20_000
+    #: A float32 run (one process) whose gap stays open and has not shrunk by 1 % over :attr:`LBFGSRun.PRECISION_WINDOW`
+    #: evaluations stops and continues in float64 from its best prices, with the evaluations it has left: near the
+    #: optimum, float32 dual values differ by less than their rounding noise and the line search stalls.
+    escalate: bool = True
+    #: torch intra-op threads of a solve; ``None``: the policy of :mod:`allocator.pricing.threads` (one on the CPU)
+    threads: int | None = None
+
+    def solve(
+        self,
+        throughput: ArrayLike,
+        capacity: ArrayLike,
+        utility: Utility,
+        *,
+        demand: ArrayLike | None = None,
+        prices: ArrayLike | None = None,
+        group: Any = None,
+        previous: PricingResult | None = None,
+    ) -> PricingResult:
+        """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard.
+        ``previous``: see :func:`solve`.
+
+        CPU solves run on the torch thread count of :mod:`allocator.pricing.threads` (one, or ``threads``; the
+        process-wide count is restored on return). The solve runs under ``torch.inference_mode()``: no autograd
+        bookkeeping per operation (about 10 % of a 10^4-job solve, which is per-op overhead bound); every result is
+        returned as numpy, so no inference tensor leaves this method.
+        """
+        # One-time costs of the process (kernel loading, compilation) are paid before the clock starts.
+        startup = 0.0 if kernels.loaded() is not None else kernels.load().seconds
+        start = time.perf_counter()
+        try:
+            numel = int(np.prod(np.shape(throughput)))
+        except ValueError:  # ragged input: prepare reports it
+            numel = 0
+        dev = resolve_device(self.device, throughput, capacity)
+        with intra_op_threads(numel, dev, self.threads), torch.inference_mode():
+            res = self._solve(throughput, capacity, utility, demand, prices, group, start, previous)
+            res.startup_seconds = startup
+            left = (200 if self.max_iter is None else int(self.max_iter)) - res.iterations
+            if not (res._precision_stall and self.escalate and group is None and left > 0):
+                return res
+            wide = replace(self, dtype=torch.float64, max_iter=left)
+            more = wide._solve(throughput, capacity, utility, demand, res.prices, group, start, None)
+            if not more.converged and more.gap >= res.gap:
+                res.message += f" (a float64 continuation of {more.iterations} evaluations did not narrow the gap)"
+                res.iterations += more.iterations
+                return res
+            for record in more.history:
+                record.iteration += res.iterations
+            more.history = res.history + more.history
+            more.message += (
+                f" (float32 stalled with gap {res.gap:.3g} after {res.iterations} evaluations; continued in float64)"
+            )
+            more.iterations += res.iterations
+            more.resolved_jobs = res.resolved_jobs
+            more.presolve_evaluations += res.presolve_evaluations
+            more.startup_seconds = startup
+            return more
+
+    def _solve(
+        self,
+        throughput: ArrayLike,
+        capacity: ArrayLike,
+        utility: Utility,
+        demand: ArrayLike | None,
+        prices: ArrayLike | None,
+        group: Any,
+        start: float,
+        previous: PricingResult | None = None,
+    ) -> PricingResult:
+        if self.method not in ("hull", "pairs"):
+            raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
+        dev = resolve_device(self.device, throughput, capacity)
+        dtype = resolve_dtype(self.dtype)
+        if previous is not None and not isinstance(previous, PricingResult):
+            raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
+        state = previous._reuse if previous is not None and group is None and self.method == "hull" else None
+        prob = prepare(throughput, capacity, utility, demand, dev, dtype, check_throughput=state is None)
+        rows: Tensor | None = None  # rows to solve again in an incremental re-solve (None: no reuse)
+        if state is not None:
+            rows = changed_rows(state, prob)
+            if rows is not None and not torch.equal(state.capacity > 0, prob.capacity > 0):
+                rows = None  # pools opened or closed: the masked problem changed everywhere
+            # unchanged rows equal rows validated by the previous solve
+            validate_throughput(prob.a, rows)
+        n, m = prob.a.shape
+        n_total = n
+        u_scale = utility_scale(prob.utility, n)
+        if group is not None:
+            import torch.distributed as dist
+
+            buf = torch.tensor([float(n), u_scale], dtype=torch.float64)
+            if dist.get_backend(group) == "nccl":
+                buf = buf.to(dev)
+            dist.all_reduce(buf, group=group)
+            n_total, u_scale = int(buf[0].item()), float(buf[1].item())
+        eps = EPS_RELATIVE * (u_scale if n_total > 0 else 1.0) if self.eps is None else float(self.eps)
+        if not (eps > 0 and math.isfinite(eps)):
+            raise ValueError(f"eps must be positive and finite, got {self.eps!r}")
+        max_iter = 200 if self.max_iter is None else int(self.max_iter)
+        if max_iter < 1:
+            raise ValueError(f"max_iter must be at least 1, got {self.max_iter!r}")
+        p0_given: np.ndarray | None = None
+        if prices is not None:
+            p0t = to_tensor("prices", prices, torch.device("cpu"), torch.float64)
+            if p0t.shape != (m,):
+                raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
+            first_bad("prices", ~torch.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
+            p0_given = p0t.numpy().copy()
+        if previous is not None:
+            if previous.prices.shape != (m,):
+                raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
+            if p0_given is None:
+                # the evaluation prices of the stored subsolution: the returned prices, except that closed pools
+                # (capacity 0, masked out of every subproblem) may have been re-priced after the run
+                kept = previous._reuse
+                p0_given = (kept.prices if kept is not None else previous.prices).astype(np.float64).copy()
+
+        # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible. In an
+        # incremental re-solve only the changed rows can be (the previous solve had none, with the same open pools).
+        def infeasible_rows(idx: Tensor | None) -> Tensor:
+            a_rows = prob.a if idx is None else prob.a.index_select(0, idx)
+            util = prob.utility if idx is None else prob.utility.take(idx)
+            u0 = util.value(torch.zeros(a_rows.shape[0], dtype=dtype, device=dev))
+            return torch.isneginf(u0) & ~((a_rows > 0) & (prob.capacity > 0)).any(dim=1)
+
+        bad_rows: Tensor | None = None
+        if rows is None or bool(infeasible_rows(rows).any()):
+            bad_rows = infeasible_rows(None)
+            rows = None if bool(bad_rows.any()) else rows
+        infeasible = (
+            np.zeros(0, dtype=np.int64) if bad_rows is None else torch.nonzero(bad_rows).squeeze(1).cpu().numpy()
+        )
+        keep: Tensor | None = None
+        if infeasible.size:
+            assert bad_rows is not None
+            keep = torch.nonzero(~bad_rows).squeeze(1)
+            prob = Problem(
+                a=prob.a.index_select(0, keep),
+                capacity=prob.capacity,
+                demand=None if prob.demand is None else prob.demand.index_select(0, keep),
+                utility=prob.utility.take(keep),
+            )
+        # Degenerate pools with zero capacity: nobody may use them; solve without them and price each at the
+        # largest marginal value any job would get from it, u_i'(t_i) a_ij / d_ij, so that no job wants it.
+        a_raw = prob.a
+        closed = (prob.capacity <= 0).cpu().numpy()
+        if closed.any() and not closed.all():
+            mask = torch.as_tensor(~closed, device=dev).to(dtype)
+            prob = Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
+        evaluator = DualOracle(prob, method=self.method, group=group)
+        a_copy: Tensor | None = None  # the private copy of the throughputs kept for the next incremental solve
+        if previous is not None and state is not None and rows is not None and keep is None:
+            # consume the previous state: its buffers are patched in place and move to this result
+            previous._reuse = None
+            evaluator.reuse = (state, rows)
+            a_copy = state.a.index_copy_(0, rows, a_raw.index_select(0, rows))
+        run = LBFGSRun(self, evaluator, eps, max_iter)
+        run.low_precision = self.escalate and dtype == torch.float32 and group is None
+        presolved = 0
+        if p0_given is not None:
+            p0 = p0_given
+            run.warm = True
+        elif group is None and prob.a.shape[0] >= max(self.presolve_min_jobs, 1):
+            p0, run.mem_s, run.mem_y, presolved = self._presolve(prob, eps)
+        else:
+            p0 = self._initial_prices(prob, group)
+        run.optimise(p0)
+        run.finish()
+        best_p, best_d = run.best_dual
+        best_e = run.best_primal
+        gap = best_d.dual - best_e.primal
+        converged = bool(gap <= eps)
+        if n_total == 0:
+            status: Status = "empty"
+            converged = True
+            gap = 0.0
+            message = "no jobs"
+        elif infeasible.size:
+            status = "infeasible"
+            converged = False
+            message = (
+                f"{infeasible.size} job(s) have utility -inf at zero throughput and no pool with positive throughput "
+                f"and capacity (first: job {int(infeasible[0])}); they get nothing, the rest is solved"
+            )
+        elif converged:
+            status = "optimal"
+            message = f"duality gap {gap:.3g} <= eps {eps:.3g} after {run.evaluations} evaluations"
+            if presolved:
+                message += f" (after {presolved} on a job sample)"
+        else:
+            status = "max_iter"
+            message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
+        sol, scale = best_e.subsolution(), best_e.scale
+        if closed.any() and not closed.all():
+            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, dev, dtype, group)
+        if best_e.recovered is not None:
+            x, t = best_e.recovered.allocation, best_e.recovered.throughputs
+            usage = best_e.recovered.usage
+        else:
+            x = sol.dense(m, scale[:m])
+            t = best_e.feasible_throughputs()
+            usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
+        if keep is not None:
+            x_full = torch.zeros((n, m), dtype=dtype, device=dev)
+            x_full.index_copy_(0, keep, x)
+            t_full = torch.zeros(n, dtype=dtype, device=dev)
+            t_full.index_copy_(0, keep, t)
+            x, t = x_full, t_full
+        primal, dual = best_e.primal, best_d.dual
+        if status == "infeasible":
+            primal, dual, gap = -math.inf, -math.inf, math.inf
+        return PricingResult(
+            prices=best_p,
+            allocation=x.cpu().numpy(),
+            throughputs=t.cpu().numpy(),
+            usage=usage,
+            utility_value=primal,
+            dual_value=dual,
+            gap=float(gap),
+            eps=eps,
+            iterations=run.evaluations,
+            converged=converged,
+            status=status,
+            message=message,
+            seconds=time.perf_counter() - start,
+            device=str(dev),
+            dtype=str(dtype).replace("torch.", ""),
+            infeasible_jobs=infeasible.astype(np.int64),
+            history=run.history,
+            presolve_evaluations=presolved,
+            resolved_jobs=evaluator.resolved,
+            _precision_stall=run.precision_stall and not converged,
+            _reuse=(
+                Reuse(
+                    a=a_raw.clone() if a_copy is None else a_copy,
+                    demand=None if prob.demand is None else prob.demand.clone(),
+                    utility=prob.utility,
+                    prices=best_d.prices.copy(),
+                    sol=best_d.subsolution(),
+                    capacity=prob.capacity.clone(),
+                    r_local=best_d.r_local,
+                    net_local=best_d.net_local,
+                    u_local=best_d.u_local,
+                )
+                if group is None and keep is None and self.method == "hull"
+                else None
+            ),
+        )
+
+    @staticmethod
+    def _closed_pool_prices(
+        prob: Problem,
+        ev: Evaluation,
+        prices: np.ndarray,
+        closed: np.ndarray,
+        throughput: ArrayLike,
+        keep: Tensor | None,
+        dev: torch.device,
+        dtype: torch.dtype,
+        group: Any,
+    ) -> np.ndarray:
+        a = to_tensor("throughput", throughput, dev, dtype)
+        if keep is not None:
+            a = a.index_select(0, keep)
+        t_feas = ev.recovered.throughputs if ev.recovered is not None else ev.feasible_throughputs()
+        du = prob.utility.derivative(t_feas)
+        du = torch.where(torch.isfinite(du), du, torch.zeros_like(du)).unsqueeze(1)
+        d = prob.demand
+        per = a if d is None else a / (d.unsqueeze(1) if d.ndim == 1 else d)
+        value = (du * per).amax(0) if per.shape[0] else torch.zeros(per.shape[1], dtype=dtype, device=dev)
+        if group is not None:
+            import torch.distributed as dist
+
+            buf = value.double().to(dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+            dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+            value = buf
+        out = prices.copy()
+        out[closed] = value.double().cpu().numpy()[closed]
+        return out
+
+    #: Evaluations allowed to the presolve; its best prices are used even when its own gap is still open (markets
+    #: of exact job copies, whose column-scaled allocation never closes the gap, would otherwise spend 100 here).
+    PRESOLVE_MAX_ITER = 40
+
+    def _presolve(self, prob: Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
+        """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
+
+        The sample is drawn with replacement by a generator seeded with 0 (deterministic); capacities and ``eps``
+        scale with the sample fraction ``k / n``, and the pairs' ``y = Delta (R - r)`` are rescaled by ``n / k`` to
+        the full market's curvature.
+        """
+        n = prob.a.shape[0]
+        k = max(min(n // 10, self.presolve_jobs), min(1_000, n))
+        gen = torch.Generator().manual_seed(0)
+        idx = torch.randint(n, (k,), generator=gen).to(prob.a.device)
+        frac = k / n
+        sub = Problem(
+            a=prob.a.index_select(0, idx),
+            capacity=prob.capacity * frac,
+            demand=None if prob.demand is None else prob.demand.index_select(0, idx),
+            utility=prob.utility.take(idx),
+        )
+        cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1)
+        run = LBFGSRun(cfg, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
+        with intra_op_threads(sub.a.numel(), sub.a.device, self.threads):
+            run.optimise(self._initial_prices(sub, None))
+        p = run.best_dual[0]
+        if not np.all(np.isfinite(p)):
+            return self._initial_prices(prob, None), [], [], run.evaluations
+        return p.copy(), list(run.mem_s), [y / frac for y in run.mem_y], run.evaluations
+
+    @staticmethod
+    def _initial_prices(prob: Problem, group: Any) -> np.ndarray:
+        """Eq. (17); under sharding the per-rank sums are all-reduced first."""
+        if group is None:
+            return initial_prices(prob.utility, prob.a, prob.capacity, prob.demand).double().cpu().numpy()
+        import torch.distributed as dist
+
+        # p_j = (1/R_j) sum_i u'(t_i) a_ij x_ij with x_ij = R_j / D_j: all-reduce D_j, then the sums.
+        n, m = prob.a.shape
+        d = prob.demand
+        total = (
+            torch.full((m,), float(n), dtype=torch.float64)
+            if d is None
+            else (d.double().sum().expand(m).clone() if d.ndim == 1 else d.double().sum(0)).cpu()
+        )
+        backend = dist.get_backend(group)
+        dev = prob.a.device if backend == "nccl" else torch.device("cpu")
+        total = total.to(dev)
+        dist.all_reduce(total, group=group)
+        cap = prob.capacity.double().to(dev)
+        share = torch.where(total > 0, cap / total.clamp_min(1e-30), torch.zeros_like(cap))
+        x = share.to(prob.a.device, prob.a.dtype).expand(n, m)
+        scale = 1.0 / x.sum(1).clamp_min(1.0)
+        t = (prob.a * x).sum(1) * scale
+        du = prob.utility.derivative(t)
+        du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
+        s = ((du * scale).unsqueeze(1) * prob.a * x).sum(0).double().to(dev)
+        dist.all_reduce(s, group=group)
+        p = torch.where(cap > 0, s / cap.clamp_min(1e-30), torch.zeros_like(s))
+        if bool((cap <= 0).any()) and bool((cap > 0).any()):
+            p = torch.where(cap > 0, p, p[cap > 0].max())
+        return p.clamp_min(0).cpu().numpy()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def solve(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    *,
+    demand: ArrayLike | None = None,
+    eps: float | None = None,
+    prices: ArrayLike | None = None,
+    max_iter: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    previous: PricingResult | None = None,
+) -> PricingResult:
+    """Discover optimal pool prices and a near-optimal allocation (Alg. 2 of 004 with the demands of its Sec. 7.1).
+
+    Args:
+        throughput: ``(n, m)`` throughputs ``a_ij >= 0`` (numpy array or torch tensor).
+        capacity: ``(m,)`` capacities ``R_j >= 0``.
+        utility: a :class:`allocator.utilities.Utility` for the ``n`` jobs (e.g. ``utilities.Log()``).
+        demand: ``None`` (1), a scalar, ``(n,)`` per-job or ``(n, m)`` per-job-and-pool demands ``d > 0``.
+        eps: stop when ``g(p) - U(X) <= eps``; default :func:`default_eps` (``1e-3 n``, ``1e-3 sum_i w_i t_des_i``
+            for target-priority utilities).
+        prices: ``(m,)`` initial prices (warm start); default eq. (17).
+        max_iter: limit on dual evaluations (default 200).
+        device: torch device; default the input tensor's device, else CUDA when available, else CPU.
+        dtype: float32 (default) or float64. A float32 run whose gap stays open (float32 noise near the optimum
+            stalls the line search) continues in float64 from its best prices (``PriceDiscovery.escalate``); the
+            result then says so in ``message`` and has ``dtype == "float64"``.
+        previous: the result of an earlier solve of a similar problem (same jobs and pools, some rows changed):
+            an incremental re-solve. The run starts from its prices (unless ``prices`` is given), and the first
+            evaluation solves again only the subproblems of jobs whose throughputs, demands or utility parameters
+            changed, reusing the other jobs' solutions at those prices (rows are independent, so this is the
+            solve with ``prices=previous.prices``, up to the last-bit rounding of vectorised elementwise functions
+            such as ``pow``, which can differ between a long and a short batch). Throughputs and demands are
+            compared with private copies kept by ``previous``; a change of shape, dtype, device, utility family or
+            shared utility parameter falls back to a full evaluation. ``resolved_jobs`` says how many were solved.
+            The reuse state moves from ``previous`` to the new result (its buffers are updated in place, so a chain
+            of re-solves copies nothing): a result seeds one incremental re-solve, a second one with the same
+            ``previous`` starts from its prices with a full evaluation.
+
+    Returns:
+        A :class:`PricingResult`. Raises ``ValueError`` on malformed input, naming the job/pool index and field.
+    """
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, previous=previous)
+
+
+def solve_distributed(
+    throughput: ArrayLike,
+    capacity: ArrayLike,
+    utility: Utility,
+    *,
+    group: Any = None,
+    demand: ArrayLike | None = None,
+    eps: float | None = None,
+    prices: ArrayLike | None = None,
+    max_iter: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> PricingResult:
+    """Price discovery with jobs sharded over the processes of a ``torch.distributed`` group.
+
+    Every rank passes its own rows (``throughput``, ``utility``, ``demand``) and the same ``capacity``; usage, dual
+    and primal sums are all-reduced each evaluation (gloo on CPU, nccl on GPUs), so all ranks follow the same price
+    path and return the same prices, bounds and (total) ``usage``. The allocation and throughputs returned on each
+    rank cover that rank's rows.
+    ``group=None`` uses the default (world) group, which must be initialised.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError("solve_distributed needs an initialised torch.distributed process group")
+    grp = group if group is not None else dist.group.WORLD
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, group=grp)

@@ -1,0 +1,161 @@
+"""allocator.pricing.kernels: the route table (ahead-of-time extension, numba JIT), both routes computing the same
+values, and one-time costs kept out of the package import and out of the solve's clock."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from realtools import require
+
+from allocator import pricing
+from allocator import utilities as U
+from allocator.pricing import kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fresh(code: str, env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter (repository root as working directory); it prints one JSON line."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+        env={**os.environ, **(env or {})},
+    )
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_import_loads_neither_numba_nor_scipy_optimize() -> None:
+    mods = _fresh(
+        "import json, sys\nimport allocator.pricing\n"
+        "print(json.dumps({m: m in sys.modules for m in ('numba', 'scipy.optimize', 'scipy.sparse')}))"
+    )
+    assert mods == {"numba": False, "scipy.optimize": False, "scipy.sparse": False}
+
+
+def test_first_solve_reports_kernel_loading_apart_from_its_clock() -> None:
+    out = _fresh(
+        "import json, numpy as np\nfrom allocator import pricing, utilities as U\n"
+        "rng = np.random.default_rng(0); a = rng.uniform(0.1, 1, (300, 3)); r = np.array([50.0, 40.0, 30.0])\n"
+        "first = pricing.solve(a, r, U.Log(), device='cpu'); second = pricing.solve(a, r, U.Log(), device='cpu')\n"
+        "from allocator.pricing import kernels\n"
+        "print(json.dumps([first.startup_seconds, second.startup_seconds, kernels.loaded().seconds,"
+        " first.summary()['startup_seconds']]))",
+        env={"WALRAS_PRICING_KERNELS": "jit"},
+    )
+    first, second, loading, summary = out  # type: ignore[misc]
+    assert first == loading > 0  # the first solve paid the loading, before its clock started
+    assert second == 0.0
+    assert summary == first
+
+
+def test_route_table_rejects_unknown_and_missing_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="kernel route"):
+        kernels.load("cuda")
+    monkeypatch.setattr(kernels, "AOT_MODULE", "allocator.pricing._no_such_module")
+    monkeypatch.setattr(kernels, "_loaded", None)
+    with pytest.raises(ImportError):
+        kernels.load("aot")
+    assert kernels.load().route == "jit"  # no extension module: the JIT route
+
+
+def test_a_stale_aot_module_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extension built from another version of the kernel source (no ``source_<tag>`` export for this one) must
+    not run: its kernels may take other arguments."""
+    import types
+
+    stale = types.ModuleType(kernels.AOT_MODULE)
+    stale.source_0000000000000000 = lambda: 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, kernels.AOT_MODULE, stale)
+    monkeypatch.setattr(kernels, "_loaded", None)
+    with pytest.raises(ImportError, match="another version"):
+        kernels.load("aot")
+    assert kernels.load().route == "jit"
+
+
+@pytest.fixture(scope="module")
+def aot_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The ahead-of-time extension, built by ``python -m allocator.pricing.aot`` into a temporary folder."""
+    require("gcc")
+    out = tmp_path_factory.mktemp("aot")
+    subprocess.run([sys.executable, "-m", "allocator.pricing.aot", str(out)], cwd=ROOT, check=True)
+    found = sorted(out.glob("_kernels_aot*.so"))
+    assert found, "no extension module written"
+    yield found[0]
+
+
+def _register(path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(kernels.AOT_MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[kernels.AOT_MODULE] = module
+
+
+def _walk_inputs(dtype: type, family: str, seed: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    n, m = 2000, 5
+    a = rng.uniform(0, 1, (n, m)).astype(dtype)
+    a[rng.random((n, m)) < 0.2] = 0
+    c = (rng.uniform(0.1, 2, m) * rng.choice([1.0, 2.0], (n, 1))).astype(dtype)
+    util = {
+        "log": U.Log(rng.uniform(0.5, 2, n)),
+        "linear": U.Linear(rng.uniform(0.5, 2, n)),
+        "power": U.Power(rng.uniform(0.2, 0.9, n)),
+        "alpha": U.AlphaFair(rng.uniform(0, 3, n)),
+        "target": U.TargetPriority(rng.uniform(0.1, 1, n), rng.choice([1.0, 2.0], n)),
+    }[family]
+    spec = util.kernel_spec()
+    assert spec is not None
+    code, w, q = spec
+    return np.ascontiguousarray(a), np.ascontiguousarray(c), code, w.astype(dtype), q.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("family", ["log", "linear", "power", "alpha", "target"])
+def test_aot_and_jit_routes_agree_exactly(aot_module: Path, family: str, dtype: type) -> None:
+    _register(aot_module)
+    try:
+        inputs = _walk_inputs(dtype, family, seed=len(family))
+        jit = kernels.load("jit")
+        ref = kernels.walk(*inputs)
+        aot = kernels.load("aot")
+        assert (jit.route, aot.route) == ("jit", "aot")
+        got = kernels.walk(*inputs)
+        for x, y in zip(got, ref):
+            np.testing.assert_array_equal(x, y)
+        j_lo, x_lo, j_hi, x_hi = got[1], got[2], got[5], got[6]
+        scale = np.linspace(0.5, 1.0, 6).astype(dtype)
+        dense_aot = kernels.dense_fill(j_lo, x_lo, j_hi, x_hi, scale, 5, np.dtype(dtype))
+        kernels.load("jit")
+        np.testing.assert_array_equal(dense_aot, kernels.dense_fill(j_lo, x_lo, j_hi, x_hi, scale, 5, np.dtype(dtype)))
+    finally:
+        sys.modules.pop(kernels.AOT_MODULE, None)
+        kernels.load("jit")
+
+
+def test_aot_route_solves_without_numba(aot_module: Path) -> None:
+    code = (
+        "import importlib.util, json, sys, numpy as np\n"
+        f"spec = importlib.util.spec_from_file_location('allocator.pricing._kernels_aot', {str(aot_module)!r})\n"
+        "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+        "sys.modules['allocator.pricing._kernels_aot'] = mod\n"
+        "from allocator import pricing, utilities as U\n"
+        "rng = np.random.default_rng(0); a = rng.uniform(0.1, 1, (3000, 4)).astype(np.float32)\n"
+        "res = pricing.solve(a, np.array([900.0, 700.0, 500.0, 300.0]), U.Log(), device='cpu')\n"
+        "from allocator.pricing import kernels\n"
+        "print(json.dumps([kernels.loaded().route, 'numba' in sys.modules, res.converged, res.prices.tolist()]))"
+    )
+    route, numba_loaded, converged, prices = _fresh(code)  # type: ignore[misc]
+    assert (route, numba_loaded, converged) == ("aot", False, True)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(0.1, 1, (3000, 4)).astype(np.float32)
+    ref = pricing.solve(a, np.array([900.0, 700.0, 500.0, 300.0]), U.Log(), device="cpu")
+    np.testing.assert_array_equal(np.asarray(prices), ref.prices)  # same kernels' values: the same price path
