@@ -146,3 +146,15 @@ def test_initial_prices_eq17_unit_demands() -> None:
     t = a @ x
     expected = ((1 / t)[:, None] * a).mean(0)
     assert p.tolist() == pytest.approx(expected.tolist())
+
+
+def test_gap_scale_is_the_utility_range_of_target_priority_and_n_elsewhere() -> None:
+    """The scale of the default duality-gap tolerance (allocator.pricing.default_eps): w_i t_des_i summed over the
+    jobs for target-priority (its utility runs from -w t_des at zero throughput to 0 at the target), n otherwise."""
+    assert U.TargetPriority([0.2, 0.5], [1.0, 2.0]).gap_scale(2) == pytest.approx(0.2 + 1.0)
+    assert U.TargetPriority(0.3, 2.0).gap_scale(4) == pytest.approx(4 * 0.6)
+    assert U.from_spec("target:0.2:1,2", 1000, seed=0).gap_scale(1000) == pytest.approx(
+        0.2 * float(U.from_spec("target:0.2:1,2", 1000, seed=0).weight.sum())  # type: ignore[attr-defined]
+    )
+    for util in (U.Log(), U.Linear(2.0), U.Power(0.5), U.AlphaFair(2.0)):
+        assert util.gap_scale(7) == 7.0
