@@ -42,7 +42,7 @@ def distinct_quantities(n: int, seed: int = 0) -> list[str]:
 
 def repeated_quantities(n: int, distinct: int = 64, seed: int = 1) -> list[str]:
     rng = random.Random(seed)
-    pool = distinct_quantities(distinct - 8, seed) + ["500m", "250m", "1", "2", "4", "16Gi", "512Mi", "110"]
+    pool = [*distinct_quantities(distinct - 8, seed), "500m", "250m", "1", "2", "4", "16Gi", "512Mi", "110"]
     return [rng.choice(pool) for _ in range(n)]
 
 
@@ -59,7 +59,6 @@ def main(argv: list[str] | None = None) -> int:
     repeats = max(5, args.repeats)
 
     from kubernetes.utils import parse_quantity as k8s_parse
-
     from walras.planner import quantity
 
     def ours(text: str) -> float:
