@@ -102,8 +102,8 @@ async def test_operator_survives_injected_faults_and_keeps_wanted_pods(tmp_path:
 
 def test_sigkill_restarts_under_faults_lead_again_within_one_lease(tmp_path: Path) -> None:
     """Three SIGKILL restarts of the only replica under 10 % faults: a restart with the same identity leads again
-    within a retry period of coming up, one with a new identity within one lease duration; every new job is
-    reconciled after each restart, and no pod is ever deleted."""
+    within a few retry periods of coming up, one with a new identity within one lease duration plus those; every new
+    job is reconciled after each restart, and no pod is ever deleted."""
     lease = 4.0
     retry = lease / 6
     thread = EmulatorThread()
@@ -132,7 +132,9 @@ def test_sigkill_restarts_under_faults_lead_again_within_one_lease(tmp_path: Pat
                                    "new_job_s": round(time.monotonic() - applied, 2)})
                 print("restarts:", rounds, "faults:", dict(proxy.counts))
                 for r in rounds:
-                    bound = retry + 1.0 if r["same"] else lease + retry + 1.0
+                    # a new identity honours the dead holder's claim for one lease duration; injected faults can
+                    # fail an election round or two (each costs a retry period); 1 s for the probe and the load
+                    bound = 3 * retry + 1.0 if r["same"] else lease + 3 * retry + 1.0
                     assert r["election_s"] <= bound, r
                 deleted = thread.call(lambda: [e.obj["metadata"]["name"] for e in store.history[POD]
                                                if e.type == "DELETED"])
