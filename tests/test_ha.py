@@ -194,3 +194,91 @@ def test_two_replicas_only_the_leader_serves_and_a_standby_takes_over_after_sigk
                 r.stop()
             for r in replicas:
                 print(f"--- replica {r.identity}\n{r.output()[-3000:]}")
+
+
+@pytest.mark.asyncio
+async def test_pools_carry_no_finalizer_and_delete_with_the_operator_gone(tmp_path: Path) -> None:
+    """Deleting ResourcePools after the operator stopped (``helm uninstall`` first) finishes at once: the operator
+    puts no finalizer on them (its plan period is no kopf timer), and the leader strips the one an older Walras put
+    there."""
+    from walras.metrics import WalrasMetrics
+    from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
+    from walras.operator.handlers import LEGACY_FINALIZER
+    from walras.planner import build_plan
+
+    emulator, kube = await _emulator(tmp_path)
+    store = emulator.store
+    load_scenario(store, jobs=False)
+    pools = store.types[("walras.dev", "v1alpha1", "resourcepools")]
+    store.patch(pools, "", "e2e-k80", {"metadata": {"finalizers": [LEGACY_FINALIZER, "example.com/keep"]}},
+                "application/merge-patch+json")
+    options = OperatorOptions(mode="direct", debounce=0.05, plan_period=0.5, identity="lifecycle")
+    source = IndexSource()
+    controller = Controller(KubeClient(kube), source, build_plan, options, WalrasMetrics())
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_operator(controller, source, kube, peering="walras", health_port=None,
+                                            stop_flag=stop, elector=_elector(kube, "lifecycle")))
+    try:
+        deadline = time.monotonic() + 60
+        while not (store.get(pools, "", "e2e-v100").get("status")
+                   and store.get(pools, "", "e2e-k80")["metadata"].get("finalizers") == ["example.com/keep"]):
+            assert time.monotonic() < deadline, "no status, or the legacy finalizer was not removed"
+            assert not task.done()
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2.0)  # four plan periods: nothing puts a finalizer back
+        assert not store.get(pools, "", "e2e-v100")["metadata"].get("finalizers")
+        assert store.get(pools, "", "e2e-k80")["metadata"]["finalizers"] == ["example.com/keep"]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    # the operator is gone: the pool without foreign finalizers is deleted at once
+    store.delete(pools, "", "e2e-v100")
+    assert [p["metadata"]["name"] for p in store.list(pools, None)] == ["e2e-k80"]
+    await emulator.stop()
+
+
+def test_two_replicas_on_the_real_control_plane_then_uninstall_and_delete_the_pools(control_plane: Any,
+                                                                                   tmp_path: Path) -> None:
+    """The same on kube-apiserver v1.36: one replica ready, the standby not; the standby leads after the leader's
+    SIGKILL; with both replicas gone (``helm uninstall``), ``kubectl delete resourcepools`` finishes."""
+    from test_ha_support import MANIFESTS, ROOT
+
+    cp = control_plane
+    cp.kubectl("apply", "-f", str(ROOT / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "crd/resourcepools.walras.dev", "--timeout=60s")
+    cp.kubectl("apply", "-f", str(MANIFESTS / "pools.yaml"))
+    lease = 3.0
+    replicas = [Replica(cp.kubeconfig, tmp_path, name, mode="direct", lease_duration=lease).start()
+                for name in ("real-a", "real-b")]
+    try:
+        def one_ready() -> tuple[Replica, Replica] | None:
+            for r in replicas:
+                assert r.alive(), r.output()
+            codes = [_ready(r) for r in replicas]
+            if sorted(codes) == [200, 503]:
+                return (replicas[codes.index(200)], replicas[codes.index(503)])
+            return None
+
+        leader, standby = wait_until(one_ready, 120, "one ready leader and one standby")
+        holder = cp.get("lease", "walras-test", "-n", "default")["spec"]["holderIdentity"]
+        assert holder == leader.identity
+        wait_until(lambda: cp.get("resourcepool", "e2e-v100").get("status"), 60, "the leader to write pool status")
+        leader.kill()
+        killed = time.monotonic()
+        wait_until(lambda: _ready(standby) == 200, 4 * lease, "the standby to lead")
+        took = time.monotonic() - killed
+        assert took <= lease + 3 * lease / 6 + 1.0, took
+        assert cp.get("lease", "walras-test", "-n", "default")["spec"]["holderIdentity"] == standby.identity
+        standby.kill()
+        for name in ("e2e-v100", "e2e-k80"):
+            assert not cp.get("resourcepool", name)["metadata"].get("finalizers")
+        started = time.monotonic()
+        cp.kubectl("delete", "-f", str(MANIFESTS / "pools.yaml"), "--timeout=30s")
+        assert time.monotonic() - started < 30
+        assert cp.kubectl("get", "resourcepools", "-o", "name").stdout.strip() == ""
+    finally:
+        for r in replicas:
+            r.stop()
+        cp.kubectl("delete", "-f", str(MANIFESTS / "pools.yaml"), "--ignore-not-found", "--wait=false",
+                   check=False)
+        cp.kubectl("delete", "lease", "walras-test", "-n", "default", "--ignore-not-found", check=False)
