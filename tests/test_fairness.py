@@ -355,7 +355,7 @@ def test_pf_vds_best_response_restarts_a_stalled_warm_start() -> None:
         ),
         [2.0, 2.0, 1.0, 1.0, 2.0, 1.0],
     )
-    res = pf_vds(inst, 20.0, max_sweeps=50, mfa_iterations=0)
+    res = pf_vds(inst, 20.0, max_sweeps=50)
     assert res.converged and res.residual <= 1e-6
     assert res.residual == kkt_residual(res.x, inst, 20.0, lam=res.lam)
     load = usage(res.x, inst) / inst.capacities
@@ -376,7 +376,7 @@ def test_pf_vds_newton_along_a_drift_of_the_sweeps() -> None:
         ),
         [1.0, 0.5, 0.5, 0.5, 0.5, 1.0],
     )
-    res = pf_vds(inst, 5.0, mfa_iterations=0)
+    res = pf_vds(inst, 5.0)
     assert res.converged and res.method == "sweeps+drift+newton" and res.residual <= 1e-6
     assert res.lam is not None
     tot = res.x.sum(axis=1)
@@ -389,3 +389,32 @@ def test_pf_vds_newton_along_a_drift_of_the_sweeps() -> None:
     load = usage(res.x, inst) / inst.capacities
     assert load.max() <= 1 + 1e-9 and (res.lam >= 0).all()
     assert (res.lam * (1.0 - load)).max() <= 1e-12 * res.lam.max()  # eq. 28: prices only on full resources
+
+
+def test_pf_vds_route_table() -> None:
+    """Each row of the route table of ``allocator.fairness.pfvds`` is taken by the instance class it names, and each
+    result is certified by ``kkt_residual`` (recomputed here without the solver's witness prices)."""
+    from allocator.fairness.pfvds import NEWTON_MAX_UNKNOWNS, _ncp_size, pf_vds_route
+
+    small = make_instance([[1, 4], [3, 1], [2, 2]], [[9, 18], [12, 6]])
+    assert pf_vds_route(small, 1.0) == "ipm"
+    assert pf_vds_route(small, 1.0, x0=np.ones((3, 2))) == "sweeps+newton"  # a start given: no interior point
+    assert pf_vds_route(small, 2.0) == "sweeps+newton"
+    res = pf_vds(small, 1.0)
+    assert res.converged and res.method in ("ipm", "ipm+kkt") and res.ipm_iterations > 0
+    assert kkt_residual(res.x, small, 1.0) <= 1e-6
+    res = pf_vds(small, 2.0)
+    assert res.converged and res.method.startswith("sweeps") and res.ipm_iterations == 0
+    assert kkt_residual(res.x, small, 2.0) <= 1e-6
+    # "sweeps" alone: an NCP above NEWTON_MAX_UNKNOWNS (60 users x 45 nodes, all eligible: 2,745 unknowns). One
+    # resource makes gamma factorise, so the game is a weighted potential game and the sweeps converge (docstring).
+    rng = np.random.default_rng(1)
+    big = make_instance(rng.uniform(0.1, 1.0, (60, 1)), rng.uniform(10.0, 50.0, (45, 1)))
+    assert _ncp_size(big) > NEWTON_MAX_UNKNOWNS and pf_vds_route(big, 2.0) == "sweeps"
+    res = pf_vds(big, 2.0)
+    assert res.converged and res.method == "sweeps"
+    assert kkt_residual(res.x, big, 2.0) <= 1e-6
+    # one resource, every node eligible: it is every user's bottleneck, so every alpha gives the same allocation
+    # (Theorem 4), equal amounts of the resource: x_n d_n = (total capacity) / (number of users) (hand-derived)
+    tot = res.x.sum(axis=1)
+    np.testing.assert_allclose(tot * big.demands[:, 0], big.capacities.sum() / 60, rtol=1e-6)

@@ -57,6 +57,8 @@ class FairAllocation:
         method: the route taken: ``"drf"``, ``"drfh-lp"``, ``"tsf-lp"``, ``"ps-dsf/levels"`` or
             ``"ps-dsf/sweeps"``, ``"pf-vds/<route>"`` (:attr:`PfVdsResult.method`).
         message: one line for humans (sweeps, iterations, tolerance).
+
+    With ``integral=True``, ``status``, ``residual`` and ``method`` describe the divisible solve that was rounded.
     """
 
     tasks: FloatArray

@@ -84,6 +84,10 @@ class MaxMinResult:
 class _LinearMaxMin:
     """Progressive filling for weighted max-min on ``x_n / rate_n`` with per-server feasibility (one LP per stage)."""
 
+    #: stage LPs with at most this many matrix entries (rows x columns) are passed to HiGHS as dense arrays (cheaper to
+    #: build and check for the small pools of a planning round), larger ones as CSR
+    dense_max = 200_000
+
     def __init__(self, inst: Instance, rate: FloatArray) -> None:
         self.inst = inst
         self.rate = rate
@@ -91,18 +95,26 @@ class _LinearMaxMin:
         self.users, self.nodes = users, nodes
         p = users.size
         self.p = p
-        n, k, r = inst.n, inst.k, inst.r
+        r = inst.r
+        # capacity rows (k*r, only those some eligible pair uses) as COO triplets over the pair columns
         rows = (nodes[:, None] * r + np.arange(r)[None, :]).ravel()
         cols = np.repeat(np.arange(p), r)
         vals = inst.demands[users].ravel()
         keep = vals > 0
-        cap_a = sp.csr_matrix((vals[keep], (rows[keep], cols[keep])), shape=(k * r, p))
-        live = np.diff(cap_a.indptr) > 0  # capacity rows no eligible pair uses are dropped
-        self.cap_a = cap_a[live]
+        live, rows = np.unique(rows[keep], return_inverse=True)
+        self.cap_coo = (rows.reshape(-1), cols[keep], vals[keep])
+        self.cap_rows = live.size
         self.cap_b = inst.capacities.ravel()[live]
-        self.tot = sp.csr_matrix((np.ones(p), (users, np.arange(p))), shape=(n, p))
         self.capped = np.flatnonzero(np.isfinite(inst.max_tasks))
         self.lps = 0
+
+    def _user_rows(self, which: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """COO triplets of ``sign * x_n`` (sum of user ``n``'s pair columns), one row per user in ``which``."""
+        pos = np.full(self.inst.n, -1)
+        pos[which] = np.arange(which.size)
+        sel = pos[self.users] >= 0
+        cols = np.flatnonzero(sel)
+        return pos[self.users[sel]], cols, np.full(cols.size, sign)
 
     def _witness(self, flows: FloatArray) -> FloatArray:
         """``flows`` (pairs) scaled per server into ``(1 - _INSIDE)`` of its capacities and per user under its cap."""
@@ -126,21 +138,25 @@ class _LinearMaxMin:
         p = self.p
         act = np.flatnonzero(active)
         frz = np.flatnonzero(~active & (lower > 0))
-        zcol = sp.csr_matrix((self.cap_a.shape[0], 1))
-        blocks = [sp.hstack([self.cap_a, zcol])]
-        rhs = [self.cap_b]
-        if self.capped.size:
-            blocks.append(sp.hstack([self.tot[self.capped], sp.csr_matrix((self.capped.size, 1))]))
-            rhs.append(self.inst.max_tasks[self.capped])
-        if frz.size:
-            blocks.append(sp.hstack([-self.tot[frz], sp.csr_matrix((frz.size, 1))]))
-            rhs.append(-lower[frz])
-        blocks.append(sp.hstack([-self.tot[act], sp.csr_matrix(self.rate[act][:, None])]))
-        rhs.append(np.zeros(act.size))
-        a_ub = sp.vstack(blocks).tocsr()
+        parts = [self.cap_coo, self._user_rows(self.capped, 1.0), self._user_rows(frz, -1.0)]
+        parts.append(self._user_rows(act, -1.0))
+        heights = [self.cap_rows, self.capped.size, frz.size, act.size]
+        offs = np.concatenate([[0], np.cumsum(heights)])
+        rows = np.concatenate(
+            [pr[0] + o for pr, o in zip(parts, offs[:-1], strict=True)] + [offs[3] + np.arange(act.size)]
+        )
+        cols = np.concatenate([pr[1] for pr in parts] + [np.full(act.size, p)])
+        vals = np.concatenate([pr[2] for pr in parts] + [self.rate[act]])
+        b_ub = np.concatenate([self.cap_b, self.inst.max_tasks[self.capped], -lower[frz], np.zeros(act.size)])
+        shape = (int(offs[-1]), p + 1)
+        if shape[0] * shape[1] <= self.dense_max:
+            a_ub: np.ndarray | sp.csr_matrix = np.zeros(shape)
+            np.add.at(a_ub, (rows, cols), vals)
+        else:
+            a_ub = sp.csr_matrix((vals, (rows, cols)), shape=shape)
         c = np.zeros(p + 1)
         c[-1] = -1.0
-        res = linprog(c, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=(0, None), method="highs-ds")
+        res = linprog(c, A_ub=a_ub, b_ub=b_ub, bounds=(0, None), method="highs-ds")
         self.lps += 1
         if res.status != 0:
             raise RuntimeError(f"HiGHS failed in max-min progressive filling: {res.message}")

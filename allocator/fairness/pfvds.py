@@ -12,29 +12,43 @@ x_n^(-alpha)`` (eq. 59):
 :func:`kkt_residual` measures these conditions for any allocation, recovering ``lambda`` per server by non-negative
 least squares on the saturated resources, so it checks the solvers below independently of their internals.
 
-Centralised solver (:func:`pf_vds`).
+Centralised solver (:func:`pf_vds`): one method per instance class, chosen up front by :func:`pf_vds_route` (not a
+chain of fallbacks); whatever the route, the result is reported ``converged`` only if :func:`kkt_residual` certifies it.
 
-- alpha = 1: the equilibrium maximises ``Phi(x) = sum_n phi_n log x_n`` over the capacities (Theorem 2; the totals
-  ``x_n`` are unique, the split over servers need not be), a convex program solved by a primal-dual interior-point
-  method (:mod:`.ipm`, Mehrotra's predictor-corrector: the standard practical variant of the path-following methods
-  that converge globally on such programs; the heuristic step rules themselves carry no proof, which is why the
-  result is certified below), run to a duality measure of :data:`IPM_TOL`: near the optimum it converges
-  superlinearly, and its strictly interior point, scaled into the capacities, then meets the certificate itself.
-  Where it does not, the near-optimal point reveals the active set (used pairs, priced resources); the KKT equations
-  on that set (eqs. 28-29 as equalities) are then solved exactly by Newton's method with active-set pivots
-  (:mod:`._pfpolish`). At 1,000 users x 500 nodes the optimum is highly degenerate (about 190,000 of the 250,000
-  eligible pairs tie at their user's price), which first-order methods resolve slowly and which can hide the face
-  from the active-set solve (observed on 2 of 6 random instances of that size).
-- Otherwise, and as the fallback for alpha = 1: Gauss-Seidel best response. Server ``k`` replaces its column with the
-  *exact* maximiser of its own concave program given the other columns (:func:`best_response`, a projected Newton
-  method on the ``r``-dimensional dual, eqs. 27/30). On instances of planning-round size (at most
-  :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns) the sweeps only find the region: after 5, 10, 20, 50, ... sweeps the
-  equilibrium NCP (eqs. 28-29, Fischer-Burmeister form of Sec. 4.2) is solved from their iterate by a globalised
-  semismooth Newton method (:mod:`._ncpnewton`, locally quadratic), and the first certified result is returned
-  (where the sweeps drift, moving by the same step every sweep without lowering the residual, Newton is also started
-  from points down that line, :func:`_along`). If
-  the sweeps end uncertified on such an instance without task caps, PS-MFA (:mod:`.psmfa`, Sec. 5.1, Algorithm I)
-  runs from the best iterate.
+================================  ======================  ==========================================================
+instance class                    route (``method``)      why
+================================  ======================  ==========================================================
+alpha = 1, no start ``x0``        ``"ipm"``:              the equilibrium maximises ``sum_n phi_n log x_n`` over the
+                                  interior point, then    capacities (Theorem 2), a convex program; the primal-dual
+                                  its exact active-set    interior point (:mod:`.ipm`, Mehrotra) reaches a duality
+                                  finish (``"ipm"``,      measure of :data:`IPM_TOL` in 30-110 iterations up to
+                                  ``"ipm+kkt"``)          1000 x 500 and its point meets the certificate there
+                                                          (``"ipm"``). Under a binding task cap its stationarity can
+                                                          stall at ~4e-6; the exact KKT equations on the active set
+                                                          its indicators reveal (:mod:`._pfpolish`) then certify
+                                                          (``"ipm+kkt"``). Both read the same interior point.
+alpha != 1 (or a start ``x0``),   ``"sweeps+newton"``:    no convergence proof for the sweeps in general (below), but
+NCP unknowns <=                   best-response sweeps    they find the region; the equilibrium NCP (eqs. 28-29,
+:data:`NEWTON_MAX_UNKNOWNS`       + semismooth Newton     Fischer-Burmeister form of Sec. 4.2, :mod:`._ncpnewton`) is
+(a planning round's pools)        from their iterates     locally quadratic from there. A dense Newton step of this
+                                  (``"sweeps"``,          order costs at most ~0.1 s. Newton starts after the sweep
+                                  ``"sweeps+newton"``,    counts :data:`NEWTON_AFTER`; when the sweeps drift (same
+                                  ``"sweeps+drift+        step every sweep, residual flat) on at most
+                                  newton"``)              :data:`DRIFT_MAX_UNKNOWNS` unknowns also from points down
+                                                          the drift (:func:`_along`), where Newton from the iterate
+                                                          was seen to stall. 200 of 200 sampled instances certified
+                                                          (``docs/bench/fairness.md``).
+alpha != 1 (or ``x0``), larger    ``"sweeps"``:           a dense Newton step would be too large; the sweeps
+                                  best-response sweeps    converge where the game is a (weighted) potential game
+                                  alone                   (alpha = 1, or ``gamma`` factorising: below) and are
+                                                          otherwise reported ``capped`` if not certified after
+                                                          ``max_sweeps``.
+================================  ======================  ==========================================================
+
+PS-MFA (:func:`allocator.fairness.psmfa.ps_mfa`, Sec. 5.1, Algorithm I), the method that carries the convergence
+theorem, is not a route: measured, it is first order and slow (minutes at 40 x 250), and none of the 200 sampled
+instances needed it; it stays available as a function. Until 2026-11-25 :func:`pf_vds` tried up to eight stages in turn
+(interior point, two active-set margins, sweeps from the interior point, Newton, drift Newton, PS-MFA).
 
 Why the best-response sweeps converge:
 
@@ -60,12 +74,11 @@ Why the best-response sweeps converge:
   Fischer-Burmeister complementarity function, eqs. 44-54); Lemma 3 makes every step a strict descent and
   Theorem 8 shows that its limit points solve Problem 1 under Assumption 1 (non-degenerate termination) or
   Assumption 2 (every node/resource is needed by some eligible user). PS-MFA is implemented in :mod:`.psmfa` (as
-  reconstructed from the prose, the formulas being lost; see its docstring) and is the last stage of :func:`pf_vds`
-  on small uncapped instances, with a bounded iteration budget; measured, it is slow (first order: minutes at
-  40 x 250) and does not meet its stopping rule on 2 of 20 tiny random instances at alpha = 5, so it is a guarantee
-  in the limit rather than the practical route. The practical route is sweeps + Newton; whatever the route, the
-  result is reported ``converged`` only if :func:`kkt_residual` certifies it, and ``converged=False`` otherwise
-  (:func:`allocator.fairness.allocate` then warns).
+  reconstructed from the prose, the formulas being lost; see its docstring); measured, it is slow (first order:
+  minutes at 40 x 250) and does not meet its stopping rule on 2 of 20 tiny random instances at alpha = 5, so it is a
+  guarantee in the limit rather than the practical route. The practical route is sweeps + Newton; whatever the
+  route, the result is reported ``converged`` only if :func:`kkt_residual` certifies it, and ``converged=False``
+  otherwise (:func:`allocator.fairness.allocate` then returns ``status="capped"``).
 
 Distributed heuristic (:func:`pf_vds_distributed`, Sec. 5.2): every server updates only its own column, from its own
 capacities and the users' totals, along eqs. 55-56 with the multipliers replaced by the quadratic-penalty estimate of
@@ -77,6 +90,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy.optimize import nnls
@@ -85,7 +99,6 @@ from ._model import FloatArray, Instance, log_marginal, usage
 from ._ncpnewton import NcpNewtonResult, ncp_newton
 from ._pfpolish import polish
 from .ipm import IpmResult, proportional_fair_ipm
-from .psmfa import ps_mfa
 
 
 def _util(qv: FloatArray, z: FloatArray, alpha: float) -> FloatArray:
@@ -225,15 +238,14 @@ class PfVdsResult:
         iterations: best-response sweeps (:func:`pf_vds`) or update steps (:func:`pf_vds_distributed`).
         residual: :func:`kkt_residual` of ``x`` (with ``lam`` as the second witness where there is one).
         converged: ``residual <= tol``.
-        method: how ``x`` was found: ``"ipm+kkt"`` (alpha = 1: interior point, then the exact KKT solve on its active
-            set), ``"ipm"`` (alpha = 1: the interior point itself, cleaned and scaled into the capacities, met ``tol``),
-            ``"ipm+sweeps"`` (alpha = 1: best-response sweeps from the interior point), ``"sweeps"``
-            (best-response sweeps from the equal share or a given start) or ``"distributed"``; a sweeps route
-            finished by the semismooth Newton solve or by PS-MFA ends in ``"+newton"`` or ``"+ps-mfa"``, and by
-            the Newton solve from a point down the sweeps' drift (see :func:`_along`) in ``"+drift+newton"``.
+        method: how ``x`` was found (route table of the module docstring): ``"ipm"`` (alpha = 1: the interior point
+            itself, cleaned and scaled into the capacities), ``"ipm+kkt"`` (alpha = 1: the exact KKT solve on the
+            interior point's active set), ``"sweeps"`` (best-response sweeps from the equal share or a given start),
+            ``"sweeps+newton"`` / ``"sweeps+drift+newton"`` (the semismooth Newton solve from the sweeps' iterate /
+            from a point down their drift, :func:`_along`) or ``"distributed"``.
         ipm_iterations: interior-point iterations (alpha = 1), else 0.
         lam: ``(k, r)`` prices the solver passed to :func:`kkt_residual` as its second witness (the servers'
-            best-response prices, Newton's or PS-MFA's), so ``residual == kkt_residual(x, inst, alpha, lam=lam)``;
+            best-response prices or Newton's), so ``residual == kkt_residual(x, inst, alpha, lam=lam)``;
             ``None`` where only the certificate's own fit was used.
     """
 
@@ -425,6 +437,38 @@ def _ipm_candidates(
             yield xp, "ipm+kkt"
 
 
+Route = Literal["ipm", "sweeps+newton", "sweeps"]
+
+
+def pf_vds_route(inst: Instance, alpha: float, x0: FloatArray | None = None) -> Route:
+    """The method :func:`pf_vds` uses for this instance class (route table of the module docstring).
+
+    ``"ipm"`` for alpha = 1 without a start (a convex program: the interior point, finished exactly on its active set);
+    ``"sweeps+newton"`` for alpha != 1 (or a given start) when the equilibrium NCP has at most
+    :data:`NEWTON_MAX_UNKNOWNS` unknowns (a dense Newton step is affordable); ``"sweeps"`` otherwise.
+    """
+    if x0 is None and alpha == 1.0:
+        return "ipm"
+    return "sweeps+newton" if _ncp_size(inst) <= NEWTON_MAX_UNKNOWNS else "sweeps"
+
+
+def _pf_vds_ipm(inst: Instance, tol: float) -> PfVdsResult:
+    """Route ``"ipm"``: interior point to :data:`IPM_TOL`, then its candidates (:func:`_ipm_candidates`); the first
+    with :func:`kkt_residual` ``<= tol`` is returned, else the best one, uncertified."""
+    ip = proportional_fair_ipm(inst, tol=IPM_TOL, max_iter=200)
+    best: tuple[float, FloatArray, str] | None = None
+    for xp, how in _ipm_candidates(inst, ip, _interior_start(inst, ip), tol):
+        res = kkt_residual(xp, inst, 1.0)
+        if res <= tol:
+            return PfVdsResult(xp, 0, res, True, how, ip.iterations)
+        if best is None or res < best[0]:
+            best = (res, xp, how)
+    if best is None:  # the interior point is not finite and positive, and no active-set solve came out
+        x = _into_capacities(np.where(np.isfinite(ip.x), np.maximum(ip.x, 0.0), 0.0), inst)
+        return PfVdsResult(x, 0, kkt_residual(x, inst, 1.0), False, "ipm", ip.iterations)
+    return PfVdsResult(best[1], 0, best[0], False, best[2], ip.iterations)
+
+
 def pf_vds(
     inst: Instance,
     alpha: float,
@@ -433,51 +477,34 @@ def pf_vds(
     max_sweeps: int = 2000,
     x0: FloatArray | None = None,
     max_seconds: float | None = None,
-    mfa_iterations: int = 1000,
 ) -> PfVdsResult:
-    """Centralised PF-VDS(alpha) equilibrium (see the module docstring); the result is certified by
-    :func:`kkt_residual` ``<= tol``.
+    """Centralised PF-VDS(alpha) equilibrium by the method :func:`pf_vds_route` picks for the instance (route table in
+    the module docstring); the result is ``converged`` only if :func:`kkt_residual` ``<= tol``.
 
-    alpha = 1 (without ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.ipm` (globally
-    convergent on this convex program), run to a duality measure of :data:`IPM_TOL` (at most 200 iterations). The
-    first candidate whose :func:`kkt_residual` is ``<= tol`` is returned: the interior point itself, cleaned and
-    scaled into the capacities (``method="ipm"``), then the exact KKT equations on the active set the interior
-    point's indicators reveal, with active-set pivots (:func:`allocator.fairness._pfpolish.polish`, indicator margin
-    10, then 100, at most 3 solves each; ``method="ipm+kkt"``), all with ``iterations=0``; else the Gauss-Seidel
-    best-response sweeps below from the interior point.
+    Route ``"ipm"`` (alpha = 1, no ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.ipm`
+    run to a duality measure of :data:`IPM_TOL` (at most 200 iterations); its point, cleaned and scaled into the
+    capacities (``method="ipm"``), then the exact KKT equations on the active set its indicators reveal
+    (:func:`allocator.fairness._pfpolish.polish`, indicator margin 10, then 100, at most 3 solves each;
+    ``method="ipm+kkt"``); ``iterations=0``.
 
-    Sweeps: start from ``x0``, the interior point, or the equal-share allocation (each server split among its eligible
-    users by weight, a feasible point with every ``x_n > 0``); stop when :func:`kkt_residual` ``<= tol`` (checked
-    every few sweeps). On instances with at most :data:`NEWTON_MAX_UNKNOWNS` NCP unknowns (eligible pairs, demanded
-    resources, capped users; a planning round's pools after merging identical nodes) the semismooth Newton method of
-    :mod:`._ncpnewton` is tried from the sweeps' iterate after the sweep counts in :data:`NEWTON_AFTER` and after the
-    last, and returned if :func:`kkt_residual` certifies it (``method`` gains ``"+newton"``): the sweeps find the
-    region, Newton the equilibrium. If Newton is not certified there while the sweeps drift (the last two sweeps
-    moved ``x`` by the same step, to 1 %) on an instance of at most :data:`DRIFT_MAX_UNKNOWNS` unknowns, Newton (40
-    iterations) is started from points down the drift (:func:`_along`; ``method`` gains ``"+drift+newton"``). If the
-    sweeps end uncertified on such an instance without task caps, PS-MFA
-    (:func:`allocator.fairness.psmfa.ps_mfa`, the method with the convergence theorem, Sec. 5.1) runs from the best
-    iterate for at most ``mfa_iterations`` iterations (``method`` gains ``"+ps-mfa"`` if it improved on it). The
-    result is the best iterate by :func:`kkt_residual`, ``converged`` only if that is ``<= tol``. ``max_seconds``
-    (benchmarks only: the result then depends on the machine) ends the sweeps after the first one that finishes past
-    that wall-clock budget, counted from the call (the interior point included); the residual is then measured and
-    reported.
+    Routes ``"sweeps+newton"`` and ``"sweeps"``: Gauss-Seidel best-response sweeps from ``x0`` or the equal-share
+    allocation (each server split among its eligible users by weight, a feasible point with every ``x_n > 0``), the
+    certificate checked every 5 sweeps. On ``"sweeps+newton"`` the semismooth Newton method of :mod:`._ncpnewton` is
+    started from the sweeps' iterate after the sweep counts in :data:`NEWTON_AFTER` and after the last (``method``
+    ``"sweeps+newton"``); where the sweeps drift (the last two sweeps moved ``x`` by the same step, to 1 %) on an
+    instance of at most :data:`DRIFT_MAX_UNKNOWNS` unknowns, also from points down the drift (:func:`_along`;
+    ``"sweeps+drift+newton"``). The result is the first certified point, else the best iterate by
+    :func:`kkt_residual` after ``max_sweeps``. ``max_seconds`` (benchmarks only: the result then depends on the
+    machine) ends the sweeps after the first one that finishes past that wall-clock budget.
     """
     t_start = time.perf_counter()
     if not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
+    route = pf_vds_route(inst, alpha, x0)
+    if route == "ipm":
+        return _pf_vds_ipm(inst, tol)
     k = inst.k
     method = "sweeps"
-    ipm_iterations = 0
-    if x0 is None and alpha == 1.0:
-        ip = proportional_fair_ipm(inst, tol=IPM_TOL, max_iter=200)
-        ipm_iterations = ip.iterations
-        x0 = _interior_start(inst, ip)
-        for xp, how in _ipm_candidates(inst, ip, x0, tol):
-            res = kkt_residual(xp, inst, alpha)
-            if res <= tol:
-                return PfVdsResult(xp, 0, res, True, how, ipm_iterations)
-        method = "ipm+sweeps" if x0 is not None else "sweeps"
     if x0 is None:
         wsum = (inst.weights[:, None] * inst.eligible).sum(axis=0)
         frac = np.where(inst.eligible, inst.weights[:, None] / np.where(wsum > 0, wsum, 1.0), 0.0)
@@ -494,8 +521,8 @@ def pf_vds(
     residual = np.inf
     witness: FloatArray | None = None
     sweeps = 0
-    small = _ncp_size(inst) <= NEWTON_MAX_UNKNOWNS
-    track = _ncp_size(inst) <= DRIFT_MAX_UNKNOWNS  # watch for a drift of the sweeps (see _along)
+    newton = route == "sweeps+newton"
+    track = newton and _ncp_size(inst) <= DRIFT_MAX_UNKNOWNS  # watch for a drift of the sweeps (see _along)
     best: tuple[float, FloatArray, FloatArray | None] = (np.inf, x.copy(), None)
     before, step, drifting = x.copy(), np.zeros_like(x), False
     for sweeps in range(1, max_sweeps + 1):
@@ -521,25 +548,18 @@ def pf_vds(
         if track:
             step, last_step, before = x - before, step, x.copy()
             drifting = bool(np.abs(step).max() > 0 and np.abs(step - last_step).max() <= 0.01 * np.abs(step).max())
-        if small and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
+        if newton and (sweeps in NEWTON_AFTER or sweeps == max_sweeps) and np.isfinite(x).all() and (tot > 0).all():
             nr, res_n = _newton_finish(inst, alpha, x, tol)
             if res_n <= tol:
-                return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", ipm_iterations, nr.lam)
+                return PfVdsResult(nr.x, sweeps, res_n, True, method + "+newton", 0, nr.lam)
             if drifting:
                 for xs in _along(inst, x, step):
                     nr, res_n = _newton_finish(inst, alpha, xs, tol, max_iter=40)
                     if res_n <= tol:
-                        return PfVdsResult(nr.x, sweeps, res_n, True, method + "+drift+newton", ipm_iterations, nr.lam)
+                        return PfVdsResult(nr.x, sweeps, res_n, True, method + "+drift+newton", 0, nr.lam)
     if residual <= tol or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
-        return PfVdsResult(x, sweeps, residual, residual <= tol, method, ipm_iterations, witness)
-    if small and not np.isfinite(inst.max_tasks).any():
-        # the provably convergent method of Sec. 5.1 from the best iterate, with a bounded budget
-        remaining = None if max_seconds is None else max(max_seconds - (time.perf_counter() - t_start), 0.0)
-        mfa = ps_mfa(inst, alpha, x0=best[1], tol=tol, max_iter=mfa_iterations, max_seconds=remaining)
-        res_m = kkt_residual(mfa.x, inst, alpha, lam=mfa.lam)
-        if res_m < best[0]:
-            return PfVdsResult(mfa.x, sweeps, res_m, res_m <= tol, method + "+ps-mfa", ipm_iterations, mfa.lam)
-    return PfVdsResult(best[1], sweeps, best[0], best[0] <= tol, method, ipm_iterations, best[2])
+        return PfVdsResult(x, sweeps, residual, residual <= tol, method, 0, witness)
+    return PfVdsResult(best[1], sweeps, best[0], best[0] <= tol, method, 0, best[2])
 
 
 def pf_vds_distributed(

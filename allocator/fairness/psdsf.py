@@ -13,8 +13,9 @@ A PS-DSF allocation is exactly a fixed point of these per-server fillings (Defin
 fixed-point residual is returned; with one server one filling is exact and PS-DSF is DRF (Sec. 2.3). Every iterate is
 feasible and non-wasteful column by column. Convergence of the sweeps is observed (linear, often slow: hundreds of
 sweeps on instances with hundreds of servers), not proven here; ``converged`` says whether ``tol`` was met and
-:func:`allocator.fairness.allocate` warns when it was not. Slow phases are shortcut by extrapolating along the sweep
-moves (:func:`_extrapolation_step`), which changes where the sweeps restart, never the stopping test.
+:func:`allocator.fairness.allocate` returns ``status="capped"`` when it was not. Slow phases are shortcut by
+extrapolating along the sweep moves (:func:`_extrapolation_step`), which changes where the sweeps restart, never the
+stopping test.
 
 Non-divisible (time-shared) servers, Problem 2 (eqs. 17-21): the capacity of server ``k`` becomes the single constraint
 ``sum_n x[n, k] / gamma[n, k] <= 1``. By Theorem 5 the solution of Problem 2 is PS-DSF under that constraint for every
