@@ -80,3 +80,58 @@ def test_extender_answers_over_https_only_to_clients_that_trust_it(tmp_path: Pat
             await servers.stop()
 
     asyncio.run(scenario())
+
+
+def _run(*args: str, cwd: Path) -> None:
+    subprocess.run([require("openssl"), *args], check=True, capture_output=True, cwd=cwd)
+
+
+def _mutual_tls_files(tmp: Path) -> dict[str, str]:
+    """A CA, a server certificate for localhost and a client certificate (as kube-scheduler's tlsConfig.certFile),
+    both signed by the CA, and a client certificate signed by another CA."""
+    for ca in ("ca", "other-ca"):
+        _run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={ca}", "-keyout",
+             f"{ca}.key", "-out", f"{ca}.crt", cwd=tmp)
+    for name, ca, ext in (("server", "ca", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+                          ("client", "ca", "extendedKeyUsage=clientAuth"),
+                          ("stranger", "other-ca", "extendedKeyUsage=clientAuth")):
+        _run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out",
+             f"{name}.csr", cwd=tmp)
+        (tmp / f"{name}.ext").write_text(ext + "\n")
+        _run("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=tmp)
+    return {p.stem + p.suffix.replace(".", "_"): str(p) for p in tmp.iterdir()}
+
+
+def test_mutual_tls_admits_only_clients_of_the_client_ca(tmp_path: Path) -> None:
+    """``server_tls(cert, key, client_ca)``: a client with a certificate of the client CA (kube-scheduler with
+    ``tlsConfig.certFile``/``keyFile``) is answered; one without a certificate, or with one of another CA, fails the
+    handshake before any request is read."""
+    from walras.extender import server_tls, start_site
+
+    f = _mutual_tls_files(tmp_path)
+    server_ctx = server_tls(f["server_crt"], f["server_key"], client_ca=f["ca_crt"])
+    body = json.loads(FIXTURE.read_text())
+
+    def client(cert: str | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=f["ca_crt"])
+        if cert is not None:
+            ctx.load_cert_chain(f[f"{cert}_crt"], f[f"{cert}_key"])
+        return ctx
+
+    async def scenario() -> None:
+        runner, port = await start_site(Extender(_plan).app(), "127.0.0.1", 0, server_ctx)
+        url = f"https://localhost:{port}/scheduler/filter"
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url, json=body, ssl=client("client")) as resp:
+                    assert resp.status == 200 and (await resp.json())["nodenames"] == ["gpu-v100-1"]
+                for cert in (None, "stranger"):
+                    with pytest.raises(aiohttp.ClientError):
+                        async with session.post(url, json=body, ssl=client(cert),
+                                                timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                            await resp.read()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
