@@ -29,6 +29,7 @@ from ._model import FloatArray, Instance, make_instance, monopoly_tasks, usage
 from .maxmin import MaxMinResult, drfh, drfh_result, linear_maxmin, tsf, tsf_result
 from .pfvds import PfVdsResult, best_response, kkt_residual, pf_vds, pf_vds_distributed
 from .psdsf import PsDsfResult, drf, fill_server, ps_dsf
+from .refill import RefillResult, envy_coefficients, refill
 from .rounding import round_allocation
 
 Mechanism = Literal["drf", "drfh", "tsf", "ps-dsf", "pf-vds"]
@@ -75,6 +76,7 @@ __all__ = [
     "MaxMinResult",
     "PfVdsResult",
     "PsDsfResult",
+    "RefillResult",
     "Status",
     "allocate",
     "allocate_time_shared",
@@ -82,6 +84,7 @@ __all__ = [
     "drf",
     "drfh",
     "drfh_result",
+    "envy_coefficients",
     "fill_server",
     "kkt_residual",
     "linear_maxmin",
@@ -91,6 +94,7 @@ __all__ = [
     "pf_vds",
     "pf_vds_distributed",
     "ps_dsf",
+    "refill",
     "round_allocation",
     "tsf",
     "tsf_result",
