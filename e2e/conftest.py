@@ -1,11 +1,27 @@
-"""Fixtures of the end-to-end tests: a cluster (the emulated API, or a real one), kubectl, the `walras run` process.
+"""Fixtures of the end-to-end tests: a cluster, kubectl, the `walras run` process.
 
-* Without ``WALRAS_E2E_KUBECONFIG`` each test module gets a fresh emulated Kubernetes API
-  (``python -m walras.emulator``, loopback, a subprocess; NOT a real cluster).
-* With ``WALRAS_E2E_KUBECONFIG=/path/to/kubeconfig`` the same scenarios run against that cluster (kind, k3d, ...);
-  the fault-injection scenarios need the emulator's ``/_emulator`` control paths and are skipped there.
-* kubectl comes from ``.tools/bin`` (``scripts/install_k8s_tools.sh``) or ``PATH``. When ``CI=true`` and kubectl is
-  missing, the tests FAIL instead of skipping.
+Which cluster a test module gets (a route table; each route is exercised where it applies):
+
+=====================================================  =====================================================
+where                                                  cluster
+=====================================================  =====================================================
+``WALRAS_E2E_KUBECONFIG`` set                          that cluster (kind, k3d, ...), nodes as API objects
+control-plane binaries found (``KUBEBUILDER_ASSETS``   the session's **real control plane** (etcd,
+or ``.tools/k8s/bin``; ``make test`` unpacks them)     kube-apiserver, kube-controller-manager; see
+                                                       ``tests/controlplane.py``), the module's nodes played
+                                                       by the kubelet stand-in (:mod:`walras.kubelet`), the
+                                                       operator running as the chart's ServiceAccount with the
+                                                       chart's RBAC (``helm template helm/walras``)
+binaries missing, ``CI=true``                          the run FAILS (CI must test on the real control plane)
+binaries missing elsewhere                             a fresh **emulated** API per module
+                                                       (``python -m walras.emulator``; NOT a real cluster)
+=====================================================  =====================================================
+
+On the real control plane the modules share one API server: each module's cluster fixture removes what it created
+(jobs, pools, profiles, pods, namespaces, nodes) before the next module starts. Scenarios that need the emulator's
+``/_emulator`` control paths (injected faults, the binding log, switching ``pods/resize`` off) skip elsewhere.
+kubectl comes from ``.tools/bin`` (``scripts/install_k8s_tools.sh``) or ``PATH``; under ``CI=true`` a missing
+kubectl FAILS the run instead of skipping.
 """
 
 from __future__ import annotations
@@ -25,7 +41,12 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
+# the fixtures `control_plane` and `namespace`, shared with tests/ (pytest registers them under their own names)
+from tests.conftest import control_plane as control_plane
+from tests.conftest import namespace as shared_namespace_fixture  # noqa: F401
+from tests.controlplane import ControlPlane, KubectlError, assets_folder, install_chart_identity, missing_message
 from tests.realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,34 +98,70 @@ def check(value: Any, predicate: Callable[[Any], bool]) -> Any:
 
 @dataclass
 class Cluster:
-    """A cluster reached through kubectl: the emulated API (``url`` set) or a real one."""
+    """A cluster reached through kubectl: the emulated API (``url`` set), the session's real control plane
+    (``control_plane`` set; nodes played by ``kubelet``) or an external one."""
 
     kubeconfig: Path
     kubectl: str
     workdir: Path
     url: str | None = None
     process: subprocess.Popen[str] | None = None
+    control_plane: ControlPlane | None = None
+    kubelet: Any = None  # walras.kubelet.KubeletThread on the real control plane
+    operator_kubeconfig: Path | None = None  # the chart's ServiceAccount (real control plane), else ``kubeconfig``
+    chart: list[dict[str, Any]] = field(default_factory=list)  # the rendered chart (real control plane)
 
     @property
     def emulated(self) -> bool:
         return self.url is not None
+
+    @property
+    def real(self) -> bool:
+        """The real control plane of this test run (kubelet stand-in, chart identity)."""
+        return self.control_plane is not None
+
+    def add_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        """Create Nodes (manifests with ``status``): through the kubelet stand-in on the real control plane, else as
+        API objects whose status is patched in."""
+        if self.real:
+            if self.kubelet is None:
+                from walras.kubelet import KubeletThread
+
+                self.kubelet = KubeletThread(self.kubeconfig, nodes, lease_interval=2.0).start()
+            else:
+                for node in nodes:
+                    self.kubelet.add_node(node)
+            return
+        for node in nodes:
+            self.apply_text(json.dumps({k: v for k, v in node.items() if k != "status"}))
+            self.set_node_status(node["metadata"]["name"], node["status"])
+
+    def remove_node(self, name: str) -> None:
+        if self.kubelet is not None and name in self.kubelet.standin.nodes:
+            self.kubelet.remove_node(name)
+        else:
+            self.kc("delete", "node", name)
 
     def kc(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBECACHEDIR": str(self.workdir / "kcache")}
         proc = subprocess.run([self.kubectl, *args], input=stdin, capture_output=True, text=True, env=env,
                               timeout=60)
         if check and proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, ["kubectl", *args], proc.stdout, proc.stderr)
+            raise KubectlError(proc.returncode, ["kubectl", *args], proc.stdout, proc.stderr)
         return proc
+
+    def validate(self) -> str:
+        """kubectl's client-side schema validation: off for the emulated API (no OpenAPI), strict elsewhere."""
+        return "--validate=false" if self.emulated else "--validate=strict"
 
     def get(self, *args: str) -> Any:
         return json.loads(self.kc("get", *args, "-o", "json").stdout)
 
     def apply(self, path: Path | str) -> None:
-        self.kc("apply", "--validate=false", "-f", str(path))
+        self.kc("apply", self.validate(), "-f", str(path))
 
     def apply_text(self, text: str) -> None:
-        self.kc("apply", "--validate=false", "-f", "-", stdin=text)
+        self.kc("apply", self.validate(), "-f", "-", stdin=text)
 
     def set_node_status(self, name: str, status: dict[str, Any]) -> None:
         self.kc("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
@@ -117,6 +174,26 @@ class Cluster:
         if self.process is not None:
             self.process.terminate()
             self.process.wait(10)
+
+    def reset(self, namespaces: list[str]) -> None:
+        """Remove what a module created on a shared API server: the Walras objects (their kopf finalizers first:
+        the operator is gone), the pods (forced), the namespaces (waited for), then the stand-in's nodes."""
+        try:
+            for kind in ("fungiblejobs", "colocationprofiles", "resourcepools"):
+                for item in self.get(kind, "-A")["items"]:
+                    meta = item["metadata"]
+                    where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+                    self.kc("patch", kind, meta["name"], *where, "--type=merge", "-p",
+                            '{"metadata":{"finalizers":null}}', check=False)
+                    self.kc("delete", kind, meta["name"], *where, "--wait=false", check=False)
+            for ns in namespaces:
+                self.kc("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
+            if namespaces:
+                self.kc("delete", "namespace", *namespaces, "--wait=true", "--timeout=90s", check=False)
+        finally:
+            if self.kubelet is not None:
+                self.kubelet.stop(delete_nodes=True)
+                self.kubelet = None
 
     # emulator-only controls
     def faults(self, *faults: dict[str, Any]) -> None:
@@ -155,31 +232,57 @@ def _start_emulator(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
-def connect(workdir: Path, kubectl_bin: str) -> Cluster:
-    """A test module's cluster: the real one of ``WALRAS_E2E_KUBECONFIG``, else a fresh emulated API (stop it with
-    :meth:`Cluster.close`)."""
+def real_control_plane_available() -> bool:
+    folder, missing = assets_folder()
+    return folder is not None and not missing
+
+
+def connect(workdir: Path, kubectl_bin: str, request: pytest.FixtureRequest | None = None) -> Cluster:
+    """A test module's cluster, by the route table of this module's docstring (stop it with :meth:`Cluster.close`).
+
+    On the real control plane the CRDs (the project's and kopf's peering CRD) are applied and the chart's
+    ServiceAccount, RBAC and peering object installed in ``walras-system``; :attr:`Cluster.operator_kubeconfig`
+    authenticates as that ServiceAccount."""
     if REAL_KUBECONFIG:
         return Cluster(Path(REAL_KUBECONFIG), kubectl_bin, workdir)
+    if real_control_plane_available() and request is not None:
+        cp: ControlPlane = request.getfixturevalue("control_plane")
+        c = Cluster(cp.kubeconfig, kubectl_bin, workdir, control_plane=cp)
+        c.kc("apply", "-f", str(ROOT / "crds"), "-f", str(ROOT / "helm" / "walras" / "crds" / "kopf-peering.yaml"))
+        c.kc("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        values = tuple(getattr(request.module, "CHART_VALUES", ()))  # e.g. the extender module's mode
+        kubeconfig, chart = install_chart_identity(cp, require("helm"), "walras-system", *values)
+        c.operator_kubeconfig, c.chart = kubeconfig, chart
+        cp.apply_objects([o for o in chart if o["kind"] == "ClusterKopfPeering"])
+        return c
+    if os.environ.get("CI") == "true":
+        pytest.fail(missing_message(assets_folder()[1]))
     proc, url = _start_emulator(workdir)
     return Cluster(workdir / "kubeconfig", kubectl_bin, workdir, url=url, process=proc)
 
 
+def node_manifests(path: Path, status: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Node documents of ``path``, each with ``status`` (default: its own)."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "Node"]
+    return [{**d, "status": status or d.get("status") or {}} for d in docs]
+
+
 @pytest.fixture(scope="module")
-def cluster(kubectl_bin: str) -> Iterator[Cluster]:
-    """A fresh emulated API per module (or the real cluster of ``WALRAS_E2E_KUBECONFIG``), with the CRDs, the e2e
-    namespace, four GPU nodes and two pools applied."""
+def cluster(kubectl_bin: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The module's cluster (see the route table above) with the CRDs, the e2e namespace, four GPU nodes and two
+    pools applied."""
     with tempfile.TemporaryDirectory(prefix="walras-e2e-") as tmp:
-        c = connect(Path(tmp), kubectl_bin)
+        c = connect(Path(tmp), kubectl_bin, request)
         try:
             c.apply(ROOT / "crds")
             c.apply(MANIFESTS / "namespace.yaml")
-            c.apply(MANIFESTS / "nodes.yaml")
-            for node in ("e2e-v100-0", "e2e-v100-1", "e2e-k80-0", "e2e-k80-1"):
-                c.set_node_status(node, GPU_STATUS)
+            c.add_nodes(node_manifests(MANIFESTS / "nodes.yaml", GPU_STATUS))
             c.apply(MANIFESTS / "pools.yaml")
             yield c
         finally:
-            if REAL_KUBECONFIG:
+            if c.real:
+                c.reset(["e2e"])
+            elif REAL_KUBECONFIG:
                 c.kc("delete", "namespace", "e2e", "--wait=false", check=False)
                 for pool in ("e2e-v100", "e2e-k80"):  # the operator's kopf finalizer: nobody left to remove it
                     c.kc("patch", "resourcepool", pool, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
@@ -207,14 +310,19 @@ class Operator:
 
         args = ["run", "--mode", self.mode, "--metrics-port", str(self.metrics_port), "--extender-port",
                 str(self.extender_port), "--health-port", str(self.health_port), "--debounce", "0.2",
-                "--plan-period", "3", "--kubeconfig", str(self.cluster.kubeconfig), *self.extra]
+                "--plan-period", "3", "--kubeconfig", str(self.kubeconfig), *self.extra]
         if "run" in COMMANDS:
             return [sys.executable, "-m", "walras", *args]
         return [sys.executable, "-c", LAUNCH, *args]
 
+    @property
+    def kubeconfig(self) -> Path:
+        """The chart's ServiceAccount on the real control plane, else the cluster's kubeconfig."""
+        return self.cluster.operator_kubeconfig or self.cluster.kubeconfig
+
     def start(self) -> Operator:
         self.log = self.cluster.workdir / f"operator-{self.mode}-{time.monotonic_ns()}.log"
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "WALRAS_LOG_LEVEL": "INFO"}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "WALRAS_LOG_LEVEL": "INFO"}
         self.process = subprocess.Popen(self.command(), stdout=self.log.open("w"), stderr=subprocess.STDOUT,
                                         text=True, env=env, cwd=ROOT)
         wait_until(self.ready, 60, "walras run to serve /metrics")

@@ -2,8 +2,9 @@
 project's example cluster (``examples/``: a ``throughput``, a ``fair`` and a ``utility`` GPU pool, a ``colocation``
 CPU pool with its ColocationProfile, and jobs of every utility family).
 
-Against the emulated API by default (a fresh one for this module); with ``WALRAS_E2E_KUBECONFIG`` against that
-cluster, where the example nodes are created as Node objects with the examples' status (as the other e2e modules do).
+On the real control plane when its binaries are there (the example nodes played by the kubelet stand-in, the
+operator as the chart's ServiceAccount), else against a fresh emulated API; with ``WALRAS_E2E_KUBECONFIG`` against
+that cluster, where the example nodes are created as Node objects with the examples' status (see ``conftest.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from walras.planner.quantity import parse_quantity
 
 from e2e.conftest import REAL_KUBECONFIG, ROOT, Cluster, Operator, connect, wait_until
+from e2e.invariants import violations
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = ROOT / "examples"
@@ -28,29 +30,30 @@ def documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-NODES = documents(EXAMPLES / "cluster" / "nodes.yaml")
+#: the example cluster's nodes (kept out of examples/ so that `kubectl apply -R -f examples/` creates no Node)
+NODES = documents(ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml")
 JOBS = [d for f in sorted((EXAMPLES / "jobs").glob("*.yaml")) for d in documents(f)]
 POOLS = documents(EXAMPLES / "pools.yaml")
 NAMESPACES = sorted({j["metadata"]["namespace"] for j in JOBS})
 
 
 @pytest.fixture(scope="module")
-def cluster(kubectl_bin: str) -> Iterator[Cluster]:
+def cluster(kubectl_bin: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """This module's cluster: the CRDs, the example namespaces, nodes (with their status), profile and pools."""
     with tempfile.TemporaryDirectory(prefix="walras-e2e-policies-") as tmp:
-        c = connect(Path(tmp), kubectl_bin)
+        c = connect(Path(tmp), kubectl_bin, request)
         try:
             c.apply(ROOT / "crds")
             for ns in NAMESPACES:
                 c.apply_text(json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
-            c.apply(EXAMPLES / "cluster" / "nodes.yaml")
-            for node in NODES:
-                c.set_node_status(node["metadata"]["name"], node["status"])
+            c.add_nodes(NODES)
             c.apply(EXAMPLES / "profile.yaml")
             c.apply(EXAMPLES / "pools.yaml")
             yield c
         finally:
-            if REAL_KUBECONFIG:
+            if c.real:
+                c.reset(NAMESPACES)
+            elif REAL_KUBECONFIG:
                 for path in sorted((EXAMPLES / "jobs").glob("*.yaml")):
                     c.kc("delete", "-f", str(path), "--wait=false", check=False)
                 for pool in POOLS:  # the operator's kopf finalizer: nobody left to remove it
@@ -58,7 +61,8 @@ def cluster(kubectl_bin: str) -> Iterator[Cluster]:
                          '{"metadata":{"finalizers":null}}', check=False)
                 c.kc("delete", "-f", str(EXAMPLES / "pools.yaml"), "--wait=false", check=False)
                 c.kc("delete", "-f", str(EXAMPLES / "profile.yaml"), "--wait=false", check=False)
-                c.kc("delete", "-f", str(EXAMPLES / "cluster" / "nodes.yaml"), "--wait=false", check=False)
+                for node in NODES:
+                    c.kc("delete", "node", node["metadata"]["name"], "--wait=false", check=False)
             c.close()
 
 
@@ -98,8 +102,11 @@ def test_every_policy_places_and_binds_the_example_jobs(cluster: Cluster) -> Non
             cluster.apply(path)
         try:
             planned = wait_until(lambda: settled(cluster), 120, "every example job bound to its planned nodes")
+            if cluster.real:  # Running on the kubelet stand-in, no node over-committed, no pod rejected
+                wait_until(lambda: not violations(cluster), 60, "every planned pod Running, nothing over-committed")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {UNSETTLED}\n{operator.output()[-3000:]}") from None
+            problems = violations(cluster) if cluster.real else []
+            raise AssertionError(f"{exc}: {UNSETTLED} {problems}\n{operator.output()[-3000:]}") from None
     finally:
         operator.stop()
     labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in NODES}

@@ -138,15 +138,17 @@ def install_chart_identity(cp: ControlPlane, helm_bin: str, namespace: str = "wa
 
 
 def scheduler_config_from_chart(objects: list[dict[str, Any]], extender_url: str, kubeconfig: Path,
-                                path: Path) -> Path:
+                                path: Path, leader_election: bool = False) -> Path:
     """The chart's KubeSchedulerConfiguration (ConfigMap ``*-scheduler``) with the extender's ``urlPrefix`` pointed
-    at ``extender_url``, ``clientConnection.kubeconfig`` set and leader election off (one scheduler per test)."""
+    at ``extender_url`` and ``clientConnection.kubeconfig`` set; the chart's leader election kept when
+    ``leader_election``, else switched off."""
     cm = next(o for o in objects if o.get("kind") == "ConfigMap" and "kube-scheduler-config.yaml" in o.get("data", {}))
     doc = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
     for ext in doc.get("extenders", []):
         ext["urlPrefix"] = extender_url
     doc["clientConnection"] = {"kubeconfig": str(kubeconfig)}
-    doc["leaderElection"] = {"leaderElect": False}
+    if not leader_election:
+        doc["leaderElection"] = {"leaderElect": False}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
