@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ class FaultProxy:
 
     upstream: str
     rates: FaultRates = field(default_factory=FaultRates)
+    upstream_ssl: ssl.SSLContext | None = None  # to trust an HTTPS API server's CA (kube-apiserver)
     seed: int = 0
     host: str = "127.0.0.1"
     port: int = 0
@@ -82,7 +84,8 @@ class FaultProxy:
 
     async def start(self) -> str:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
-                                              auto_decompress=False)
+                                              auto_decompress=False,
+                                              connector=aiohttp.TCPConnector(ssl=self.upstream_ssl or False))
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)

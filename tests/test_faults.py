@@ -152,3 +152,97 @@ def _readyz(replica: Replica) -> int:
         return requests.get(replica.url("/readyz"), timeout=2).status_code
     except requests.RequestException:
         return 0
+
+
+def _renamed_scenario(ns: str) -> list[dict[str, Any]]:
+    """The e2e scenario with names of its own (pools ``NS-v100``/``NS-k80``, nodes ``NS-v100-0`` ...), jobs in
+    ``ns``: the session's control plane is shared with other tests."""
+    docs = [d for d in scenario_documents() if d["kind"] in ("Node", "ResourcePool", "FungibleJob")]
+    pool_names = {d["metadata"]["name"]: f"{ns}-{d['metadata']['name'].split('-')[-1]}" for d in docs
+                  if d["kind"] == "ResourcePool"}
+    out = []
+    for doc in copy.deepcopy(docs):
+        meta = doc["metadata"]
+        if doc["kind"] == "Node":
+            meta["name"] = f"{ns}-{meta['name'].split('-', 1)[1]}"
+            meta["labels"]["walras.dev/fault-test"] = ns
+            doc["status"] = {"capacity": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "4"}}
+        elif doc["kind"] == "ResourcePool":
+            meta["name"] = pool_names[meta["name"]]
+            doc["spec"]["nodeSelector"] = {**doc["spec"]["nodeSelector"], "walras.dev/fault-test": ns}
+        else:
+            meta["namespace"] = ns
+            doc["spec"]["throughput"] = {pool_names[k]: v for k, v in doc["spec"]["throughput"].items()}
+        out.append(doc)
+    return out
+
+
+def test_operator_survives_injected_faults_on_the_real_control_plane(control_plane: Any, namespace: str,
+                                                                      tmp_path: Path) -> None:
+    """The main fault run against kube-apiserver v1.36 (faults between the operator and the real server; the
+    kubelet stand-in plays the nodes): the operator survives, binds every pod once and deletes none."""
+    import ssl
+
+    from test_ha_support import ROOT
+    from walras.kubelet.client import ApiClient, ApiConfig
+    from walras.kubelet.standin import KubeletStandIn
+
+    cp = control_plane
+    ns = namespace
+    cp.kubectl("apply", "-f", str(ROOT / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "crd/fungiblejobs.walras.dev", "--timeout=60s")
+    docs = _renamed_scenario(ns)
+    nodes = [d for d in docs if d["kind"] == "Node"]
+
+    async def scenario() -> dict[str, int]:
+        kubelet = KubeletStandIn(ApiClient(ApiConfig.from_kubeconfig(cp.kubeconfig)), nodes, lease_interval=5.0,
+                                 status_interval=10.0)
+        await kubelet.start()
+        cp.apply_objects([d for d in docs if d["kind"] != "Node"])
+        upstream_ssl = ssl.create_default_context(cafile=str(cp.ca_file))
+        proxy = FaultProxy(cp.server, RATES, seed=29, upstream_ssl=upstream_ssl)
+        await proxy.start()
+        kube = KubeConfig(server=proxy.url, token=cp.token, namespace="default")
+        options = OperatorOptions(mode="direct", debounce=0.1, plan_period=2.0, identity="faulty-real",
+                                  namespaces=(ns,))
+        source = IndexSource(options.namespaces)
+        controller = Controller(KubeClient(kube), source, build_plan, options, WalrasMetrics())
+        elector = LeaseElector(KubeClient(kube), "default", f"walras-{ns}", "faulty-real", lease_duration=3.0,
+                               renew_deadline=2.0, renew_period=0.5, retry_period=0.5)
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_operator(controller, source, kube, peering=f"walras-{ns}",
+                                                health_port=None, stop_flag=stop, elector=elector))
+
+        def pods() -> list[dict[str, Any]]:
+            return cp.get("pods", "-n", ns)["items"]
+
+        def settled(count: int) -> bool:
+            items = pods()
+            return len(items) == count and all(p["status"].get("phase") == "Running" for p in items)
+
+        try:
+            await _wait(lambda: task.done() or settled(5), 180, "5 pods running on the real control plane")
+            assert not task.done(), "the operator ended"
+            first = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()}
+            extra = _extra_job("extra", 3)
+            extra["metadata"]["namespace"] = ns
+            extra["spec"]["throughput"] = next(d for d in docs if d["kind"] == "FungibleJob")["spec"]["throughput"]
+            cp.apply_objects([extra])
+            await _wait(lambda: task.done() or settled(8), 180, "the new job's pods running")
+            await asyncio.sleep(6)
+            assert not task.done(), "the operator ended"
+            now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()}
+            assert {n: now.get(n) for n in first} == first, "a running pod its job still wants was deleted"
+            assert all(reason == "Running" for *_, reason in kubelet.decisions), kubelet.decisions
+            for fault in ("409", "429", "500", "latency"):
+                assert proxy.counts[fault] > 0, (fault, dict(proxy.counts))
+            return dict(proxy.counts)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await proxy.stop()
+            await kubelet.stop(delete_nodes=True)
+            cp.kubectl("delete", "resourcepools", f"{ns}-v100", f"{ns}-k80", "--ignore-not-found", check=False)
+
+    counts = asyncio.run(scenario())
+    print("fault-proxy counts (real control plane):", counts)
