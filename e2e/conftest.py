@@ -43,7 +43,8 @@ import pytest
 import requests
 import yaml
 
-# the fixtures `control_plane` and `namespace`, shared with tests/ (pytest registers them under their own names)
+# the fixtures `control_plane` and `namespace`, shared with tests/ (registered under the names given in
+# tests/conftest.py, whatever they are imported as here)
 from tests.conftest import control_plane as control_plane
 from tests.conftest import namespace as shared_namespace_fixture  # noqa: F401
 from tests.controlplane import ControlPlane, KubectlError, assets_folder, install_chart_identity, missing_message

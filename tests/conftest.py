@@ -19,7 +19,7 @@ from tests.controlplane import ControlPlane, session_control_plane, stop_session
 from tests.realtools import require
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", name="control_plane")
 def control_plane() -> Iterator[ControlPlane]:
     """The session's real control plane (admin kubeconfig, server, token, CA file, folder, kubectl)."""
     kubectl = require("kubectl")
@@ -33,7 +33,7 @@ def control_plane() -> Iterator[ControlPlane]:
     stop_session_control_plane()
 
 
-@pytest.fixture
+@pytest.fixture(name="namespace")
 def namespace(control_plane: ControlPlane) -> Iterator[str]:
     """A fresh namespace (``t-<hex>``) with its ``default`` ServiceAccount; deleted after the test."""
     name = f"t-{secrets.token_hex(4)}"
