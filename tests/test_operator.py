@@ -49,7 +49,7 @@ def job_obj(name: str, replicas: int, cpu: str = "1", ns: str = "default") -> di
                 "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}}
 
 
-def stand_in_planner(snapshot: Snapshot, previous: Plan | None) -> Plan:
+def stand_in_planner(snapshot: Snapshot, previous: Plan | None, **_: Any) -> Plan:
     node = sorted(n["metadata"]["name"] for n in snapshot.nodes)[0]
     plan = Plan()
     for pool in snapshot.pools:

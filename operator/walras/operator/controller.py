@@ -28,13 +28,17 @@ from typing import Any
 
 from walras.metrics import WalrasMetrics
 from walras.operator.kube import KubeClient, KubeError
-from walras.operator.translate import event_body, pod_manifest, resize_containers, status_patch
+from walras.operator.translate import event_body, pod_manifest, resize_containers, stamp_conditions, status_patch
+from walras.planner.cache import AssumedPods
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan, Snapshot
+from walras.planner.plan import PlanOptions
+from walras.planner.translate import pod_from
 
 logger = logging.getLogger("walras.operator")
 
 JSON = dict[str, Any]
-Planner = Callable[[Snapshot, Plan | None], Plan]
+#: ``planner(snapshot, previous, *, assumed=..., options=...) -> Plan`` (:func:`walras.planner.build_plan`).
+Planner = Callable[..., Plan]
 
 
 @dataclass
@@ -48,6 +52,7 @@ class OperatorOptions:
     debounce: float = 1.0
     identity: str = "walras"
     concurrency: int = 16
+    max_deletes: int | None = 50  # running pods one plan may delete (the churn budget)
 
     def __post_init__(self) -> None:
         if self.mode not in ("direct", "extender"):
@@ -108,6 +113,9 @@ class Controller:
     _status_written: dict[tuple[str, str, str], Any] = field(default_factory=dict)
     _task: asyncio.Task[None] | None = None
     planned: asyncio.Event = field(default_factory=asyncio.Event)
+    #: pods created or bound by us that the watch has not shown yet (walras.planner.cache)
+    assumed: AssumedPods = field(default_factory=AssumedPods)
+    _pods: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)  # the last snapshot's pods
 
     # ------------------------------------------------------------------ triggers
 
@@ -165,8 +173,14 @@ class Controller:
     async def reconcile(self) -> Plan | None:
         snapshot = self.source()
         started = time.perf_counter()
+        self._pods = {_key(p): p for p in snapshot.pods}
+        seen = {key: (str((p.get("metadata") or {}).get("uid") or ""), (p.get("spec") or {}).get("nodeName") or None)
+                for key, p in self._pods.items()}
+        self.assumed.prune(seen, (_key(n)[1] for n in snapshot.nodes), time.monotonic())
+        options = PlanOptions(max_deletes=self.options.max_deletes)
         try:
-            plan = await asyncio.to_thread(self.planner, snapshot, self.plan)
+            plan = await asyncio.to_thread(self.planner, snapshot, self.plan, assumed=self.assumed.pods(),
+                                           options=options)
         except Exception:
             self.metrics.plan_failed()
             logger.exception("planning failed")
@@ -249,6 +263,7 @@ class Controller:
             await self._event(job, "Warning", "PodTemplateInvalid", str(exc))
             return
         pod, created = await self.client.create_pod(pp.namespace, body)
+        self._assume(pod)
         if created:
             logger.info("created pod %s/%s for job %s in pool %s", pp.namespace, pp.name, pp.job, pp.pool)
             await self._event(job, "Normal", "SuccessfulCreate",
@@ -273,6 +288,10 @@ class Controller:
             if uid:
                 self._binding.discard(uid)
             raise
+        known = self._pods.get((namespace, name))
+        if known is not None:  # counts on its node until the watch shows the binding
+            bound = {**known, "spec": {**(known.get("spec") or {}), "nodeName": node}}
+            self._assume(bound)
         if done:
             self.metrics.bound(pool, mode)
 
@@ -316,8 +335,16 @@ class Controller:
             self._resize_pending.pop(key, None)
             self._resize_waiting.pop(key, None)
 
+    def _assume(self, pod: Mapping[str, Any]) -> None:
+        typed = pod_from(pod)
+        if typed is not None:
+            self._pods[typed.key] = pod
+            self.assumed.assume(typed, time.monotonic())
+
     async def _delete(self, pp: PodPlan, job: Mapping[str, Any] | None) -> None:
-        if await self.client.delete_pod(pp.namespace, pp.name):
+        deleted = await self.client.delete_pod(pp.namespace, pp.name)
+        self.assumed.forget(pp.namespace, pp.name)
+        if deleted:
             logger.info("deleted surplus pod %s/%s", pp.namespace, pp.name)
             if job is not None:
                 await self._event(job, "Normal", "SuccessfulDelete", f"Deleted surplus pod {pp.name}")
@@ -360,6 +387,7 @@ class Controller:
         written = self._status_written.get(key)
         if written is not None and written[0] == (obj.get("metadata") or {}).get("resourceVersion"):
             current = written[1]  # our last write is newer than the cached object
+        desired = stamp_conditions(current, desired, (obj.get("metadata") or {}).get("generation"))
         patch = status_patch(current, desired)
         if patch is None:
             return
@@ -381,13 +409,13 @@ class Controller:
             ident = (ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
             if ident in self._posted:
                 continue
-            obj = objects.get((ev.kind, ev.namespace, ev.name))
-            if obj is None:
+            involved = objects.get((ev.kind, ev.namespace, ev.name))
+            if involved is None:
                 continue
             if len(self._posted) > 50_000:  # bound the memory of what was posted; a repeat Event is harmless
                 self._posted.clear()
             self._posted.add(ident)
-            yield self._event(obj, ev.type, ev.reason, ev.message)
+            yield self._event(involved, ev.type, ev.reason, ev.message)
 
     async def _event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event; failing to record one never fails the action it describes."""

@@ -129,6 +129,26 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) 
     return {"status": _replace(current, desired)}
 
 
+def stamp_conditions(current: Mapping[str, Any] | None, desired: Mapping[str, Any], generation: Any,
+                     now: str | None = None) -> JSON:
+    """``desired`` with its conditions in ``metav1.Condition`` shape: ``lastTransitionTime`` kept from the current
+    condition of the same type while its status is unchanged (else ``now``), and ``observedGeneration``."""
+    previous = {c.get("type"): c for c in (current or {}).get("conditions") or [] if isinstance(c, Mapping)}
+    stamp = now or _now()
+    out = dict(desired)
+    conditions = []
+    for condition in desired.get("conditions") or []:
+        old = previous.get(condition.get("type"))
+        unchanged = old is not None and old.get("status") == condition.get("status")
+        kept = old.get("lastTransitionTime") if old is not None and unchanged else None
+        entry = {**condition, "lastTransitionTime": kept or stamp}
+        if isinstance(generation, int):
+            entry["observedGeneration"] = generation
+        conditions.append(entry)
+    out["conditions"] = conditions
+    return out
+
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)

@@ -1,17 +1,19 @@
 """Assumed pods, as kube-scheduler's cache keeps them (``AssumePod`` / ``FinishBinding`` / expiry).
 
 The operator plans from an informer cache that lags its own writes: a pod it just created, or bound to a node, is
-not in the next snapshot yet, or is there still unbound. Planning from that snapshot would sell the same room twice.
-So every pod the operator creates or binds is *assumed*: it counts on its node (and as existing) in every plan until
-the watch shows it there, it is seen deleted, or its expiry passes (a write that never shows up, say a create that
-failed after all). A binding that fails is forgotten at once, so the pod is re-planned, never lost.
+not in the next snapshot yet, or is there still unbound, or the cache still shows an older pod of the same name.
+Planning from that snapshot would sell the same room twice. So every pod the operator creates or binds is *assumed*:
+it counts on its node (and as existing) in every plan until the watch shows it there, its node is gone, or its
+expiry passes (a write that never shows up). A binding that fails leaves the pod assumed as it is (created, unbound),
+so it is placed again, never lost; a pod the operator deleted (or found gone) is forgotten.
 
-This is a plain data structure with an explicit clock (``now`` arguments), so it is pure to test; the operator owns
-the one instance and calls :meth:`AssumedPods.overlay` on each snapshot's typed cluster before planning.
+Two parts: :func:`overlay` is the pure step the planner applies to a typed cluster (``build_plan(assumed=...)``);
+:class:`AssumedPods` is the operator's store, with an explicit clock (``now`` arguments) so it is pure to test.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from walras.planner.cluster import Cluster, Pod
@@ -19,6 +21,43 @@ from walras.planner.cluster import Cluster, Pod
 #: Seconds an assumed pod counts without the watch confirming it (kube-scheduler's default binding TTL is 30 s
 #: after the bind finished; ours also covers creation).
 DEFAULT_TTL = 30.0
+
+#: What the watch shows of a pod: (uid, nodeName or None).
+Seen = Mapping[tuple[str, str], tuple[str, str | None]]
+
+
+def confirmed(assumed: Pod, seen: tuple[str, str | None] | None) -> bool:
+    """Whether the watch shows ``assumed`` as written: the same pod (uid, where both are known), bound when we bound
+    it (a pod we only created is confirmed once it shows up at all)."""
+    if seen is None:
+        return False
+    uid, node = seen
+    if uid and assumed.uid and uid != assumed.uid:
+        return False  # the cache still shows an older pod of that name
+    return node is not None or assumed.node is None
+
+
+def overlay(cluster: Cluster, assumed: Sequence[Pod]) -> Cluster:
+    """``cluster`` with each assumed pod that the cluster does not confirm added, or put in place of the cached pod
+    of its name; assumed pods on nodes the cluster does not have are left out (the pod went with its node)."""
+    if not assumed:
+        return cluster
+    seen = {pod.key: pod for pod in cluster.pods}
+    nodes = {node.name for node in cluster.nodes}
+    extra: dict[tuple[str, str], Pod] = {}
+    for pod in assumed:
+        current = seen.get(pod.key)
+        if confirmed(pod, (current.uid, current.node) if current is not None else None):
+            continue
+        if pod.node is not None and pod.node not in nodes:
+            continue
+        extra[pod.key] = replace(pod, assumed=True)
+    if not extra:
+        return cluster
+    pods = [extra.pop(pod.key, pod) for pod in cluster.pods]
+    pods.extend(extra.values())
+    pods.sort(key=lambda p: (p.namespace, p.name))
+    return replace(cluster, pods=tuple(pods))
 
 
 @dataclass
@@ -29,7 +68,7 @@ class _Entry:
 
 @dataclass
 class AssumedPods:
-    """Pods written by us and not yet confirmed by the watch, keyed by (namespace, name)."""
+    """The operator's pods written and not yet confirmed by the watch, keyed by (namespace, name)."""
 
     ttl: float = DEFAULT_TTL
     _entries: dict[tuple[str, str], _Entry] = field(default_factory=dict)
@@ -42,32 +81,22 @@ class AssumedPods:
         self._entries[pod.key] = _Entry(replace(pod, assumed=True), now + self.ttl)
 
     def forget(self, namespace: str, name: str) -> None:
-        """Stop counting a pod (its create or binding failed: the next plan places it again)."""
+        """Stop counting a pod (we deleted it, or it is gone)."""
         self._entries.pop((namespace, name), None)
 
-    def pods(self) -> list[Pod]:
-        return [e.pod for e in self._entries.values()]
+    def prune(self, seen: Seen, nodes: Iterable[str], now: float) -> None:
+        """Drop the entries the watch confirms, whose node is gone, or whose expiry passed."""
+        names = set(nodes)
+        for key, entry in list(self._entries.items()):
+            node = entry.pod.node
+            if entry.deadline <= now or (node is not None and node not in names) or confirmed(entry.pod,
+                                                                                          seen.get(key)):
+                del self._entries[key]
+
+    def pods(self) -> tuple[Pod, ...]:
+        return tuple(e.pod for e in self._entries.values())
 
     def overlay(self, cluster: Cluster, now: float) -> Cluster:
-        """``cluster`` with the assumed pods the watch has not confirmed added (or, for a pod seen still unbound,
-        replaced by its assumed binding); confirmed, deleted-after-seen and expired entries are dropped."""
-        seen = {pod.key: pod for pod in cluster.pods}
-        extra: dict[tuple[str, str], Pod] = {}
-        for key, entry in list(self._entries.items()):
-            current = seen.get(key)
-            if entry.deadline <= now:
-                del self._entries[key]
-                continue
-            if current is not None and (current.node is not None or entry.pod.node is None):
-                del self._entries[key]  # the watch shows it (bound, or we only created it): confirmed
-                continue
-            if current is not None and current.uid and entry.pod.uid and current.uid != entry.pod.uid:
-                del self._entries[key]  # a different pod of the same name: ours is gone
-                continue
-            extra[key] = entry.pod
-        if not extra:
-            return cluster
-        pods = [extra.pop(pod.key, pod) for pod in cluster.pods]
-        pods.extend(extra.values())
-        pods.sort(key=lambda p: (p.namespace, p.name))
-        return replace(cluster, pods=tuple(pods))
+        """Prune against ``cluster`` and return it with the remaining assumed pods (:func:`overlay`)."""
+        self.prune({p.key: (p.uid, p.node) for p in cluster.pods}, (n.name for n in cluster.nodes), now)
+        return overlay(cluster, self.pods())

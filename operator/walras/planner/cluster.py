@@ -166,6 +166,7 @@ class ReportedStatus:
 
     replicas: Mapping[str, int] = field(default_factory=dict)
     phase: str = ""
+    observed_generation: int | None = None
 
 
 @dataclass(frozen=True)

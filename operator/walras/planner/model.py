@@ -138,7 +138,9 @@ class PoolPlan:
             "capacity": self.capacity,
             "used": self.used,
             "price": self.price,
+            "priceText": f"{self.price:.4g}",
             "utilisation": self.utilisation,
+            "utilisationText": f"{100 * self.utilisation:.0f}%",
             "podsPlanned": self.pods_planned,
             "podsBound": self.pods_bound,
             "conditions": [c.to_dict() for c in self.conditions],
@@ -162,6 +164,7 @@ class JobPlan:
     wanted: dict[str, int] = field(default_factory=dict)  # pool -> replicas the market's allocation rounds to
     priced_throughput: float = 0.0  # a_i^T x_i
     priced_cost: float = 0.0  # sum_j p_j d_ij x_ij
+    throughput_unit: str = "/s"
     target: float | None = None  # target throughput for target-priority utilities
     pods: list[PodPlan] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
@@ -181,6 +184,7 @@ class JobPlan:
             "placedReplicas": sum(self.replicas.values()),
             "wantedReplicas": dict(self.wanted),
             "throughput": self.throughput,
+            "throughputText": _throughput_text(self.throughput, self.throughput_unit),
             "pricedThroughput": self.priced_throughput,
             "utility": self.utility,
             "cost": self.cost,
@@ -195,6 +199,11 @@ class JobPlan:
         if self.observed_generation is not None:
             body["observedGeneration"] = self.observed_generation
         return body
+
+
+def _throughput_text(value: float, unit: str) -> str:
+    """``4.39 iterations/s``; a unit that starts with ``/`` is joined without a space (``4.39/s``)."""
+    return f"{value:.3g}{unit}" if unit.startswith("/") else f"{value:.3g} {unit}"
 
 
 @dataclass

@@ -24,10 +24,12 @@ are unchanged (:mod:`.translate`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from walras.planner.cache import overlay
 from walras.planner.capacity import node_table
-from walras.planner.cluster import Cluster, Constraints
+from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.model import Plan, PlanEvent, Snapshot, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
@@ -50,9 +52,10 @@ class PlanOptions:
 
 
 def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, device: str = "cpu",
-               options: PlanOptions | None = None) -> Plan:
+               options: PlanOptions | None = None, assumed: Sequence[Pod] = ()) -> Plan:
     """Plan prices, allocations and pod placements for ``source`` (a snapshot of raw objects, or a typed cluster),
-    warm-started from ``previous``. See the module docstring for the phases."""
+    warm-started from ``previous``, counting the operator's ``assumed`` pods (:mod:`.cache`) where the source does
+    not show them yet. See the module docstring for the phases."""
     started = time.perf_counter()
     opts = options or PlanOptions(device=device)
     plan = Plan()
@@ -60,6 +63,7 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
         cluster = source
     else:
         cluster = cluster_from(source, previous._pod_memo if previous is not None else None, plan._pod_memo)
+    cluster = overlay(cluster, assumed)
     table = node_table(cluster)
     objects = build_objects(cluster, table, plan)
     observed = observe(cluster, objects, table)

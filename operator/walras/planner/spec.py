@@ -181,6 +181,7 @@ class JobSpec:
     throughput_demand: float | None
     weight: float
     template: Mapping[str, Any] = field(default_factory=dict)
+    throughput_unit: str = "/s"
 
     @property
     def key(self) -> tuple[str, str]:
@@ -302,6 +303,7 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         else _number(throughput_demand, "spec.throughputDemand", minimum=0.0, exclusive=True),
         weight=_number(spec.get("weight", 1.0), "spec.weight", minimum=0.0, exclusive=True),
         template=template,
+        throughput_unit=str(spec.get("throughputUnit") or "/s"),
     )
 
 

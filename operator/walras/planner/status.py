@@ -60,6 +60,7 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         big_n = max(spec.replicas, 1)
         jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(X[i]) if x > 1e-9}
         jp.allocation_text = allocation_text(jp.allocation)
+        jp.throughput_unit = spec.throughput_unit
         jp.wanted = {names[j]: int(t) for j, t in enumerate(outcome.target[i]) if t > 0}
         jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         jp.priced_throughput = float(priced_t[i])

@@ -211,9 +211,11 @@ def job_from(obj: Mapping[str, Any]) -> Job:
     namespace = str(meta.get("namespace") or "default")
     name = str(meta.get("name") or "<unnamed>")
     status = _map(obj.get("status"))
+    observed = status.get("observedGeneration")
     reported = ReportedStatus(
         {str(k): int(v) for k, v in _map(status.get("replicas")).items() if isinstance(v, int)},
         str(status.get("phase") or ""),
+        observed if isinstance(observed, int) and not isinstance(observed, bool) else None,
     )
     try:
         spec = parse_job(obj)

@@ -1,0 +1,153 @@
+"""A scheduler's invariants, checked on a typed cluster (and optionally on a plan for it): the one place tests, the
+e2e scenarios, the benchmarks and ``walras check`` share.
+
+On the cluster:
+
+* ``OverCommitted``: a node where the requests of its non-terminal pods (terminating ones included, as kube-scheduler
+  counts them) exceed allocatable on some resource, the ``pods`` count included;
+* ``NodeMissing``: a non-terminal pod bound to a node that does not exist;
+* ``Orphaned``: a live pod Walras manages whose FungibleJob does not exist;
+* ``PoolOverCapacity``: a pool with a ``spec.capacity`` whose bound pods use more of its priced resource;
+* ``StatusDisagrees``: a job whose status reports a number of replicas other than the pods it has (checked only for
+  jobs whose status was written for their current generation and that no pod is being created or deleted for).
+
+On a plan for that cluster (``check_plan``):
+
+* ``PlanOverCommits``: the plan puts pods on a node beyond allocatable on some resource;
+* ``DoubleBinding``: the plan binds a pod that is already bound, or to a node other than its own;
+* ``DuplicatePod``: the plan names a pod twice, or creates a pod whose name exists;
+* ``LostPod``: a pod the cluster has, of a job that still wants replicas in its pool, that the plan neither keeps nor
+  deletes (every managed live pod must appear in the plan).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from walras.planner.capacity import node_table
+from walras.planner.cluster import PODS, Cluster
+from walras.planner.model import Plan
+from walras.planner.quantity import parse_quantity
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    object: str  # "Node/gpu-0", "Pod/ns/name", "FungibleJob/ns/name", "ResourcePool/name"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.object}: {self.message}"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def check_cluster(cluster: Cluster) -> list[Violation]:
+    """Every cluster invariant of the module docstring that ``cluster`` breaks (empty when it holds them all)."""
+    out: list[Violation] = []
+    table = node_table(cluster)
+    for node, resource, used, alloc in table.over_committed():
+        out.append(Violation("OverCommitted", f"Node/{node}",
+                             f"{resource} requested {_fmt(used)} > allocatable {_fmt(alloc)}"))
+    jobs = {job.key: job for job in cluster.jobs}
+    live = [p for p in cluster.pods if not p.terminal]
+    for pod in live:
+        if pod.node is not None and pod.node not in table.index:
+            out.append(Violation("NodeMissing", f"Pod/{pod.namespace}/{pod.name}", f"bound to node {pod.node}, "
+                                 "which does not exist"))
+        if pod.job is not None and not pod.terminating and (pod.namespace, pod.job) not in jobs:
+            out.append(Violation("Orphaned", f"Pod/{pod.namespace}/{pod.name}",
+                                 f"FungibleJob {pod.namespace}/{pod.job} does not exist"))
+    for pool in cluster.pools:
+        spec = pool.spec
+        if spec is None or spec.capacity is None:
+            continue
+        members = [k for k, node in enumerate(cluster.nodes)
+                   if all(node.labels.get(a) == b for a, b in spec.node_selector.items())]
+        c = table.column.get(spec.resource)
+        used = float(table.used[members, c].sum()) if members and c is not None else 0.0
+        if used > spec.capacity + 1e-9:
+            out.append(Violation("PoolOverCapacity", f"ResourcePool/{pool.name}",
+                                 f"{spec.resource} in use {_fmt(used)} > spec.capacity {_fmt(spec.capacity)}"))
+    counts: dict[tuple[str, str], int] = Counter()
+    settling: set[tuple[str, str]] = set()
+    for pod in live:
+        if pod.job is None:
+            continue
+        key = (pod.namespace, pod.job)
+        if pod.terminating or pod.node is None:
+            settling.add(key)
+        if not pod.terminating:
+            counts[key] += 1
+    for key, job in jobs.items():
+        if job.spec is None or key in settling or not job.reported.phase:
+            continue
+        if job.reported.observed_generation is not None and job.reported.observed_generation != job.generation:
+            continue
+        reported = sum(job.reported.replicas.values())
+        if reported != counts.get(key, 0):
+            out.append(Violation("StatusDisagrees", f"FungibleJob/{key[0]}/{key[1]}",
+                                 f"status reports {reported} replica(s), the cluster has {counts.get(key, 0)} pod(s)"))
+    return out
+
+
+def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
+    """Every plan invariant of the module docstring that ``plan`` breaks for ``cluster``."""
+    out: list[Violation] = []
+    table = node_table(cluster)
+    pods = {pod.key: pod for pod in cluster.pods}
+    names = Counter((p.namespace, p.name) for p in plan.pods)
+    for (namespace, name), count in names.items():
+        if count > 1:
+            out.append(Violation("DuplicatePod", f"Pod/{namespace}/{name}", f"planned {count} times"))
+    extra = np.zeros_like(table.used)
+    for p in plan.pods:
+        current = pods.get((p.namespace, p.name))
+        where = f"Pod/{p.namespace}/{p.name}"
+        if p.action == "create" and current is not None:
+            out.append(Violation("DuplicatePod", where, "created, but a pod of that name exists"))
+        if p.action == "bind" and current is not None and current.node is not None and current.node != p.node:
+            out.append(Violation("DoubleBinding", where, f"bound to {current.node}, planned to {p.node}"))
+        if p.node is None or p.node not in table.index:
+            continue
+        k = table.index[p.node]
+        if p.action in ("create", "bind") and (current is None or current.node is None):
+            requests = {name: _parse(v) for name, v in p.requests.items()}
+            if current is not None:
+                requests = dict(current.requests)  # a pending pod brings its own requests
+                requests.update({name: _parse(v) for name, v in p.requests.items()})
+            requests[PODS] = 1.0
+            extra[k] += table.vector(requests)
+        elif p.action == "resize" and current is not None:
+            new = {**current.requests, **{name: _parse(v) for name, v in p.requests.items()}}
+            extra[k] += table.vector(new) - table.vector(current.requests)
+    # a deletion frees room only once the pod is gone: a plan must not count on it, so nothing is subtracted
+    after = table.used + extra
+    over = after > table.alloc + 1e-9 * np.maximum(1.0, table.alloc)
+    grew = extra > 1e-12
+    for k, r in zip(*np.nonzero(over & grew), strict=True):
+        out.append(Violation("PlanOverCommits", f"Node/{table.names[k]}",
+                             f"{table.resources[r]} would be {_fmt(after[k, r])} > allocatable "
+                             f"{_fmt(table.alloc[k, r])}"))
+    planned = {(p.namespace, p.name) for p in plan.pods}
+    by_job: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.job is None or pod.terminal or pod.terminating or pod.key in planned:
+            continue
+        by_job[(pod.namespace, pod.job)].append(pod.name)
+    for (namespace, job), missing in sorted(by_job.items()):
+        for name in missing:
+            out.append(Violation("LostPod", f"Pod/{namespace}/{name}", f"pod of job {job} is not in the plan"))
+    return out
+
+
+def _parse(value: str) -> float:
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return 0.0
