@@ -94,13 +94,15 @@ def test_run_with_an_unreachable_cluster(tmp_path: Path) -> None:
     assert_one_line_error(result, "run", "cannot reach the Kubernetes API", f"127.0.0.1:{port}")
 
 
-def test_run_with_a_port_in_use(tmp_path: Path, busy_port: int) -> None:
+@pytest.mark.parametrize("option", ["--extender-port", "--metrics-port", "--health-port"])
+def test_run_with_a_port_in_use(tmp_path: Path, busy_port: int, option: str) -> None:
     from walras.emulator.server import EmulatorThread
 
+    ports = {"--extender-port": "0", "--metrics-port": "0", "--health-port": "0", option: str(busy_port)}
     with EmulatorThread() as emulator:
         kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
-        result = walras("run", "--standalone", "--kubeconfig", str(kubeconfig), "--extender-port", str(busy_port),
-                        "--metrics-port", "0", "--health-port", "0")
+        result = walras("run", "--standalone", "--kubeconfig", str(kubeconfig),
+                        *[arg for pair in ports.items() for arg in pair])
     assert_one_line_error(result, "run", f":{busy_port}", "cannot listen")
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,19 @@ def extender_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return tls
 
 
+def check_port_free(host: str, port: int, option: str) -> None:
+    """:class:`UsageError` when ``host:port`` cannot be bound (checked before kopf starts its health server, whose
+    bind error kopf would log with a traceback before the operator stops)."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port} ({option}): {exc.strerror or exc}") from exc
+
+
 def load_kube_config(kubeconfig: str | None) -> KubeConfig:
     """The cluster connection as kubectl finds it; :class:`UsageError` when there is none."""
     from kubernetes.config import ConfigException
@@ -158,6 +172,7 @@ async def serve(args: argparse.Namespace) -> int:
         tls = extender_tls(args.extender_tls_cert, args.extender_tls_key)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    check_port_free("0.0.0.0", args.health_port, "--health-port")
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)
     controller, source, extender, metrics = build(args, kube)
