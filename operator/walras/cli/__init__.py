@@ -39,6 +39,7 @@ from walras.cli.errors import EXIT_USAGE, UsageError
 COMMANDS: dict[str, str] = {
     "solve": "discover pool prices and an allocation (price discovery, paper 004)",
     "plan": "plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
+    "check": "check the scheduler's invariants on a cluster (live, or from manifests)",
     "run": "run the operator, the scheduler extender and the metrics endpoint",
     "demo": "run the operator on an emulated Kubernetes API with the example cluster",
 }

@@ -1,13 +1,18 @@
-"""``walras plan -f FILES_OR_DIRS [--json]``: plan offline from YAML manifests, no cluster needed."""
+"""``walras plan -f FILES_OR_DIRS [-o table|json|yaml] [--emit-pods FILE]``: plan offline from YAML manifests.
+
+A dry run users can pipe: ``-o json`` (compact; ``--indent N`` to indent; ``--json`` is the same as ``-o json``) and
+``-o yaml`` print the whole plan; ``--emit-pods FILE`` writes the Pod manifests the operator would create, bound to
+their planned nodes (``--unbound``: left Pending, as extender mode creates them). Feeding them back
+(``walras plan -f DIR -f FILE``) gives a plan with no action: re-planning an unchanged cluster is a fixed point.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-from walras.planner import Plan, build_plan, load_manifests
+from walras.cli.errors import UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -17,67 +22,117 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
         description="Run the planner on YAML manifests and print prices, allocations and pod placements.",
     )
-    parser.add_argument(
-        "-f",
-        "--filename",
-        dest="files",
-        action="append",
-        required=True,
-        metavar="FILES_OR_DIRS",
-        help="a YAML file or a directory searched recursively (repeatable)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the whole plan as JSON")
+    parser.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="FILES_OR_DIRS",
+                        help="a YAML file or a directory searched recursively (repeatable)")
+    parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default=None,
+                        help="output format (default: table)")
+    parser.add_argument("--json", action="store_true", help="the same as -o json")
+    parser.add_argument("--indent", type=int, default=None, metavar="N", help="indent JSON output by N spaces")
+    parser.add_argument("--emit-pods", metavar="FILE", default=None,
+                        help="write the Pod manifests the operator would create (bound to their planned nodes)")
+    parser.add_argument("--unbound", action="store_true",
+                        help="with --emit-pods: leave the pods Pending and unbound (extender mode)")
+    parser.add_argument("--no-validate", dest="validate", action="store_false",
+                        help="do not check Walras objects against the CRDs' schemas and rules")
     return parser
 
 
-def render(plan: Plan) -> str:
-    """A human-readable summary: pools with prices, jobs with allocations, pods with nodes, warnings."""
-    lines = ["POOL        RESOURCE          POLICY      NODES  CAPACITY      USED     PRICE  UTIL"]
+def _cell(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def render(plan: Any) -> str:
+    """Tables of pools (prices), jobs (priced and placed) and pods (actions), then warnings and the solver."""
+    rows = [["POOL", "RESOURCE", "POLICY", "NODES", "CAPACITY", "USED", "PRICE", "UTIL"]]
     for name, p in plan.pools.items():
-        lines.append(
-            f"{name:<11} {p.resource:<17} {p.policy:<11} {p.node_count:>5} {p.capacity:>9.4g} {p.used:>9.4g} "
-            f"{p.price:>9.4g} {p.utilisation:>5.0%}"
-        )
-    lines.append("")
-    lines.append("JOB                          PHASE          THROUGHPUT      COST  REPLICAS")
+        rows.append([name, p.resource or "-", p.policy or "-", str(p.node_count), _cell(p.capacity), _cell(p.used),
+                     _cell(p.price), f"{p.utilisation:.0%}"])
+    out = [_table(rows, right={3, 4, 5, 6, 7}), ""]
+    rows = [["JOB", "PHASE", "ALLOCATION", "WANTED", "PLACED", "THROUGHPUT", "COST", "REASON"]]
     for job in plan.jobs.values():
-        replicas = ",".join(f"{k}={v}" for k, v in job.replicas.items()) or "-"
-        lines.append(
-            f"{job.namespace + '/' + job.name:<28} {job.phase:<14} {job.throughput:>10.4g} {job.cost:>9.4g}  {replicas}"
-        )
-    lines.append("")
-    lines.append("POD                                      ACTION  POOL        NODE             REQUESTS")
+        scheduled = next((c for c in job.conditions if c.type in ("Scheduled", "Schedulable", "Valid")
+                          and c.status == "False"), None)
+        rows.append([f"{job.namespace}/{job.name}", job.phase, job.allocation_text or "-",
+                     str(sum(job.wanted.values())), str(sum(job.replicas.values())),
+                     _cell(job.throughput), _cell(job.cost), scheduled.reason if scheduled else ""])
+    out += [_table(rows, right={3, 4, 5, 6}), ""]
+    rows = [["POD", "ACTION", "POOL", "NODE", "REQUESTS"]]
     for pod in plan.pods:
-        requests = ",".join(f"{k}={v}" for k, v in pod.requests.items())
-        lines.append(
-            f"{pod.namespace + '/' + pod.name:<40} {pod.action:<7} {pod.pool:<11} {pod.node or '-':<16} {requests}"
-        )
+        requests = ",".join(f"{k}={v}" for k, v in pod.requests.items()) or "-"
+        rows.append([f"{pod.namespace}/{pod.name}", pod.action, pod.pool or "-", pod.node or "-", requests])
+    out.append(_table(rows))
     warnings = [e for e in plan.events if e.type == "Warning"]
     if warnings:
-        lines.append("")
-        lines.append("WARNINGS")
+        out += ["", "WARNINGS"]
         for e in warnings:
-            target = f"{e.kind}/{e.namespace + '/' if e.namespace else ''}{e.name}"
-            lines.append(f"{target}: {e.reason}: {e.message}")
+            out.append(f"{e.kind}/{e.namespace + '/' if e.namespace else ''}{e.name}: {e.reason}: {e.message}")
     s = plan.solver
-    lines.append("")
-    lines.append(
-        f"solver: {s.iterations} evaluations, gap {s.gap:.3g}, converged {s.converged}, {s.seconds:.3f} s; "
-        f"plan {plan.seconds:.3f} s"
-    )
+    out += ["", f"solver: {s.iterations} evaluations in {s.rounds} round(s), gap {s.gap:.3g}, "
+                f"converged {s.converged}, {s.seconds:.3f} s; plan {plan.seconds:.3f} s"]
+    return "\n".join(out)
+
+
+def _table(rows: list[list[str]], right: set[int] | None = None) -> str:
+    """Columns padded to their widest cell (right-aligned where numeric), two spaces apart."""
+    right = right or set()
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [cell.rjust(widths[c]) if c in right else cell.ljust(widths[c]) for c, cell in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
 
+def emitted_pods(plan: Any, snapshot: Any, *, bound: bool) -> list[dict[str, Any]]:
+    """The Pod manifests the operator would create for ``plan`` (``create`` actions), each bound to its planned
+    node (status Running) or, with ``bound=False``, Pending and unbound; the jobs' own ``metadata.uid`` owns them
+    (a stand-in uid derived from the name where the manifest has none)."""
+    from walras.operator.translate import pod_manifest
+
+    jobs = {((j.get("metadata") or {}).get("namespace") or "default", (j.get("metadata") or {}).get("name")): j
+            for j in snapshot.jobs}
+    out = []
+    for pp in plan.pods:
+        if pp.action != "create" or pp.node is None:
+            continue
+        job = dict(jobs[(pp.namespace, pp.job)])
+        meta = dict(job.get("metadata") or {})
+        meta.setdefault("uid", f"offline-{pp.namespace}-{pp.job}")
+        job["metadata"] = meta
+        pod = pod_manifest(job, pp, "walras-scheduler")
+        if bound:
+            pod["spec"]["nodeName"] = pp.node
+        pod["status"] = {"phase": "Running" if bound else "Pending"}
+        out.append(pod)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load the manifests, build the plan, print it; exit 1 with a message for unreadable input."""
+    """Load the manifests, build the plan, print it (and write the pods); user errors raise :class:`UsageError`."""
+    import json
+
+    import yaml
+
+    from walras.planner import build_plan, load_manifests
+
     try:
-        snapshot = load_manifests(args.files)
+        snapshot = load_manifests(args.files, validate=args.validate)
     except ValueError as exc:
-        print(f"walras plan: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError(str(exc)) from None
     plan = build_plan(snapshot)
-    if args.json:
-        print(json.dumps(plan.to_dict(), indent=2, sort_keys=False))
+    if args.emit_pods:
+        pods = emitted_pods(plan, snapshot, bound=not args.unbound)
+        try:
+            with open(args.emit_pods, "w") as handle:
+                yaml.dump_all(pods, handle, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.emit_pods}: {exc.strerror or exc}") from None
+    output = "json" if args.json else (args.output or "table")
+    if output == "json":
+        text = json.dumps(plan.to_dict(), indent=args.indent, separators=None if args.indent else (",", ":"))
+        sys.stdout.write(text + "\n")
+    elif output == "yaml":
+        yaml.dump(plan.to_dict(), sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
     else:
         print(render(plan))
     return 0

@@ -1,0 +1,96 @@
+"""``walras plan`` as a pipeable dry run (``-o json|yaml|table``, ``--emit-pods``) and ``walras check``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from walras.cli import main
+from walras.planner import examples
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded example cluster (emulated nodes, pools, jobs, profile) as one manifest file."""
+    out = tmp_path_factory.mktemp("cluster")
+    (out / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))
+    return out
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *files: Path, extra: tuple[str, ...] = ()) -> dict:
+    args = ["plan", *[a for f in files for a in ("-f", str(f))], "-o", "json", *extra]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_outputs_json_yaml_and_table(cluster_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "-f", str(cluster_dir), "-o", "json"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("\n") == 1  # compact by default
+    as_json = json.loads(text)
+    assert main(["plan", "-f", str(cluster_dir), "-o", "yaml"]) == 0
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    assert [j["name"] for j in as_json["jobs"]] == [j["name"] for j in as_yaml["jobs"]]
+    assert main(["plan", "-f", str(cluster_dir), "--json", "--indent", "2"]) == 0
+    assert json.loads(capsys.readouterr().out)["pools"].keys() == as_json["pools"].keys()
+    assert main(["plan", "-f", str(cluster_dir)]) == 0
+    table = capsys.readouterr().out
+    assert "POOL" in table and "ALLOCATION" in table and "ml/transformer" in table
+
+
+@pytest.mark.parametrize("unbound", [False, True])
+def test_emitted_pods_fed_back_give_no_action(cluster_dir: Path, tmp_path: Path, unbound: bool,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    pods = tmp_path / "pods.yaml"
+    first = _plan(capsys, cluster_dir, extra=("--emit-pods", str(pods), *(("--unbound",) if unbound else ())))
+    created = [p for p in first["pods"] if p["action"] == "create"]
+    emitted = list(yaml.safe_load_all(pods.read_text()))
+    assert created and len(emitted) == len(created)
+    assert all(bool(p["spec"].get("nodeName")) != unbound for p in emitted)
+    again = _plan(capsys, cluster_dir, pods)
+    planned_node = {p["name"]: p["node"] for p in created}
+    for pod in again["pods"]:
+        # no create, delete or resize; a pending pod is planned to the node it was planned to before
+        assert pod["action"] == ("bind" if unbound else "keep"), pod
+        assert pod["node"] == planned_node[pod["name"]]
+    assert [j["replicas"] for j in again["jobs"]] == [j["replicas"] for j in first["jobs"]]
+    # and the cluster with the pods bound passes every invariant
+    if not unbound:
+        assert main(["check", "-f", str(cluster_dir), "-f", str(pods)]) == 0
+
+
+def test_check_reports_an_over_committed_node(cluster_dir: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (node,) = [d for d in examples.documents() if d.get("kind") == "Node"][:1]
+    hog = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": "default"},
+           "spec": {"nodeName": node["metadata"]["name"],
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "100000"}}}]},
+           "status": {"phase": "Running"}}
+    (tmp_path / "hog.yaml").write_text(yaml.safe_dump(hog))
+    capsys.readouterr()
+    assert main(["check", "-f", str(cluster_dir), "-f", str(tmp_path / "hog.yaml"), "-o", "json"]) == 1
+    (violation,) = json.loads(capsys.readouterr().out)
+    assert violation["kind"] == "OverCommitted" and violation["object"] == f"Node/{node['metadata']['name']}"
+    assert "cpu requested" in violation["message"]
+
+
+def test_plan_of_a_directory_without_manifests_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("nothing here")
+    assert main(["plan", "-f", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no *.yaml" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_refuses_a_misspelled_field(cluster_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (job,) = [d for d in examples.documents() if d.get("kind") == "FungibleJob"][:1]
+    job = json.loads(json.dumps(job))
+    job["spec"]["replica"] = job["spec"].pop("replicas")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    assert main(["plan", "-f", str(tmp_path / "job.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "spec.replica" in err and "Traceback" not in err
