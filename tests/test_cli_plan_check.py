@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from walras.cli import main
 from walras.planner import examples
 
