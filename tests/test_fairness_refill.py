@@ -99,3 +99,17 @@ def test_refill_uses_idle_capacity_on_random_pools() -> None:
         if seed == 0:  # the Pareto check above can fail: PS-DSF itself has an envy-free improvement here
             assert _envy_free_improvement(inst, x) > 1e-3
     assert min(gains) > 0.0, gains
+
+
+def test_refill_merges_identical_nodes_exactly() -> None:
+    # Two identical nodes behave as one node of twice the capacity (the LP's rows are sums over a node's pairs):
+    # the totals must agree with the refill of the merged instance built by hand.
+    d = [[1.0, 3.0], [2.0, 1.0], [1.0, 1.0]]
+    w = [1.0, 2.0, 1.0]
+    two = make_instance(d, [[6.0, 5.0], [6.0, 5.0], [3.0, 9.0]], weights=w)
+    one = make_instance(d, [[12.0, 10.0], [3.0, 9.0]], weights=w)
+    y2 = refill(two, ps_dsf(two).x).x
+    y1 = refill(one, ps_dsf(one).x).x
+    np.testing.assert_allclose(y2.sum(axis=1), y1.sum(axis=1), rtol=1e-7)
+    np.testing.assert_allclose(y2[:, 0], y2[:, 1], rtol=1e-12)  # split equally between the twins
+    check_envy_free(y2, two)

@@ -58,11 +58,26 @@ class RefillResult:
 def refill(inst: Instance, x: FloatArray) -> RefillResult:
     """Second stage from an envy-free allocation ``x`` (e.g. PS-DSF's): the LP of the module docstring.
 
+    Identical nodes (equal capacities and eligibility columns) are merged first and the result split equally among
+    them: the LP's rows are sums over a node's pairs, so this is exact (the same argument as for
+    :func:`allocator.fairness.merge_identical_nodes`).
+
     Raises:
         RuntimeError: HiGHS did not solve the LP (it is feasible by construction, so this is a solver failure).
     """
-    n, k, r = inst.n, inst.k, inst.r
+    from . import merge_identical_nodes
+
     x = np.where(inst.eligible, np.maximum(np.asarray(x, dtype=np.float64), 0.0), 0.0)
+    merged, group, count = merge_identical_nodes(inst)
+    xm = np.zeros((inst.n, merged.k))
+    np.add.at(xm.T, group, x.T)
+    res = _refill(merged, xm)
+    out = res.x[:, group] / count[group][None, :]
+    return RefillResult(x=out, gain=res.gain, envy_rows=res.envy_rows)
+
+
+def _refill(inst: Instance, x: FloatArray) -> RefillResult:
+    n, k, r = inst.n, inst.k, inst.r
     tot = x.sum(axis=1)
     users, nodes = np.nonzero(inst.eligible)
     p = users.size
