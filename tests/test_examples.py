@@ -8,7 +8,6 @@ the concatenation of both, in :data:`PACKAGED_SOURCES` order.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from walras.cli import plan as plan_cli
+from walras import cli
 from walras.planner import build_plan, examples, load_manifests
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
@@ -121,10 +120,8 @@ def test_gpu_throughputs_are_gavels_measurements() -> None:
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    plan_cli.add_parser(sub)
-    status = plan_cli.run(parser.parse_args(argv))
+    """``walras ARGV`` through the console entry point (user errors: one line on stderr, status 2)."""
+    status = cli.main(argv)
     out = capsys.readouterr()
     return status, out.out, out.err
 
@@ -145,11 +142,11 @@ def test_walras_plan_table_and_bad_path(capsys: pytest.CaptureFixture[str], tmp_
     assert status == 0
     assert "POOL" in out and "v100" in out and "solver:" in out
     status, _, err = run_cli(["plan", "-f", str(tmp_path / "missing.yaml")], capsys)
-    assert status == 1 and "no such file" in err
+    assert status == 2 and "no such file" in err and len(err.strip().splitlines()) == 1
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: [unclosed\n")
     status, _, err = run_cli(["plan", "-f", str(bad)], capsys)
-    assert status == 1 and "invalid YAML" in err
+    assert status == 2 and "invalid YAML" in err and len(err.strip().splitlines()) == 1
 
 
 def test_load_manifests_expands_lists_and_ignores_other_kinds(tmp_path: Path) -> None:
@@ -157,7 +154,7 @@ def test_load_manifests_expands_lists_and_ignores_other_kinds(tmp_path: Path) ->
         "kind: List\nitems:\n- {kind: Node, metadata: {name: n1}}\n- {kind: ConfigMap, metadata: {name: c}}\n"
         "---\nkind: ResourcePool\nmetadata: {name: p}\n"
     )
-    snap = load_manifests(tmp_path)
+    snap = load_manifests(tmp_path, validate=False)  # the ResourcePool is deliberately incomplete
     assert [n["metadata"]["name"] for n in snap.nodes] == ["n1"]
     assert len(snap.pools) == 1 and snap.jobs == ()
     plan = build_plan(snap)
