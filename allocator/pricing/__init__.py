@@ -34,6 +34,8 @@ Modules, one job each:
   time; :mod:`~allocator.pricing.numba_kernels` is their source, :mod:`~allocator.pricing.aot` the AOT build);
 - :mod:`~allocator.pricing.oracle`: the dual oracle: ``g(p)``, its subgradient and the feasible allocation, Sec. 3, 5;
 - :mod:`~allocator.pricing.recovery`: the exact LP split of tied jobs (primal recovery; imports scipy when used);
+- :mod:`~allocator.pricing.repair`: the per-pool shed that makes the final allocation feasible where a pool is
+  over-used (instead of scaling its whole column, Sec. 5);
 - :mod:`~allocator.pricing.lbfgs`: the projected L-BFGS price update and stopping rule, Alg. 2;
 - :mod:`~allocator.pricing.threads`: torch threads of a CPU solve;
 - :mod:`~allocator.pricing.result`: the result types;

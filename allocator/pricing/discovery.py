@@ -26,6 +26,7 @@ from allocator.pricing.problem import (
     to_tensor,
     validate_throughput,
 )
+from allocator.pricing.repair import Repair, shed_overuse
 from allocator.pricing.result import PricingResult, Reuse, Status
 from allocator.pricing.threads import intra_op_threads
 from allocator.utilities import Utility, initial_prices
@@ -262,6 +263,15 @@ class PriceDiscovery:
         run.finish()
         best_p, best_d = run.best_dual
         best_e = run.best_primal
+        # The column-scaled allocation of the best primal evaluation, improved where a pool is over-used by the
+        # exact per-pool shed of :mod:`allocator.pricing.repair` (kept only when its utility is higher).
+        repaired: Repair | None = None
+        if group is None and best_e.recovered is None and prob.a.shape[0] > 0:
+            repaired = shed_overuse(prob, best_e.subsolution(), best_e.usage, evaluator.cap64)
+            if repaired is not None and repaired.utility > best_e.primal:
+                best_e.primal = repaired.utility
+            else:
+                repaired = None
         gap = best_d.dual - best_e.primal
         converged = bool(gap <= eps)
         if n_total == 0:
@@ -290,6 +300,9 @@ class PriceDiscovery:
         if best_e.recovered is not None:
             x, t = best_e.recovered.allocation, best_e.recovered.throughputs
             usage = best_e.recovered.usage
+        elif repaired is not None:
+            x = replace(sol, x_lo=repaired.x_lo, x_hi=repaired.x_hi).dense(m)
+            t, usage = repaired.throughputs, repaired.usage
         else:
             x = sol.dense(m, scale[:m])
             t = best_e.feasible_throughputs()

@@ -1,0 +1,160 @@
+"""Feasible allocation from the subproblem solutions by an exact per-pool shed (primal repair of over-used pools).
+
+004 Sec. 5 makes the subproblem solutions feasible by scaling down every column of an over-used pool. Every job on
+that pool then loses the same fraction of its time there, whatever that time is worth to it. For a target-priority
+utility (eq. 2) this leaves *every* job of an over-used pool short of its target, even when the pool is over-used by
+a fraction of a percent: on 004 Sec. 6.2 (n = 10^5, default tolerance) 84 % of the jobs were at their target after
+column scaling against 96 % within 2 %.
+
+This module removes the excess ``e_j = r_j - R_j`` of each over-used pool ``j`` at least utility cost instead. Cutting
+job ``i``'s time on ``j`` lowers its throughput from ``t_i`` to ``t_i' in [t_i - a_ij x_ij, t_i]`` and frees
+``d_ij (t_i - t_i') / a_ij`` of the pool. Maximising ``sum_i u_i(t_i')`` subject to freeing ``e_j`` is a concave
+resource problem whose KKT conditions give, for a multiplier ``lambda >= 0``,
+
+    t_i' = argmax_{t in [t_i - a_ij x_ij, t_i]}  u_i(t) - (lambda d_ij / a_ij) t,
+
+the same one-dimensional maximisation as the subproblem on a hull segment (Sec. 4.2, eqs. 15-16: the utility's
+``argmax``), so it holds for every utility family. The freed amount grows with ``lambda``; bisection finds the
+smallest ``lambda`` that frees at least ``e_j``. For target-priority jobs the cut falls on the jobs with the lowest
+``w_i a_ij / d_ij`` (and first on throughput above the target, which is free), so the other jobs stay at their
+target; for strictly concave utilities the marginal values ``u_i'(t_i') a_ij / d_ij`` are equalised. Pools are
+repaired one after another (a cut only lowers usage elsewhere). The result is feasible by construction; the caller
+keeps it when its utility beats the column-scaled allocation's (both are lower bounds on ``U*``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from allocator.pricing.problem import Problem
+from allocator.pricing.subproblem import Subsolution
+from allocator.utilities import Utility
+
+__all__ = ["Repair", "shed_overuse"]
+
+#: Bisection steps on the multiplier of one pool (each halves the bracket: 60 reach float64 resolution).
+BISECTION_STEPS = 60
+
+
+@dataclass
+class Repair:
+    """A feasible allocation obtained by shedding each over-used pool's excess at least utility cost."""
+
+    x_lo: Tensor  #: (n,) new time fraction on ``sol.j_lo``
+    x_hi: Tensor  #: (n,) new time fraction on ``sol.j_hi``
+    throughputs: Tensor  #: (n,)
+    usage: np.ndarray  #: (m,) float64, ``<= capacity``
+    utility: float  #: ``sum_i u_i(throughputs_i)``
+    pools: int  #: pools repaired
+
+
+def _slot_demand(prob: Problem, j: Tensor, rows: Tensor) -> Tensor:
+    """Demand ``d_ij`` of job ``rows`` on pools ``j`` (1 without demands)."""
+    d = prob.demand
+    if d is None:
+        return torch.ones(rows.shape[0], dtype=prob.a.dtype, device=prob.a.device)
+    if d.ndim == 1:
+        return d.index_select(0, rows)
+    return d.index_select(0, rows).gather(1, j.unsqueeze(1)).squeeze(1)
+
+
+def _freed(util: Utility, lam: float, t: Tensor, lo: Tensor, a: Tensor, d: Tensor) -> tuple[Tensor, float]:
+    """New throughputs of the pool's jobs at multiplier ``lam`` and the pool usage they free."""
+    alpha = (lam * d / a).to(t.dtype)
+    t_new = torch.minimum(torch.maximum(util.argmax(alpha, lo, t), lo), t)
+    return t_new, float((d.double() * (t - t_new).double() / a.double()).sum())
+
+
+def shed_overuse(prob: Problem, sol: Subsolution, usage: np.ndarray, capacity: np.ndarray) -> Repair | None:
+    """Repair the subproblem solutions ``sol`` (usage ``usage`` per pool) into a feasible allocation, see the module
+    docstring; ``None`` when no pool is over-used."""
+    over = np.nonzero(usage > capacity)[0]
+    if over.size == 0:
+        return None
+    m = prob.a.shape[1]
+    t = sol.t.clone()
+    x_lo, x_hi = sol.x_lo.clone(), sol.x_hi.clone()
+    used = usage.astype(np.float64).copy()
+    for j in over[np.argsort(-(usage[over] - capacity[over]) / np.maximum(capacity[over], 1e-300))]:
+        excess = used[j] - capacity[j]
+        if excess <= 0:
+            continue
+        # the jobs on pool j (a job holds at most one of its two slots there): fraction, throughput, demand
+        on_lo = (sol.j_lo == int(j)) & (x_lo > 0)
+        on_hi = (sol.j_hi == int(j)) & (x_hi > 0)
+        rows = torch.nonzero(on_lo | on_hi).squeeze(1)
+        if rows.numel() == 0:
+            continue
+        lo_side = on_lo.index_select(0, rows)
+        xs = torch.where(lo_side, x_lo.index_select(0, rows), x_hi.index_select(0, rows))
+        a = torch.where(lo_side, sol.a_lo.index_select(0, rows), sol.a_hi.index_select(0, rows))
+        d = _slot_demand(prob, torch.full_like(rows, int(j)), rows)
+        ts = t.index_select(0, rows)
+        lo = torch.clamp(ts - a * xs, min=0.0)
+        util = prob.utility.take(rows)
+        total = float((d.double() * xs.double()).sum())
+        if excess >= total:  # the pool must be emptied (no capacity left for these jobs)
+            t_new, freed = lo, total
+        else:
+            lam_lo, lam_hi = 0.0, 1.0
+            t_keep, kept = ts, 0.0  # the state at lam_lo (frees less than the excess)
+            t_new, freed = _freed(util, lam_hi, ts, lo, a, d)
+            while freed < excess and lam_hi < 1e300:
+                lam_lo, lam_hi, t_keep, kept = lam_hi, lam_hi * 16.0, t_new, freed
+                t_new, freed = _freed(util, lam_hi, ts, lo, a, d)
+            for _ in range(BISECTION_STEPS):
+                mid = 0.5 * (lam_lo + lam_hi)
+                if mid <= lam_lo or mid >= lam_hi:
+                    break
+                t_mid, f_mid = _freed(util, mid, ts, lo, a, d)
+                if f_mid >= excess:
+                    lam_hi, t_new, freed = mid, t_mid, f_mid
+                else:
+                    lam_lo, t_keep, kept = mid, t_mid, f_mid
+            if freed > kept:
+                # Between the two multipliers some jobs jump (affine pieces of u: a job is cut entirely or not at
+                # all at a given lambda): cut those jobs only by the fraction of the jump the excess needs, the
+                # exact solution of the pool's problem at the critical lambda (all of them are indifferent there).
+                theta = (excess - kept) / (freed - kept)
+                t_new = t_keep - theta * (t_keep - t_new)
+                freed = kept + theta * (freed - kept)
+        x_new = torch.clamp(xs - (ts - t_new) / a, min=0.0)
+        x_lo.index_copy_(0, rows, torch.where(lo_side, x_new, x_lo.index_select(0, rows)))
+        x_hi.index_copy_(0, rows, torch.where(lo_side, x_hi.index_select(0, rows), x_new))
+        t.index_copy_(0, rows, t_new)
+        used[j] -= freed
+        if used[j] > capacity[j]:  # not enough freed (rounding of the working dtype): scale the rest (Sec. 5)
+            f = capacity[j] / used[j] * (1 - 4 * float(torch.finfo(prob.a.dtype).eps))
+            x_lo.copy_(torch.where(sol.j_lo == int(j), x_lo * f, x_lo))
+            x_hi.copy_(torch.where(sol.j_hi == int(j), x_hi * f, x_hi))
+            used[j] *= f
+    # exact usage of the repaired allocation; a pool the working dtype's rounding left a hair above its capacity is
+    # scaled back as in Sec. 5 (by a few ulps)
+    final = _usage(prob, sol, x_lo, x_hi)
+    over_after = final > capacity
+    if over_after.any():
+        f = np.ones(m + 1)
+        f[:m][over_after] = capacity[over_after] / final[over_after] * (1 - 4 * float(torch.finfo(prob.a.dtype).eps))
+        ft = torch.as_tensor(f, dtype=x_lo.dtype, device=x_lo.device)
+        x_lo = x_lo * ft.index_select(0, sol.j_lo)
+        x_hi = x_hi * ft.index_select(0, sol.j_hi)
+        final = _usage(prob, sol, x_lo, x_hi)
+    t = torch.clamp(sol.a_lo * x_lo + sol.a_hi * x_hi, min=0.0)
+    value = float(prob.utility.value(t).sum(dtype=torch.float64))
+    return Repair(x_lo=x_lo, x_hi=x_hi, throughputs=t, usage=final, utility=value, pools=int(over.size))
+
+
+def _usage(prob: Problem, sol: Subsolution, x_lo: Tensor, x_hi: Tensor) -> np.ndarray:
+    """Usage per pool (float64) of the allocation with fractions ``x_lo``, ``x_hi`` on ``sol``'s pools."""
+    m = prob.a.shape[1]
+    out = np.zeros(m)
+    every = torch.arange(x_lo.shape[0], device=x_lo.device)
+    for jj, x in ((sol.j_lo, x_lo), (sol.j_hi, x_hi)):
+        ok = jj < m
+        d = _slot_demand(prob, jj.clamp(max=m - 1), every)
+        out += np.bincount(jj[ok].cpu().numpy(), weights=(x * d)[ok].double().cpu().numpy(), minlength=m)[:m]
+    return out
