@@ -53,8 +53,10 @@ def live_snapshot(kubeconfig: str | None, context: str | None) -> Any:
     try:
         nodes = plain(core.list_node(_request_timeout=30).items)
         pods = plain(core.list_pod_for_all_namespaces(_request_timeout=30).items)
-        lists = [custom.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=30)["items"]
-                 for plural in ("resourcepools", "fungiblejobs", "colocationprofiles")]
+        lists: list[list[dict[str, Any]]] = []
+        for plural in ("resourcepools", "fungiblejobs", "colocationprofiles"):
+            found: Any = custom.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=30)
+            lists.append(list(found["items"]))
     except Exception as exc:  # urllib3/ApiException: report what failed in one line
         raise UsageError(f"cannot read the cluster: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     return snapshot_from(nodes, pods, lists[0], lists[1], lists[2])

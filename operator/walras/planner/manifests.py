@@ -100,5 +100,6 @@ def _validate(path: Path, objects: Iterable[Mapping[str, Any]]) -> None:
         errors = validate(obj)
         if errors:
             meta = obj.get("metadata") or {}
-            name = f"{meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta.get('name')}"
+            namespace = meta.get("namespace")
+            name = f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
             raise ValueError(f"{path}: {obj.get('kind')} {name}: {'; '.join(errors)}")
