@@ -141,7 +141,6 @@ def test_swap_is_the_only_improving_step_of_the_example():
         tabu,
         0,
         False,
-        0.0,
         res,
     )
     assert evals > 0
@@ -175,7 +174,6 @@ def test_swap_is_the_only_improving_step_of_the_example():
         tabu,
         1,
         True,
-        0.0,
         res,
     )
     assert int(res[1]) not in (0, 3) and int(res[2]) not in (0, 3)
@@ -217,7 +215,6 @@ def test_swap_with_power_cost_matches_recomputed_cost():
         np.zeros(9, np.int64),
         0,
         False,
-        0.0,
         res,
     )
     i, j, dst = int(res[1]), int(res[2]), int(res[3])

@@ -29,7 +29,7 @@ import numpy as np
 from allocator._jit import njit
 
 
-@njit(nogil=True, inline="always")
+@njit(nogil=True)
 def _fpow(x, expo):  # pragma: no cover - compiled
     if x <= 0.0:
         return 0.0
@@ -142,7 +142,6 @@ def _pair(
     tabu,
     step,
     use_tabu,
-    tol,
     res,
 ):  # pragma: no cover - compiled
     """Best move (k -> l, l -> k) or swap between machines ``k`` and ``l``; writes (delta, i, j, dst) into ``res``.
@@ -272,30 +271,36 @@ def _pair(
 
 
 @njit(nogil=True)
+def _shift(mach, t, p, d, sign, L, N, E, G, D, C, alpha):  # pragma: no cover - compiled
+    """Add (``sign = 1``) or remove (``-1``) a task of type ``t``, size ``p`` and demand ``d`` on machine ``mach``."""
+    L[mach, t] += sign * p
+    N[mach, t] += sign
+    for u in range(L.shape[1]):
+        E[mach, u] += sign * p * alpha[t, u]
+        G[mach, u] += sign * alpha[u, t]
+    D[mach] += sign * d
+    C[mach] += sign
+
+
+@njit(nogil=True)
+def _machine_cost(mach, N, E, kind, expo):  # pragma: no cover - compiled
+    """``sum_u N[u] E[u]`` (linear) or ``sum_u N[u] f(E[u])`` (power) of one machine."""
+    tot = 0.0
+    for u in range(N.shape[1]):
+        if N[mach, u] > 0.0:
+            tot += N[mach, u] * (E[mach, u] if kind == 0 else _fpow(E[mach, u], expo))
+    return tot
+
+
+@njit(nogil=True)
 def _apply(i, dst, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind, expo):  # pragma: no cover
     """Move task ``i`` to machine ``dst`` and update the per-machine state."""
     src = assign[i]
-    t = types[i]
-    p = sizes[i]
-    T = L.shape[1]
-    for mach, sign in ((src, -1.0), (dst, 1.0)):
-        L[mach, t] += sign * p
-        N[mach, t] += sign
-        for u in range(T):
-            E[mach, u] += sign * p * alpha[t, u]
-            G[mach, u] += sign * alpha[u, t]
-        D[mach] += sign * dem[i]
-        C[mach] += sign
+    _shift(src, types[i], sizes[i], dem[i], -1.0, L, N, E, G, D, C, alpha)
+    _shift(dst, types[i], sizes[i], dem[i], 1.0, L, N, E, G, D, C, alpha)
     assign[i] = dst
-    for mach in (src, dst):
-        tot = 0.0
-        for u in range(T):
-            if N[mach, u] > 0.0:
-                if kind == 0:
-                    tot += N[mach, u] * E[mach, u]
-                else:
-                    tot += N[mach, u] * _fpow(E[mach, u], expo)
-        mc[mach] = tot
+    mc[src] = _machine_cost(src, N, E, kind, expo)
+    mc[dst] = _machine_cost(dst, N, E, kind, expo)
 
 
 @njit(nogil=True)
@@ -310,22 +315,15 @@ def local_search(
     T = alpha.shape[0]
     L = np.zeros((m, T))
     N = np.zeros((m, T))
+    E = np.zeros((m, T))
+    G = np.zeros((m, T))
     D = np.zeros(m)
     C = np.zeros(m)
     for i in range(n):
-        L[assign[i], types[i]] += sizes[i]
-        N[assign[i], types[i]] += 1.0
-        D[assign[i]] += dem[i]
-        C[assign[i]] += 1.0
-    E = L @ alpha
-    G = N @ alpha.T
+        _shift(assign[i], types[i], sizes[i], dem[i], 1.0, L, N, E, G, D, C, alpha)
     mc = np.zeros(m)
     for k in range(m):
-        tot = 0.0
-        for u in range(T):
-            if N[k, u] > 0.0:
-                tot += N[k, u] * (E[k, u] if kind == 0 else _fpow(E[k, u], expo))
-        mc[k] = tot
+        mc[k] = _machine_cost(k, N, E, kind, expo)
     order = np.empty(n, np.int64)
     mstart = np.empty(m + 1, np.int64)
     lo = np.empty((m, T), np.int64)
@@ -337,135 +335,25 @@ def local_search(
     md = np.full((m, m), -1, np.int64)
     res = np.empty(4)
     tabu = np.zeros(n, np.int64)
+    dirty = np.ones(m, np.bool_)
     cur = mc.sum()
     best_cost = cur
     best = assign.copy()
     evals = 0
-    for k in range(m):
-        for l in range(k + 1, m):
-            evals += _pair(
-                k,
-                l,
-                sizes,
-                types,
-                dem,
-                E,
-                G,
-                N,
-                mc,
-                D,
-                C,
-                cap,
-                mt,
-                alpha,
-                kind,
-                expo,
-                limited,
-                order,
-                mstart,
-                lo,
-                hi,
-                tabu,
-                0,
-                False,
-                0.0,
-                res,
-            )
-            val[k, l] = res[0]
-            mi[k, l], mj[k, l], md[k, l] = int(res[1]), int(res[2]), int(res[3])
     steps = 0
     pstep = 0
     since_best = 0
+    scan_tabu = False
+    # One loop, one evaluation site (numba compiles the pair evaluation once): every pass first evaluates either the
+    # pairs that touch a changed ("dirty") machine into the cache, or, for a plateau step the cache cannot serve,
+    # every pair with the tabu list applied; then it picks and applies one step.
     while evals < budget:
-        scale = max(1.0, abs(cur))
-        tol = 1e-10 * scale
-        bk, bl = -1, -1
-        bv = np.inf
+        sbv = np.inf
+        si, sj, sd = -1, -1, -1
         for k in range(m):
             for l in range(k + 1, m):
-                if val[k, l] < bv:
-                    bv, bk, bl = val[k, l], k, l
-        if bk >= 0 and bv < -tol:
-            i, j, dst = mi[bk, bl], mj[bk, bl], md[bk, bl]
-        else:
-            if since_best >= plateau:
-                break
-            # plateau step: the best zero-gain step among tasks that are not tabu; first among the cached best
-            # steps of the pairs, else by a full scan that skips the tabu tasks
-            pstep += 1
-            bv = np.inf
-            i, j, dst = -1, -1, -1
-            for k in range(m):
-                for l in range(k + 1, m):
-                    if val[k, l] < bv and tabu[mi[k, l]] <= pstep and (mj[k, l] < 0 or tabu[mj[k, l]] <= pstep):
-                        bv, i, j, dst = val[k, l], mi[k, l], mj[k, l], md[k, l]
-            if i < 0 or bv > tol:
-                bv = np.inf
-                for k in range(m):
-                    for l in range(k + 1, m):
-                        evals += _pair(
-                            k,
-                            l,
-                            sizes,
-                            types,
-                            dem,
-                            E,
-                            G,
-                            N,
-                            mc,
-                            D,
-                            C,
-                            cap,
-                            mt,
-                            alpha,
-                            kind,
-                            expo,
-                            limited,
-                            order,
-                            mstart,
-                            lo,
-                            hi,
-                            tabu,
-                            pstep,
-                            True,
-                            tol,
-                            res,
-                        )
-                        if res[0] < bv:
-                            bv, i, j, dst = res[0], int(res[1]), int(res[2]), int(res[3])
-            if i < 0 or bv > tol:
-                break
-            since_best += 1
-            tabu[i] = pstep + tenure
-            if j >= 0:
-                tabu[j] = pstep + tenure
-        a_src = assign[i]
-        if j >= 0:
-            b_src = assign[j]
-            _apply(i, b_src, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind, expo)
-            _apply(j, a_src, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind, expo)
-            u, v = a_src, b_src
-        else:
-            _apply(i, dst, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind, expo)
-            u, v = a_src, dst
-        cur = mc.sum()
-        steps += 1
-        if cur < best_cost - 1e-10 * max(1.0, abs(best_cost)):
-            best_cost = cur
-            best[:] = assign
-            since_best = 0
-        if kind == 0:
-            _extremes(assign, types, sizes, u, v, lo, hi)
-        else:
-            _index(assign, types, sizes, m, T, order, mstart, lo, hi)
-        for w in (u, v):
-            for x in range(m):
-                if x == w:
+                if not scan_tabu and not (dirty[k] or dirty[l]):
                     continue
-                k, l = (w, x) if w < x else (x, w)
-                if (k == u and l == v) or (k == v and l == u):
-                    if w == v:
-                        continue  # the pair (u, v) is evaluated once
                 evals += _pair(
                     k,
                     l,
@@ -490,12 +378,72 @@ def local_search(
                     hi,
                     tabu,
                     pstep,
-                    False,
-                    0.0,
+                    scan_tabu,
                     res,
                 )
-                val[k, l] = res[0]
-                mi[k, l], mj[k, l], md[k, l] = int(res[1]), int(res[2]), int(res[3])
+                if scan_tabu:
+                    if res[0] < sbv:
+                        sbv, si, sj, sd = res[0], int(res[1]), int(res[2]), int(res[3])
+                else:
+                    val[k, l] = res[0]
+                    mi[k, l], mj[k, l], md[k, l] = int(res[1]), int(res[2]), int(res[3])
+        dirty[:] = False
+        tol = 1e-10 * max(1.0, abs(cur))
+        flat = True  # a zero-gain (plateau) step unless the cache offers an improving one
+        if scan_tabu:
+            # plateau step by full scan
+            scan_tabu = False
+            if si < 0 or sbv > tol:
+                break
+            i, j, dst = si, sj, sd
+            since_best += 1
+        else:
+            bk, bl = -1, -1
+            bv = np.inf
+            for k in range(m):
+                for l in range(k + 1, m):
+                    if val[k, l] < bv:
+                        bv, bk, bl = val[k, l], k, l
+            if bk >= 0 and bv < -tol:
+                i, j, dst = mi[bk, bl], mj[bk, bl], md[bk, bl]
+                flat = False
+            else:
+                if since_best >= plateau:
+                    break
+                # plateau step: the best zero-gain step among tasks that are not tabu, first from the cached best
+                # step of every pair, else (next pass) by a full scan that skips the tabu tasks
+                pstep += 1
+                bv = np.inf
+                i, j, dst = -1, -1, -1
+                for k in range(m):
+                    for l in range(k + 1, m):
+                        if val[k, l] < bv and tabu[mi[k, l]] <= pstep and (mj[k, l] < 0 or tabu[mj[k, l]] <= pstep):
+                            bv, i, j, dst = val[k, l], mi[k, l], mj[k, l], md[k, l]
+                if i < 0 or bv > tol:
+                    scan_tabu = True
+                    continue
+                since_best += 1
+        if flat:
+            tabu[i] = pstep + tenure
+            if j >= 0:
+                tabu[j] = pstep + tenure
+        u = assign[i]
+        v = assign[j] if j >= 0 else dst
+        for r in range(2 if j >= 0 else 1):
+            task = i if r == 0 else j
+            _apply(task, v if r == 0 else u, sizes, types, dem, assign, L, N, E, G, mc, D, C, alpha, kind, expo)
+        cur = mc.sum()
+        steps += 1
+        if cur < best_cost - 1e-10 * max(1.0, abs(best_cost)):
+            best_cost = cur
+            best[:] = assign
+            since_best = 0
+        dirty[u] = True
+        dirty[v] = True
+        if kind == 0:
+            _extremes(assign, types, sizes, u, v, lo, hi)
+        else:
+            _index(assign, types, sizes, m, T, order, mstart, lo, hi)
     out[0] = evals
     out[1] = steps
     out[2] = pstep

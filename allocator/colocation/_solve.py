@@ -40,7 +40,7 @@ ROUTES: tuple[str, ...] = ("exact-dp", "search", "bestors+hill")
 #: Default cost-evaluation budget of HILL and CutJuxtapose (Sec. 8.1.1: 10**6).
 DEFAULT_BUDGET = 10**6
 #: Default cost-evaluation budget of the multi-start search (``"auto"`` and ``"search"``).
-DEFAULT_SEARCH_BUDGET = 2 * 10**6
+DEFAULT_SEARCH_BUDGET = 1_500_000
 #: Largest DP work (:func:`allocator.colocation._exact.exact_work`, transitions) the ``"auto"`` route solves exactly.
 DEFAULT_EXACT_LIMIT = 5e6
 
@@ -136,12 +136,12 @@ def solve(
     alone (:mod:`allocator.colocation._search`: moves and swaps between any machines, zero-gain plateau steps with a
     tabu list, ``starts`` deterministic starts with kicks seeded by ``seed``).
 
-    ``budget`` caps cost evaluations: default ``10**6`` for HILL and CutJuxtapose (Sec. 8.1.1), ``2 * 10**7`` for
-    the search (about 0.2 s on n = 2000, m = 50); DynSize and ApproxScheme raise ``ValueError`` when they would exceed
-    it. ``eps`` is ApproxScheme's epsilon; ``juxtapose`` chooses CutJuxtapose's juxtaposition (``"matching"``:
-    Hungarian via ``scipy.optimize.linear_sum_assignment``, two types, linear cost; ``"enumerate"``: all placements;
-    ``"auto"``: matching for two types when ``m >= 5``). ``dp`` picks the BestOrS engine (``"dc"`` or
-    ``"quadratic"``).
+    ``budget`` caps cost evaluations: default ``10**6`` for HILL and CutJuxtapose (Sec. 8.1.1), ``1.5 * 10**6`` for
+    the search (it then stays within 3x HILL's time on n = 2000, m = 50, docs/bench/colocation.md); DynSize and
+    ApproxScheme raise ``ValueError`` when they would exceed it. ``eps`` is ApproxScheme's epsilon; ``juxtapose``
+    chooses CutJuxtapose's juxtaposition (``"matching"``: Hungarian via ``scipy.optimize.linear_sum_assignment``, two
+    types, linear cost; ``"enumerate"``: all placements; ``"auto"``: matching for two types when ``m >= 5``). ``dp``
+    picks the BestOrS engine (``"dc"`` or ``"quadratic"``).
 
     Hard limits (:data:`LIMITS_METHODS`): ``capacity`` (allocatable capacity per machine, in the units of
     ``demands``, which default to ``sizes``) and ``max_tasks`` (max tasks / pods per machine); scalars or one value
