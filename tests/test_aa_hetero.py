@@ -169,7 +169,10 @@ def test_shipped_within_five_percent_of_milp_on_heterogeneous_family(concave: bo
         check_feasible(s, a, caps)
         ratios.append(utility(V, a) / opt.utility)
     assert max(ratios) <= 1 + 1e-9
-    assert min(ratios) >= 0.95
+    assert min(ratios) >= 0.95  # the goal
+    # measured on these families: worst 0.993 (concave) and 0.991 (nonconcave); without the search (the paper's
+    # assignment + re-split) 0.964 and 0.847, so this bound fails without it on both
+    assert min(ratios) >= 0.98
     assert float(np.mean(ratios)) >= 0.99
 
 
