@@ -41,7 +41,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
     "check": "check the scheduler's invariants on a cluster (live, or from manifests)",
     "run": "run the operator, the scheduler extender and the metrics endpoint",
-    "demo": "run the operator on an emulated Kubernetes API with the example cluster",
+    "demo": "run the operator on a local Kubernetes API with the example cluster",
 }
 
 
