@@ -1,12 +1,16 @@
 """Benchmark of the scheduler extender: ``filter`` and ``prioritize`` on a 5,000-node ``nodenames`` request.
 
 Issue 7's target: p99 <= 10 ms per request for ``filter`` and for ``prioritize`` with 5,000 node names. The plan
-behind the extender has 20,000 pods (1,000 jobs x 20) on 5,000 nodes, the planner benchmark's size. Each request is a
-real HTTP POST on loopback (aiohttp client -> the extender's aiohttp app: JSON decode, plan lookup, JSON encode);
-the in-process column times the handler alone. Every figure is the median over ``--runs`` (>= 5) runs of the
-per-run percentile over ``--requests`` requests.
+behind the extender has 20,000 pods (1,000 jobs x 20) on 5,000 nodes, the planner benchmark's size. Requests are
+``ExtenderArgs`` as kube-scheduler sends them (Go field names ``Pod``, ``Nodes: null``, ``NodeNames``). Each request
+is a real HTTP POST on loopback (aiohttp client -> the extender's aiohttp app: body read under the size and time
+limits, JSON decode, validation, plan lookup, JSON encode); the in-process column times ``Extender.respond`` (the
+handler without HTTP). With ``--baseline REV`` the extender module of git revision ``REV`` is loaded too and timed
+in-process on the same requests, interleaved run by run (its answer path: decode + verb + encode). Every figure is the
+median over ``--runs`` (>= 5) runs of the per-run percentile over ``--requests`` requests.
 
-Usage: ``python -m bench.extender [--quick] [--runs 5] [--requests 200]``; writes ``docs/bench/extender.md``.
+Usage: ``python -m bench.extender [--quick] [--runs 5] [--requests 200] [--baseline REV]``; writes
+``docs/bench/extender.md``.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import importlib.util
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from aiohttp import ClientSession, web
@@ -48,11 +55,32 @@ def synthetic_plan(nodes: int, jobs: int, pods_per_job: int, seed: int = 0) -> t
 
 
 def request_body(names: list[str], pod: str) -> dict[str, object]:
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
+    return {"Pod": {"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": pod, "namespace": "bench", "uid": "u",
                                  "labels": {"walras.dev/managed": "true", "walras.dev/job": pod.rsplit("-", 1)[0]}},
                     "spec": {"schedulerName": "walras-scheduler", "containers": [{"name": "c", "image": "x"}]}},
-            "nodenames": names}
+            "Nodes": None, "NodeNames": names}
+
+
+def baseline_extender(rev: str, plan: Plan) -> Any:
+    """The ``Extender`` of ``operator/walras/extender/server.py`` at git revision ``rev``, over ``plan``."""
+    source = subprocess.run(["git", "show", f"{rev}:operator/walras/extender/server.py"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"walras_extender_{rev}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"walras_extender_{rev}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.Extender(lambda: plan)
+
+
+def baseline_answer(extender: Any, verb: str, body: bytes) -> bytes:
+    parsed = json.loads(body)
+    if verb == "filter":
+        return json.dumps(extender.filter(parsed), separators=(",", ":")).encode()
+    return bytes(extender.prioritize_json(parsed))
 
 
 async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -66,13 +94,18 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     bodies = [json.dumps(request_body(names, plan.pods[i * 7 % len(plan.pods)].name)).encode()
               for i in range(args.requests)]
     extender.index()  # the index is built once per plan, not per request
+    baseline = baseline_extender(args.baseline, plan) if args.baseline else None
+    if baseline is not None:
+        baseline.index()
     results: dict[str, dict[str, list[float]]] = {}
     async with ClientSession() as session:
         for verb in ("filter", "prioritize"):
             url = f"http://127.0.0.1:{port}/scheduler/{verb}"
             per_run: dict[str, list[float]] = {"http_p50": [], "http_p99": [], "inproc_p50": [], "inproc_p99": []}
+            if baseline is not None:
+                per_run.update(base_p50=[], base_p99=[])
             for _ in range(args.runs):
-                http, inproc = [], []
+                http, inproc, base = [], [], []
                 for body in bodies:
                     t0 = time.perf_counter()
                     async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
@@ -81,16 +114,21 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                     if resp.status != 200:
                         raise RuntimeError(f"{verb}: HTTP {resp.status}: {payload[:200]!r}")
                     t0 = time.perf_counter()
-                    parsed = json.loads(body)
-                    if verb == "filter":  # the same encoding as the HTTP handler
-                        json.dumps(extender.filter(parsed), separators=(",", ":")).encode()
-                    else:
-                        extender.prioritize_json(parsed)
+                    status, _ = await extender.respond(verb, body)
                     inproc.append(time.perf_counter() - t0)
+                    if status != 200:
+                        raise RuntimeError(f"{verb}: in-process answer {status}")
+                    if baseline is not None:
+                        t0 = time.perf_counter()
+                        baseline_answer(baseline, verb, body)
+                        base.append(time.perf_counter() - t0)
                 per_run["http_p50"].append(float(np.percentile(http, 50)) * 1e3)
                 per_run["http_p99"].append(float(np.percentile(http, 99)) * 1e3)
                 per_run["inproc_p50"].append(float(np.percentile(inproc, 50)) * 1e3)
                 per_run["inproc_p99"].append(float(np.percentile(inproc, 99)) * 1e3)
+                if base:
+                    per_run["base_p50"].append(float(np.percentile(base, 50)) * 1e3)
+                    per_run["base_p99"].append(float(np.percentile(base, 99)) * 1e3)
             results[verb] = per_run
     await runner.cleanup()
     return {verb: {k: statistics.median(v) for k, v in runs.items()} for verb, runs in results.items()}
@@ -99,26 +137,34 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 def write(args: argparse.Namespace, med: dict[str, dict[str, float]], seconds: float) -> str:
     import torch
 
-    command = "python -m bench.extender" + (" --quick" if args.quick else "")
+    command = "python -m bench.extender" + (" --quick" if args.quick else "") + (
+        f" --baseline {args.baseline}" if args.baseline else "")
+    load = os.getloadavg()
     lines = [
         "## Scheduler extender (`bench/extender.py`)",
         "",
         f"Command: `{command}` (runs={args.runs}, requests per run={args.requests}, nodes={args.nodes}, "
         f"plan pods={args.jobs * args.pods_per_job}). Machine: {os.cpu_count()} CPUs, {cpu_model()}; "
         f"Python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}; "
-        f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; took {seconds:.1f} s.",
+        f"{dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}; took {seconds:.1f} s; load average at the end "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min; the machine is shared).",
         "",
-        "Each request is a kube-scheduler-shaped `ExtenderArgs` with `nodenames` for a Walras-managed pod. HTTP is a "
-        "POST on loopback (aiohttp client and server in one process); in-process is JSON decode + handler + JSON "
-        "encode without HTTP. Figures are medians over runs of the per-run percentile, in milliseconds.",
+        "Each request is an `ExtenderArgs` as kube-scheduler sends it (`Pod`, `Nodes: null`, `NodeNames`) for a "
+        "Walras-managed pod. HTTP is a POST on loopback (aiohttp client and server in one process); in-process is "
+        "`Extender.respond` (decode, validation, verb, encode) without HTTP"
+        + (f"; baseline is the extender of revision `{args.baseline}` on the same requests in the same process, "
+           "interleaved with the current one" if args.baseline else "")
+        + ". Figures are medians over runs of the per-run percentile, in milliseconds.",
         "",
-        "| verb | nodes | HTTP p50 (ms) | HTTP p99 (ms) | in-process p50 (ms) | in-process p99 (ms) | target p99 |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| verb | nodes | HTTP p50 (ms) | HTTP p99 (ms) | in-process p50 (ms) | in-process p99 (ms) |"
+        + (" baseline p50 (ms) | baseline p99 (ms) |" if args.baseline else "") + " target p99 |",
+        "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.baseline else "") + "---|",
     ]
     for verb, m in med.items():
         ok = "met" if m["http_p99"] <= 10.0 else "NOT met"
+        base = f" {m['base_p50']:.2f} | {m['base_p99']:.2f} |" if args.baseline else ""
         lines.append(f"| {verb} | {args.nodes} | {m['http_p50']:.2f} | {m['http_p99']:.2f} | {m['inproc_p50']:.2f} "
-                     f"| {m['inproc_p99']:.2f} | <= 10 ms ({ok}) |")
+                     f"| {m['inproc_p99']:.2f} |{base} <= 10 ms ({ok}) |")
     lines += ["", "The target comes from issue 7 (no paper reports extender latency)."]
     text = "\n".join(lines) + "\n"
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
@@ -134,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--pods-per-job", type=int, default=20)
+    parser.add_argument("--baseline", default=None, metavar="REV",
+                        help="also time the extender of this git revision in-process (e.g. c2d9107)")
     args = parser.parse_args(argv)
     if args.runs < 5:
         parser.error("--runs must be at least 5 (every timing is a median of >= 5 runs)")

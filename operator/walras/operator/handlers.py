@@ -131,13 +131,14 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
             certificate_path=kube.cert_path, private_key_path=kube.key_path, default_namespace=kube.namespace)
 
     @kopf.on.startup(registry=registry)
-    async def startup(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+    async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.level = logging.WARNING
         settings.persistence.finalizer = LEGACY_FINALIZER
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
-        source.capture(kwargs)
+        # no source.capture here: the indexes handed to startup handlers are still empty; the event handlers capture
+        # them once kopf has filled every index (a plan from the empty ones would plan an empty cluster)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
@@ -226,7 +227,10 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
     if elector is None:
         controller.start()
     else:
-        tasks.append(asyncio.create_task(elector.run(), name="walras-leader-election"))
+        election = asyncio.create_task(elector.run(), name="walras-leader-election")
+        tasks.append(election)
+        if stop_flag is not None:
+            tasks.append(asyncio.create_task(_step_down_on_stop(stop_flag, election), name="walras-step-down"))
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
     try:
         await kopf.operator(
@@ -248,6 +252,15 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
         if elector is not None:
             await elector.client.close()
         await controller.client.close()
+
+
+async def _step_down_on_stop(stop_flag: asyncio.Event, election: asyncio.Task[None]) -> None:
+    """On shutdown, stop acting and release the Lease at once (the election loop's own ``finally``), so a standby
+    takes over while kopf is still closing its watches."""
+    await stop_flag.wait()
+    election.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await election
 
 
 def _starter(controller: Controller, source: IndexSource) -> Any:

@@ -130,16 +130,20 @@ class LeaseElector:
             return
         await self._set_leading(False)
         try:
-            lease = await self.client.request("GET", self.path, attempts=2)
-            spec = lease.get("spec") or {}
-            if spec.get("holderIdentity") != self.identity:
-                return
-            body = {**lease, "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
-                                      "renewTime": _micro_time()}}
-            await self.client.request("PUT", self.path, body, attempts=2, ok_conflict=True)
-            logger.info("released the leader Lease %s/%s", self.namespace, self.name)
-        except KubeError as exc:
+            async with asyncio.timeout(self.renew_deadline):  # never hold a shutdown up for long
+                await self._release()
+        except (KubeError, TimeoutError) as exc:
             logger.warning("could not release the leader Lease %s/%s: %s", self.namespace, self.name, exc)
+
+    async def _release(self) -> None:
+        lease = await self.client.request("GET", self.path, attempts=2)
+        spec = lease.get("spec") or {}
+        if spec.get("holderIdentity") != self.identity:
+            return
+        body = {**lease, "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
+                                  "renewTime": _micro_time()}}
+        await self.client.request("PUT", self.path, body, attempts=2, ok_conflict=True)
+        logger.info("released the leader Lease %s/%s", self.namespace, self.name)
 
     # ------------------------------------------------------------------ the loop
 
