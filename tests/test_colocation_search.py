@@ -344,6 +344,19 @@ def test_zero_cross_interference_separates_types():
         assert all(np.unique(t[r.assignment == k]).size <= 1 for k in range(2))
 
 
+def test_zero_self_interference_hill_is_far_from_optimum():
+    """Sizes 3 1 1 1 1, types 1 1 1 0 0, alpha = [[.5, .5], [1, 0]] (type 1 does not hurt type 1), two machines.
+    Optimum 2: the type-1 tasks together cost 0, the two type-0 tasks together cost 2 * (0.5 + 0.5). BestOrS puts
+    the 3 alone and the four 1s together (8); HILL stops at 7.5, 3.75 times the optimum."""
+    p = np.array([3.0, 1.0, 1.0, 1.0, 1.0])
+    t = np.array([1, 1, 1, 0, 0])
+    a = np.array([[0.5, 0.5], [1.0, 0.0]])
+    assert brute(p, t, a, 2) == pytest.approx(2.0)
+    assert solve(p, t, a, 2, method="bestors+hill").cost >= 7.5 - 1e-9
+    for method in ("auto", "search"):
+        assert solve(p, t, a, 2, method=method, exact_limit=0 if method == "search" else None).cost == 2.0
+
+
 @settings(max_examples=60, deadline=None)
 @given(tiny(max_n=7, max_m=3, max_t=3, zeros=True))
 def test_search_reaches_brute_force_optimum_with_zeros(inst):
