@@ -39,10 +39,10 @@ Algorithms (``method=`` of :func:`partition` / :func:`solve`)
                          number of classes.
 ``"search"``             Not in the paper: multi-start local search with moves and swaps between any two machines and
                          zero-gain plateau steps with a tabu list (:mod:`._search`); HILL stops where no single OrS
-                         move strictly improves, which on small instances left up to 54 % above the optimum.
+                         move strictly improves, up to 2x the optimum on small instances (docs/bench/colocation.md).
 ``"auto"`` (default)     Route table of :func:`solve`: the exact DP when it needs at most ``exact_limit`` transitions
-                         (result ``status="certified"``), else the search (``"heuristic"``);
-                         ``ColocationResult.route`` says which.
+                         (result ``status="certified"``), else the search (linear and ``x**k`` costs) or HILL (other
+                         convex callables), both ``"heuristic"``; ``ColocationResult.route`` says which.
 
 :func:`lower_bound` is Sec. 8.1.3. Convex costs: Lemma 4.1 (OrS dominance) is proved for linear costs only and fails
 for convex ones (sizes 5, 4, 3, 2 on two machines with ``f(x) = x^2``: the optimum {5, 2}, {4, 3} is not OrS), so
