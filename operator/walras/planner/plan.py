@@ -27,6 +27,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from walras.planner.cache import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
@@ -69,13 +71,16 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     observed = observe(cluster, objects, table)
     resizes = plan_resizes(objects, observed, table)
     templates = [info.job.template for info in objects.jobs]
-    masks: dict[Constraints, object] = {}
-    admitted = [masks.setdefault(t.constraints, table.admitted(t.constraints)) for t in templates]
+    masks: dict[Constraints, np.ndarray] = {}
+    for template in templates:
+        if template.constraints not in masks:
+            masks[template.constraints] = table.admitted(template.constraints)
+    admitted = [masks[t.constraints] for t in templates]
 
     def warn(kind: str, namespace: str, name: str, reason: str, message: str) -> None:
         plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
-    outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,  # type: ignore[arg-type]
+    outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,
                          device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations)
     actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes)
     market = outcome.market

@@ -77,11 +77,41 @@ def largest_remainder_rows(shares: np.ndarray, totals: np.ndarray, cap: np.ndarr
     if np.any(shares < 0) or not np.all(np.isfinite(shares)) or np.any(totals < 0):
         raise ValueError("shares must be finite and non-negative, totals non-negative")
     out = np.zeros(shares.shape, dtype=np.int64)
+    if cap is None:
+        return _rows_uncapped(shares, totals)
     for i in np.flatnonzero(totals > 0).tolist():
         try:
             out[i] = largest_remainder(shares[i], int(totals[i]), None if cap is None else cap[i])
         except ValueError as exc:
             raise ValueError(f"row {i}: {exc}") from None
+    return out
+
+
+def _rows_uncapped(shares: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """:func:`largest_remainder` of every row at once (no caps): the same rounding, vectorised over the rows."""
+    out = np.zeros(shares.shape, dtype=np.int64)
+    live = np.flatnonzero(totals > 0)
+    if live.size == 0:
+        return out
+    x = shares[live]
+    t = totals[live].astype(np.float64)
+    top = x.max(axis=1)
+    if np.any(top <= 0):
+        row = int(live[np.flatnonzero(top <= 0)[0]])
+        raise ValueError(f"row {row}: cannot distribute a total of {int(totals[row])} over shares that are all zero")
+    small = top <= t + 1  # rows whose shares may already sum to their total (no overflow in the sums below)
+    sums_floor = np.where(small[:, None], np.floor(np.where(small[:, None], x, 0.0)), 0.0).sum(axis=1)
+    sums_ceil = np.where(small[:, None], np.ceil(np.where(small[:, None], x, 0.0)), 0.0).sum(axis=1)
+    as_is = small & (sums_floor <= t) & (t <= sums_ceil)
+    w = x / top[:, None]  # in [0, 1] with a 1 per row
+    scaled = w / w.sum(axis=1)[:, None] * t[:, None]
+    target = np.where(as_is[:, None], x, scaled)
+    base = np.floor(target).astype(np.int64)
+    left = totals[live] - base.sum(axis=1)
+    order = np.argsort(-(target - base), axis=1, kind="stable")  # largest remainders first, ties to the lower index
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(x.shape[1]), x.shape), axis=1)
+    out[live] = base + (rank < left[:, None])
     return out
 
 

@@ -165,6 +165,7 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
     rounds = 0
+    last_short = 1 << 62
     while True:
         rounds += 1
         A_eff = A.copy()
@@ -212,8 +213,9 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
                     short[i, j] += 1
                     reasons[(i, j)] = placed.why[q] or reasons.get((i, j), "")
         below_min = _gang(objects, templates, batches, running, work, count)
-        if not short.any() or rounds >= max_rounds:
-            break
+        if not short.any() or rounds >= max_rounds or short.sum() >= last_short:
+            break  # realised, out of rounds, or the feedback no longer helps
+        last_short = int(short.sum())
         # Feed back what placement could not realise, and re-price from the last prices.
         warm = market.prices
         for i, j in zip(*np.nonzero(short), strict=True):

@@ -52,9 +52,15 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     A = outcome.throughput
     priced_t = np.einsum("ij,ij->i", A, X) if n else np.zeros(0)
     priced_cost = (outcome.demand * X) @ prices if n and m else np.zeros(n)
+    placed_all = np.array([[actions.placed.get(info.key, {}).get(name, 0) for name in names] for info in jobs],
+                          dtype=np.float64).reshape(n, m)
+    big_ns = np.maximum(np.array([info.spec.replicas for info in jobs], dtype=np.float64), 1.0)
+    placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
+    utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
     for i, info in enumerate(jobs):
         jp = plan.jobs[info.key]
         spec = info.spec
+        jp.utility = float(utilities[i])
         placed = actions.placed.get(info.key, {})
         placed_vec = np.array([placed.get(name, 0) for name in names], dtype=np.float64)
         big_n = max(spec.replicas, 1)
@@ -67,7 +73,6 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         jp.priced_cost = float(priced_cost[i])
         jp.throughput = float(A[i] @ placed_vec / big_n) if m else 0.0
         jp.cost = float((placed_vec * spec.demand) @ prices) if m else 0.0
-        jp.utility = float(utility_values([spec.utility], [1.0], np.array([jp.throughput]))[0])
         jp.pods = sorted(actions.pods.get(info.key, []), key=lambda p: p.name)
         _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names)
         old = previous.jobs.get(info.key) if previous is not None else None
