@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner import Plan, Snapshot, build_plan, load_manifests
+from walras.planner import Plan, Snapshot, build_plan, invariants, load_manifests
 from walras.planner import rounds as rounds_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import (
@@ -25,6 +25,7 @@ from walras.planner.policies import (
 )
 from walras.planner.quantity import format_quantity, parse_quantity
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, UtilitySpec, parse_job, parse_pool, parse_profile
+from walras.planner.translate import cluster_from
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +96,9 @@ def bind(plan: Plan, phase: str = "Running") -> list[dict[str, Any]]:
 
 
 def check_plan(snapshot: Snapshot, plan: Plan) -> None:
-    """Invariants of every plan: node capacity and degree respected, names unique, totals preserved."""
+    """Invariants of every plan: the shared checker (every resource of every node, no double binding, no duplicate
+    or lost pod), plus degree limits, the pools' used capacity and the jobs' totals."""
+    assert invariants.check_plan(cluster_from(snapshot), plan) == []
     alloc = {n["metadata"]["name"]: n["status"]["allocatable"] for n in snapshot.nodes}
     names = [(p.namespace, p.name) for p in plan.pods]
     assert len(names) == len(set(names))
@@ -638,9 +641,10 @@ def test_empty_snapshot() -> None:
 
 
 def test_examples_plan_respects_every_invariant() -> None:
-    snap = load_manifests(ROOT / "examples")
+    snap = load_manifests([ROOT / "examples", ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml"])
     plan = build_plan(snap)
     check_plan(snap, plan)
+    assert sum(1 for p in plan.pods if p.action == "create" and p.node) > 0
     assert set(plan.pools) == {"k80", "p100", "v100", "cpu"}
     assert not [e for e in plan.events if e.type == "Warning" and e.reason in ("InvalidSpec", "PoolUnusable")]
     for jp in plan.jobs.values():

@@ -1,9 +1,9 @@
-"""The example cluster of ``examples/`` packaged with ``walras`` (for ``walras demo`` and tests).
+"""The example cluster packaged with ``walras`` (for ``walras demo`` and tests).
 
-``walras/data/examples.yaml`` is the concatenation of the files under ``examples/`` (``cluster/nodes.yaml``,
-``pools.yaml``, ``profile.yaml``, ``jobs/*.yaml``) in :data:`FILES` order; ``tests/test_examples.py`` checks that the
-copy equals the originals. Regenerate it with ``python -m walras.planner.examples --write`` after editing
-``examples/``.
+``walras/data/examples.yaml`` is the concatenation of the emulated nodes (``operator/walras/data/emulated-nodes.yaml``)
+and the files under ``examples/`` in :data:`FILES` order (paths from the repository root); ``tests/test_examples.py``
+checks that the copy equals the originals. Regenerate it with ``python -m walras.planner.examples --write`` (from the
+repository root) after editing them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from walras.planner.manifests import parse_documents
 from walras.planner.model import Snapshot
 
 #: The example files, relative to ``examples/``, in the order the packaged copy concatenates them.
-FILES: tuple[str, ...] = ("cluster/nodes.yaml", "pools.yaml", "profile.yaml", "jobs/gpu.yaml", "jobs/cpu.yaml")
+FILES: tuple[str, ...] = ("operator/walras/data/emulated-nodes.yaml", "examples/00-namespaces.yaml",
+                          "examples/pools.yaml", "examples/profile.yaml", "examples/jobs/gpu.yaml",
+                          "examples/jobs/cpu.yaml")
 
 
 def example_paths() -> list[Path]:
@@ -38,20 +40,19 @@ def snapshot() -> Snapshot:
     return parse_documents(documents(), "walras/data/examples.yaml")
 
 
-def concatenate(examples_dir: Path) -> str:
-    """The packaged file's text built from ``examples_dir`` (documents separated by ``---``)."""
-    parts = []
-    for name in FILES:
-        parts.append(f"# --- examples/{name}\n" + (examples_dir / name).read_text().rstrip("\n") + "\n")
+def concatenate(root: Path) -> str:
+    """The packaged file's text built from the sources under the repository ``root`` (documents separated by
+    ``---``, each headed by its path)."""
+    parts = [f"# --- {name}\n" + (root / name).read_text().rstrip("\n") + "\n" for name in FILES]
     return "---\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate walras/data/examples.yaml from examples/.")
-    parser.add_argument("--examples", default="examples", help="the examples directory")
+    parser.add_argument("--root", default=".", help="the repository root")
     parser.add_argument("--write", action="store_true", help="write the packaged copy")
     args = parser.parse_args(argv)
-    text = concatenate(Path(args.examples))
+    text = concatenate(Path(args.root))
     target = Path(__file__).resolve().parents[1] / "data" / "examples.yaml"
     if args.write:
         target.write_text(text)
