@@ -18,7 +18,7 @@ binaries missing elsewhere                             a fresh **emulated** API 
 =====================================================  =====================================================
 
 On the real control plane the modules share one API server: each module's cluster fixture removes what it created
-(jobs, pools, profiles, pods, namespaces, nodes) before the next module starts. Scenarios that need the emulator's
+(jobs, pools, profiles, pods, Events, nodes) before the next module starts. Scenarios that need the emulator's
 ``/_emulator`` control paths (injected faults, the binding log, switching ``pods/resize`` off) skip elsewhere.
 kubectl comes from ``.tools/bin`` (``scripts/install_k8s_tools.sh``) or ``PATH``; under ``CI=true`` a missing
 kubectl FAILS the run instead of skipping.
@@ -178,7 +178,8 @@ class Cluster:
 
     def reset(self, namespaces: list[str]) -> None:
         """Remove what a module created on a shared API server: the Walras objects (their kopf finalizers first:
-        the operator is gone), the pods (forced), the namespaces (waited for), then the stand-in's nodes."""
+        the operator is gone), the pods (forced) and Events of ``namespaces`` (kept themselves: deleting and waiting
+        for them took about 20 s per module), then the stand-in's nodes."""
         try:
             for kind in ("fungiblejobs", "colocationprofiles", "resourcepools"):
                 for item in self.get(kind, "-A")["items"]:
@@ -188,9 +189,7 @@ class Cluster:
                             '{"metadata":{"finalizers":null}}', check=False)
                     self.kc("delete", kind, meta["name"], *where, "--wait=false", check=False)
             for ns in namespaces:
-                self.kc("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
-            if namespaces:
-                self.kc("delete", "namespace", *namespaces, "--wait=true", "--timeout=90s", check=False)
+                self.kc("delete", "pods,events", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
         finally:
             if self.kubelet is not None:
                 self.kubelet.stop(delete_nodes=True)

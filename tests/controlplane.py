@@ -160,7 +160,7 @@ def session_control_plane(kubectl_bin: str) -> ControlPlane:
     """The one control plane of this process (started on first use, stopped by :func:`stop_session_control_plane`
     or at exit), shared by the ``control_plane`` fixtures of ``tests/`` and ``e2e/``."""
     global _SESSION
-    if _SESSION is None or not all(p.alive() for p in _SESSION.plane.processes):
+    if _SESSION is None or not _SESSION.plane.alive():
         folder, missing = assets_folder()
         if folder is None or missing:
             raise FileNotFoundError(missing_message(missing))

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.controlplane import ControlPlane, assets_folder, install_chart_identity, missing_message
+from tests.controlplane import (
+    ControlPlane,
+    assets_folder,
+    install_chart_identity,
+    missing_message,
+    session_control_plane,
+)
 from tests.realtools import require
 
 
@@ -81,6 +87,9 @@ def test_the_default_scheduler_binds_a_pod_to_a_ready_node(control_plane: Contro
         scheduler.stop()
         control_plane.kubectl("delete", "node", node, "--wait=false", check=False)
     assert scheduler.popen.poll() is not None
+    # a stopped scheduler is not a dead control plane: the session keeps using this one
+    assert control_plane.plane.alive()
+    assert session_control_plane(control_plane.kubectl_bin) is control_plane
 
 
 def test_stop_leaves_no_process_behind() -> None:

@@ -208,6 +208,11 @@ class LocalControlPlane:
             raise
         return plane
 
+    def alive(self) -> bool:
+        """etcd, kube-apiserver and kube-controller-manager are running (schedulers come and go per test)."""
+        core = [p for p in self.processes if p.name in BINARIES[:3]]
+        return len(core) == 3 and all(p.alive() for p in core)
+
     def stop(self) -> None:
         """Stop every process (last started first); safe to call twice."""
         for proc in reversed(self.processes):
