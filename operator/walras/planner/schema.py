@@ -233,10 +233,11 @@ def to_cel(schema: Mapping[str, Any], value: Any) -> Any:
     kind = schema.get("type")
     if isinstance(value, dict):
         props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties") if isinstance(schema.get("additionalProperties"), dict) else {}
-        return celtypes.MapType({celtypes.StringType(k): to_cel(props.get(k, extra), v) for k, v in value.items()})
+        extra: dict[str, Any] = schema["additionalProperties"] if isinstance(
+            schema.get("additionalProperties"), dict) else {}
+        return celtypes.MapType({celtypes.StringType(k): to_cel(props.get(k) or extra, v) for k, v in value.items()})
     if isinstance(value, list):
-        items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+        items: dict[str, Any] = schema["items"] if isinstance(schema.get("items"), dict) else {}
         return celtypes.ListType([to_cel(items, v) for v in value])
     if isinstance(value, bool):
         return celtypes.BoolType(value)
