@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import signal
 import socket
 import ssl
@@ -18,7 +17,7 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from walras.cli.errors import UsageError
-from walras.extender import Extender
+from walras.extender import DEFAULT_HOST, Extender, server_tls, start_site
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
 
@@ -37,12 +36,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--extender-port", type=int, default=8888, help="port of /scheduler/{filter,prioritize,...}")
     parser.add_argument("--extender-tls-cert", help="serve the extender over TLS with this certificate")
     parser.add_argument("--extender-tls-key", help="private key of --extender-tls-cert")
+    parser.add_argument("--extender-client-ca",
+                        help="require a client certificate of this CA (kube-scheduler: tlsConfig.certFile)")
+    parser.add_argument("--extender-host", default=DEFAULT_HOST,
+                        help="address the extender listens on (default: loopback only; see docs/security.md)")
     parser.add_argument("--metrics-port", type=int, default=9847, help="port of /metrics")
     parser.add_argument("--health-port", type=int, default=8080, help="port of kopf's liveness probe /healthz")
-    parser.add_argument("--peering", default="walras", help="kopf cluster-wide peering object (leader election)")
+    parser.add_argument("--peering", default="walras",
+                        help="name of the coordination.k8s.io Lease that elects the leader (in the pod's namespace)")
     parser.add_argument("--standalone", action="store_true", help="no peering: this replica always acts")
-    parser.add_argument("--priority", type=int, default=None,
-                        help="kopf peering priority; the highest live one leads (default: random, so replicas differ)")
     parser.add_argument("--plan-period", type=float, default=30.0, help="re-plan at least this often (seconds)")
     parser.add_argument("--debounce", type=float, default=1.0, help="wait this long after a change before planning")
     parser.add_argument("--job-metrics-limit", type=int, default=500,
@@ -60,15 +62,19 @@ def setup_logging() -> None:
         logging.getLogger("kopf").setLevel(logging.WARNING)
 
 
-def metrics_app(metrics: WalrasMetrics) -> web.Application:
+def metrics_app(metrics: WalrasMetrics, extender: Extender | None = None) -> web.Application:
     """``/metrics`` served by prometheus-client's own aiohttp handler (content negotiation with OpenMetrics,
-    ``name[]`` filtering, compression) on the operator's registry, and ``/healthz``."""
+    ``name[]`` filtering, compression) on the operator's registry, ``/healthz`` and, with ``extender``, its
+    ``/readyz`` (200 on the leader only; served here because a kubelet probe cannot present the extender's client
+    certificate)."""
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
     app = web.Application()
     app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
     app.router.add_get("/healthz", healthz)
+    if extender is not None:
+        app.router.add_get("/readyz", extender.readyz)
     return app
 
 
@@ -112,17 +118,17 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
     return controller, source, extender, metrics
 
 
-def extender_tls(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+def extender_tls(cert: str | None, key: str | None, client_ca: str | None = None) -> ssl.SSLContext | None:
     """The server-side TLS context of the extender for ``--extender-tls-cert``/``--extender-tls-key`` (PEM files),
-    or ``None`` (plain HTTP) when neither is given."""
+    requiring client certificates of ``--extender-client-ca`` when given, or ``None`` (plain HTTP) when neither
+    certificate nor key is given."""
     if not (cert or key):
+        if client_ca:
+            raise ValueError("--extender-client-ca needs --extender-tls-cert and --extender-tls-key")
         return None
     if not (cert and key):
         raise ValueError("--extender-tls-cert and --extender-tls-key go together")
-    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    tls.minimum_version = ssl.TLSVersion.TLSv1_2
-    tls.load_cert_chain(cert, key)
-    return tls
+    return server_tls(cert, key, client_ca)
 
 
 def check_port_free(host: str, port: int, option: str) -> None:
@@ -169,29 +175,27 @@ async def check_reachable(kube: KubeConfig, timeout: float = 10.0) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     try:
-        tls = extender_tls(args.extender_tls_cert, args.extender_tls_key)
+        tls = extender_tls(args.extender_tls_cert, args.extender_tls_key, args.extender_client_ca)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     check_port_free("0.0.0.0", args.health_port, "--health-port")
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)
     controller, source, extender, metrics = build(args, kube)
-    servers = await Servers.start([
-        (extender.app(), "0.0.0.0", args.extender_port, tls),
-        (metrics_app(metrics), "0.0.0.0", args.metrics_port, None),
-    ])
+    extender_runner, _ = await start_site(extender.app(), args.extender_host, args.extender_port, tls)
+    servers = await Servers.start([(metrics_app(metrics, extender), "0.0.0.0", args.metrics_port, None)])
+    servers.runners.append(extender_runner)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 1_000_000)
     logging.getLogger("walras").info(
-        "walras run: mode=%s extender=:%d metrics=:%d peering=%s priority=%d", args.mode, args.extender_port,
-        args.metrics_port, "standalone" if args.standalone else args.peering, priority)
+        "walras run: mode=%s extender=%s:%d metrics=:%d leader Lease=%s", args.mode, args.extender_host,
+        args.extender_port, args.metrics_port, "none (standalone)" if args.standalone else args.peering)
     try:
         await run_operator(controller, source, kube, peering=None if args.standalone else args.peering,
-                           priority=priority, health_port=args.health_port or None, stop_flag=stop)
+                           health_port=args.health_port or None, stop_flag=stop, extender=extender)
     finally:
         await servers.stop()
         await controller.stop()
