@@ -174,8 +174,8 @@ def section8(quick: bool, seed: int) -> tuple[list[str], float]:
         "Mean cost / lower bound (Sec. 8.1.3) by number of types:",
         "",
         "| T | CutJuxtapose, solved instances (paper) | BestOrS+HILL, all instances (paper) | BestOrS, all | "
-        "ONE+HILL, all | DEDIC+HILL, all | CutJuxtapose, all |",
-        "|---|---|---|---|---|---|---|",
+        "ONE+HILL, all | DEDIC+HILL, all | CutJuxtapose, all | search, all | auto, all |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     paper_cj = {2: 1.54, 3: 3.16, 4: 3.15}
     paper_bh = {2: 1.59, 3: 3.27, 4: 3.23}
@@ -188,7 +188,8 @@ def section8(quick: bool, seed: int) -> tuple[list[str], float]:
 
         out.append(
             f"| {T} | {mean('cj', sol)} ({paper_cj[T]}) | {mean('bestors+hill', allT)} ({paper_bh[T]}) | "
-            f"{mean('bestors', allT)} | {mean('one+hill', allT)} | {mean('dedic+hill', allT)} | {mean('cj', allT)} |"
+            f"{mean('bestors', allT)} | {mean('one+hill', allT)} | {mean('dedic+hill', allT)} | {mean('cj', allT)} | "
+            f"{mean('search', allT)} | {mean('auto', allT)} |"
         )
     ev = np.array([r["bestors+hill:evals"] for r in rows])
     out += [
