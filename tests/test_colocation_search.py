@@ -425,6 +425,8 @@ def test_search_is_deterministic_and_seeded():
     small = solve(p, t, a, 7, method="search", budget=2000)
     assert small.cost <= solve(p, t, a, 7, method="bestors").cost + 1e-9
     assert small.starts < r1.starts
+    assert (r1.status, small.status) == ("heuristic", "capped")
+    assert small.evaluations >= 2000 and r1.evaluations < 1_500_000
 
 
 def test_unbinding_limits_give_the_same_search():
@@ -485,5 +487,7 @@ def test_status_of_the_other_methods():
     assert solve(p, t, a, m, method="dynsize").status == "certified"
     assert solve(p, t, a, m, method="bestors").status == "heuristic"
     assert solve(p, t, a, m, method="bestors+hill").route == "bestors+hill"
+    assert solve(p, t, a, m, method="bestors+hill").status == "heuristic"
+    assert solve(p, t, a, m, method="one+hill", budget=3).status == "capped"
     with pytest.raises(ValueError, match="starts"):
         solve(p, t, a, m, starts=0)

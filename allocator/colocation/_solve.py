@@ -44,7 +44,7 @@ DEFAULT_SEARCH_BUDGET = 1_500_000
 #: Largest DP work (:func:`allocator.colocation._exact.exact_work`, transitions) the ``"auto"`` route solves exactly.
 DEFAULT_EXACT_LIMIT = 5e6
 
-Status = Literal["certified", "heuristic"]
+Status = Literal["certified", "heuristic", "capped"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,9 @@ class ColocationResult:
     DynSize and the exact DP: DP transitions). ``complete``: an exact method finished within its budget (its ``cost``
     is then optimal); False for heuristics and interrupted runs. ``moves``: moves (and swaps) taken. ``route``: how
     the result was produced (for ``"auto"`` one of :data:`ROUTES`, otherwise the method). ``status``:
-    ``"certified"`` when ``cost`` is proved optimal (``complete``), ``"heuristic"`` otherwise. ``starts``: starts the
-    search ran (0 for other routes).
+    ``"certified"`` when ``cost`` is proved optimal (``complete``); ``"capped"`` when the evaluation ``budget`` ran out
+    first (the search, HILL, an interrupted CutJuxtapose: best found so far); ``"heuristic"`` otherwise (a local
+    optimum or an approximation, no proof). ``starts``: starts the search ran (0 for other routes).
     """
 
     assignment: np.ndarray
@@ -127,9 +128,10 @@ def solve(
     ================ ================================================================= ===========
     ``exact-dp``     the DP over machines needs at most ``exact_limit`` transitions    certified
                      (default ``5e6``, 0.1-0.2 s here; any cost, with or without limits)
-    ``search``       otherwise, for the linear cost and ``x**k`` costs                 heuristic
-    ``bestors+hill`` otherwise, for another convex callable (the compiled search       heuristic
-                     evaluates linear and power costs only): HILL of Sec. 8.1.1
+    ``search``       otherwise, for the linear cost and ``x**k`` costs                 heuristic,
+                                                                                       capped
+    ``bestors+hill`` otherwise, for another convex callable (the compiled search       heuristic,
+                     evaluates linear and power costs only): HILL of Sec. 8.1.1        capped
     ================ ================================================================= ===========
 
     ``"exact"`` is the DP alone (``ValueError`` above ``exact_limit``); ``"search"`` the multi-start local search
@@ -179,7 +181,7 @@ def solve(
     if method in ("independent", "equivalent", "large-influences", "approx") and inst.cost is not None:
         raise ValueError(f"method {method!r} is defined for the linear cost only (Sec. 6)")
     limits = _limits(inst, capacity, max_tasks, demands) if limited else None
-    evaluations, complete, moves, route, n_starts = 0, False, 0, method, 0
+    evaluations, complete, moves, route, n_starts, capped = 0, False, 0, method, 0, False
     if method == "auto":
         if exact_work(inst, limits) <= limit:
             route = "exact-dp"
@@ -199,6 +201,7 @@ def solve(
         start, ev0, mv0 = _feasible_start(inst, limits, dp)
         out = search(inst, start, max(1, budget - ev0), limits, starts=int(starts), seed=int(seed))
         a, evaluations, moves, n_starts = out.assignment, ev0 + out.evaluations, mv0 + out.moves, out.starts
+        capped = evaluations >= budget
     elif route == "bestors":
         a = _bestors(inst, dp)
         one_type = np.unique(inst.types).size <= 1 or bool(np.all(inst.alpha == inst.alpha.flat[0]))
@@ -211,8 +214,10 @@ def solve(
         else:
             start = inst.types % inst.m
         a, evaluations, moves = _hill(inst, start, budget, limits)
+        capped = evaluations >= budget
     elif route == "cutjuxtapose":
         a, evaluations, complete = _cutjuxtapose(inst, budget, juxtapose)
+        capped = not complete
         complete = complete and inst.cost is None
     elif route == "dynsize":
         a, evaluations = _dynsize(inst, inst.sizes, budget)
@@ -235,7 +240,7 @@ def solve(
         complete=bool(complete),
         moves=int(moves),
         route=route,
-        status="certified" if complete else "heuristic",
+        status="certified" if complete else "capped" if capped else "heuristic",
         starts=int(n_starts),
     )
 
