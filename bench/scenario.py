@@ -31,8 +31,9 @@ import time
 from typing import Any
 
 import numpy as np
-from allocator.datasets import gavel_throughputs
 from walras.planner import Snapshot, build_plan
+
+from allocator.datasets import gavel_throughputs
 
 LABELS = {"k80": "k80", "p100": "p100", "v100": "v100", "cpu": "cpu"}
 NODE_SHAPES = {  # per pool: (nodes per 50, gpus, cpu, memory)
@@ -52,12 +53,13 @@ def quantity(text: Any) -> float:
     return float(text)
 
 
-def cluster(scale: int = 1, seed: int = 0) -> Snapshot:
+def cluster(scale: float = 1, seed: int = 0, n_jobs: int | None = None) -> Snapshot:
+    """``50 * scale`` nodes in the four pools and ``n_jobs`` jobs (default ``60 * scale``)."""
     rng = np.random.default_rng(seed)
     table = gavel_throughputs()
     nodes = []
     for pool, (count, gpus, cpu, memory) in NODE_SHAPES.items():
-        for k in range(count * scale):
+        for k in range(round(count * scale)):
             alloc = {"cpu": cpu, "memory": memory, "pods": "110"}
             if gpus != "0":
                 alloc["nvidia.com/gpu"] = gpus
@@ -81,7 +83,7 @@ def cluster(scale: int = 1, seed: int = 0) -> Snapshot:
               and np.all(table.throughput[i] > 0)]
     jobs = []
     template = {"spec": {"containers": [{"name": "main", "image": "x"}]}}
-    for i in range(60 * scale):
+    for i in range(n_jobs if n_jobs is not None else round(60 * scale)):
         kind = ("inference", "finetune", "elastic", "service")[i % 4]
         row = table.throughput[single[int(rng.integers(len(single)))]]
         tp = {"k80": float(row[0]), "p100": float(row[1]), "v100": float(row[2])}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -93,3 +94,37 @@ def test_plan_refuses_a_misspelled_field(cluster_dir: Path, tmp_path: Path, caps
     assert main(["plan", "-f", str(tmp_path / "job.yaml")]) == 2
     err = capsys.readouterr().err
     assert "spec.replica" in err and "Traceback" not in err
+
+
+def test_check_reads_a_live_cluster(control_plane: Any, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``walras check --kubeconfig`` on the real kube-apiserver: a node over-committed by a bound pod is reported
+    (the API server itself accepts such a pod: only a kubelet would refuse it)."""
+    control_plane.kubectl("apply", "-f", str(ROOT / "crds"))
+    name = f"check-{namespace}"
+    control_plane.apply_objects([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}])
+    status = {"status": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "10"},
+                         "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}
+    control_plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    try:
+        capsys.readouterr()  # the control plane is shared by the session: look only at this test's node
+        main(["check", "--kubeconfig", str(control_plane.kubeconfig), "-o", "json"])
+        assert not [v for v in json.loads(capsys.readouterr().out) if v["object"] == f"Node/{name}"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hog", "namespace": namespace},
+               "spec": {"nodeName": name, "containers": [
+                   {"name": "c", "image": "x", "resources": {"requests": {"cpu": "3"}}}]}}
+        control_plane.apply_objects([pod])
+        assert main(["check", "--kubeconfig", str(control_plane.kubeconfig), "-o", "json"]) == 1
+        found = json.loads(capsys.readouterr().out)
+        assert {"kind": "OverCommitted", "object": f"Node/{name}",
+                "message": "cpu requested 3 > allocatable 2"} in found
+    finally:
+        control_plane.kubectl("delete", "pod", "hog", "-n", namespace, "--grace-period=0", "--force",
+                              "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "node", name, "--ignore-not-found", check=False)
+
+
+def test_check_without_a_reachable_cluster_is_a_usage_error(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--kubeconfig", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "kubeconfig" in err and "Traceback" not in err
