@@ -14,7 +14,9 @@ What is validated how:
   go through the real ``promtool check rules``. To regenerate the schemas:
   ``pip install --target /tmp/cc cloudcoil-models-prometheus-operator==0.80.1.0``, then with ``PYTHONPATH=/tmp/cc``
   dump ``v1.ServiceMonitor`` and ``v1.PrometheusRule`` (``cloudcoil.models.prometheus_operator``) the same way;
-* ``ClusterKopfPeering``: against the ``openAPIV3Schema`` of the chart's own ``kopf.dev`` CRD with ``jsonschema``;
+* leader election: the chart renders no kopf peering object or CRD; its namespaced Role grants on ``leases`` exactly
+  the verbs :class:`walras.operator.leader.LeaseElector` uses (recorded from the elector itself), and on the real
+  control plane the chart's ServiceAccount acquires, renews, loses and releases the Lease with that Role;
 * the ``KubeSchedulerConfiguration`` inside the scheduler ConfigMap: compared with the sample
   ``deploy/scheduler/kube-scheduler-config.yaml`` and checked field by field (kube-scheduler's config API has no
   JSON schema in ``kubernetes-validate``).
@@ -22,6 +24,7 @@ What is validated how:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -29,7 +32,7 @@ import subprocess
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import jsonschema
 import kubernetes_validate
@@ -45,15 +48,21 @@ CHART = ROOT / "helm" / "walras"
 RELEASE = "walras"
 NAMESPACE = "walras-system"
 
-ALL_ON = {
+#: The chart's own scheduler with the mutual TLS it requires (the extender then listens on 0.0.0.0).
+SCHEDULER_VALUES = {
     "operator.mode": "extender",
+    "scheduler.enabled": "true",
+    "extender.tls.enabled": "true",
+    "extender.tls.secretName": "walras-extender-tls",
+    "scheduler.extender.clientCertSecretName": "walras-scheduler-client",
+}
+
+ALL_ON = {
+    **SCHEDULER_VALUES,
     "operator.replicas": "2",
     "operator.namespaces[0]": "team-a",
     "operator.namespaces[1]": "team-b",
-    "scheduler.enabled": "true",
     "scheduler.extender.managedResources[0].name": "nvidia.com/gpu",
-    "extender.tls.enabled": "true",
-    "extender.tls.secretName": "walras-extender-tls",
     "metrics.serviceMonitor.enabled": "true",
     "metrics.prometheusRule.enabled": "true",
     "dashboard.enabled": "true",
@@ -110,11 +119,13 @@ def test_helm_lint_passes(values: dict[str, str]) -> None:
 
 def test_default_render_has_the_core_objects_and_no_optional_ones() -> None:
     kinds = sorted(o["kind"] for o in default_objects())
-    for kind in ("Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
+    for kind in ("Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"):
         assert kind in kinds
-    for kind in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "Role", "RoleBinding"):
+    for kind in ("ServiceMonitor", "PrometheusRule", "ConfigMap", "NetworkPolicy", "PodDisruptionBudget",
+                 "ClusterKopfPeering", "KopfPeering"):
         assert kind not in kinds
     assert len(find(default_objects(), "Deployment")) == 1
+    assert [o["metadata"]["name"] for o in find(default_objects(), "Role")] == [f"{RELEASE}-leader-election"]
 
 
 def test_all_on_render_has_every_optional_part() -> None:
@@ -125,10 +136,11 @@ def test_all_on_render_has_every_optional_part() -> None:
     one(objects, "ConfigMap", f"{RELEASE}-scheduler")
     one(objects, "Deployment", f"{RELEASE}-scheduler")
     one(objects, "ServiceAccount", f"{RELEASE}-scheduler")
+    one(objects, "NetworkPolicy", f"{RELEASE}-extender")
 
 
 def builtin(objects: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
-    return [o for o in objects if not o["apiVersion"].startswith(("monitoring.coreos.com/", "kopf.dev/"))]
+    return [o for o in objects if not o["apiVersion"].startswith("monitoring.coreos.com/")]
 
 
 @pytest.mark.parametrize("version", ["1.35.0", kubernetes_validate.latest_version()])
@@ -177,26 +189,141 @@ def test_chart_crds_equal_the_single_source() -> None:
         assert rendered[source["metadata"]["name"]] == source
 
 
-def test_kopf_peering_crds_are_installed_and_the_peering_object_validates() -> None:
-    rendered = {o["metadata"]["name"]: o for o in find(default_objects(), "CustomResourceDefinition")}
-    cluster = rendered["clusterkopfpeerings.kopf.dev"]
-    assert cluster["spec"]["scope"] == "Cluster"
-    assert rendered["kopfpeerings.kopf.dev"]["spec"]["scope"] == "Namespaced"
-    peering = one(default_objects(), "ClusterKopfPeering")
-    assert peering["apiVersion"] == "kopf.dev/v1" and peering["metadata"]["name"] == "walras"
-    version = next(v for v in cluster["spec"]["versions"] if v["name"] == "v1")
-    jsonschema.validate(peering, version["schema"]["openAPIV3Schema"])
-    args = one(default_objects(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--peering=walras" in args and "--standalone" not in args
+def lease_rules(objects: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rules on ``coordination.k8s.io/leases`` of the operator's own Roles (not the scheduler's)."""
+    roles = [o for o in objects if o["kind"] == "Role"
+             and o["metadata"]["labels"]["app.kubernetes.io/component"] == "operator"]
+    return [r for role in roles for r in role["rules"] if "leases" in r["resources"]]
 
 
-def test_peering_off_runs_standalone_and_drops_the_peering_object() -> None:
+def test_no_kopf_peering_object_crd_or_permission_is_rendered() -> None:
+    """kopf runs standalone; leader election is a Lease, so nothing of kopf's peering remains."""
+    for objects in (default_objects(), all_on_objects()):
+        assert not [o for o in objects if o["apiVersion"].startswith("kopf.dev/")]
+        crds = find(objects, "CustomResourceDefinition")
+        assert crds and all(c["spec"]["group"] == "walras.dev" for c in crds)
+        for role in find(objects, "ClusterRole"):
+            assert not any("kopf.dev" in r["apiGroups"] for r in role["rules"])
+    assert not (CHART / "crds" / "kopf-peering.yaml").exists()
+    assert not (CHART / "templates" / "peering.yaml").exists()
+
+
+class RecordingLeaseAPI:
+    """A Lease API in memory that records each request as the RBAC verb it needs (``GET``/``POST``/``PUT``/``PATCH``/
+    ``DELETE`` on a named object: get/create/update/patch/delete; ``GET`` on the collection: list)."""
+
+    VERBS: ClassVar[dict[str, str]] = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                                       "DELETE": "delete"}
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.calls: list[tuple[str, str]] = []  # (verb, path)
+
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        from walras.operator.kube import KubeError
+
+        named = not path.endswith("/leases")
+        self.calls.append((self.VERBS[method] if named or method != "GET" else "list", path))
+        if method == "GET":
+            if self.lease is None:
+                raise KubeError(404, "NotFound", path)
+            return copy.deepcopy(self.lease)
+        if method in ("POST", "PUT"):
+            self.version += 1
+            self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+            return copy.deepcopy(self.lease)
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+def test_the_lease_role_grants_exactly_what_the_elector_uses() -> None:
+    """Drive :class:`walras.operator.leader.LeaseElector` through create, renew, release and a take-over by a second
+    identity, record the verbs its requests need, and compare them with the chart's Role: the same verbs, the named
+    ones limited to the Lease the chart passes as ``--peering``."""
+    from walras.operator.leader import LeaseElector
+
+    api = RecordingLeaseAPI()
+    args = one(default_objects(), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
+    (lease_name,) = [a.split("=", 1)[1] for a in args if a.startswith("--peering=")]
+
+    async def scenario() -> None:
+        first = LeaseElector(api, NAMESPACE, lease_name, "pod-a")  # type: ignore[arg-type]
+        second = LeaseElector(api, NAMESPACE, lease_name, "pod-b")  # type: ignore[arg-type]
+        assert await first.try_acquire_or_renew()  # absent: created
+        assert not await second.try_acquire_or_renew()  # held by a live peer
+        assert await first.try_acquire_or_renew()  # renewed
+        await first._set_leading(True)
+        await first.release()
+        assert api.lease is not None and api.lease["spec"]["holderIdentity"] == ""
+        assert await second.try_acquire_or_renew()  # released: taken over
+
+    asyncio.run(scenario())
+    used = {verb for verb, _ in api.calls}
+    assert used == {"get", "create", "update"}
+    named_path = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{lease_name}"
+    assert {path for verb, path in api.calls if verb != "create"} == {named_path}
+
+    rules = lease_rules(default_objects())
+    granted = {verb for r in rules for verb in r["verbs"]}
+    assert granted == used
+    for rule in rules:
+        assert rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+        if rule["verbs"] == ["create"]:
+            assert "resourceNames" not in rule  # the API server cannot limit create by name
+        else:
+            assert rule["resourceNames"] == [lease_name]
+    role = one(default_objects(), "Role", f"{RELEASE}-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    binding = one(default_objects(), "RoleBinding", f"{RELEASE}-leader-election")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    account = one(default_objects(), "ServiceAccount")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+
+def test_the_chart_identity_elects_through_the_lease_on_a_real_api_server(control_plane: Any) -> None:
+    """The chart's ServiceAccount with the chart's RBAC, against a real kube-apiserver: creates the Lease, renews it,
+    releases it, a second identity takes it over, and a Lease of another name is forbidden (the Role names it)."""
+    from controlplane import install_chart_identity
+    from walras.operator.kube import KubeClient, KubeConfig, KubeError
+    from walras.operator.leader import LeaseElector
+
+    namespace = "walras-lease-test"
+    kubeconfig, objects = install_chart_identity(control_plane, require("helm"), namespace)
+    args = one(tuple(objects), "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
+    (lease_name,) = [a.split("=", 1)[1] for a in args if a.startswith("--peering=")]
+    control_plane.kubectl("delete", "lease", lease_name, "-n", namespace, "--ignore-not-found")
+
+    async def scenario() -> None:
+        client = KubeClient(KubeConfig.load(str(kubeconfig)))
+        try:
+            first = LeaseElector(client, namespace, lease_name, "pod-a")
+            second = LeaseElector(client, namespace, lease_name, "pod-b")
+            assert await first.try_acquire_or_renew()
+            assert not await second.try_acquire_or_renew()
+            assert await first.try_acquire_or_renew()
+            await first._set_leading(True)
+            await first.release()
+            assert await second.try_acquire_or_renew()
+            other = LeaseElector(client, namespace, "not-the-chart-lease", "pod-c")
+            with pytest.raises(KubeError) as denied:
+                await other.try_acquire_or_renew()
+            assert denied.value.code == 403
+        finally:
+            await client.close()
+
+    asyncio.run(scenario())
+    lease = control_plane.get("lease", lease_name, "-n", namespace)
+    assert lease["spec"]["holderIdentity"] == "pod-b"
+    assert lease["spec"]["leaseTransitions"] == 1
+
+
+def test_peering_off_runs_standalone_without_the_lease_role() -> None:
     objects = render((("peering.enabled", "false"),))
-    assert not find(objects, "ClusterKopfPeering")
+    assert not lease_rules(objects)
     args = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--standalone" in args and not any(a.startswith("--peering") for a in args)
-    rules = one(objects, "ClusterRole")["rules"]
-    assert not any("kopf.dev" in r["apiGroups"] for r in rules)
+    assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
 
 
 # --- operator Deployment --------------------------------------------------------------------------------------------
@@ -217,10 +344,14 @@ def test_operator_deployment_is_hardened_and_probed() -> None:
     assert set(container["resources"]) == {"requests", "limits"}
     assert {"cpu", "memory"} <= set(container["resources"]["requests"])
     assert {"cpu", "memory"} <= set(container["resources"]["limits"])
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    # liveness: kopf's /healthz on the health port; readiness: /readyz on the metrics port (200 on the Lease holder
+    # only; not the extender port, whose mutual TLS a kubelet probe cannot pass)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"extender": 8888, "metrics": 9847, "health": 8080}
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in container["env"]
+    assert "--extender-host=127.0.0.1" in container["args"] and "--peering=walras" in container["args"]
     assert container["image"] == "walras:0.1.0"
     assert container["args"][0] == "run"
     assert {"--mode=direct", "--scheduler-name=walras-scheduler", "--extender-port=8888", "--metrics-port=9847",
@@ -233,15 +364,21 @@ def test_operator_deployment_is_hardened_and_probed() -> None:
 def test_two_replicas_and_namespaces_and_tls_reach_the_args() -> None:
     deployment = one(all_on_objects(), "Deployment", RELEASE)
     assert deployment["spec"]["replicas"] == 2
-    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    # only the Lease holder is Ready: a roll-out that waited for Ready new pods before stopping the old leader would
+    # never finish, so the old pods may all go (the Lease keeps one active)
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "100%"}}
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     args = container["args"]
     assert "--mode=extender" in args
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--extender-host=0.0.0.0" in args
     assert "--extender-tls-cert=/etc/walras/tls/tls.crt" in args
     assert "--extender-tls-key=/etc/walras/tls/tls.key" in args
+    assert "--extender-client-ca=/etc/walras/tls/client-ca.crt" in args
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "walras-extender-tls"
+    assert {"key": "ca.crt", "path": "client-ca.crt"} in volumes["tls"]["secret"]["items"]
     service = one(all_on_objects(), "Service")
     assert {p["name"]: p["appProtocol"] for p in service["spec"]["ports"]} == {
         "extender-https": "https",
@@ -255,6 +392,17 @@ def test_two_replicas_and_namespaces_and_tls_reach_the_args() -> None:
         ({"operator.replicas": "2", "peering.enabled": "false"}, "needs peering.enabled=true"),
         ({"scheduler.enabled": "true"}, "needs operator.mode=extender"),
         ({"extender.tls.enabled": "true"}, "needs extender.tls.secretName"),
+        # the chart's scheduler reaches the extender over the pod network: never without mutual TLS
+        ({"operator.mode": "extender", "scheduler.enabled": "true"}, "needs mutual TLS"),
+        ({**SCHEDULER_VALUES, "extender.tls.clientCA": ""}, "needs mutual TLS"),
+        ({"extender.host": "0.0.0.0"}, "listens on 0.0.0.0 (beyond loopback) and needs mutual TLS"),
+        ({"extender.host": "0.0.0.0", "extender.tls.enabled": "true", "extender.tls.secretName": "s",
+          "extender.tls.clientCA": ""}, "needs mutual TLS"),
+        ({**SCHEDULER_VALUES, "scheduler.extender.clientCertSecretName": ""}, "clientCertSecretName must name"),
+        ({**SCHEDULER_VALUES, "extender.host": "127.0.0.1"}, "cannot reach an extender on loopback"),
+        ({"extender.host": "any"}, "extender/host"),
+        ({"podDisruptionBudget.enabled": "true", "operator.replicas": "2"},
+         "maxUnavailable must be >= operator.replicas"),
         ({"operator.mode": "fast"}, "operator/mode"),
         ({"operator.ports.metrics": "70000"}, "operator/ports/metrics"),
         ({"scheduler.extender.httpTimeout": "soon"}, "httpTimeout"),
@@ -286,8 +434,6 @@ EXPECTED_RULES = {
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("walras.dev", "colocationprofiles/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
-    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch", "create"},
-    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch", "create"},
 }
 
 
@@ -321,7 +467,7 @@ def scheduler_config(objects: tuple[dict[str, Any], ...]) -> dict[str, Any]:
 
 def test_sample_scheduler_config_is_what_the_chart_renders() -> None:
     sample = yaml.safe_load((ROOT / "deploy" / "scheduler" / "kube-scheduler-config.yaml").read_text())
-    rendered = scheduler_config(render((("operator.mode", "extender"), ("scheduler.enabled", "true"))))
+    rendered = scheduler_config(render(tuple(SCHEDULER_VALUES.items())))
     assert rendered == sample
 
 
@@ -331,9 +477,10 @@ def test_scheduler_config_points_the_profile_at_the_extender_service() -> None:
     assert sample["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in sample["profiles"]] == ["walras-scheduler"]
     (extender,) = sample["extenders"]
-    service = one(default_objects(), "Service")
-    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender")
-    assert extender["urlPrefix"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port}/scheduler"
+    service = one(render(tuple(SCHEDULER_VALUES.items())), "Service")
+    port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "extender-https")
+    assert extender["urlPrefix"] == f"https://{service['metadata']['name']}.{NAMESPACE}.svc:{port}/scheduler"
+    assert extender["enableHTTPS"] is True
     assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"], extender["preemptVerb"]) == (
         "filter", "prioritize", "bind", "preempt")
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
@@ -350,7 +497,9 @@ def test_scheduler_with_tls_and_managed_resources() -> None:
     assert extender["urlPrefix"].startswith(f"https://{RELEASE}.{NAMESPACE}.svc:8888/")
     assert extender["enableHTTPS"] is True
     assert extender["tlsConfig"] == {"insecure": False, "serverName": f"{RELEASE}.{NAMESPACE}.svc",
-                                     "caFile": "/etc/walras/extender-ca/ca.crt"}
+                                     "caFile": "/etc/walras/extender-ca/ca.crt",
+                                     "certFile": "/etc/walras/extender-client/tls.crt",
+                                     "keyFile": "/etc/walras/extender-client/tls.key"}
     assert extender["managedResources"] == [{"name": "nvidia.com/gpu"}]
     deployment = one(objects, "Deployment", f"{RELEASE}-scheduler")
     pod = deployment["spec"]["template"]["spec"]
@@ -358,6 +507,9 @@ def test_scheduler_with_tls_and_managed_resources() -> None:
     assert "--config=/etc/walras-scheduler/kube-scheduler-config.yaml" in container["command"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["extender-ca"] == "/etc/walras/extender-ca"
+    assert mounts["extender-client"] == "/etc/walras/extender-client"
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    assert volumes["extender-client"]["secretName"] == "walras-scheduler-client"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -370,6 +522,75 @@ def test_scheduler_with_tls_and_managed_resources() -> None:
     auth = one(objects, "RoleBinding", f"{RELEASE}-scheduler-auth-reader")
     assert auth["metadata"]["namespace"] == "kube-system"
     assert auth["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+
+
+def mounted_files(pod: dict[str, Any], container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Every file a container sees from a Secret volume: path -> (Secret name, key)."""
+    volumes = {v["name"]: v["secret"] for v in pod.get("volumes", []) if "secret" in v}
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = volumes.get(mount["name"])
+        if secret is not None:
+            for item in secret["items"]:
+                files[f"{mount['mountPath']}/{item['path']}"] = (secret["secretName"], item["key"])
+    return files
+
+
+def test_mutual_tls_files_are_mounted_where_both_sides_read_them() -> None:
+    """Each certificate path the operator's args and the scheduler's tlsConfig name is a mounted Secret key: the
+    operator's server pair and client CA, the scheduler's server CA and client pair."""
+    objects = all_on_objects()
+    operator = one(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]
+    files = mounted_files(operator, operator["containers"][0])
+    flags = dict(a.split("=", 1) for a in operator["containers"][0]["args"] if a.startswith("--extender-"))
+    assert files[flags["--extender-tls-cert"]] == ("walras-extender-tls", "tls.crt")
+    assert files[flags["--extender-tls-key"]] == ("walras-extender-tls", "tls.key")
+    assert files[flags["--extender-client-ca"]] == ("walras-extender-tls", "ca.crt")
+    scheduler = one(objects, "Deployment", f"{RELEASE}-scheduler")["spec"]["template"]["spec"]
+    files = mounted_files(scheduler, scheduler["containers"][0])
+    tls = scheduler_config(objects)["extenders"][0]["tlsConfig"]
+    assert files[tls["caFile"]] == ("walras-extender-tls", "ca.crt")
+    assert files[tls["certFile"]] == ("walras-scheduler-client", "tls.crt")
+    assert files[tls["keyFile"]] == ("walras-scheduler-client", "tls.key")
+    custom = one(render((*SCHEDULER_VALUES.items(), ("extender.tls.clientCA", "client-ca.pem"))), "Deployment",
+                 RELEASE)["spec"]["template"]["spec"]
+    assert mounted_files(custom, custom["containers"][0])["/etc/walras/tls/client-ca.crt"] == (
+        "walras-extender-tls", "client-ca.pem")
+
+
+def test_extender_exposure_defaults_to_loopback_without_the_charts_scheduler() -> None:
+    """Direct mode, and extender mode with a scheduler of one's own: loopback, no Service port, no NetworkPolicy."""
+    for values in ((), (("operator.mode", "extender"),)):
+        objects = render(values)
+        args = one(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--extender-host=127.0.0.1" in args
+        assert not any(a.startswith(("--extender-tls", "--extender-client-ca")) for a in args)
+        assert [p["name"] for p in one(objects, "Service")["spec"]["ports"]] == ["metrics"]
+        assert not find(objects, "NetworkPolicy")
+
+
+def test_network_policy_admits_the_extender_port_only_from_the_charts_scheduler() -> None:
+    objects = all_on_objects()
+    policy = one(objects, "NetworkPolicy", f"{RELEASE}-extender")
+    operator_labels = one(objects, "Deployment", RELEASE)["spec"]["template"]["metadata"]["labels"]
+    scheduler_labels = one(objects, "Deployment", f"{RELEASE}-scheduler")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= operator_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    extender_rule, open_rule = policy["spec"]["ingress"]
+    assert extender_rule["ports"] == [{"port": 8888, "protocol": "TCP"}]
+    (peer,) = extender_rule["from"]
+    assert set(peer) == {"podSelector"}
+    selector = peer["podSelector"]["matchLabels"]
+    assert selector.items() <= scheduler_labels.items()
+    assert not selector.items() <= operator_labels.items()  # the operator's own pods are not admitted
+    assert "from" not in open_rule  # metrics (Prometheus, readiness probe) and health (liveness probe)
+    assert open_rule["ports"] == [{"port": 9847, "protocol": "TCP"}, {"port": 8080, "protocol": "TCP"}]
+    extra = render((*SCHEDULER_VALUES.items(),
+                    ("extender.networkPolicy.extraFrom[0].namespaceSelector.matchLabels.team", "sched")))
+    peers = one(extra, "NetworkPolicy")["spec"]["ingress"][0]["from"]
+    assert peers[1] == {"namespaceSelector": {"matchLabels": {"team": "sched"}}}
+    assert not find(render((*SCHEDULER_VALUES.items(), ("extender.networkPolicy.enabled", "false"))),
+                    "NetworkPolicy")
 
 
 # --- monitoring objects ---------------------------------------------------------------------------------------------
@@ -432,13 +653,25 @@ def test_operator_args_parse_with_the_real_walras_run_parser() -> None:
 
     from walras.cli import run as run_command
 
-    for objects in (default_objects(), all_on_objects()):
+    expected = {  # render -> (extender_host, extender_client_ca, peering, standalone)
+        "defaults": ("127.0.0.1", None, "walras", False),
+        "all-optional-parts": ("0.0.0.0", "/etc/walras/tls/client-ca.crt", "walras", False),
+        "standalone": ("127.0.0.1", None, "walras", True),
+        "lease-name": ("127.0.0.1", None, "my-lease", False),
+    }
+    renders = {"defaults": default_objects(), "all-optional-parts": all_on_objects(),
+               "standalone": render((("peering.enabled", "false"),)),
+               "lease-name": render((("peering.name", "my-lease"),))}
+    for which, objects in renders.items():
         args = one(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]["containers"][0]["args"]
         parser = argparse.ArgumentParser(prog="walras", exit_on_error=False)
         run_command.add_parser(parser.add_subparsers(dest="command"))
         parsed = parser.parse_args(args)
         assert parsed.command == "run"
         assert parsed.metrics_port == 9847 and parsed.extender_port == 8888 and parsed.health_port == 8080
+        assert (parsed.extender_host, parsed.extender_client_ca, parsed.peering, parsed.standalone) == expected[which]
+        if which == "lease-name":
+            assert lease_rules(objects)[1]["resourceNames"] == ["my-lease"]
 
 
 def monitoring_errors(kind: str, obj: dict[str, Any]) -> list[str]:
@@ -518,7 +751,7 @@ def render_release(release: str, namespace: str, *values: tuple[str, str]) -> li
 
 
 #: Kinds without a namespace that a release's templates create (CRDs come from crds/, shared and never templated).
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "PriorityClass"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "PriorityClass"}
 
 
 def test_every_cluster_scoped_name_derives_from_the_release() -> None:
@@ -529,19 +762,38 @@ def test_every_cluster_scoped_name_derives_from_the_release() -> None:
     second = render_release("beta", "team-b", *all_on)
     names = [{(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in CLUSTER_SCOPED}
              for objs in (first, second)]
-    assert ("ClusterKopfPeering", "alpha-walras") in names[0] and ("ClusterKopfPeering", "beta-walras") in names[1]
+    assert ("ClusterRole", "alpha-walras") in names[0] and ("ClusterRole", "beta-walras") in names[1]
     assert names[0] & names[1] == set()
     for objs in (first, second):
         for o in objs:
             if o["kind"] in CLUSTER_SCOPED:
                 assert o["metadata"]["name"].startswith(("alpha", "beta")), o["metadata"]["name"]
+            assert o["apiVersion"] != "kopf.dev/v1"
     args = one(tuple(first), "Deployment", "alpha-walras")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--peering=alpha-walras" in args
 
 
+def test_two_releases_in_one_namespace_elect_through_different_leases() -> None:
+    """The Lease is namespaced but named after the release: two releases in one namespace never compete for it, and
+    neither Role lets one release's operator touch the other's Lease."""
+    leases = []
+    names = []
+    for release in ("alpha", "beta"):
+        objects = render_release(release, "shared")
+        deployment = one(tuple(objects), "Deployment", f"{release}-walras")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        (lease,) = [a.split("=", 1)[1] for a in args if a.startswith("--peering=")]
+        named = [r for r in lease_rules(objects) if "resourceNames" in r]
+        assert [r["resourceNames"] for r in named] == [[lease]]
+        leases.append(lease)
+        names.append({(o["kind"], o["metadata"]["name"]) for o in objects if o["kind"] in ("Role", "RoleBinding")})
+    assert leases == ["alpha-walras", "beta-walras"]
+    assert names[0] and names[0] & names[1] == set()
+
+
 def test_two_releases_install_into_a_real_api_server(control_plane: Any, tmp_path: Path) -> None:
-    """``helm install`` twice (two releases, two namespaces) against a real kube-apiserver; the second used to fail
-    on the ClusterKopfPeering named ``walras`` owned by the first."""
+    """``helm install`` twice (two releases, two namespaces) against a real kube-apiserver: no cluster-scoped object
+    shared (Helm refuses to adopt another release's), each release's Lease Role in its namespace, no kopf object."""
     helm_bin = require("helm")
     env_kubeconfig = str(control_plane.kubeconfig)
     installed = []
@@ -552,24 +804,36 @@ def test_two_releases_install_into_a_real_api_server(control_plane: Any, tmp_pat
                                  capture_output=True, text=True, timeout=180, check=False)
             assert out.returncode == 0, out.stdout + out.stderr
             installed.append(release)
-        peerings = control_plane.get("clusterkopfpeerings")["items"]
-        assert {"rel-one-walras", "rel-two-walras"} <= {p["metadata"]["name"] for p in peerings}
-        pdbs = control_plane.get("poddisruptionbudgets", "-A")["items"]
-        assert {("ns-rel-one", "rel-one-walras"), ("ns-rel-two", "rel-two-walras")} <= {
-            (p["metadata"]["namespace"], p["metadata"]["name"]) for p in pdbs}
+        roles = control_plane.get("roles", "-A")["items"]
+        assert {("ns-rel-one", "rel-one-walras-leader-election"), ("ns-rel-two", "rel-two-walras-leader-election")} <= {
+            (r["metadata"]["namespace"], r["metadata"]["name"]) for r in roles}
+        crds = control_plane.get("crds")["items"]
+        assert not [c for c in crds if c["spec"]["group"] == "kopf.dev"
+                    and c["metadata"].get("annotations", {}).get("meta.helm.sh/release-name")]
+        deployments = control_plane.get("deployments", "-A")["items"]
+        for release in ("rel-one", "rel-two"):
+            (deployment,) = [d for d in deployments if d["metadata"]["name"] == f"{release}-walras"]
+            container = deployment["spec"]["template"]["spec"]["containers"][0]
+            assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+            assert f"--peering={release}-walras" in container["args"]
     finally:
         for release in installed:
             subprocess.run([helm_bin, "uninstall", release, "--namespace", f"ns-{release}", "--kubeconfig",
                             env_kubeconfig, "--wait=false"], capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_pod_disruption_budget_covers_the_operator_pods() -> None:
-    objects = default_objects()
+def test_pod_disruption_budget_is_off_by_default_and_never_blocks_the_leader() -> None:
+    """Only the Lease holder is Ready and a budget counts Ready pods: a budget below the replica count would never
+    allow evicting the leader, so it is off by default and refused below ``operator.replicas``."""
+    assert not find(default_objects(), "PodDisruptionBudget")
+    objects = render((("podDisruptionBudget.enabled", "true"),))
     pdb = one(objects, "PodDisruptionBudget")
     assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
     pod_labels = one(objects, "Deployment", RELEASE)["spec"]["template"]["metadata"]["labels"]
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert not find(render((("podDisruptionBudget.enabled", "false"),)), "PodDisruptionBudget")
+    two = render((("podDisruptionBudget.enabled", "true"), ("operator.replicas", "2"),
+                  ("podDisruptionBudget.maxUnavailable", "2")))
+    assert one(two, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 2
 
 
 def _affinity(*values: tuple[str, str]) -> dict[str, Any]:

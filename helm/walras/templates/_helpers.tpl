@@ -61,7 +61,8 @@ app.kubernetes.io/component: scheduler
 {{- end -}}
 {{- end -}}
 
-{{/* The ClusterKopfPeering's name: cluster-scoped, so derived from the release (two releases never share it). */}}
+{{/* The leader Lease's name (walras run --peering): derived from the release, so two releases (even in one namespace)
+never compete for the same Lease; peering.name overrides. */}}
 {{- define "walras.peeringName" -}}
 {{- default (include "walras.fullname" .) .Values.peering.name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
@@ -76,15 +77,50 @@ app.kubernetes.io/component: scheduler
 {{- printf "%s://%s.%s.svc:%d/scheduler" $scheme (include "walras.fullname" .) .Release.Namespace (int .Values.operator.ports.extender) -}}
 {{- end -}}
 
-{{/* Fails rendering on value combinations that cannot work. */}}
+{{/* The address the extender listens on: extender.host, else 127.0.0.1, else 0.0.0.0 when the chart's own scheduler (a
+separate Deployment, reaching the leader through the Service) must call it over the pod network. */}}
+{{- define "walras.extenderHost" -}}
+{{- if .Values.extender.host -}}
+{{- .Values.extender.host -}}
+{{- else if .Values.scheduler.enabled -}}
+0.0.0.0
+{{- else -}}
+127.0.0.1
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the extender listens on loopback only (unreachable from outside its pod). */}}
+{{- define "walras.extenderLoopback" -}}
+{{- if has (include "walras.extenderHost" .) (list "127.0.0.1" "::1" "localhost") -}}true{{- end -}}
+{{- end -}}
+
+{{/* "true" when the extender demands client certificates (mutual TLS). */}}
+{{- define "walras.extenderMutualTLS" -}}
+{{- if and .Values.extender.tls.enabled .Values.extender.tls.clientCA -}}true{{- end -}}
+{{- end -}}
+
+{{/* Fails rendering on value combinations that cannot work or would expose the extender. */}}
 {{- define "walras.validate" -}}
 {{- if and (gt (int .Values.operator.replicas) 1) (not .Values.peering.enabled) -}}
-{{- fail "operator.replicas > 1 needs peering.enabled=true: without kopf peering two replicas would both act" -}}
+{{- fail "operator.replicas > 1 needs peering.enabled=true: without the leader Lease two replicas would both act" -}}
 {{- end -}}
 {{- if and .Values.scheduler.enabled (ne .Values.operator.mode "extender") -}}
 {{- fail "scheduler.enabled=true needs operator.mode=extender: in direct mode the operator binds and the extender is unused" -}}
 {{- end -}}
 {{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
 {{- fail "extender.tls.enabled=true needs extender.tls.secretName (a kubernetes.io/tls Secret)" -}}
+{{- end -}}
+{{- if and .Values.scheduler.enabled (include "walras.extenderLoopback" .) -}}
+{{- fail "scheduler.enabled=true cannot reach an extender on loopback (extender.host): the chart's scheduler is a separate Deployment; leave extender.host empty" -}}
+{{- end -}}
+{{- if and (not (include "walras.extenderLoopback" .)) (not (include "walras.extenderMutualTLS" .)) -}}
+{{- fail (printf "the extender listens on %s (beyond loopback) and needs mutual TLS: set extender.tls.enabled=true, extender.tls.secretName and extender.tls.clientCA (and scheduler.extender.clientCertSecretName for the chart's scheduler); see docs/install.md" (include "walras.extenderHost" .)) -}}
+{{- end -}}
+{{- if and .Values.scheduler.enabled (include "walras.extenderMutualTLS" .) (not .Values.scheduler.extender.clientCertSecretName) -}}
+{{- fail "the extender demands client certificates (extender.tls.clientCA): scheduler.extender.clientCertSecretName must name the scheduler's kubernetes.io/tls Secret" -}}
+{{- end -}}
+{{- $budget := .Values.podDisruptionBudget -}}
+{{- if and $budget.enabled (gt (int .Values.operator.replicas) 1) (not (kindIs "string" $budget.maxUnavailable)) (lt (int $budget.maxUnavailable) (int .Values.operator.replicas)) -}}
+{{- fail "podDisruptionBudget.maxUnavailable must be >= operator.replicas: only the leader is Ready, so a smaller budget never allows evicting it (node drains hang)" -}}
 {{- end -}}
 {{- end -}}
