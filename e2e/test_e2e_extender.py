@@ -49,7 +49,9 @@ def schedule(op: Operator, pod: dict[str, Any], nodes: list[str]) -> str:
     result = filtered.json()
     assert result["error"] == ""
     assert len(result["nodenames"]) == 1, result
-    assert set(result["failedNodes"]) == set(nodes) - set(result["nodenames"])
+    # nodes other than the planned one: failedAndUnresolvableNodes (preemption cannot help), else failedNodes
+    refused = set(result["failedNodes"]) | set(result.get("failedAndUnresolvableNodes") or {})
+    assert refused == set(nodes) - set(result["nodenames"])
     scores = post(op, "prioritize", {"Pod": pod, "NodeNames": result["nodenames"]}).json()
     assert scores == [{"host": result["nodenames"][0], "score": 10}]
     node = str(result["nodenames"][0])
