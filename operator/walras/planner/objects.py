@@ -64,8 +64,10 @@ def _warn(plan: Plan, kind: str, namespace: str, name: str, reason: str, message
 
 def select(table: NodeTable, selector: dict[str, str]) -> np.ndarray:
     """Mask of the nodes whose labels include every ``key: value`` of ``selector``."""
-    items = tuple(selector.items())
-    return np.array([all(n.labels.get(k) == v for k, v in items) for n in table.nodes], dtype=bool)
+    mask = np.ones(len(table.nodes), dtype=bool)
+    for key, value in selector.items():
+        mask &= np.fromiter((n.labels.get(key) == value for n in table.nodes), dtype=bool, count=len(table.nodes))
+    return mask
 
 
 def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:

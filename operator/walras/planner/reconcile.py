@@ -20,6 +20,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod
@@ -39,7 +40,13 @@ def pod_base(job: str, pool: str) -> str:
 
 
 def _text(requests: Mapping[str, float]) -> dict[str, str]:
-    return {name: format_quantity(value) for name, value in sorted(requests.items()) if name != PODS}
+    """Requests as quantity strings, ``pods`` left out (one cached rendering per distinct request vector)."""
+    return dict(_text_items(tuple(requests.items())))
+
+
+@lru_cache(maxsize=4096)
+def _text_items(items: tuple[tuple[str, float], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((name, format_quantity(value)) for name, value in sorted(items) if name != PODS)
 
 
 @dataclass
@@ -82,8 +89,9 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
                     continue
                 target = resizes.done.get(pod.key)
                 action: PodAction = "resize" if target is not None else "keep"
-                requests = dict(target.requests) if target is not None else _text(pod.requests)
-                limits = dict(target.limits) if target is not None else _text(pod.requests)
+                text = _text(pod.requests) if target is None else {}
+                requests = dict(target.requests) if target is not None else text
+                limits = dict(target.limits) if target is not None else dict(text)
                 out.pods[key].append(PodPlan(pod.namespace, pod.name, info.spec.name, pool.name, pod.node, requests,
                                              limits, action, True, target.reason if target is not None else ""))
                 out.placed[key][pool.name] += 1

@@ -22,6 +22,7 @@ reported on the job with the reason (:mod:`.status`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -52,6 +53,14 @@ class Outcome:
     rounds: int = 1
     blocked: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, pool) no longer offered, and why
     below_min: dict[int, int] = field(default_factory=dict)  # elastic job row -> replicas it would have (< min)
+
+    @cached_property
+    def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
+        """:attr:`blocked` grouped by job row: row -> [(pool, why)] in pool order."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for (i, j), why in sorted(self.blocked.items()):
+            out.setdefault(i, []).append((j, why))
+        return out
 
 
 def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndarray:

@@ -119,7 +119,7 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
         message = f"{actions.deferred[key]} surplus pod(s) wait for the next plan (churn budget of this plan spent)"
         jp.conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
     unplaced = actions.unplaced.get(key, {})
-    blocked_pools = [(names[j], why) for (r, j), why in outcome.blocked.items() if r == i]
+    blocked_pools = [(names[j], why) for j, why in outcome.blocked_by_row.get(i, [])]
     reasons = [why for _, (_, why) in sorted(unplaced.items())] + [why for _, why in sorted(blocked_pools)]
     if unplaced:
         detail = "; ".join(f"{count} in pool {pool!r}: {_WHY.get(why, why)}" for pool, (count, why)
