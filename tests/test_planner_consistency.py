@@ -237,7 +237,7 @@ def test_colocation_pool_goes_through_allocator_colocation(monkeypatch: pytest.M
 
     monkeypatch.setattr(colocation, "partition", spy)
     plan = build_plan(snap)
-    assert calls == ["bestors+hill"]  # later rounds reuse the proposal of an unchanged request
+    assert calls == ["auto"]  # later rounds reuse the proposal of an unchanged request
     assert not [c for c in plan.pools["cpu"].conditions if c.reason == "PolicyFallback"]
     assert not [e for e in plan.events if e.reason == "PolicyFallback"]
     planned = _cpu_cost(snap, plan)

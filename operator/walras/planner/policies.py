@@ -227,7 +227,8 @@ def _enforce_slots(node: np.ndarray, amount: np.ndarray, slots: np.ndarray) -> N
 
 
 class ColocationPolicy:
-    """Interference-aware partition of the pool's pods onto its nodes (paper 001, BestOrS + HILL by default).
+    """Interference-aware partition of the pool's pods onto its nodes (paper 001; by default ``auto``: the exact DP
+    over machines where it is small enough, else the multi-start swap/plateau search, :mod:`allocator.colocation`).
 
     Task sizes and types come from each job's ``spec.colocation``; the interference matrix alpha and the cost from the
     pool's ColocationProfile (:func:`allocator.colocation.partition`).
@@ -301,7 +302,9 @@ def colocation_cost(profile: ProfileSpec) -> str:
 
 def colocation_limits_methods() -> tuple[str, ...]:
     """The partition methods that accept hard limits (``capacity``, ``max_tasks``, ``demands``)."""
-    return ("bestors+hill", "one+hill", "dedic+hill")
+    from allocator import colocation
+
+    return tuple(colocation.LIMITS_METHODS)
 
 
 def _fit(proposed: np.ndarray, demand: np.ndarray, free: np.ndarray, slots: np.ndarray) -> np.ndarray:

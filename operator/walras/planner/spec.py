@@ -21,7 +21,7 @@ POLICIES = ("utility", "colocation", "throughput", "fair")
 UTILITY_TYPES = ("linear", "log", "power", "alpha-fair", "target-priority")
 CURVE_TYPES = ("linear", "log", "power", "sigmoid")
 FAIR_MECHANISMS = ("ps-dsf", "pf-vds", "drfh", "tsf")
-COLOCATION_METHODS = ("bestors", "bestors+hill", "dynsize", "hill")
+COLOCATION_METHODS = ("auto", "search", "exact", "bestors", "bestors+hill", "dynsize")
 AA_METHODS = ("alg1", "alg2")
 COST_TYPES = ("linear", "convex")
 
@@ -80,7 +80,7 @@ class PoolSpec:
     extra_degree: bool = False
     aa_method: str = "alg2"
     profile: str | None = None
-    colocation_method: str = "bestors+hill"
+    colocation_method: str = "auto"
     machines: int | None = None
     fair_mechanism: str = "ps-dsf"
     fair_alpha: float | None = None
@@ -125,7 +125,7 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         aa_method=_choice(utility.get("method", "alg2"), "spec.policy.utility.method", AA_METHODS),
         profile=profile if isinstance(profile, str) else None,
         colocation_method=_choice(
-            colocation.get("method", "bestors+hill"), "spec.policy.colocation.method", COLOCATION_METHODS
+            colocation.get("method", "auto"), "spec.policy.colocation.method", COLOCATION_METHODS
         ),
         machines=None if machines is None else _integer(machines, "spec.policy.colocation.machines", minimum=1),
         fair_mechanism=mechanism,
