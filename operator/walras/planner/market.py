@@ -20,8 +20,6 @@ from torch import Tensor
 from allocator import pricing, utilities
 from walras.planner.spec import UtilitySpec
 
-#: Markets with at most this many job x pool cells are solved with one torch thread (see :func:`solve_market`).
-SINGLE_THREAD_CELLS = 1_000_000
 #: Markets with at most this many usable (job, pool) cells get the primal polish of :func:`polish_allocation`
 #: (SLSQP's dense QP grows cubically with the cells: 300 cells took ~40 s per plan on a busy 2-core machine).
 POLISH_CELLS = 256
@@ -159,7 +157,7 @@ def solve_market(
     The prices of :func:`allocator.pricing.solve` are dual-optimal, but its allocation (the column-scaled point of
     004 Sec. 5) can stay a few percent below ``U*`` when jobs are indifferent between pools at those prices (kinks of
     ``g``; linear and target-priority utilities make this common in a real cluster). The solver's LP split of the tied
-    jobs (``allocator._pricing_recovery``) closes most of that; where it still leaves the gap open, small markets (at
+    jobs (``allocator.pricing.recovery``) closes most of that; where it still leaves the gap open, small markets (at
     most :data:`POLISH_CELLS` usable cells) that did not converge get their allocation polished by
     :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
     """
@@ -178,18 +176,8 @@ def solve_market(
             device=device,
         )
     utility = build_utility(specs, weights)
-    # A cluster's market (thousands of jobs x tens of pools) is far too small for torch's intra-op threads: their
-    # hand-offs cost more than the work (measured 1.9 s with 2 threads vs 0.3 s with 1 for 1,000 x 10 on a busy
-    # 2-core machine). Solve single-threaded below SINGLE_THREAD_CELLS cells and restore the setting afterwards.
-    threads = torch.get_num_threads()
-    single = device == "cpu" and n * m <= SINGLE_THREAD_CELLS and threads > 1
-    if single:
-        torch.set_num_threads(1)
-    try:
-        result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
-    finally:
-        if single:
-            torch.set_num_threads(threads)
+    # pricing.solve runs a CPU solve on one torch thread and restores the caller's setting (allocator.pricing.threads).
+    result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
     allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
     tol = 1e-3 * n if eps is None else float(eps)
     throughputs = np.asarray(result.throughputs, dtype=np.float64)
