@@ -240,20 +240,19 @@ def real_control_plane_available() -> bool:
 def connect(workdir: Path, kubectl_bin: str, request: pytest.FixtureRequest | None = None) -> Cluster:
     """A test module's cluster, by the route table of this module's docstring (stop it with :meth:`Cluster.close`).
 
-    On the real control plane the CRDs (the project's and kopf's peering CRD) are applied and the chart's
-    ServiceAccount, RBAC and peering object installed in ``walras-system``; :attr:`Cluster.operator_kubeconfig`
-    authenticates as that ServiceAccount."""
+    On the real control plane the CRDs are applied and the chart's ServiceAccounts and RBAC (the leader Lease Role
+    included) installed in ``walras-system``; :attr:`Cluster.operator_kubeconfig` authenticates as the operator's
+    ServiceAccount."""
     if REAL_KUBECONFIG:
         return Cluster(Path(REAL_KUBECONFIG), kubectl_bin, workdir)
     if real_control_plane_available() and request is not None:
         cp: ControlPlane = request.getfixturevalue("control_plane")
         c = Cluster(cp.kubeconfig, kubectl_bin, workdir, control_plane=cp)
-        c.kc("apply", "-f", str(ROOT / "crds"), "-f", str(ROOT / "helm" / "walras" / "crds" / "kopf-peering.yaml"))
+        c.kc("apply", "-f", str(ROOT / "crds"))
         c.kc("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         values = tuple(getattr(request.module, "CHART_VALUES", ()))  # e.g. the extender module's mode
         kubeconfig, chart = install_chart_identity(cp, require("helm"), "walras-system", *values)
         c.operator_kubeconfig, c.chart = kubeconfig, chart
-        cp.apply_objects([o for o in chart if o["kind"] == "ClusterKopfPeering"])
         return c
     if os.environ.get("CI") == "true":
         pytest.fail(missing_message(assets_folder()[1]))

@@ -21,8 +21,12 @@ pytestmark = pytest.mark.e2e
 NS = "e2e"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "extender"
 NODES = ["e2e-v100-0", "e2e-v100-1", "e2e-k80-0", "e2e-k80-1"]
-#: helm values of the chart installed on the real control plane (its second scheduler and the operator's mode)
-CHART_VALUES = ("operator.mode=extender", "scheduler.enabled=true")
+#: helm values of the chart installed on the real control plane: its second scheduler and the operator's mode; the
+#: chart demands mutual TLS for an extender beyond loopback (the names below only let it render: the test's
+#: extender listens on 127.0.0.1 over plain HTTP, see tests.controlplane.scheduler_config_from_chart)
+CHART_VALUES = ("operator.mode=extender", "scheduler.enabled=true", "extender.tls.enabled=true",
+                "extender.tls.secretName=walras-extender-tls", "extender.tls.clientCA=unused",
+                "scheduler.extender.clientCertSecretName=walras-scheduler-client")
 
 
 @pytest.fixture(scope="module")

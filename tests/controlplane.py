@@ -141,11 +141,16 @@ def scheduler_config_from_chart(objects: list[dict[str, Any]], extender_url: str
                                 path: Path, leader_election: bool = False) -> Path:
     """The chart's KubeSchedulerConfiguration (ConfigMap ``*-scheduler``) with the extender's ``urlPrefix`` pointed
     at ``extender_url`` and ``clientConnection.kubeconfig`` set; the chart's leader election kept when
-    ``leader_election``, else switched off."""
+    ``leader_election``, else switched off. An ``http://`` URL (an extender on loopback) also drops the chart's
+    ``enableHTTPS``/``tlsConfig`` (mutual TLS with files mounted from Secrets in the cluster); profile, verbs,
+    weight, ``nodeCacheCapable``, ``ignorable`` and timeouts stay as the chart renders them."""
     cm = next(o for o in objects if o.get("kind") == "ConfigMap" and "kube-scheduler-config.yaml" in o.get("data", {}))
     doc = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
     for ext in doc.get("extenders", []):
         ext["urlPrefix"] = extender_url
+        if extender_url.startswith("http://"):
+            ext["enableHTTPS"] = False
+            ext.pop("tlsConfig", None)
     doc["clientConnection"] = {"kubeconfig": str(kubeconfig)}
     if not leader_election:
         doc["leaderElection"] = {"leaderElect": False}
