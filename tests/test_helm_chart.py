@@ -29,6 +29,7 @@ import copy
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -556,6 +557,117 @@ def test_mutual_tls_files_are_mounted_where_both_sides_read_them() -> None:
                  RELEASE)["spec"]["template"]["spec"]
     assert mounted_files(custom, custom["containers"][0])["/etc/walras/tls/client-ca.crt"] == (
         "walras-extender-tls", "client-ca.pem")
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([require("openssl"), *args], check=True, capture_output=True, cwd=cwd, timeout=60)
+
+
+def _mutual_tls_secrets(tmp: Path, server_name: str) -> dict[tuple[str, str], Path]:
+    """The two Secrets the chart's mutual TLS needs, as files made with the real ``openssl``: (Secret, key) -> file.
+    ``walras-extender-tls``: a server certificate for ``server_name`` and its CA; ``walras-scheduler-client``: a
+    client certificate (CN ``walras-scheduler``) of the same CA."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=walras-test-ca", "-keyout",
+             "ca.key", "-out", "ca.crt", cwd=tmp)
+    for name, cn, ext in (("server", "walras-extender", f"subjectAltName=DNS:{server_name}"),
+                          ("client", "walras-scheduler", "extendedKeyUsage=clientAuth")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{name}.key", "-out",
+                 f"{name}.csr", cwd=tmp)
+        (tmp / f"{name}.ext").write_text(ext + "\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=tmp)
+    return {("walras-extender-tls", "tls.crt"): tmp / "server.crt",
+            ("walras-extender-tls", "tls.key"): tmp / "server.key",
+            ("walras-extender-tls", "ca.crt"): tmp / "ca.crt",
+            ("walras-scheduler-client", "tls.crt"): tmp / "client.crt",
+            ("walras-scheduler-client", "tls.key"): tmp / "client.key"}
+
+
+def test_the_real_kube_scheduler_calls_the_extender_over_the_charts_mutual_tls(control_plane: Any, namespace: str,
+                                                                              tmp_path: Path) -> None:
+    """The real kube-scheduler with the chart's KubeSchedulerConfiguration (only ``urlPrefix`` pointed at a local
+    port, each certificate path replaced by the file of the Secret key the chart mounts there) reaches an HTTPS
+    server built like the operator's (``server_tls`` with the client CA the chart passes as
+    ``--extender-client-ca``): the handshake needs the scheduler's client certificate, and its ``filter`` and
+    ``bind`` calls arrive with that certificate's subject."""
+    import http.server
+    import threading
+
+    from walras.extender import server_tls
+
+    objects = render(tuple(SCHEDULER_VALUES.items()))  # managedResources: [], so every pod of the profile goes
+    config = scheduler_config(objects)
+    (extender,) = config["extenders"]
+    secrets = _mutual_tls_secrets(tmp_path, extender["tlsConfig"]["serverName"])
+    operator = one(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]
+    operator_files = mounted_files(operator, operator["containers"][0])
+    flags = dict(a.split("=", 1) for a in operator["containers"][0]["args"] if a.startswith("--extender-"))
+    context = server_tls(*(str(secrets[operator_files[flags[f]]]) for f in
+                           ("--extender-tls-cert", "--extender-tls-key", "--extender-client-ca")))
+    seen: list[tuple[str, str]] = []  # (verb, client certificate CN) of requests about this test's pod
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            verb = self.path.rsplit("/", 1)[-1]
+            subject = dict(pair[0] for pair in self.connection.getpeercert()["subject"])  # type: ignore[attr-defined]
+            if verb == "filter":
+                ours = body["Pod"]["metadata"]["namespace"] == namespace
+                answer: Any = {"NodeNames": body["NodeNames"], "FailedNodes": {}, "Error": ""}
+            elif verb == "prioritize":
+                ours = body["Pod"]["metadata"]["namespace"] == namespace
+                answer = [{"Host": n, "Score": 1} for n in body["NodeNames"]]
+            else:  # bind
+                ours = body["PodNamespace"] == namespace
+                answer = {"Error": ""}
+            if ours:
+                seen.append((verb, subject["commonName"]))
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    chart_scheduler = one(objects, "Deployment", f"{RELEASE}-scheduler")["spec"]["template"]["spec"]
+    scheduler_files = mounted_files(chart_scheduler, chart_scheduler["containers"][0])
+    extender["urlPrefix"] = f"https://127.0.0.1:{server.server_address[1]}/scheduler"
+    for field in ("caFile", "certFile", "keyFile"):
+        extender["tlsConfig"][field] = str(secrets[scheduler_files[extender["tlsConfig"][field]]])
+    config["leaderElection"] = {"leaderElect": False}
+    path = tmp_path / "kube-scheduler-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    node = f"helm-{namespace}"
+    control_plane.kubectl("create", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"helm-test": namespace}}}))
+    status = {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"},
+              "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"},
+              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
+    control_plane.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
+                          json.dumps({"status": status}))
+    control_plane.kubectl("taint", "node", node, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+    scheduler = control_plane.start_scheduler(path)
+    try:
+        control_plane.kubectl("run", "p", "-n", namespace, "--image=registry.invalid/none", "--overrides",
+                              json.dumps({"spec": {"schedulerName": config["profiles"][0]["schedulerName"],
+                                                   "nodeSelector": {"helm-test": namespace}}}))
+        deadline = time.monotonic() + 60
+        while ("bind", "walras-scheduler") not in seen and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        scheduler.stop()
+        server.shutdown()
+        control_plane.kubectl("delete", "node", node, "--wait=false", check=False)
+    log = [line for line in scheduler.log.read_text(errors="replace").splitlines()
+           if any(word in line for word in ("xtender", "x509", "tls", "TLS", "rror"))]
+    assert ("filter", "walras-scheduler") in seen and ("bind", "walras-scheduler") in seen, (seen, "\n".join(log[-25:]))
 
 
 def test_extender_exposure_defaults_to_loopback_without_the_charts_scheduler() -> None:
