@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -27,7 +28,7 @@ from allocator.pricing.problem import (
     validate_throughput,
 )
 from allocator.pricing.repair import Repair, shed_overuse
-from allocator.pricing.result import PricingResult, Reuse, Status
+from allocator.pricing.result import IterationRecord, PricingResult, Reuse, Status
 from allocator.pricing.threads import intra_op_threads
 from allocator.utilities import Utility, initial_prices
 
@@ -99,6 +100,9 @@ class PriceDiscovery:
     escalate: bool = True
     #: torch intra-op threads of a solve; ``None``: the policy of :mod:`allocator.pricing.threads` (one on the CPU)
     threads: int | None = None
+    #: called with each dual evaluation's :class:`IterationRecord` as it happens (progress reports of long solves;
+    #: needs ``record_history``); not called by the presolve
+    on_evaluation: Callable[[IterationRecord], None] | None = None
 
     def solve(
         self,
@@ -407,7 +411,7 @@ class PriceDiscovery:
             demand=None if prob.demand is None else prob.demand.index_select(0, idx),
             utility=prob.utility.take(idx),
         )
-        cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1)
+        cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1, on_evaluation=None)
         run = LBFGSRun(cfg, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
         with intra_op_threads(sub.a.numel(), sub.a.device, self.threads):
             run.optimise(self._initial_prices(sub, None))

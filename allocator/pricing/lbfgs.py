@@ -132,6 +132,8 @@ class LBFGSRun:
                     kind=kind,
                 )
             )
+            if self.cfg.on_evaluation is not None:
+                self.cfg.on_evaluation(self.history[-1])
         return ev
 
     def optimise(self, p0: np.ndarray) -> None:

@@ -182,7 +182,11 @@ async def serve(args: argparse.Namespace) -> int:
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)
     controller, source, extender, metrics = build(args, kube)
-    extender_runner, _ = await start_site(extender.app(), args.extender_host, args.extender_port, tls)
+    try:
+        extender_runner, _ = await start_site(extender.app(), args.extender_host, args.extender_port, tls)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {args.extender_host}:{args.extender_port}: {exc.strerror or exc} "
+                         "(another process has the port? choose another with --extender-port)") from exc
     servers = await Servers.start([(metrics_app(metrics, extender), "0.0.0.0", args.metrics_port, None)])
     servers.runners.append(extender_runner)
     stop = asyncio.Event()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from allocator import pricing, utilities
+from walras.cli.errors import UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -48,7 +50,56 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--plot", metavar="FILE", default=None,
+                        help="draw the prices and the duality gap per dual evaluation to FILE (png, pdf, svg)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="report each dual evaluation on stderr (default: when stderr is a terminal)")
     return parser
+
+
+def check_device(device: str | None) -> None:
+    """:class:`UsageError` for a torch device this machine does not have (``--device cuda`` without CUDA)."""
+    if device is None or device == "cpu":
+        return
+    import torch
+
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        raise UsageError(f"--device {device}: {' '.join(str(exc).split())} (use --device cpu)") from None
+
+
+def progress_line(record: Any) -> str:
+    """One progress line of a dual evaluation: iteration, kind, dual and primal bounds, gap."""
+    return (f"walras solve: evaluation {record.iteration:>3} ({record.kind}): dual {record.dual_value:.8g}, "
+            f"primal {record.primal_value:.8g}, gap {record.gap:.3g}")
+
+
+def plot(history: list[Any], path: str, title: str) -> None:
+    """Prices per pool and the duality gap (log scale) against the dual evaluations, written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r.iteration for r in history]
+    prices = np.array([r.prices for r in history])
+    gaps = np.array([max(r.gap, 1e-16) if math.isfinite(r.gap) else np.nan for r in history])
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, constrained_layout=True)
+    for j in range(prices.shape[1] if prices.ndim == 2 else 0):
+        top.plot(steps, prices[:, j], label=f"pool {j}")
+    top.set_ylabel("price")
+    top.legend(loc="best", fontsize="small")
+    top.set_title(title)
+    bottom.semilogy(steps, gaps, color="black")
+    bottom.set_xlabel("dual evaluation")
+    bottom.set_ylabel("duality gap g(p) - U(X)")
+    try:
+        fig.savefig(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot write the plot {path}: {exc}") from None
+    finally:
+        plt.close(fig)
 
 
 def synthetic(n: int, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,6 +146,8 @@ def process_age() -> float | None:
 
 def run(args: argparse.Namespace) -> int:
     import_seconds = process_age()
+    check_device(args.device)
+    show = sys.stderr.isatty() if args.progress is None else args.progress
     try:
         demand = None
         if args.input:
@@ -113,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         kernels = pricing.load_kernels()  # a one-time cost of the process, reported apart from the solve
         loading = time.perf_counter() - t0
-        res = pricing.solve(
-            a, r, util, demand=demand, eps=args.eps, max_iter=args.max_iter, device=args.device, dtype=args.dtype
-        )
+        report = (lambda record: print(progress_line(record), file=sys.stderr, flush=True)) if show else None
+        res = pricing.PriceDiscovery(eps=args.eps, max_iter=args.max_iter, device=args.device, dtype=args.dtype,
+                                     on_evaluation=report).solve(a, r, util, demand=demand)
         startup = loading + res.startup_seconds
     except (ValueError, OSError) as err:
         print(f"walras solve: error: {err}", file=sys.stderr)
@@ -131,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
             gap=res.gap,
         )
     n_jobs, n_res = res.allocation.shape
+    if args.plot:
+        plot(res.history, args.plot, f"price discovery: {n_jobs} jobs, {n_res} pools, utility {args.utility}")
     if args.json:
         out: dict[str, Any] = {"n_jobs": n_jobs, "n_resources": n_res, "utility": args.utility}
         out.update(res.summary())
