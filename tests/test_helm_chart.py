@@ -404,6 +404,8 @@ def test_two_replicas_and_namespaces_and_tls_reach_the_args() -> None:
         ({"extender.host": "any"}, "extender/host"),
         ({"podDisruptionBudget.enabled": "true", "operator.replicas": "2"},
          "maxUnavailable must be >= operator.replicas"),
+        ({"podDisruptionBudget.enabled": "true", "operator.replicas": "2", "podDisruptionBudget.maxUnavailable": "50%"},
+         "maxUnavailable must be >= operator.replicas"),
         ({"operator.mode": "fast"}, "operator/mode"),
         ({"operator.ports.metrics": "70000"}, "operator/ports/metrics"),
         ({"scheduler.extender.httpTimeout": "soon"}, "httpTimeout"),
@@ -946,6 +948,9 @@ def test_pod_disruption_budget_is_off_by_default_and_never_blocks_the_leader() -
     two = render((("podDisruptionBudget.enabled", "true"), ("operator.replicas", "2"),
                   ("podDisruptionBudget.maxUnavailable", "2")))
     assert one(two, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 2
+    percent = render((("podDisruptionBudget.enabled", "true"), ("operator.replicas", "2"),
+                      ("podDisruptionBudget.maxUnavailable", "100%")))
+    assert one(percent, "PodDisruptionBudget")["spec"]["maxUnavailable"] == "100%"
 
 
 def _affinity(*values: tuple[str, str]) -> dict[str, Any]:

@@ -120,7 +120,15 @@ separate Deployment, reaching the leader through the Service) must call it over 
 {{- fail "the extender demands client certificates (extender.tls.clientCA): scheduler.extender.clientCertSecretName must name the scheduler's kubernetes.io/tls Secret" -}}
 {{- end -}}
 {{- $budget := .Values.podDisruptionBudget -}}
-{{- if and $budget.enabled (gt (int .Values.operator.replicas) 1) (not (kindIs "string" $budget.maxUnavailable)) (lt (int $budget.maxUnavailable) (int .Values.operator.replicas)) -}}
-{{- fail "podDisruptionBudget.maxUnavailable must be >= operator.replicas: only the leader is Ready, so a smaller budget never allows evicting it (node drains hang)" -}}
+{{- if and $budget.enabled (gt (int .Values.operator.replicas) 1) -}}
+{{- $short := false -}}
+{{- if kindIs "string" $budget.maxUnavailable -}}
+{{- $short = lt (int (trimSuffix "%" $budget.maxUnavailable)) 100 -}}
+{{- else -}}
+{{- $short = lt (int $budget.maxUnavailable) (int .Values.operator.replicas) -}}
+{{- end -}}
+{{- if $short -}}
+{{- fail "podDisruptionBudget.maxUnavailable must be >= operator.replicas (or 100%): only the leader is Ready, so a smaller budget never allows evicting it (node drains hang)" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
