@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
+	# The price-discovery kernels compiled ahead of time (allocator.pricing.aot, needs gcc); without them the
+	# kernels are JIT-compiled on first use (allocator.pricing.kernels route table).
+	$(BIN)/python -m allocator.pricing.aot || echo "ahead-of-time kernels not built: the JIT route is used"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -54,7 +57,7 @@ demo: install controlplane
 lint: install
 	$(BIN)/ruff check allocator operator tests e2e bench
 	$(BIN)/lint-imports
-	$(BIN)/mypy allocator
+	$(BIN)/mypy allocator operator/walras
 
 unit: install controlplane
 	$(BIN)/pytest -q -m "not e2e" tests

@@ -78,7 +78,7 @@ def crd_paths() -> list[Path]:
 def example_paths() -> list[Path]:
     """The bundled example manifests (the planner's example loader where present, else ``examples/``)."""
     try:
-        from walras.planner import examples as planner_examples  # type: ignore[attr-defined]
+        from walras.planner import examples as planner_examples
 
         found = [Path(p) for p in planner_examples.example_paths()]
         if found and all(p.exists() for p in found):
@@ -196,7 +196,8 @@ def binaries_present() -> bool:
     import os
 
     folder = os.environ.get("KUBEBUILDER_ASSETS")
-    return bool(folder) and all(os.access(Path(folder) / name, os.X_OK) for name in CONTROL_PLANE_BINARIES)
+    return folder is not None and bool(folder) and all(
+        os.access(Path(folder) / name, os.X_OK) for name in CONTROL_PLANE_BINARIES)
 
 
 class EmulatedCluster:
@@ -286,8 +287,8 @@ async def create_objects(client: Any, docs: list[dict[str, Any]], timeout: float
     namespaces = {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"}
     for d in docs:
         group = d["apiVersion"].split("/")[0] if "/" in d["apiVersion"] else ""
-        crd = crds.get((group, d["kind"]))
-        if crd is not None and crd["spec"]["scope"] == "Namespaced":
+        found = crds.get((group, d["kind"]))
+        if found is not None and found["spec"]["scope"] == "Namespaced":
             namespaces.add(d["metadata"].get("namespace") or "default")
     explicit = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Namespace"}
     for name in sorted(namespaces):
@@ -302,21 +303,21 @@ async def create_objects(client: Any, docs: list[dict[str, Any]], timeout: float
         if d["kind"] in ("CustomResourceDefinition", "Namespace"):
             continue
         group = d["apiVersion"].split("/")[0] if "/" in d["apiVersion"] else ""
-        crd = crds.get((group, d["kind"]))
-        if crd is None:
+        kind = crds.get((group, d["kind"]))
+        if kind is None:
             raise ValueError(f"walras demo: cannot create a {d['kind']} (only CRDs, Namespaces, Nodes and the "
                              "custom resources of the CRDs)")
         base = f"/apis/{d['apiVersion']}"
-        if crd["spec"]["scope"] == "Namespaced":
+        if kind["spec"]["scope"] == "Namespaced":
             base += f"/namespaces/{d['metadata'].get('namespace') or 'default'}"
-        await client.call("POST", f"{base}/{crd['spec']['names']['plural']}", d)
+        await client.call("POST", f"{base}/{kind['spec']['names']['plural']}", d)
 
 
 async def demo(args: argparse.Namespace) -> int:
     from walras.cli.run import Servers, metrics_app
     from walras.metrics import WalrasMetrics
     from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
-    from walras.planner import build_plan  # type: ignore[attr-defined]
+    from walras.planner import build_plan
     from walras.planner.model import Plan
 
     route = args.cluster if args.cluster != "auto" else ("real" if binaries_present() else "emulated")

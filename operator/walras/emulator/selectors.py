@@ -13,7 +13,9 @@ class SelectorError(ValueError):
 
 def _split_terms(text: str) -> list[str]:
     """Split on commas that are not inside ``( ... )``."""
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    depth = 0
+    current: list[str] = []
     for ch in text:
         if ch == "(":
             depth += 1

@@ -294,7 +294,7 @@ class Emulator:
         await site.start()
         server = site._server
         if self.port == 0 and server is not None:
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
         return self.url
 
     async def stop(self) -> None:

@@ -11,6 +11,8 @@ one asyncio loop. Errors are raised as :class:`ApiError` carrying the HTTP code 
 
 from __future__ import annotations
 
+import builtins
+
 import asyncio
 import copy
 import dataclasses
@@ -341,7 +343,7 @@ class Store:
         for queue in self.watchers.get(key, []):
             queue.put_nowait(None)
         for table in (self.types, self.objects, self.history, self.watchers, self.schemas):
-            table.pop(key, None)  # type: ignore[attr-defined]
+            table.pop(key, None)
 
     def find(self, group: str, version: str, plural: str) -> ResourceType:
         rtype = self.types.get((group, version, plural))
@@ -398,7 +400,7 @@ class Store:
         out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return out
 
-    def history_since(self, rtype: ResourceType, rv: int) -> list[WatchEvent]:
+    def history_since(self, rtype: ResourceType, rv: int) -> builtins.list[WatchEvent]:
         events = self.history[rtype.key]
         if events and rv < events[0].rv - 1 and rv < self.rv:
             oldest = events[0].rv
@@ -539,9 +541,9 @@ class Store:
         if new == old:
             return old  # a no-op write keeps the resourceVersion, as the API server does
         meta["resourceVersion"] = self._bump()
-        key = (meta.get("namespace", ""), meta["name"])
+        stored = (meta.get("namespace", ""), meta["name"])
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            del self.objects[rtype.key][key]
+            del self.objects[rtype.key][stored]
             self._emit(rtype, "DELETED", new)
             self._collect_garbage(meta["uid"])
             if rtype.kind == "CustomResourceDefinition":
@@ -549,7 +551,7 @@ class Store:
             return new
         if rtype.kind == "CustomResourceDefinition" and subresource != "status":
             self._crd_changed(new)
-        self.objects[rtype.key][key] = new
+        self.objects[rtype.key][stored] = new
         self._emit(rtype, "MODIFIED", new)
         return new
 
@@ -628,7 +630,7 @@ class Store:
 
     # ---------------------------------------------------------------- CRDs
 
-    def _crd_types(self, crd: Mapping[str, Any]) -> list[tuple[ResourceType, Mapping[str, Any] | None]]:
+    def _crd_types(self, crd: Mapping[str, Any]) -> builtins.list[tuple[ResourceType, Mapping[str, Any] | None]]:
         spec = crd.get("spec") or {}
         names = spec.get("names") or {}
         if not spec.get("group") or not names.get("plural") or not names.get("kind"):
@@ -675,7 +677,7 @@ class Store:
 
     # ---------------------------------------------------------------- helpers for in-process callers
 
-    def apply_manifests(self, documents: Iterable[Mapping[str, Any]]) -> list[JSON]:
+    def apply_manifests(self, documents: Iterable[Mapping[str, Any]]) -> builtins.list[JSON]:
         """Create (or replace) each manifest in order, as ``kubectl apply`` would; CRDs first is the caller's job."""
         created = []
         for doc in documents:
