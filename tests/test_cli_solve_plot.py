@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from walras.cli import main
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np

@@ -11,9 +11,8 @@ one asyncio loop. Errors are raised as :class:`ApiError` carrying the HTTP code 
 
 from __future__ import annotations
 
-import builtins
-
 import asyncio
+import builtins
 import copy
 import dataclasses
 import datetime as dt
