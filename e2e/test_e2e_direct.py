@@ -155,26 +155,6 @@ def test_invalid_job_gets_a_condition_and_an_event(cluster: Cluster, op: dict[st
     cluster.kc("delete", "fungiblejob", "broken", "-n", NS)
 
 
-def test_binding_and_status_faults_are_retried(cluster: Cluster, op: dict[str, Operator]) -> None:
-    if not cluster.emulated:
-        pytest.skip("fault injection needs the emulated API's /_emulator control paths")
-    before = len(cluster.bindings())
-    cluster.faults({"verb": "create", "resource": "pods", "subresource": "binding", "code": 409, "count": 2},
-                   {"verb": "create", "resource": "pods", "subresource": "binding", "code": 429, "count": 1},
-                   {"verb": "create", "resource": "pods", "subresource": "binding", "code": 500, "count": 1},
-                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 503, "count": 2},
-                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 409, "count": 1},
-                   {"verb": "patch", "resource": "fungiblejobs", "subresource": "status", "code": 429, "count": 1})
-    job = (MANIFESTS / "jobs.yaml").read_text().split("---")[-1]
-    cluster.apply_text(job.replace("name: a3c", "name: bert").replace("count: 1", "count: 2"))
-    pods = wait_until(lambda: settled(cluster, "bert", 2), 60, "bert bound despite faults")
-    assert not cluster.pending_faults(), "every injected fault was hit (and retried past)"
-    new = cluster.bindings()[before:]
-    uids = [b["uid"] for b in new if b["namespace"] == NS]
-    for pod in pods:  # each bert pod bound exactly once, despite the retried 409s
-        assert uids.count(pod["metadata"]["uid"]) == 1
-
-
 def test_kill_mid_cycle_and_restart(cluster: Cluster, op: dict[str, Operator]) -> None:
     job = (MANIFESTS / "jobs.yaml").read_text().split("---")[-1]
     cluster.apply_text(job.replace("name: a3c", "name: gpt").replace("count: 1", "count: 3"))
