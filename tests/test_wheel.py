@@ -105,6 +105,6 @@ def test_plan_on_an_example_outside_the_checkout(installed: dict[str, Path]) -> 
 def test_demo_runs_from_the_wheel(installed: dict[str, Path]) -> None:
     """``walras demo`` needs the CRDs and the example cluster packaged in the wheel (it failed with
     ``FileNotFoundError`` when the wheel had no CRDs)."""
-    result = walras(installed, "demo", "--json", "--timeout", "90")
+    result = walras(installed, "demo", "--cluster", "emulated", "--json", "--timeout", "90")
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"emulated": true' in result.stdout
