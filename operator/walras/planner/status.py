@@ -62,8 +62,6 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         spec = info.spec
         jp.utility = float(utilities[i])
         placed = actions.placed.get(info.key, {})
-        placed_vec = np.array([placed.get(name, 0) for name in names], dtype=np.float64)
-        big_n = max(spec.replicas, 1)
         jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(X[i]) if x > 1e-9}
         jp.allocation_text = allocation_text(jp.allocation)
         jp.throughput_unit = spec.throughput_unit
@@ -71,8 +69,8 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         jp.priced_throughput = float(priced_t[i])
         jp.priced_cost = float(priced_cost[i])
-        jp.throughput = float(A[i] @ placed_vec / big_n) if m else 0.0
-        jp.cost = float((placed_vec * spec.demand) @ prices) if m else 0.0
+        jp.throughput = float(placed_t[i]) if m else 0.0
+        jp.cost = float((placed_all[i] * spec.demand) @ prices) if m else 0.0
         jp.pods = sorted(actions.pods.get(info.key, []), key=lambda p: p.name)
         _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names)
         old = previous.jobs.get(info.key) if previous is not None else None
