@@ -30,6 +30,7 @@ import numpy as np
 from walras.planner.capacity import node_table
 from walras.planner.cluster import PODS, Cluster
 from walras.planner.model import Plan
+from walras.planner.objects import select
 from walras.planner.quantity import parse_quantity
 
 
@@ -67,10 +68,9 @@ def check_cluster(cluster: Cluster) -> list[Violation]:
         spec = pool.spec
         if spec is None or spec.capacity is None:
             continue
-        members = [k for k, node in enumerate(cluster.nodes)
-                   if all(node.labels.get(a) == b for a, b in spec.node_selector.items())]
+        members = np.flatnonzero(select(table, spec.node_selector))
         c = table.column.get(spec.resource)
-        used = float(table.used[members, c].sum()) if members and c is not None else 0.0
+        used = float(table.used[members, c].sum()) if members.size and c is not None else 0.0
         if used > spec.capacity + 1e-9:
             out.append(Violation("PoolOverCapacity", f"ResourcePool/{pool.name}",
                                  f"{spec.resource} in use {_fmt(used)} > spec.capacity {_fmt(spec.capacity)}"))
