@@ -113,6 +113,9 @@ class Node:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    #: When the node stopped being Ready (the ``Ready`` condition's ``lastTransitionTime``, epoch seconds), while it
+    #: is not Ready; None when Ready or when the time is not known.
+    not_ready_since: float | None = None
 
     @property
     def usable(self) -> bool:
@@ -138,6 +141,8 @@ class Pod:
     first: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())
     uid: str = ""
     assumed: bool = False
+    started: float | None = None  # status.startTime (epoch seconds), set once the kubelet accepted the pod
+    reason: str = ""  # status.reason, e.g. OutOfcpu (kubelet admission) or Evicted
 
     @property
     def key(self) -> tuple[str, str]:
@@ -167,6 +172,10 @@ class ReportedStatus:
     replicas: Mapping[str, int] = field(default_factory=dict)
     phase: str = ""
     observed_generation: int | None = None
+    failures: int = 0  # status.failedPods: failed pods counted so far (the backoff limit applies to it)
+    last_failure: float | None = None  # status.lastFailureTime (epoch seconds)
+    migrations: int = 0  # status.migrations: pods moved by rebalancing so far
+    last_migration: float | None = None  # status.lastMigrationTime (epoch seconds)
 
 
 @dataclass(frozen=True)

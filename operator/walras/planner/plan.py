@@ -45,12 +45,17 @@ from walras.planner.translate import cluster_from
 @dataclass(frozen=True)
 class PlanOptions:
     """Knobs of one plan. ``max_rounds``: market/placement rounds; ``max_deletes``: running pods one plan may delete
-    (the churn budget; None = no bound); ``market_iterations``: dual evaluations per market solve."""
+    (the churn budget; None = no bound); ``market_iterations``: dual evaluations per market solve; ``now``: the plan's
+    clock in epoch seconds, for the time-dependent rules (backoff of failed pods, node-loss grace, minimum run time
+    and cooldown of migrations); None means no time has passed for any of them. ``max_migrations``: pods all
+    migrating jobs together may move in one plan."""
 
     device: str = "cpu"
     max_rounds: int = 3
     max_deletes: int | None = None
     market_iterations: int = 60
+    now: float | None = None
+    max_migrations: int = 10
 
 
 def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, device: str = "cpu",

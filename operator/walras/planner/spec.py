@@ -53,6 +53,12 @@ def _number(value: Any, field_name: str, *, minimum: float | None = None, exclus
     return number
 
 
+def _boolean(value: Any, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{field_name} must be true or false, got {value!r}")
+    return value
+
+
 def _integer(value: Any, field_name: str, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{field_name} must be an integer, got {value!r}")
@@ -161,6 +167,31 @@ class CurveSpec:
 
 
 @dataclass(frozen=True)
+class MigrationSpec:
+    """``spec.migration``: the job opts in to rebalancing. A pod is moved only when the job's utility gains at least
+    ``min_gain`` (relative), after the pod ran ``min_run_seconds``, at most ``max_pods_per_cycle`` pods per plan, and
+    at least ``cooldown_seconds`` after the job's previous move."""
+
+    min_gain: float = 0.05
+    min_run_seconds: float = 600.0
+    max_pods_per_cycle: int = 1
+    cooldown_seconds: float = 600.0
+
+
+def _parse_migration(spec: Mapping[str, Any]) -> MigrationSpec | None:
+    if spec.get("migration") is None:
+        return None
+    raw = _mapping(spec.get("migration"), "spec.migration")
+    return MigrationSpec(
+        min_gain=_number(raw.get("minGain", 0.05), "spec.migration.minGain", minimum=0.0),
+        min_run_seconds=float(_integer(raw.get("minRunSeconds", 600), "spec.migration.minRunSeconds", minimum=0)),
+        max_pods_per_cycle=_integer(raw.get("maxPodsPerCycle", 1), "spec.migration.maxPodsPerCycle", minimum=1),
+        cooldown_seconds=float(_integer(raw.get("cooldownSeconds", 600), "spec.migration.cooldownSeconds",
+                                        minimum=0)),
+    )
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated FungibleJob."""
 
@@ -182,6 +213,9 @@ class JobSpec:
     weight: float
     template: Mapping[str, Any] = field(default_factory=dict)
     throughput_unit: str = "/s"
+    suspend: bool = False
+    backoff_limit: int = 6
+    migration: MigrationSpec | None = None  # None: the job's running pods are never moved
 
     @property
     def key(self) -> tuple[str, str]:
@@ -304,6 +338,9 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         weight=_number(spec.get("weight", 1.0), "spec.weight", minimum=0.0, exclusive=True),
         template=template,
         throughput_unit=str(spec.get("throughputUnit") or "/s"),
+        suspend=_boolean(spec.get("suspend", False), "spec.suspend"),
+        backoff_limit=_integer(spec.get("backoffLimit", 6), "spec.backoffLimit", minimum=0),
+        migration=_parse_migration(spec),
     )
 
 

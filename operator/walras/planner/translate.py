@@ -12,6 +12,7 @@ write, so the same pair means the same content, and the operator's next plan reu
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -49,6 +50,21 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def timestamp(value: Any) -> float | None:
+    """An RFC 3339 time as the API server writes it (``2026-11-25T15:00:00Z``, fractional seconds allowed) ->
+    epoch seconds; None when absent or malformed."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _generation(obj: Mapping[str, Any]) -> int | None:
@@ -129,9 +145,9 @@ def node_from(obj: Mapping[str, Any]) -> Node | None:
         return None
     status = _map(obj.get("status"))
     spec = _map(obj.get("spec"))
-    ready = any(
-        _map(c).get("type") == "Ready" and _map(c).get("status") == "True" for c in _list(status.get("conditions"))
-    )
+    condition = next((_map(c) for c in _list(status.get("conditions")) if _map(c).get("type") == "Ready"), {})
+    ready = condition.get("status") == "True"
+    since = None if ready else timestamp(condition.get("lastTransitionTime"))
     allocatable = quantities(status.get("allocatable"))
     allocatable.setdefault(PODS, DEFAULT_MAX_PODS if "pods" not in _map(status.get("allocatable")) else 0.0)
     taints = tuple(
@@ -139,7 +155,7 @@ def node_from(obj: Mapping[str, Any]) -> Node | None:
         for t in (_map(x) for x in _list(spec.get("taints")))
     )
     labels = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
-    return Node(name, labels, allocatable, taints, ready, bool(spec.get("unschedulable", False)))
+    return Node(name, labels, allocatable, taints, ready, bool(spec.get("unschedulable", False)), since)
 
 
 def pod_from(obj: Mapping[str, Any]) -> Pod | None:
@@ -154,17 +170,20 @@ def pod_from(obj: Mapping[str, Any]) -> Pod | None:
     managed = isinstance(job, str) and bool(job) and labels.get(LABEL_MANAGED) == "true"
     node = spec.get("nodeName")
     pool = labels.get(LABEL_POOL)
+    status = _map(obj.get("status"))
     return Pod(
         namespace=str(meta.get("namespace") or "default"),
         name=name,
         node=node if isinstance(node, str) and node else None,
         requests=pod_requests(spec),
-        phase=str(_map(obj.get("status")).get("phase") or "Pending"),
+        phase=str(status.get("phase") or "Pending"),
         terminating=bool(meta.get("deletionTimestamp")),
         job=str(job) if managed else None,
         pool=str(pool) if managed and isinstance(pool, str) else None,
         first=_first_resources(spec),
         uid=str(meta.get("uid") or ""),
+        started=timestamp(status.get("startTime")),
+        reason=str(status.get("reason") or ""),
     )
 
 
@@ -216,6 +235,10 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         {str(k): int(v) for k, v in _map(status.get("replicas")).items() if isinstance(v, int)},
         str(status.get("phase") or ""),
         observed if isinstance(observed, int) and not isinstance(observed, bool) else None,
+        _int(status.get("failedPods")),
+        timestamp(status.get("lastFailureTime")),
+        _int(status.get("migrations")),
+        timestamp(status.get("lastMigrationTime")),
     )
     try:
         spec = parse_job(obj)
