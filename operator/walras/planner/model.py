@@ -66,7 +66,7 @@ class PlanEvent:
     message: str
 
 
-PodAction = Literal["create", "bind", "keep", "resize", "delete"]
+PodAction = Literal["create", "bind", "keep", "resize", "delete", "evict"]
 
 
 @dataclass
@@ -75,7 +75,8 @@ class PodPlan:
 
     ``action`` says what the operator must do: ``create`` a new pod (named ``name``, so re-creating after a restart
     is idempotent), ``bind`` an existing pending pod to ``node``, ``keep`` a running pod as it is, ``resize`` a running
-    pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod. For ``resize``,
+    pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod, ``evict`` a running pod
+    that rebalancing moves (through the Eviction API, so PodDisruptionBudgets hold; its replacement is a ``create``). For ``resize``,
     ``requests``/``limits`` are the new values and ``reason`` says what changes (``"cpu 2 -> 4"``); where the cluster
     has no in-place resize the operator leaves the pod as it is and the new values apply to the job's next pod.
     """
@@ -90,6 +91,9 @@ class PodPlan:
     action: PodAction = "create"
     exists: bool = False
     reason: str = ""
+    #: For ``delete``/``evict``: the grace period to ask for (seconds; 0 forces the deletion of a pod on a lost node,
+    #: whose kubelet will never confirm it); None keeps the pod's own terminationGracePeriodSeconds.
+    grace: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
