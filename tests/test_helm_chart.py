@@ -426,6 +426,7 @@ EXPECTED_RULES = {
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "pods/binding"): {"create"},
     ("", "pods/resize"): {"patch"},
+    ("", "pods/eviction"): {"create"},
     ("", "pods/status"): {"patch"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},

@@ -47,6 +47,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--standalone", action="store_true", help="no peering: this replica always acts")
     parser.add_argument("--plan-period", type=float, default=30.0, help="re-plan at least this often (seconds)")
     parser.add_argument("--debounce", type=float, default=1.0, help="wait this long after a change before planning")
+    parser.add_argument("--max-migrations", type=int, default=10, metavar="N",
+                        help="running pods of opt-in jobs (spec.migration) one plan may move through the Eviction "
+                             "API, all jobs together (0: no rebalancing)")
+    parser.add_argument("--node-loss-grace", type=float, default=300.0, metavar="SECONDS",
+                        help="how long a node may be NotReady before its pods are force-deleted and re-planned "
+                             "elsewhere")
     parser.add_argument("--job-metrics-limit", type=int, default=500,
                         help="export walras_job_* for at most this many jobs (highest cost first)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
@@ -111,6 +117,7 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
     metrics = WalrasMetrics(job_metrics_limit=args.job_metrics_limit)
     options = OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
                               plan_period=args.plan_period, debounce=args.debounce,
+                              max_migrations=args.max_migrations, node_loss_grace=args.node_loss_grace,
                               identity=f"walras@{os.uname().nodename}/{os.getpid()}")
     source = IndexSource(options.namespaces)
     controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
@@ -181,7 +188,10 @@ async def serve(args: argparse.Namespace) -> int:
     check_port_free("0.0.0.0", args.health_port, "--health-port")
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)
-    controller, source, extender, metrics = build(args, kube)
+    try:
+        controller, source, extender, metrics = build(args, kube)
+    except ValueError as exc:  # an option out of range (OperatorOptions checks them)
+        raise UsageError(str(exc)) from exc
     try:
         extender_runner, _ = await start_site(extender.app(), args.extender_host, args.extender_port, tls)
     except OSError as exc:

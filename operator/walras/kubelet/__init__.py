@@ -3,7 +3,9 @@ the tests: clusters where Nodes are API objects and no container runs.
 
 * :mod:`walras.kubelet.standin`: :class:`KubeletStandIn` registers a scenario's Nodes, renews their Leases, admits
   bound pods as a kubelet does (``Running``, or ``Failed`` with ``OutOf<resource>``), finishes deletions, and can
-  complete or fail pods and take nodes NotReady. :class:`KubeletThread` runs it in a background thread.
+  complete or fail pods, take nodes NotReady or lose them (silent), and keep a pod being deleted
+  ``Terminating`` for its grace period where its annotation says it checkpoints. :class:`KubeletThread` runs it
+  in a background thread.
 * :mod:`walras.kubelet.controlplane`: :class:`LocalControlPlane` starts etcd, kube-apiserver,
   kube-controller-manager (and kube-scheduler) from ``$KUBEBUILDER_ASSETS``.
 

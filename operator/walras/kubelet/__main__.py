@@ -21,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("-f", "--file", action="append", required=True, help="Node manifests (repeatable)")
     parser.add_argument("--lease-interval", type=float, default=10.0)
+    parser.add_argument("--stop-seconds", type=float, default=0.0,
+                        help="seconds a pod's containers take to exit after SIGTERM (pods may override it with the "
+                             "annotation kubelet.walras.dev/stop-seconds)")
+    parser.add_argument("--grace-cap", type=float, default=None,
+                        help="a pod being deleted stays Terminating at most this long (default: its grace period)")
     parser.add_argument("--delete-nodes", action="store_true", help="delete the Nodes when stopping")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -28,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
 
     async def serve() -> None:
         kubelet = KubeletStandIn(ApiClient(ApiConfig.from_kubeconfig(args.kubeconfig)), nodes,
-                                 lease_interval=args.lease_interval)
+                                 lease_interval=args.lease_interval, stop_seconds=args.stop_seconds,
+                                 grace_cap=args.grace_cap)
         await kubelet.start()
         print(f"kubelet stand-in: {len(nodes)} nodes", flush=True)
         done = asyncio.Event()

@@ -71,6 +71,9 @@ class KubeletThread:
     def stop_heartbeats(self, name: str) -> None:
         self._run(lambda: self.standin.stop_heartbeats(name))
 
+    def lose_node(self, name: str) -> None:
+        self._run(lambda: self.standin.lose_node(name))
+
     def add_node(self, doc: Mapping[str, Any]) -> None:
         self._run(lambda: self.standin.add_node(doc))
 

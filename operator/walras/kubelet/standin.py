@@ -27,13 +27,22 @@
   ``allocatedResources`` take them and the ``PodResizeInProgress``/``PodResizePending`` conditions are cleared; they
   do not -> condition ``PodResizePending`` with reason ``Infeasible`` (more than the node's allocatable) or
   ``Deferred`` (more than what is free now), as the kubelet reports them since v1.33.
-* **Deletion.** A bound pod being deleted (``deletionTimestamp`` set) has its containers stop after
-  ``min(stop_seconds, deletionGracePeriodSeconds)`` seconds, then the stand-in deletes it with grace period 0 and a
-  UID precondition, as the kubelet's status manager does; its resources are freed when the object is gone.
+* **Deletion.** A bound pod being deleted (``deletionTimestamp`` set) gets SIGTERM: its containers take
+  ``stop-seconds`` to exit (the pod's annotation ``kubelet.walras.dev/stop-seconds``, a number or ``inf`` for a job
+  that checkpoints until it is killed; default the stand-in's ``stop_seconds``, 0) and are killed when the grace
+  period the API server granted (``deletionGracePeriodSeconds``: the pod's ``terminationGracePeriodSeconds`` or what
+  the delete/eviction asked for) runs out, so the pod stays ``Terminating`` for
+  ``min(stop-seconds, deletionGracePeriodSeconds, grace_cap)`` seconds (``grace_cap``: an upper bound for tests,
+  default none). Then the stand-in deletes it with grace period 0 and a UID precondition, as the kubelet's status
+  manager does; its resources are freed when the object is gone. A force deletion (grace period 0) removes the
+  object at once, whatever the stand-in is doing.
 * **Test controls**: :meth:`complete_pod` (``Succeeded``, containers terminated with reason ``Completed``),
   :meth:`fail_pod` (``Failed``), :meth:`set_node_ready` (``Ready=False`` with reason ``KubeletNotReady``, or back),
-  :meth:`stop_heartbeats` (the node goes silent: the lifecycle controller marks it ``Unknown`` after its grace
-  period), :meth:`add_node` / :meth:`remove_node`.
+  :meth:`stop_heartbeats` (the node goes silent: no Lease renewals or status updates, and its pods are no longer
+  handled: nothing admitted, no deletion confirmed; the lifecycle controller marks it ``Unknown`` after its grace
+  period), :meth:`lose_node` (the node reports ``Ready=False`` once, then goes silent: a node lost at once, without
+  waiting the lifecycle controller's 50 s; only a force deletion removes its pods), :meth:`add_node` /
+  :meth:`remove_node`.
 
 All state changes run in one asyncio task per event source under one lock, so admission decisions are sequential.
 """
@@ -60,6 +69,8 @@ LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40
 KUBELET_VERSION = "v1.36.2-walras-standin"
 TERMINAL = ("Succeeded", "Failed")
+#: Pod annotation: seconds its containers take to exit after SIGTERM (``inf``: until killed at the grace period).
+ANNOTATION_STOP_SECONDS = "kubelet.walras.dev/stop-seconds"
 
 
 def now() -> str:
@@ -150,7 +161,7 @@ class KubeletStandIn:
     """The kubelets of a scenario's nodes (see the module docstring). ``await start()``, ``await stop()``."""
 
     def __init__(self, client: ApiClient, nodes: Iterable[Mapping[str, Any]], lease_interval: float = 10.0,
-                 status_interval: float = 60.0, stop_seconds: float = 0.0) -> None:
+                 status_interval: float = 60.0, stop_seconds: float = 0.0, grace_cap: float | None = None) -> None:
         self.client = client
         self.nodes: dict[str, NodeState] = {}
         for doc in nodes:
@@ -159,9 +170,11 @@ class KubeletStandIn:
         self.lease_interval = lease_interval
         self.status_interval = status_interval
         self.stop_seconds = stop_seconds
+        self.grace_cap = grace_cap
         self.lock = asyncio.Lock()
         self.tasks: list[asyncio.Task[None]] = []
         self.deleting: dict[str, asyncio.Task[None]] = {}
+        self._deleting_on: dict[str, str] = {}  # pod uid -> node, of the deletions being finished
         self.synced = asyncio.Event()
         self.decisions: list[tuple[str, str, str, str]] = []  # (namespace, name, node, "Running" | reason)
 
@@ -280,8 +293,20 @@ class KubeletStandIn:
         await self._patch_node_status(node)
 
     async def stop_heartbeats(self, name: str) -> None:
-        """Node ``name`` goes silent: no more Lease renewals or status updates."""
-        self.nodes[name].heartbeats = False
+        """Node ``name`` goes silent: no more Lease renewals or status updates, its pods no longer handled (the
+        deletions it was finishing are abandoned: only a force deletion removes those pods now)."""
+        async with self.lock:
+            node = self.nodes[name]
+            node.heartbeats = False
+            for uid in [u for u in self.deleting if self._deleting_on.get(u) == name]:
+                self.deleting.pop(uid).cancel()
+                self._deleting_on.pop(uid, None)
+
+    async def lose_node(self, name: str) -> None:
+        """Node ``name`` is lost: it reports ``Ready=False`` (reason ``KubeletNotReady``) one last time and goes
+        silent (:meth:`stop_heartbeats`)."""
+        await self.set_node_ready(name, False)
+        await self.stop_heartbeats(name)
 
     # ------------------------------------------------------------------ pods
     async def _watch_pods(self) -> None:
@@ -330,9 +355,12 @@ class KubeletStandIn:
             if kind == "DELETED" or phase in TERMINAL:
                 node.admitted.pop(uid, None)
                 return
+            if not node.heartbeats:  # a silent (lost) node handles nothing
+                return
             if meta.get("deletionTimestamp"):
                 if uid not in self.deleting:
                     self.deleting[uid] = asyncio.create_task(self._finish_deletion(pod))
+                    self._deleting_on[uid] = node.name
                 return
             if uid in node.admitted:
                 await self._maybe_resize(node, pod)
@@ -409,11 +437,27 @@ class KubeletStandIn:
                                                   "message": message, "lastTransitionTime": now()}]}
         await self.client.request("PATCH", path, {"status": status}, "application/merge-patch+json")
 
+    def termination_seconds(self, pod: Mapping[str, Any]) -> float:
+        """How long a pod being deleted stays ``Terminating``: its containers' stop time (annotation
+        :data:`ANNOTATION_STOP_SECONDS`, else ``stop_seconds``), at most the grace period granted
+        (``deletionGracePeriodSeconds``) and at most ``grace_cap``."""
+        meta = pod.get("metadata") or {}
+        grace = float(meta.get("deletionGracePeriodSeconds") or 0)
+        stop = self.stop_seconds
+        text = (meta.get("annotations") or {}).get(ANNOTATION_STOP_SECONDS)
+        if text is not None:
+            try:
+                stop = max(0.0, float(text))
+            except ValueError:
+                logger.warning("pod %s/%s: %s=%r is not a number; using %g s", meta.get("namespace"),
+                               meta.get("name"), ANNOTATION_STOP_SECONDS, text, self.stop_seconds)
+        seconds = min(stop, grace)
+        return seconds if self.grace_cap is None else min(seconds, self.grace_cap)
+
     async def _finish_deletion(self, pod: JSON) -> None:
         meta = pod["metadata"]
         try:
-            grace = float(meta.get("deletionGracePeriodSeconds") or 0)
-            await asyncio.sleep(min(self.stop_seconds, grace))
+            await asyncio.sleep(self.termination_seconds(pod))
             code, out = await self.client.request(
                 "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                 {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
@@ -422,6 +466,7 @@ class KubeletStandIn:
                 logger.warning("deleting pod %s/%s: %s %s", meta["namespace"], meta["name"], code, out)
         finally:
             self.deleting.pop(meta["uid"], None)
+            self._deleting_on.pop(meta["uid"], None)
 
     async def _set_terminal(self, namespace: str, name: str, phase: str, reason: str, message: str,
                             exit_code: int) -> None:

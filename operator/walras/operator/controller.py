@@ -9,9 +9,20 @@ triggers, plans off the event loop (``asyncio.to_thread``), then acts:
 * ``bind``: direct mode binds the pending pod; extender mode leaves it to kube-scheduler, which calls the extender.
 * ``resize``: ``pods/{name}/resize`` where the cluster supports in-place resize; else the job gets a
   ``ResizePending`` condition saying the change waits for the next pod.
-* ``delete``: surplus pods are deleted.
+* ``delete``: surplus, failed and suspended jobs' pods are deleted with ``PodPlan.grace`` as the grace period
+  (None: the pod's own ``terminationGracePeriodSeconds``; 0: force deletion of a pod on a lost node, whose kubelet
+  will never confirm it) and a UID precondition (a newer pod of the same name is never deleted).
+* ``evict``: a running pod that rebalancing moves goes through the Eviction API (``pods/{name}/eviction``), so
+  PodDisruptionBudgets hold and the termination grace period is respected; a 429 (a budget does not allow it now)
+  leaves the pod running, records a Warning Event ``EvictionBlocked`` on the job once per pod and message, and the
+  next plan asks again. The replacement is a separate ``create`` of the same plan.
 * pods labelled with a job's name but not owned by it are adopted (owner reference added).
 * statuses of pools, jobs and profiles are merge-patched when they differ; the plan's Events are posted once.
+
+Every plan gets the wall clock (``PlanOptions.now``) for its time-dependent rules (backoff of failed pods, the
+node-loss grace, migrations' minimum run time and cooldown), and the operator's ``max_migrations`` and
+``node_loss_grace`` settings. Pods the operator deleted or evicted are forgotten by the assumed-pods cache; their
+replacements are assumed like any created pod.
 
 A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound, bindings in flight are tracked by uid,
 and a 409 from ``pods/binding`` is resolved by reading the pod back (:meth:`KubeClient.bind`).
@@ -53,6 +64,8 @@ class OperatorOptions:
     identity: str = "walras"
     concurrency: int = 16
     max_deletes: int | None = 50  # running pods one plan may delete (the churn budget)
+    max_migrations: int = 10  # running pods all migrating jobs together may move in one plan
+    node_loss_grace: float = 300.0  # seconds a node is NotReady before its pods are force-deleted and re-planned
 
     def __post_init__(self) -> None:
         if self.mode not in ("direct", "extender"):
@@ -61,6 +74,10 @@ class OperatorOptions:
             raise ValueError(f"plan_period must be > 0, got {self.plan_period}")
         if self.debounce < 0:
             raise ValueError(f"debounce must be >= 0, got {self.debounce}")
+        if self.max_migrations < 0:
+            raise ValueError(f"max_migrations must be >= 0, got {self.max_migrations}")
+        if self.node_loss_grace < 0:
+            raise ValueError(f"node_loss_grace must be >= 0, got {self.node_loss_grace}")
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -111,6 +128,9 @@ class Controller:
     _resize_pending: dict[tuple[str, str], str] = field(default_factory=dict)  # job -> ResizePending message
     _resize_waiting: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # job -> pod -> message
     _status_written: dict[tuple[str, str, str], Any] = field(default_factory=dict)
+    _blocked: dict[tuple[str, str], str] = field(default_factory=dict)  # pod -> last EvictionBlocked message posted
+    #: the wall clock handed to each plan (``PlanOptions.now``); tests replace it
+    clock: Callable[[], float] = time.time
     _task: asyncio.Task[None] | None = None
     planned: asyncio.Event = field(default_factory=asyncio.Event)
     #: pods created or bound by us that the watch has not shown yet (walras.planner.cache)
@@ -177,7 +197,7 @@ class Controller:
         seen = {key: (str((p.get("metadata") or {}).get("uid") or ""), (p.get("spec") or {}).get("nodeName") or None)
                 for key, p in self._pods.items()}
         self.assumed.prune(seen, (_key(n)[1] for n in snapshot.nodes), time.monotonic())
-        options = PlanOptions(max_deletes=self.options.max_deletes)
+        options = self.plan_options()
         try:
             plan = await asyncio.to_thread(self.planner, snapshot, self.plan, assumed=self.assumed.pods(),
                                            options=options)
@@ -193,6 +213,12 @@ class Controller:
         await self.act(plan, snapshot)
         self.planned.set()
         return plan
+
+    def plan_options(self) -> PlanOptions:
+        """The options of the next plan: the churn budgets and the node-loss grace of the operator's settings, and
+        the wall clock now."""
+        return PlanOptions(max_deletes=self.options.max_deletes, max_migrations=self.options.max_migrations,
+                           now=self.clock())
 
     async def act(self, plan: Plan, snapshot: Snapshot) -> None:
         pods = {_key(p): p for p in snapshot.pods}
@@ -231,7 +257,11 @@ class Controller:
             elif pp.action == "resize" and current is not None:
                 ops.append(guarded(self._resize(pp, current, jobs.get((pp.namespace, pp.job)))))
             elif pp.action == "delete" and current is not None:
-                ops.append(guarded(self._delete(pp, jobs.get((pp.namespace, pp.job)))))
+                ops.append(guarded(self._delete(pp, current, jobs.get((pp.namespace, pp.job)))))
+            elif pp.action == "evict" and current is not None:
+                ops.append(guarded(self._evict(pp, current, jobs.get((pp.namespace, pp.job)))))
+        for key in [k for k in self._blocked if k not in pods]:  # pods gone: their blocked evictions are over
+            del self._blocked[key]
         await asyncio.gather(*ops)
         await asyncio.gather(*(guarded(op) for op in self._status_ops(plan, snapshot)))
         await asyncio.gather(*(guarded(op) for op in self._event_ops(plan, snapshot)))
@@ -341,13 +371,51 @@ class Controller:
             self._pods[typed.key] = pod
             self.assumed.assume(typed, time.monotonic())
 
-    async def _delete(self, pp: PodPlan, job: Mapping[str, Any] | None) -> None:
-        deleted = await self.client.delete_pod(pp.namespace, pp.name)
+    async def _delete(self, pp: PodPlan, pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> None:
+        """Delete a pod with the planned grace period (None: the pod's own; 0: at once) and a UID precondition.
+
+        A pod already terminating is deleted again only to shorten its grace period (a force deletion of a pod on a
+        lost node): a plain repeat would only re-send the same request every plan."""
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            terminating = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if pp.grace is None or pp.grace >= terminating:
+                self.assumed.forget(pp.namespace, pp.name)
+                return
+        deleted = await self.client.delete_pod(pp.namespace, pp.name, pp.grace, str(meta.get("uid") or "") or None)
         self.assumed.forget(pp.namespace, pp.name)
         if deleted:
-            logger.info("deleted surplus pod %s/%s", pp.namespace, pp.name)
+            why = pp.reason or "surplus"
+            forced = pp.grace == 0
+            logger.info("%s pod %s/%s (%s)", "force-deleted" if forced else "deleted", pp.namespace, pp.name, why)
             if job is not None:
-                await self._event(job, "Normal", "SuccessfulDelete", f"Deleted surplus pod {pp.name}")
+                await self._event(job, "Normal", "SuccessfulDelete",
+                                  f"{'Force-deleted' if forced else 'Deleted'} pod {pp.name}: {why}")
+
+    async def _evict(self, pp: PodPlan, pod: Mapping[str, Any], job: Mapping[str, Any] | None) -> None:
+        """Move a running pod: evict it through the Eviction API (PodDisruptionBudgets hold; grace ``pp.grace`` or
+        the pod's own). Blocked (429) -> the pod stays, a Warning Event ``EvictionBlocked`` on the job (once per pod
+        and message) and the next plan asks again. Never a plain delete."""
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):  # evicted already, terminating within its grace period
+            self.assumed.forget(pp.namespace, pp.name)
+            return
+        key = (pp.namespace, pp.name)
+        result = await self.client.evict_pod(pp.namespace, pp.name, pp.grace, str(meta.get("uid") or "") or None)
+        if result.outcome == "blocked":
+            message = f"Eviction of pod {pp.name} refused, retried by the next plan: {result.message}"
+            logger.info("eviction of %s/%s blocked: %s", pp.namespace, pp.name, result.message)
+            if job is not None and self._blocked.get(key) != message:
+                self._blocked[key] = message
+                await self._event(job, "Warning", "EvictionBlocked", message)
+            return
+        self._blocked.pop(key, None)
+        self.assumed.forget(pp.namespace, pp.name)
+        if result.outcome == "evicted":
+            why = f": {pp.reason}" if pp.reason else ""
+            logger.info("evicted pod %s/%s%s", pp.namespace, pp.name, why)
+            if job is not None:
+                await self._event(job, "Normal", "Evicted", f"Evicted pod {pp.name} to move it{why}")
 
     # ------------------------------------------------------------------ statuses and events
 

@@ -16,7 +16,7 @@ import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -100,7 +100,16 @@ class RetryPolicy:
         return min(self.base * (2**attempt), self.cap)
 
 
-RETRYABLE = {429, 500, 502, 503, 504}
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """The answer to an eviction: ``evicted`` (the pod is being deleted with its grace period), ``blocked`` (429: a
+    PodDisruptionBudget does not allow it now; ``message`` says which) or ``gone`` (no such pod any more)."""
+
+    outcome: Literal["evicted", "blocked", "gone"]
+    message: str
 
 
 class KubeClient:
@@ -128,12 +137,15 @@ class KubeClient:
             await self._session.close()
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                      retry_conflict: bool = False, ok_conflict: bool = False, attempts: int | None = None) -> JSON:
+                      retry_conflict: bool = False, ok_conflict: bool = False, attempts: int | None = None,
+                      retryable: frozenset[int] | None = None) -> JSON:
         """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``) with backoff, at most ``attempts``
-        tries (default: the retry policy's).
+        tries (default: the retry policy's). ``retryable`` replaces the set of retried status codes (the eviction
+        call leaves 429 out: there it means a PodDisruptionBudget refused, an answer, not an overload).
 
         With ``ok_conflict`` a 409 is returned to the caller as ``{"code": 409, ...}`` instead of raised.
         """
+        retried = RETRYABLE if retryable is None else retryable
         session = await self.session()
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if body is not None else {}
@@ -159,7 +171,7 @@ class KubeClient:
                             return {"code": 409, **status}
                         if not retry_conflict:
                             raise last
-                    elif resp.status not in RETRYABLE:
+                    elif resp.status not in retried:
                         raise last
             except (aiohttp.ClientError, TimeoutError) as exc:  # connection lost, body cut off, timed out
                 last = KubeError(503, "ConnectionError", str(exc) or type(exc).__name__)
@@ -231,14 +243,54 @@ class KubeClient:
             await asyncio.sleep(self.retry.delay(attempt))
         raise KubeError(409, "Conflict", f"binding {namespace}/{name} kept conflicting")
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
+    @staticmethod
+    def delete_options(grace: int | None = None, uid: str | None = None) -> JSON | None:
+        """A ``DeleteOptions`` body: ``gracePeriodSeconds`` when ``grace`` is set (0 deletes the object at once,
+        without waiting for a kubelet to confirm it), a UID precondition when ``uid`` is set (never delete a newer pod
+        of the same name); None when neither is."""
+        if grace is None and not uid:
+            return None
+        body: JSON = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace is not None:
+            body["gracePeriodSeconds"] = max(0, int(grace))
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        return body
+
+    async def delete_pod(self, namespace: str, name: str, grace: int | None = None, uid: str | None = None) -> bool:
+        """Delete a pod (grace period ``grace`` seconds, None: the pod's own ``terminationGracePeriodSeconds``);
+        False when it is gone already, or was replaced by a pod of another ``uid`` (409 on the precondition)."""
         try:
-            await self.request("DELETE", self.pod_path(namespace, name), retry_conflict=True)
+            await self.request("DELETE", self.pod_path(namespace, name), self.delete_options(grace, uid),
+                               retry_conflict=not uid)
             return True
         except KubeError as exc:
-            if exc.code == 404:
+            if exc.code == 404 or (uid and exc.code == 409):
                 return False
             raise
+
+    async def evict_pod(self, namespace: str, name: str, grace: int | None = None,
+                        uid: str | None = None) -> Eviction:
+        """Evict a pod through the Eviction API (``POST pods/{name}/eviction``, a ``policy/v1`` Eviction), so that
+        its PodDisruptionBudgets hold; ``grace`` goes into ``deleteOptions.gracePeriodSeconds`` (None: the pod's
+        own). A 429 is the API server refusing because a disruption budget would be violated (or, rarely, because
+        it is overloaded): returned as ``Eviction("blocked", message)``, never retried here; the next plan asks
+        again. 404 -> ``gone``. 5xx are retried as any write."""
+        body: JSON = {"apiVersion": "policy/v1", "kind": "Eviction",
+                      "metadata": {"name": name, "namespace": namespace}}
+        options = self.delete_options(grace, uid)
+        if options is not None:
+            body["deleteOptions"] = options
+        try:
+            await self.request("POST", self.pod_path(namespace, name, "eviction"), body,
+                               retryable=RETRYABLE - {429})
+        except KubeError as exc:
+            if exc.code == 429:
+                return Eviction("blocked", exc.message)
+            if exc.code == 404 or (uid and exc.code == 409):
+                return Eviction("gone", exc.message)
+            raise
+        return Eviction("evicted", "")
 
     #: How long a discovery answer about ``pods/resize`` is trusted before it is asked again (an API server upgrade
     #: or a feature-gate change turns it on or off without restarting the operator).
