@@ -14,7 +14,7 @@ or ``.tools/k8s/bin``; ``make test`` unpacks them)     kube-apiserver, kube-cont
                                                        chart's RBAC (``helm template helm/walras``)
 binaries missing, ``CI=true``                          the run FAILS (CI must test on the real control plane)
 binaries missing elsewhere                             a fresh **emulated** API per module
-                                                       (``python -m walras.emulator``; NOT a real cluster)
+                                                       (``python -m walras_emulator``; NOT a real cluster)
 =====================================================  =====================================================
 
 On the real control plane the modules share one API server: each module's cluster fixture removes what it created
@@ -222,7 +222,7 @@ def kubectl_bin() -> str:
 
 def _start_emulator(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     kubeconfig = workdir / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "walras.emulator", "--port", "0", "--kubeconfig", str(kubeconfig)],
+    proc = subprocess.Popen([sys.executable, "-m", "walras_emulator", "--port", "0", "--kubeconfig", str(kubeconfig)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()

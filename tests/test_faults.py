@@ -19,13 +19,13 @@ import pytest
 import requests
 from faultproxy import FaultProxy, FaultRates, ProxyThread
 from test_ha_support import NAMESPACE, POD, Replica, load_scenario, scenario_documents, wait_until
-from walras.emulator import Emulator
-from walras.emulator.server import EmulatorThread, write_kubeconfig
-from walras.emulator.store import Store
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
 from walras.operator.leader import LeaseElector
 from walras.planner import build_plan
+from walras_emulator import Emulator
+from walras_emulator.server import EmulatorThread, write_kubeconfig
+from walras_emulator.store import Store
 
 #: The rates of the main run: every kind of fault on about one request in ten.
 RATES = FaultRates(conflict=0.10, throttle=0.10, error=0.10, latency=0.10, latency_s=0.3, drop_watch=0.30,

@@ -16,11 +16,11 @@ import pytest
 import requests
 from faultproxy import FaultProxy, FaultRates
 from test_ha_support import NAMESPACE, NODES, POD, Replica, load_scenario, wait_until
-from walras.emulator import Emulator
-from walras.emulator.server import EmulatorThread
-from walras.emulator.store import Store
 from walras.operator import KubeClient, KubeConfig, RetryPolicy
 from walras.operator.leader import LeaseElector
+from walras_emulator import Emulator
+from walras_emulator.server import EmulatorThread
+from walras_emulator.store import Store
 
 LEASE = ("coordination.k8s.io", "v1", "leases")
 

@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-from walras.emulator import Emulator, Fault
-from walras.emulator.store import Store
 from walras.metrics import WalrasMetrics
 from walras.operator import (
     Controller,
@@ -34,6 +32,8 @@ from walras.operator import (
     status_patch,
 )
 from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
+from walras_emulator import Emulator, Fault
+from walras_emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 POD = ("", "v1", "pods")

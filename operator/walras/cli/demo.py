@@ -9,7 +9,7 @@ route              cluster
                    ``$KUBEBUILDER_ASSETS``: :mod:`walras.kubelet.controlplane`) whose nodes are played by the
                    kubelet stand-in (:mod:`walras.kubelet.standin`: pods become Running or are rejected with
                    ``OutOf<resource>`` as a kubelet would); needs ``openssl``; about 10-20 s to start
-``emulated``       the in-memory **emulated** API (:mod:`walras.emulator`, loopback; NOT a real cluster)
+``emulated``       the in-memory **emulated** API (:mod:`walras_emulator`, loopback; NOT a real cluster)
 ``auto``           ``real`` when the four binaries are in ``$KUBEBUILDER_ASSETS`` (``make demo`` unpacks them),
                    else ``emulated``; a real control plane that fails to start is an error, never a fallback
 =================  ===========================================================================================
@@ -207,7 +207,7 @@ class EmulatedCluster:
     emulated = True
 
     async def start(self, docs: list[dict[str, Any]], workdir: Path) -> Path:
-        from walras.emulator import Emulator
+        from walras_emulator import Emulator
 
         self.emulator = Emulator()
         await self.emulator.start()

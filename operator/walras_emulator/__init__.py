@@ -6,12 +6,12 @@ sub-resources, finalizers, owner-reference garbage collection, Events and kopf's
 scheduler, admission, authentication or kubelet beyond marking a bound pod Running. Nothing in the product imports it
 except ``walras demo``; it imports nothing from ``walras.operator`` or ``walras.extender``.
 
-Run it standalone with ``python -m walras.emulator --port 0 --kubeconfig KUBECONFIG``.
+Run it standalone with ``python -m walras_emulator --port 0 --kubeconfig KUBECONFIG``.
 """
 
-from walras.emulator.selectors import FieldSelector, LabelSelector, SelectorError
-from walras.emulator.server import Emulator, EmulatorApp, EmulatorThread, write_kubeconfig
-from walras.emulator.store import ApiError, Fault, ResourceType, Store, json_patch, merge_patch
+from walras_emulator.selectors import FieldSelector, LabelSelector, SelectorError
+from walras_emulator.server import Emulator, EmulatorApp, EmulatorThread, write_kubeconfig
+from walras_emulator.store import ApiError, Fault, ResourceType, Store, json_patch, merge_patch
 
 __all__ = [
     "ApiError",
