@@ -211,3 +211,50 @@ def test_in_place_resize_is_admitted_or_pending(control_plane: ControlPlane, kub
     assert refused.returncode != 0 and "didn't have enough allocatable resources" in refused.stderr
     assert container_cpu() == "3"
     assert kubelet.held(node_name)["cpu"] == 4
+
+
+def test_a_deleted_pod_terminates_within_its_grace_period_unless_forced(control_plane: ControlPlane,
+                                                                        kubelet: KubeletThread, namespace: str,
+                                                                        node_name: str) -> None:
+    cp = control_plane
+    checkpointing = {"kubelet.walras.dev/stop-seconds": "inf"}  # containers exit only when killed at the grace end
+    for name, grace in (("slow", 3), ("long", 600)):
+        doc = pod(name, node_name, grace=grace, cpu="1")
+        doc["metadata"]["annotations"] = checkpointing
+        create(cp, namespace, doc)
+    create(cp, namespace, pod("quick", node_name, grace=600, cpu="1"))  # exits at once on SIGTERM
+    for name in ("slow", "long", "quick"):
+        assert wait_for(lambda n=name: settled(cp, namespace, n), 20, name)["phase"] == "Running"
+
+    def gone(name: str) -> bool:
+        return cp.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")[0] == 404
+
+    started = time.monotonic()
+    cp.kubectl("delete", "pod", "slow", "quick", "-n", namespace, "--wait=false")
+    wait_for(lambda: gone("quick"), 10, "the quick pod to go")
+    assert not gone("slow"), "a checkpointing pod stays Terminating for its grace period"
+    wait_for(lambda: gone("slow"), 15, "the slow pod to go at the end of its 3 s grace period")
+    assert 2.0 <= time.monotonic() - started <= 15
+    cp.kubectl("delete", "pod", "long", "-n", namespace, "--wait=false")
+    time.sleep(1.0)
+    assert not gone("long")
+    cp.kubectl("delete", "pod", "long", "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+    wait_for(lambda: gone("long"), 5, "the force-deleted pod to go at once")
+    assert kubelet.held(node_name) == {}
+
+
+def test_a_lost_node_admits_nothing_and_confirms_no_deletion(control_plane: ControlPlane, kubelet: KubeletThread,
+                                                             namespace: str, node_name: str) -> None:
+    cp = control_plane
+    create(cp, namespace, pod("a", node_name, grace=30, cpu="1"))
+    assert wait_for(lambda: settled(cp, namespace, "a"), 20, "a")["phase"] == "Running"
+    kubelet.lose_node(node_name)
+    node = cp.get("node", node_name)
+    assert next(c for c in node["status"]["conditions"] if c["type"] == "Ready")["status"] == "False"
+    create(cp, namespace, pod("b", node_name, cpu="1"))
+    cp.kubectl("delete", "pod", "a", "-n", namespace, "--wait=false")
+    time.sleep(1.5)
+    assert phase(cp, namespace, "b").get("phase") == "Pending", "a lost node admits nothing"
+    assert cp.get("pod", "a", "-n", namespace)["metadata"]["deletionTimestamp"], "nor confirms a deletion"
+    cp.kubectl("delete", "pod", "a", "-n", namespace, "--grace-period=0", "--force", "--wait=false")
+    wait_for(lambda: cp.request("GET", f"/api/v1/namespaces/{namespace}/pods/a")[0] == 404, 5, "a force-deleted")
