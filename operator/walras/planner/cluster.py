@@ -176,6 +176,7 @@ class ReportedStatus:
     last_failure: float | None = None  # status.lastFailureTime (epoch seconds)
     migrations: int = 0  # status.migrations: pods moved by rebalancing so far
     last_migration: float | None = None  # status.lastMigrationTime (epoch seconds)
+    completed: float | None = None  # status.completionTime (epoch seconds)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 #: API group and version of the Walras custom resources.
@@ -76,9 +77,10 @@ class PodPlan:
     ``action`` says what the operator must do: ``create`` a new pod (named ``name``, so re-creating after a restart
     is idempotent), ``bind`` an existing pending pod to ``node``, ``keep`` a running pod as it is, ``resize`` a running
     pod's requests/limits in place (where the cluster supports it), ``delete`` a surplus pod, ``evict`` a running pod
-    that rebalancing moves (through the Eviction API, so PodDisruptionBudgets hold; its replacement is a ``create``). For ``resize``,
-    ``requests``/``limits`` are the new values and ``reason`` says what changes (``"cpu 2 -> 4"``); where the cluster
-    has no in-place resize the operator leaves the pod as it is and the new values apply to the job's next pod.
+    that rebalancing moves (through the Eviction API, so PodDisruptionBudgets hold; its replacement is a ``create``).
+    For ``resize``, ``requests``/``limits`` are the new values and ``reason`` says what changes (``"cpu 2 -> 4"``);
+    where the cluster has no in-place resize the operator leaves the pod as it is and the new values apply to the
+    job's next pod.
     """
 
     namespace: str
@@ -158,7 +160,7 @@ class JobPlan:
 
     namespace: str
     name: str
-    phase: str  # "Pending", "Running", "Invalid", "Unschedulable"
+    phase: str  # "Pending", "Running", "Invalid", "Unschedulable", "Complete", "Failed", "Suspended"
     allocation: dict[str, float] = field(default_factory=dict)  # pool -> fraction of time priced (004, x_i)
     replicas: dict[str, int] = field(default_factory=dict)  # pool -> pods placed (running, or with a node)
     throughput: float = 0.0  # of the placed replicas: sum_j a_ij placed_ij / N_i
@@ -173,6 +175,15 @@ class JobPlan:
     pods: list[PodPlan] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
     observed_generation: int | None = None
+    #: Lifecycle counters (:mod:`walras.planner.lifecycle`, :mod:`walras.planner.migration`); times in epoch seconds.
+    failures: int = 0  # failed pods counted so far (status.failedPods)
+    last_failure: float | None = None
+    completion_time: float | None = None
+    migrations: int = 0  # pods moved by rebalancing so far
+    last_migration: float | None = None
+    #: Identities (uid, else name) of the failed pods still visible that ``failures`` already counts: the next plan
+    #: does not count them again (see :mod:`walras.planner.lifecycle`).
+    counted_failures: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
     @property
     def key(self) -> ObjectKey:
@@ -196,13 +207,24 @@ class JobPlan:
             "pods": [
                 {"name": p.name, "pool": p.pool, "node": p.node, "requests": p.requests, "limits": p.limits}
                 for p in self.pods
-                if p.action != "delete"
+                if p.action not in ("delete", "evict")
             ],
             "conditions": [c.to_dict() for c in self.conditions],
+            "failedPods": self.failures,
+            "migrations": self.migrations,
         }
         if self.observed_generation is not None:
             body["observedGeneration"] = self.observed_generation
+        for name, value in (("lastFailureTime", self.last_failure), ("completionTime", self.completion_time),
+                            ("lastMigrationTime", self.last_migration)):
+            if value is not None:
+                body[name] = rfc3339(value)
         return body
+
+
+def rfc3339(epoch: float) -> str:
+    """Epoch seconds as the API server writes a time (``2026-11-25T15:00:00Z``, whole seconds, UTC)."""
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _throughput_text(value: float, unit: str) -> str:

@@ -4,6 +4,8 @@ Kueue-style snapshot). Each phase is a module with one entry function, testable 
 ====================  ===============================================================================================
 translate             raw API objects -> the typed :class:`~.cluster.Cluster` (:mod:`.translate`; skipped when a
                       Cluster is passed)
+lifecycle (pre)       lost pods force-deleted; each job's state over time (complete, failed pods and their
+                      backoff, backoff limit, suspended) as the replicas the market may plan (:mod:`.lifecycle`)
 capacity              per-node allocatable and requested vectors over every resource (:mod:`.capacity`)
 objects               valid profiles, pools (their nodes) and jobs (their pools) (:mod:`.objects`)
 observe               each job's running and pending pods per pool; pods no job wants (:mod:`.observe`)
@@ -13,12 +15,15 @@ placement             realise the market's allocation (:mod:`.rounds`, :mod:`.ma
                       :mod:`.placement`, :mod:`.policies`)
 reconcile             desired vs observed -> pod actions, within the churn budget (:mod:`.reconcile`)
 status                job and pool statuses and events from what was placed (:mod:`.status`)
+lifecycle (post)      phases Complete/Failed/Suspended, failure and migration counters, the lifecycle's deletions
+                      (:mod:`.lifecycle`)
 ====================  ===============================================================================================
 
-Pure and deterministic: no I/O, no process-global state (the market restores any torch setting it touches), objects
-in name order, ties broken by index. ``previous`` warm-starts the prices, lends its per-pool placement proposals to
-pools whose request is unchanged (:mod:`.placement`), and its pod translations to pods whose uid and resourceVersion
-are unchanged (:mod:`.translate`).
+Time enters only through ``PlanOptions.now`` (docs/lifecycle.md). Pure and deterministic: no I/O, no process-global
+state (the market restores any torch setting it touches), objects in name order, ties broken by index. ``previous``
+warm-starts the prices, lends its per-pool placement proposals to pools whose request is unchanged
+(:mod:`.placement`), and its pod translations to pods whose uid and resourceVersion are unchanged
+(:mod:`.translate`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import numpy as np
 from walras.planner.cache import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
+from walras.planner.lifecycle import NODE_LOSS_GRACE, conclude, prepare
 from walras.planner.model import Plan, PlanEvent, Snapshot, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
@@ -47,8 +53,9 @@ class PlanOptions:
     """Knobs of one plan. ``max_rounds``: market/placement rounds; ``max_deletes``: running pods one plan may delete
     (the churn budget; None = no bound); ``market_iterations``: dual evaluations per market solve; ``now``: the plan's
     clock in epoch seconds, for the time-dependent rules (backoff of failed pods, node-loss grace, minimum run time
-    and cooldown of migrations); None means no time has passed for any of them. ``max_migrations``: pods all
-    migrating jobs together may move in one plan."""
+    and cooldown of migrations); None means no clock: no node is lost by time, no backoff is measured, nothing
+    migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
+    a node may be NotReady before its pods are force-deleted and re-planned."""
 
     device: str = "cpu"
     max_rounds: int = 3
@@ -56,6 +63,7 @@ class PlanOptions:
     market_iterations: int = 60
     now: float | None = None
     max_migrations: int = 10
+    node_loss_grace: float = NODE_LOSS_GRACE
 
 
 def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, device: str = "cpu",
@@ -70,7 +78,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
         cluster = source
     else:
         cluster = cluster_from(source, previous._pod_memo if previous is not None else None, plan._pod_memo)
-    cluster = overlay(cluster, assumed)
+    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace)
+    cluster = life.cluster
     table = node_table(cluster)
     objects = build_objects(cluster, table, plan)
     observed = observe(cluster, objects, table)
@@ -93,6 +102,7 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
                               market.seconds, market.device, outcome.rounds)
     job_statuses(objects, outcome, actions, resizes, plan, previous)
     pool_statuses(objects, outcome, actions, plan, previous)
+    conclude(life, objects, actions, {}, plan, previous)
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
         job = plan.jobs.get(key)
         if job is not None and not job.pods:

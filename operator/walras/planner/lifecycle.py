@@ -1,0 +1,297 @@
+"""Phase *lifecycle*: a job over time (completion, failed pods with backoff and a limit, node loss, suspension), as
+two steps around the market with an explicit clock (``now``, epoch seconds, or None when the caller has none).
+
+:func:`prepare` runs before the market, on the typed cluster. It returns an *effective* cluster that the existing
+phases plan as usual:
+
+* a managed pod on a **lost node** (a node that no longer exists, or that has been NotReady for at least ``grace``
+  seconds since its ``Ready`` condition changed) is force-deleted (``delete`` with ``grace=0``, reason ``NodeLost``:
+  its kubelet will never confirm a graceful deletion) and leaves the effective cluster as a terminal pod: it counts on
+  no node and is no replica, so the job's replica is placed elsewhere in the same plan, while its name stays taken.
+  Before the grace period (or without a clock, or without a transition time) the pod is kept and counted, as before;
+* a job one of whose pods **Succeeded** creates no new pod (its effective replicas are its live pods); once none is
+  live it is ``Complete``: effective replicas 0, so it leaves the market and its capacity is priced again (terminal
+  pods count on no node). Succeeded pods are never deleted nor re-created. A job reported ``Complete`` (by its status
+  or by the previous plan) for its current generation stays ``Complete``;
+* a **Failed** pod (kubelet admission failures ``OutOf<resource>`` included) is deleted and counted once in
+  ``status.failedPods``. The count is idempotent over plans of the same cluster: a failed pod is counted only when it
+  is neither terminating (its deletion was already issued, so an earlier plan counted it) nor in the previous plan's
+  ``counted_failures`` (the identities, uid else name, of the visible failed pods already counted, carried from plan
+  to plan while the pod is visible); the base is the larger of the status's and the previous plan's count. While the
+  backoff runs (``min(10 s * 2^(failures-1), 360 s)`` from ``status.lastFailureTime``, batch/v1 Job's schedule) the
+  job creates no new pod (effective replicas: its live pods). ``lastFailureTime`` is the plan's clock when a failure
+  is first counted;
+* a job with more failures than ``spec.backoffLimit`` is ``Failed`` (reason ``BackoffLimitExceeded``): effective
+  replicas 0, so its live pods are deleted and its share released. Raising the limit lets it run again;
+* ``spec.suspend`` makes the job ``Suspended``: effective replicas 0 (its pods are deleted gracefully, its share
+  released); setting it back to false re-plans it.
+
+Precedence: Complete, then Failed, then Suspended, then backoff. Without a clock no node is lost by time (a node that
+is gone still is) and no backoff is measured (a failed pod's replacement is planned at once, as before this phase).
+
+:func:`conclude` runs after the status phase: it adds this phase's deletions to the plan, gives the deletions of a
+Failed or Suspended job their reason, sets the phase, conditions, events and the counters (``failedPods``,
+``lastFailureTime``, ``completionTime``, ``migrations``, ``lastMigrationTime``) of every job, and reports the
+throughput and utility of a job whose effective replicas differ from its spec over its real replica count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from walras.planner.cluster import Cluster, Job, Node, Pod
+from walras.planner.market import utility_values
+from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, rfc3339
+from walras.planner.objects import Objects
+from walras.planner.reconcile import Actions
+from walras.planner.spec import JobSpec
+
+#: batch/v1 Job's pod failure backoff: 10 s, doubled per failure, at most 6 minutes.
+BACKOFF_BASE = 10.0
+BACKOFF_CAP = 360.0
+#: kube-controller-manager's default wait before the pods of a NotReady node are evicted (the
+#: ``node.kubernetes.io/not-ready`` NoExecute toleration of 300 s).
+NODE_LOSS_GRACE = 300.0
+
+#: Conditions of the market's view that mean nothing for a job out of the market.
+_MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas")
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds a job waits after its ``failures``-th failure before it creates a pod again (0 without failures)."""
+    if failures <= 0:
+        return 0.0
+    return min(BACKOFF_BASE * 2.0 ** min(failures - 1, 16), BACKOFF_CAP)
+
+
+def latest(*times: float | None) -> float | None:
+    """The latest of the known times (None when none is known)."""
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+@dataclass
+class JobLife:
+    """Where one valid job stands. ``state``: ``Active``, ``Backoff`` (failed pods wait for their replacement),
+    ``Completing`` (a pod succeeded, others still run), ``Complete``, ``Failed`` or ``Suspended``."""
+
+    spec: JobSpec  # as the user wrote it (the effective cluster may carry fewer replicas)
+    state: str
+    replicas: int  # effective replicas handed to the market
+    live: int
+    succeeded: int
+    failures: int
+    counted: frozenset[str]
+    new_failures: list[Pod]
+    last_failure: float | None
+    completion: float | None
+    retry_at: float | None = None  # end of the backoff
+
+
+@dataclass
+class Lifecycle:
+    """What :func:`prepare` decided: the effective cluster, each valid job's state, this phase's deletions."""
+
+    cluster: Cluster
+    jobs: dict[ObjectKey, JobLife] = field(default_factory=dict)
+    pods: dict[ObjectKey, list[PodPlan]] = field(default_factory=lambda: defaultdict(list))
+    lost: dict[ObjectKey, int] = field(default_factory=lambda: defaultdict(int))
+    now: float | None = None
+
+
+def _identity(pod: Pod) -> str:
+    return pod.uid or pod.name
+
+
+def _lost(node: Node | None, name: str, now: float | None, grace: float) -> str | None:
+    """Why a pod bound to node ``name`` is lost, or None while it is not."""
+    if node is None:
+        return f"node {name} is gone"
+    if node.ready or node.not_ready_since is None or now is None:
+        return None
+    down = now - node.not_ready_since
+    if down >= grace:
+        return f"node {name} has been NotReady for {down:.0f} s (grace {grace:g} s)"
+    return None
+
+
+def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
+            grace: float = NODE_LOSS_GRACE) -> Lifecycle:
+    """The pre-market step (see the module docstring): lost pods out, effective replicas of each valid job."""
+    nodes = {n.name: n for n in cluster.nodes}
+    out = Lifecycle(cluster, now=now)
+    pods: list[Pod] = []
+    by_job: dict[ObjectKey, list[Pod]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.job is None:
+            pods.append(pod)
+            continue
+        key = (pod.namespace, pod.job)
+        why = None if pod.terminal or pod.node is None else _lost(nodes.get(pod.node), pod.node, now, grace)
+        if why is not None:
+            out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job, pod.pool or "", pod.node, {}, {},
+                                         "delete", True, f"NodeLost: {why}; force-deleted and re-planned", grace=0))
+            out.lost[key] += 1
+            pods.append(dataclasses.replace(pod, phase="Failed", reason="NodeLost"))  # counts nowhere, name taken
+            continue
+        by_job[key].append(pod)
+        pods.append(pod)
+    jobs: list[Job] = []
+    for job in cluster.jobs:
+        spec = job.spec
+        if spec is None:
+            jobs.append(job)
+            continue
+        life = _job_life(job, spec, by_job.get(job.key, []), previous, now)
+        out.jobs[job.key] = life
+        for pod in by_job.get(job.key, []):
+            if pod.phase == "Failed" and not pod.terminating:
+                out.pods[job.key].append(PodPlan(
+                    pod.namespace, pod.name, spec.name, pod.pool or "", pod.node, {}, {}, "delete", True,
+                    f"Failed{f' ({pod.reason})' if pod.reason else ''}: deleted; the job has {life.failures} "
+                    f"failure(s) of its backoffLimit {spec.backoff_limit}"))
+        if life.replicas != spec.replicas:
+            effective = dataclasses.replace(spec, replicas=life.replicas,
+                                            min_replicas=min(spec.min_replicas, life.replicas))
+            job = dataclasses.replace(job, spec=effective)
+        jobs.append(job)
+    out.cluster = dataclasses.replace(cluster, pods=tuple(pods), jobs=tuple(jobs))
+    return out
+
+
+def _job_life(job: Job, spec: JobSpec, pods: list[Pod], previous: Plan | None, now: float | None) -> JobLife:
+    old = previous.jobs.get(job.key) if previous is not None else None
+    reported = job.reported
+    live = sum(1 for p in pods if not p.terminal and not p.terminating)
+    succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+    failed = [p for p in pods if p.phase == "Failed"]
+    before = old.counted_failures if old is not None else frozenset()
+    new = [p for p in failed if _identity(p) not in before and not p.terminating]
+    failures = max(reported.failures, old.failures if old is not None else 0) + len(new)
+    last_failure = latest(reported.last_failure, old.last_failure if old is not None else None)
+    if new and now is not None:
+        last_failure = now
+    visible = {_identity(p) for p in failed}
+    counted = frozenset((before & visible) | {_identity(p) for p in new})
+    generation = spec.generation
+    sticky = (reported.phase == "Complete" and reported.observed_generation == generation) or (
+        old is not None and old.phase == "Complete" and old.observed_generation == generation)
+    completion = None
+    retry_at = None
+    if succeeded > 0 or sticky:
+        state = "Complete" if live == 0 else "Completing"
+        replicas = min(spec.replicas, live)
+        if state == "Complete":
+            completion = latest(reported.completed, old.completion_time if old is not None else None)
+            completion = completion if completion is not None else now
+    elif failures > spec.backoff_limit:
+        state, replicas = "Failed", 0
+    elif spec.suspend:
+        state, replicas = "Suspended", 0
+    elif failures > 0 and now is not None and last_failure is not None and \
+            now < last_failure + backoff_delay(failures):
+        state, replicas = "Backoff", min(spec.replicas, live)
+        retry_at = last_failure + backoff_delay(failures)
+    else:
+        state, replicas = "Active", spec.replicas
+    return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at)
+
+
+def conclude(life: Lifecycle, objects: Objects, actions: Actions, moved: Mapping[ObjectKey, int], plan: Plan,
+             previous: Plan | None) -> None:
+    """The post-status step (see the module docstring); ``moved``: pods the migration phase moved per job."""
+    for key, plans in life.pods.items():
+        actions.pods[key].extend(plans)
+    in_market = {info.key for info in objects.jobs}
+    for job in life.cluster.jobs:
+        jp = plan.jobs.get(job.key)
+        if jp is None:
+            continue
+        old = previous.jobs.get(job.key) if previous is not None else None
+        reported = job.reported
+        jp.migrations = max(reported.migrations, old.migrations if old is not None else 0) + moved.get(job.key, 0)
+        jp.last_migration = life.now if moved.get(job.key) else latest(
+            reported.last_migration, old.last_migration if old is not None else None)
+        state = life.jobs.get(job.key)
+        if state is not None:
+            _conclude_job(jp, state, actions, old.phase if old is not None else reported.phase, life, plan)
+        else:  # an invalid job: its counters are carried as its status reports them
+            jp.failures, jp.last_failure = reported.failures, reported.last_failure
+            jp.completion_time = reported.completed
+        if job.key in in_market:
+            jp.pods = sorted(actions.pods.get(job.key, []), key=lambda p: p.name)
+        if life.lost.get(job.key):
+            count = life.lost[job.key]
+            plan.events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
+                                         f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
+                                         "planned elsewhere."))
+
+
+def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle, plan: Plan) -> None:
+    spec = life.spec
+    jp.failures = life.failures
+    jp.last_failure = life.last_failure
+    jp.counted_failures = life.counted
+    jp.completion_time = life.completion
+    event = plan.events.append
+    for pod in life.new_failures:
+        event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodFailed",
+                        f"Pod {pod.name} failed{f' ({pod.reason})' if pod.reason else ''}: failure {life.failures} "
+                        f"of backoffLimit {spec.backoff_limit}; replaced after {backoff_delay(life.failures):g} s."))
+    if life.replicas != spec.replicas:
+        _placed_over_real_replicas(jp, spec)
+    if life.state in ("Complete", "Failed", "Suspended"):
+        jp.conditions = [c for c in jp.conditions if c.type not in _MARKET_CONDITIONS]
+        jp.phase = life.state
+    if life.state == "Complete":
+        jp.conditions.append(Condition("Complete", "True", "PodSucceeded",
+                                       f"{life.succeeded} pod(s) succeeded and none runs any more; the job's share "
+                                       "is released"))
+        if before != "Complete":
+            event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Completed",
+                            f"Complete at {rfc3339(life.completion) if life.completion is not None else 'unknown'}; "
+                            "its capacity is priced again."))
+    elif life.state == "Completing":
+        jp.conditions.append(Condition("Complete", "False", "PodsFinishing",
+                                       f"a pod succeeded: no new pod is created; {life.live} pod(s) still run"))
+    elif life.state == "Failed":
+        message = (f"{life.failures} failed pod(s), more than spec.backoffLimit {spec.backoff_limit}: the job's pods "
+                   "are deleted and its share released")
+        jp.conditions.append(Condition("Failed", "True", "BackoffLimitExceeded", message))
+        _reason(actions, jp.key, f"BackoffLimitExceeded: {message}")
+        if before != "Failed":
+            event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "BackoffLimitExceeded", message))
+    elif life.state == "Suspended":
+        message = "spec.suspend is true: the job's pods are deleted and its share released"
+        jp.conditions.append(Condition("Suspended", "True", "JobSuspended", message))
+        _reason(actions, jp.key, f"Suspended: {message}")
+        if before != "Suspended":
+            event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Suspended", message))
+    elif life.state == "Backoff" and life.retry_at is not None:
+        jp.conditions.append(Condition(
+            "Backoff", "True", "FailedPodBackoff",
+            f"{life.failures} failed pod(s) (backoffLimit {spec.backoff_limit}): no new pod before "
+            f"{rfc3339(life.retry_at)} ({backoff_delay(life.failures):g} s after the last failure)"))
+    if before == "Suspended" and life.state != "Suspended":
+        event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Resumed",
+                        "spec.suspend is false: the job is planned again."))
+
+
+def _reason(actions: Actions, key: ObjectKey, reason: str) -> None:
+    """The reason of the deletions the reconcile phase planned for a job that left the market."""
+    for p in actions.pods.get(key, []):
+        if p.action == "delete" and p.reason.startswith("surplus"):
+            p.reason = reason
+
+
+def _placed_over_real_replicas(jp: JobPlan, spec: JobSpec) -> None:
+    """Throughput and utility of the placed replicas over the spec's replica count (the status phase divided by the
+    effective count): replica k of N runs a 1/N share of the job (004 Sec. 2.1)."""
+    t = sum(spec.throughput.get(pool, 0.0) * count for pool, count in jp.replicas.items()) / max(spec.replicas, 1)
+    jp.throughput = float(t)
+    jp.utility = float(utility_values([spec.utility], [1.0], np.array([t]))[0])
