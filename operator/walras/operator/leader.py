@@ -8,6 +8,19 @@ gets 409 Conflict). The holder renews every ``renew_period``; it counts as leade
 renewal *started* less than ``renew_deadline`` ago, and ``renew_deadline < lease_duration``, so a holder cut off from
 the API server stops acting before any other replica may take over.
 
+Renewal follows client-go's fast path and its retry rule, so that injected or real 409/429/5xx answers do not make
+the Lease flap (measured: with 10 % each of 409/429/500 and 3 s leases, the loop that did a GET and a PUT per round
+and retried a failed renewal only at the next ``renew_period`` lost and re-won leadership 2-3 times in 30 s, each
+time stopping and restarting the controller):
+
+* the holder renews with one PUT of the Lease it last wrote (its ``resourceVersion``), without a GET, while that
+  renewal is less than ``renew_deadline`` old; a 409 (a stale ``resourceVersion``, or a peer wrote) sends the next
+  attempt through a GET first, as any other candidate;
+* a failed renewal is retried every ``retry_period / 4`` (not after a whole ``renew_period``) until it succeeds or
+  ``renew_deadline`` has passed since the last successful renewal started; only then does the replica stop leading.
+  A failed attempt alone never ends leadership: others may take the Lease only ``lease_duration`` after that
+  renewal, and ``lease_duration - renew_deadline`` is the margin in which this replica stops acting first.
+
 A replica restarted with the same identity (the chart's pod name survives a container restart) finds itself the
 holder and leads at once; another identity waits at most one ``lease_duration`` after the last renewal. On a clean
 shutdown the holder releases the Lease, and a standby takes it within ``retry_period``.
@@ -56,6 +69,7 @@ class LeaseElector:
     _observed: tuple[Any, ...] | None = None  # (holder, renewTime, transitions) as last seen
     _observed_at: float = 0.0  # monotonic time the record last changed, as seen here
     _leading: bool = False
+    _held: dict[str, Any] | None = None  # the Lease as this replica last wrote it (fast-path renewal)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -90,8 +104,20 @@ class LeaseElector:
         return spec
 
     async def try_acquire_or_renew(self) -> bool:
-        """One client-go style round: True if this replica holds the Lease afterwards."""
+        """One client-go style round: True if this replica holds the Lease afterwards.
+
+        While this replica leads and its last renewal is valid, the round is one PUT of the Lease as last written
+        (client-go's fast path); otherwise a GET decides whether the Lease may be taken, then a PUT (or a POST when
+        there is none) takes or renews it."""
         started = time.monotonic()
+        if self._held is not None and self.is_leader():
+            body = {**self._held, "spec": self._spec(self._held.get("spec") or {})}
+            updated = await self.client.request("PUT", self.path, body, attempts=1, ok_conflict=True)
+            if updated.get("code") == 409:
+                self._held = None  # stale resourceVersion or a peer wrote: look before the next attempt
+                return False
+            self._wrote(updated, started)
+            return True
         try:
             lease = await self.client.request("GET", self.path, attempts=1)
         except KubeError as exc:
@@ -104,7 +130,7 @@ class LeaseElector:
                 ok_conflict=True)
             if created.get("code") == 409:
                 return False
-            self._renewed_at = started
+            self._wrote(created, started)
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
@@ -118,17 +144,23 @@ class LeaseElector:
         updated = await self.client.request("PUT", self.path, body, attempts=1, ok_conflict=True)
         if updated.get("code") == 409:
             return False  # another replica wrote first
-        new_spec = updated.get("spec") or {}
-        self._observed = (self.identity, new_spec.get("renewTime"), new_spec.get("leaseTransitions"))
+        self._wrote(updated, started)
+        return True
+
+    def _wrote(self, lease: dict[str, Any], started: float) -> None:
+        """Record a successful acquire/renew that started at ``started`` (monotonic)."""
+        spec = lease.get("spec") or {}
+        self._held = lease
+        self._observed = (self.identity, spec.get("renewTime"), spec.get("leaseTransitions"))
         self._observed_at = started
         self._renewed_at = started
-        return True
 
     async def release(self) -> None:
         """Give the Lease up (empty holder, so a standby takes it at once); only if this replica holds it."""
         if not self._leading:
             return
         await self._set_leading(False)
+        self._held = None
         try:
             async with asyncio.timeout(self.renew_deadline):  # never hold a shutdown up for long
                 await self._release()
@@ -162,6 +194,18 @@ class LeaseElector:
             if self.on_stopped is not None:
                 await self.on_stopped()
 
+    def _pause(self, held: bool) -> float:
+        """Seconds to the next attempt: ``renew_period`` after a renewal, ``retry_period`` while not leading, and
+        ``retry_period / 4`` after a failed renewal while leading, never past the renewal deadline (so the last
+        attempt is made before leadership would end)."""
+        if not self._leading:
+            return self.retry_period
+        if held:
+            return self.renew_period
+        assert self._renewed_at is not None
+        left = self._renewed_at + self.renew_deadline - time.monotonic()
+        return max(0.01, min(self.retry_period / 4, left - 0.01))
+
     async def run(self) -> None:
         """Elect forever (until cancelled); no API error ends it. Releases the Lease when cancelled."""
         try:
@@ -177,7 +221,7 @@ class LeaseElector:
                     await self._set_leading(False)  # could not renew within the deadline
                 elif self._leading and self._observed is not None and self._observed[0] != self.identity:
                     await self._set_leading(False)  # someone else holds it now
-                await asyncio.sleep(self.renew_period if self._leading else self.retry_period)
+                await asyncio.sleep(self._pause(held))
                 if self._leading and not self.is_leader():
                     await self._set_leading(False)
         finally:
