@@ -216,11 +216,21 @@ class PriceDiscovery:
 
         # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible. In an
         # incremental re-solve only the changed rows can be (the previous solve had none, with the same open pools).
+        open_pools = prob.capacity > 0
+        all_open = bool(open_pools.all())
+
         def infeasible_rows(idx: Tensor | None) -> Tensor:
             a_rows = prob.a if idx is None else prob.a.index_select(0, idx)
             util = prob.utility if idx is None else prob.utility.take(idx)
             u0 = util.value(torch.zeros(a_rows.shape[0], dtype=dtype, device=dev))
-            return torch.isneginf(u0) & ~((a_rows > 0) & (prob.capacity > 0)).any(dim=1)
+            doomed = torch.isneginf(u0)
+            if not bool(doomed.any()):
+                return doomed
+            # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
+            # pools > 0": one reduction instead of two n x m boolean temporaries
+            reach = a_rows if all_open else a_rows[:, open_pools]
+            served = reach.amax(dim=1) > 0 if reach.shape[1] else torch.zeros_like(doomed)
+            return doomed & ~served
 
         bad_rows: Tensor | None = None
         if rows is None or bool(infeasible_rows(rows).any()):

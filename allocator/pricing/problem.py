@@ -122,7 +122,12 @@ def validate_throughput(a: Tensor, rows: Tensor | None = None) -> None:
     """``ValueError`` naming the first NaN, infinite or negative throughput (only ``rows`` are scanned when given:
     the others are known to be valid; the message then still names the first bad entry of the whole matrix)."""
     sub = a if rows is None else a.index_select(0, rows)
-    if bool((~torch.isfinite(sub) | (sub < 0)).any()):
+    if sub.numel() == 0:
+        return
+    # One reduction pass without n x m temporaries: min and max propagate NaN, so ``lo >= 0 and hi < inf`` holds
+    # exactly when every entry is finite and non-negative. The full scan that names the entry runs only on failure.
+    lo, hi = torch.aminmax(sub)
+    if not (bool(lo >= 0) and bool(hi < torch.inf)):
         first_bad("throughput", ~torch.isfinite(a) | (a < 0), a, "finite and non-negative")
 
 
