@@ -14,6 +14,8 @@ market/replicas/      prices and time fractions, integral replicas, pods on node
 placement             realise the market's allocation (:mod:`.rounds`, :mod:`.market`, :mod:`.replicas`,
                       :mod:`.placement`, :mod:`.policies`)
 reconcile             desired vs observed -> pod actions, within the churn budget (:mod:`.reconcile`)
+migration             running pods of opted-in jobs moved towards the market's split when the utility gain pays,
+                      within the churn budgets (:mod:`.migration`)
 status                job and pool statuses and events from what was placed (:mod:`.status`)
 lifecycle (post)      phases Complete/Failed/Suspended, failure and migration counters, the lifecycle's deletions
                       (:mod:`.lifecycle`)
@@ -38,6 +40,7 @@ from walras.planner.cache import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.lifecycle import NODE_LOSS_GRACE, conclude, prepare
+from walras.planner.migration import migrate
 from walras.planner.model import Plan, PlanEvent, Snapshot, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
@@ -97,12 +100,14 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,
                          device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations)
     actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes)
+    moved = migrate(objects, observed, outcome, actions, templates, admitted, previous, plan, now=opts.now,
+                    budget=opts.max_migrations)
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                               market.seconds, market.device, outcome.rounds)
     job_statuses(objects, outcome, actions, resizes, plan, previous)
     pool_statuses(objects, outcome, actions, plan, previous)
-    conclude(life, objects, actions, {}, plan, previous)
+    conclude(life, objects, actions, moved, plan, previous)
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
         job = plan.jobs.get(key)
         if job is not None and not job.pods:

@@ -1,0 +1,201 @@
+"""Phase *migration* (rebalancing with bounded churn): after reconcile, move running pods of jobs that opted in
+(``spec.migration``) towards the pools the market now gives them, one pod at a time and only when it pays.
+
+The replica phase keeps what runs whenever it is a valid rounding (so that an unchanged cluster is a fixed point):
+a job placed on a slow pool while a fast one was full stays there after the fast one frees up. For a job with
+``spec.migration`` this phase compares its placed pods per pool with the market's integral split, the largest
+remainder of ``N_i x_ij`` (004 Sec. 2.1) over the job's placed total, and moves a running pod from a pool it holds
+more of than the split to one it holds fewer of, when every rule holds:
+
+(a) the job's utility of its placed throughput ``t = sum_j a_ij placed_ij / N_i`` (its 004 Sec. 2.2 utility, as the
+    status reports it) gains at least ``minGain`` relative: ``(u(t') - u(t)) / |u(t)| >= minGain`` (an infinite gain
+    when ``u(t) = 0`` and ``u(t') > 0``);
+(b) the pod has run at least ``minRunSeconds`` (``status.startTime``; a pod without one is not moved);
+(c) the job's previous move (``status.lastMigrationTime``, or the previous plan's) is ``cooldownSeconds`` ago or more;
+(d) at most ``maxPodsPerCycle`` pods of the job and ``PlanOptions.max_migrations`` pods in all move in one plan;
+(e) a usable node of the target pool that the job's template admits has room for the replacement's whole request
+    vector on the node table after this plan's reservations (and a slot under the pool's degree limit, and room
+    under the pool's ``spec.capacity``); the replacement is reserved there.
+
+Each step takes the move with the largest gain (ties to the lower pool indices). The moved pod's action becomes
+``evict`` (the operator goes through the Eviction API, so PodDisruptionBudgets and the pod's termination grace period
+hold) and a ``create`` is planned for its replacement; the placed replicas and a ``Rebalanced`` event follow. The
+evicted pod's room is not counted as free in this plan (it is freed only once the pod is gone). Jobs without
+``spec.migration`` are never moved, and without a clock (``now`` None) nothing moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import JobTemplate, Pod, pod_vector
+from walras.planner.market import utility_values
+from walras.planner.model import ObjectKey, Plan, PlanEvent, PodPlan
+from walras.planner.objects import JobInfo, Objects
+from walras.planner.observe import Observed
+from walras.planner.quantity import format_quantity
+from walras.planner.reconcile import Actions, pod_base
+from walras.planner.replicas import largest_remainder
+from walras.planner.rounds import Outcome
+
+
+def relative_gain(before: float, after: float) -> float:
+    """``(after - before) / |before|``; infinite when ``before`` is 0 and ``after`` is above it."""
+    if after <= before:
+        return 0.0 if after == before else (after - before) / max(abs(before), 1e-300)
+    if before == 0.0 or not np.isfinite(before):
+        return float("inf")
+    return (after - before) / abs(before)
+
+
+def migrate(objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
+            templates: Sequence[JobTemplate], admitted: Sequence[np.ndarray], previous: Plan | None, plan: Plan, *,
+            now: float | None, budget: int) -> dict[ObjectKey, int]:
+    """Plan the moves of the module docstring into ``actions`` (and events into ``plan``); return the pods moved
+    per job."""
+    moved: dict[ObjectKey, int] = {}
+    if now is None or budget <= 0:
+        return moved
+    table = outcome.table
+    for i, info in enumerate(objects.jobs):
+        if budget <= 0:
+            break
+        spec = info.spec
+        rules = spec.migration
+        if rules is None or spec.replicas <= 0:
+            continue
+        old = previous.jobs.get(info.key) if previous is not None else None
+        last = [t for t in (info.job.reported.last_migration, old.last_migration if old is not None else None)
+                if t is not None]
+        if last and now - max(last) < rules.cooldown_seconds:
+            continue
+        count = _move_job(i, info, objects, observed, outcome, actions, templates[i], admitted[i], table, plan,
+                          now=now, limit=min(rules.max_pods_per_cycle, budget))
+        if count:
+            moved[info.key] = count
+            budget -= count
+    return moved
+
+
+def _move_job(i: int, info: JobInfo, objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
+              template: JobTemplate, admitted: np.ndarray, table: NodeTable, plan: Plan, *, now: float,
+              limit: int) -> int:
+    spec = info.spec
+    rules = spec.migration
+    assert rules is not None
+    pools = objects.pools
+    m = len(pools)
+    key = info.key
+    placed = np.array([actions.placed.get(key, {}).get(p.name, 0) for p in pools], dtype=np.int64)
+    x = outcome.allocation[i]
+    total = int(placed.sum())
+    if total == 0 or x.sum() <= 0:
+        return 0
+    ideal = largest_remainder(spec.replicas * x, total)
+    a = np.array([spec.throughput.get(p.name, 0.0) if info.pools[j] else 0.0 for j, p in enumerate(pools)])
+    offered = outcome.throughput[i] > 0
+    plans = {p.name: p for p in actions.pods.get(key, []) if p.exists and p.node is not None
+             and p.action in ("keep", "resize") and not p.reason.startswith("deletion deferred")}
+    movable: list[list[tuple[Pod, PodPlan]]] = []
+    for j in range(m):
+        pods = []
+        for pod in sorted(observed.running[i][j], key=lambda p: p.name):
+            pp = plans.get(pod.name)
+            if pp is not None and pod.phase == "Running" and pod.started is not None and \
+                    now - pod.started >= rules.min_run_seconds:
+                pods.append((pod, pp))
+        movable.append(pods)
+    n_big = max(spec.replicas, 1)
+    done = 0
+    while done < limit:
+        t = float(a @ placed) / n_big
+        pairs = [(j, k) for j in range(m) if placed[j] > ideal[j] and movable[j]
+                 for k in range(m) if k != j and placed[k] < ideal[k] and offered[k]]
+        if not pairs:
+            break
+        after = np.array([t + (a[k] - a[j]) / n_big for j, k in pairs])
+        values = utility_values([spec.utility] * (len(pairs) + 1), [1.0] * (len(pairs) + 1), np.append(after, t))
+        before = float(values[-1])
+        gains = [relative_gain(before, float(v)) for v in values[:-1]]
+        order = sorted(range(len(pairs)), key=lambda q: (-gains[q], pairs[q]))
+        step = None
+        for q in order:
+            if gains[q] < rules.min_gain:
+                break
+            j, k = pairs[q]
+            node = _room(k, info, objects, outcome, template, admitted, table)
+            if node is not None:
+                step = (j, k, node, gains[q], float(values[q]))
+                break
+        if step is None:
+            break
+        j, k, node, gain, value = step
+        pod, pp = movable[j].pop(0)
+        _apply(pod, pp, j, k, node, gain, before, value, info, objects, observed, outcome, actions, template, table,
+               plan)
+        placed[j] -= 1
+        placed[k] += 1
+        done += 1
+    return done
+
+
+def _room(k: int, info: JobInfo, objects: Objects, outcome: Outcome, template: JobTemplate, admitted: np.ndarray,
+          table: NodeTable) -> int | None:
+    """The node of pool k that takes the job's replacement pod (rule e): the admitted usable node with room for the
+    whole request vector and a slot, most free priced resource first (ties to the lower index); None when none."""
+    pool = objects.pools[k]
+    nodes = pool.usable
+    if nodes.size == 0:
+        return None
+    spec = info.spec
+    vec = table.vector(pod_vector(template, spec, pool.spec.resource, spec.demand))
+    ok = admitted[nodes] & table.fits_many(nodes, vec)
+    if pool.spec.degree_limit is not None:
+        ok &= outcome.walras_count[nodes] < pool.spec.degree_limit
+    c = table.column.get(pool.spec.resource)
+    if pool.spec.capacity is not None and c is not None and pool.members.size:
+        if float(table.used[pool.members, c].sum()) + vec[c] > pool.spec.capacity + 1e-9:
+            return None
+    if not ok.any():
+        return None
+    free = table.free[nodes, c] if c is not None else np.zeros(nodes.size)
+    candidates = np.flatnonzero(ok)
+    best = candidates[np.lexsort((candidates, -free[candidates]))[0]]
+    return int(nodes[best])
+
+
+def _apply(pod: Pod, pp: PodPlan, j: int, k: int, node: int, gain: float, before: float, after: float,
+           info: JobInfo, objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
+           template: JobTemplate, table: NodeTable, plan: Plan) -> None:
+    spec = info.spec
+    key = info.key
+    source, target = objects.pools[j], objects.pools[k]
+    how = f"utility {before:.4g} -> {after:.4g} ({'+inf' if gain == float('inf') else f'+{100 * gain:.1f}%'})"
+    vec = table.vector(pod_vector(template, spec, target.spec.resource, spec.demand))
+    table.add(node, vec)
+    outcome.walras_count[node] += 1
+    taken = observed.names.setdefault(key, set())
+    base = pod_base(spec.name, target.name)
+    counter = 0
+    while f"{base}-{counter}" in taken:
+        counter += 1
+    name = f"{base}-{counter}"
+    taken.add(name)
+    pp.action = "evict"
+    pp.grace = None
+    pp.reason = f"rebalanced from pool {source.name!r} to {target.name!r} (replaced by {name}): {how}"
+    requests = {**spec.resource_text, target.spec.resource: format_quantity(spec.demand)}
+    actions.pods[key].append(PodPlan(spec.namespace, name, spec.name, target.name, table.names[node], requests,
+                                     dict(requests), "create", False,
+                                     f"replaces {pod.name} (rebalanced from pool {source.name!r})"))
+    placed = actions.placed[key]
+    placed[source.name] -= 1
+    if placed[source.name] <= 0:
+        del placed[source.name]
+    placed[target.name] = placed.get(target.name, 0) + 1
+    plan.events.append(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Rebalanced",
+                                 f"Pod {pod.name} moves from pool {source.name!r} to {target.name!r} "
+                                 f"(node {table.names[node]}): {how}."))

@@ -1,0 +1,195 @@
+"""The planner's migration phase (walras.planner.migration): running pods of jobs that opted in move to the pool the
+market now gives them only when every rule holds (gain, minimum run time, cooldown, budgets, room), never for other
+jobs and never without a clock; every plan checked with the shared invariants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from walras.planner import Plan, Snapshot, build_plan
+from walras.planner.invariants import check_plan
+from walras.planner.migration import relative_gain
+from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
+from walras.planner.plan import PlanOptions
+from walras.planner.translate import cluster_from
+
+from tests.test_lifecycle_planner import NOW, pod, pool, status_validator
+
+HOUR = 3600.0
+
+
+def node(name: str, pool_name: str, gpus: str = "4", cpu: str = "32") -> dict:
+    return {"kind": "Node", "metadata": {"name": name, "labels": {"gpu": pool_name}}, "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": gpus, "cpu": cpu},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def job(name: str, migration: dict | None = None, count: int = 2, status: dict | None = None,
+        utility: str = "linear", cpu: str | None = None) -> dict:
+    spec: dict[str, Any] = {"throughput": {"a": 4.0, "b": 1.0}, "utility": {"type": utility},
+                            "replicas": {"count": count},
+                            "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}
+    if migration is not None:
+        spec["migration"] = migration
+    if cpu is not None:
+        spec["resources"] = {"cpu": cpu}
+    obj: dict[str, Any] = {"kind": "FungibleJob", "metadata": {"name": name, "namespace": "ml", "generation": 1},
+                           "spec": spec}
+    if status is not None:
+        obj["status"] = {"observedGeneration": 1, **status}
+    return obj
+
+
+def on_b(owner: str, count: int = 2, started: float | None = NOW - HOUR, cpu: str | None = None) -> list[dict]:
+    pods = [pod(f"{owner}-b-{k}", owner, "b0", pool_name="b", started=started) for k in range(count)]
+    if cpu is not None:
+        for p in pods:
+            p["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu
+    return pods
+
+
+def snapshot(jobs: list[dict], pods: list[dict], a_cpu: str = "32") -> Snapshot:
+    """Pool a (throughput 4) is free; every job's pods run on pool b (throughput 1), where they were placed while
+    a was full."""
+    return Snapshot(nodes=(node("a0", "a", cpu=a_cpu), node("b0", "b", gpus="8")), pools=(pool("a"), pool("b")),
+                    jobs=tuple(jobs), pods=tuple(pods))
+
+
+def plan_of(snap: Snapshot, previous: Plan | None = None, now: float | None = NOW, **options: Any) -> Plan:
+    plan = build_plan(snap, previous, options=PlanOptions(now=now, **options))
+    assert check_plan(cluster_from(snap), plan) == []
+    deleted = {p.name for p in plan.pods if p.action in ("delete", "evict")}
+    kept = {p.name for p in plan.pods if p.action in ("keep", "bind", "resize", "create")}
+    assert not deleted & kept
+    return plan
+
+
+def moves(plan: Plan, owner: str | None = None) -> tuple[list[str], list[tuple[str, str | None]]]:
+    evicted = sorted(p.name for p in plan.pods if p.action == "evict" and owner in (None, p.job))
+    created = sorted((p.pool, p.node) for p in plan.pods if p.action == "create" and owner in (None, p.job))
+    return evicted, created
+
+
+OPT_IN = {"minGain": 0.05, "minRunSeconds": 600, "maxPodsPerCycle": 1, "cooldownSeconds": 600}
+
+
+def test_a_pod_moves_to_the_faster_pool_when_every_rule_holds() -> None:
+    plan = plan_of(snapshot([job("x", OPT_IN)], on_b("x")))
+    assert moves(plan) == (["x-b-0"], [("a", "a0")])
+    evicted = next(p for p in plan.pods if p.action == "evict")
+    assert "from pool 'b' to 'a'" in evicted.reason and "+150.0%" in evicted.reason  # t: 1 -> 2.5
+    assert evicted.grace is None  # the pod's own termination grace period
+    jp = plan.jobs[("ml", "x")]
+    assert jp.replicas == {"a": 1, "b": 1} and jp.throughput == (4.0 + 1.0) / 2
+    assert jp.migrations == 1 and jp.last_migration == NOW
+    assert jp.status()["lastMigrationTime"] == rfc3339(NOW) and [p["name"] for p in jp.status()["pods"]] == [
+        "x-a-0", "x-b-1"]
+    assert [e.reason for e in plan.events if e.reason == "Rebalanced"] == ["Rebalanced"]
+    status_validator().validate(jp.status())
+
+
+def test_after_the_move_the_cooldown_holds_and_the_count_is_not_repeated() -> None:
+    first = plan_of(snapshot([job("x", OPT_IN)], on_b("x")))
+    # the operator evicted x-b-0 (terminating) and created the replacement, which runs now
+    pods = on_b("x")
+    pods[0]["metadata"]["deletionTimestamp"] = rfc3339(NOW + 1)
+    pods.append(pod("x-a-0", "x", "a0", started=NOW + 5))
+    after = snapshot([job("x", OPT_IN)], pods)
+    second = plan_of(after, first, now=NOW + 60)
+    assert moves(second) == ([], []) and second.jobs[("ml", "x")].migrations == 1
+    # the status carries the count when there is no previous plan; after the cooldown the next pod moves
+    status = {"migrations": 1, "lastMigrationTime": rfc3339(NOW)}
+    later = plan_of(snapshot([job("x", OPT_IN, status=status)], pods), now=NOW + 601)
+    assert moves(later) == (["x-b-1"], [("a", "a0")]) and later.jobs[("ml", "x")].migrations == 2
+
+
+def test_no_move_below_the_minimum_gain() -> None:
+    assert relative_gain(1.0, 2.5) == 1.5 and relative_gain(0.0, 1.0) == float("inf")
+    assert moves(plan_of(snapshot([job("x", {**OPT_IN, "minGain": 1.6})], on_b("x")))) == ([], [])
+    assert moves(plan_of(snapshot([job("x", {**OPT_IN, "minGain": 1.4})], on_b("x"))))[0] == ["x-b-0"]
+
+
+def test_no_move_before_the_minimum_run_time_or_without_a_start_time() -> None:
+    assert moves(plan_of(snapshot([job("x", OPT_IN)], on_b("x", started=NOW - 599)))) == ([], [])
+    assert moves(plan_of(snapshot([job("x", OPT_IN)], on_b("x", started=None)))) == ([], [])
+    assert moves(plan_of(snapshot([job("x", OPT_IN)], on_b("x", started=NOW - 600))))[0] == ["x-b-0"]
+
+
+def test_no_move_within_the_cooldown_of_the_previous_move() -> None:
+    recent = {"migrations": 3, "lastMigrationTime": rfc3339(NOW - 599)}
+    plan = plan_of(snapshot([job("x", OPT_IN, status=recent)], on_b("x")))
+    assert moves(plan) == ([], []) and plan.jobs[("ml", "x")].migrations == 3
+    old = {"migrations": 3, "lastMigrationTime": rfc3339(NOW - 601)}
+    assert plan_of(snapshot([job("x", OPT_IN, status=old)], on_b("x"))).jobs[("ml", "x")].migrations == 4
+
+
+def test_per_job_and_per_plan_budgets() -> None:
+    both = plan_of(snapshot([job("x", {**OPT_IN, "maxPodsPerCycle": 2})], on_b("x")))
+    assert moves(both) == (["x-b-0", "x-b-1"], [("a", "a0"), ("a", "a0")])
+    assert len(moves(plan_of(snapshot([job("x", {**OPT_IN, "maxPodsPerCycle": 2})], on_b("x")),
+                             max_migrations=1))[0]) == 1
+    # two jobs of one pod each: the plan's budget of one moves one of them
+    two = snapshot([job("x", OPT_IN, count=1), job("y", OPT_IN, count=1)], on_b("x", 1) + on_b("y", 1))
+    assert len(moves(plan_of(two))[0]) == 2
+    assert len(moves(plan_of(two, max_migrations=1))[0]) == 1
+    assert moves(plan_of(two, max_migrations=0)) == ([], [])
+
+
+def test_no_move_without_room_for_the_whole_request_vector() -> None:
+    """Both jobs are priced into pool a, whose node has GPUs for both but cpu for one replacement only: the first
+    move reserves it, the second finds no room (and nothing is over-committed)."""
+    def two(a_cpu: str) -> Snapshot:
+        jobs = [job(n, OPT_IN, utility="log", cpu="2") for n in ("x", "y")]
+        return snapshot(jobs, on_b("x", cpu="2") + on_b("y", cpu="2"), a_cpu=a_cpu)
+
+    roomy = plan_of(two("4"))
+    assert moves(roomy) == (["x-b-0", "y-b-0"], [("a", "a0"), ("a", "a0")])
+    tight = plan_of(two("3"))
+    assert moves(tight) == (["x-b-0"], [("a", "a0")])
+    assert tight.jobs[("ml", "y")].migrations == 0
+
+
+def test_jobs_without_spec_migration_are_never_moved_and_nothing_moves_without_a_clock() -> None:
+    plan = plan_of(snapshot([job("x"), job("y", OPT_IN)], on_b("x") + on_b("y")), max_migrations=10)
+    assert moves(plan, "x") == ([], []) and moves(plan, "y")[0] == ["y-b-0"]
+    assert all(p.action == "keep" for p in plan.pods if p.job == "x")
+    assert moves(plan_of(snapshot([job("y", OPT_IN)], on_b("y")), now=None)) == ([], [])
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Snapshot, float | None, int]:
+    nodes = [node(f"{p}{k}", p, gpus=draw(st.sampled_from(["2", "4"])), cpu=draw(st.sampled_from(["4", "32"])))
+             for p in ("a", "b") for k in range(draw(st.integers(1, 2)))]
+    jobs, pods = [], []
+    for j in range(draw(st.integers(1, 3))):
+        owner = f"j{j}"
+        migration = draw(st.sampled_from([None, OPT_IN, {**OPT_IN, "maxPodsPerCycle": 3, "minGain": 0.0}]))
+        status = draw(st.sampled_from([None, {"lastMigrationTime": rfc3339(NOW - 100)}]))
+        jobs.append(job(owner, migration, count=draw(st.integers(1, 3)), status=status,
+                        utility=draw(st.sampled_from(["linear", "log"])), cpu=draw(st.sampled_from([None, "2"]))))
+        for q in range(draw(st.integers(0, 3))):
+            where = draw(st.sampled_from([n["metadata"]["name"] for n in nodes]))
+            p = pod(f"{owner}-x-{q}", owner, where, pool_name=where[0],
+                    started=draw(st.sampled_from([None, NOW - 100, NOW - HOUR])))
+            p["metadata"]["labels"] = {LABEL_JOB: owner, LABEL_POOL: where[0], LABEL_MANAGED: "true"}
+            pods.append(p)
+    return (Snapshot(nodes=tuple(nodes), pools=(pool("a"), pool("b")), jobs=tuple(jobs), pods=tuple(pods)),
+            draw(st.sampled_from([None, NOW])), draw(st.integers(0, 3)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(clusters())
+def test_random_clusters_never_over_commit_and_respect_the_budgets(case: tuple[Snapshot, float | None, int]) -> None:
+    snap, now, budget = case
+    plan = plan_of(snap, now=now, max_migrations=budget)  # check_plan and no pod both kept and removed
+    evicted = [p for p in plan.pods if p.action == "evict"]
+    assert len(evicted) <= budget and (now is not None or not evicted)
+    specs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j["spec"] for j in snap.jobs}
+    for jp in plan.jobs.values():
+        mine = [p for p in evicted if p.job == jp.name]
+        rules = specs[jp.key].get("migration")
+        assert not mine or rules is not None
+        assert len(mine) <= (rules or {}).get("maxPodsPerCycle", 0)
+        assert jp.migrations == len(mine)
