@@ -218,7 +218,7 @@ class Controller:
         """The options of the next plan: the churn budgets and the node-loss grace of the operator's settings, and
         the wall clock now."""
         return PlanOptions(max_deletes=self.options.max_deletes, max_migrations=self.options.max_migrations,
-                           now=self.clock())
+                           node_loss_grace=self.options.node_loss_grace, now=self.clock())
 
     async def act(self, plan: Plan, snapshot: Snapshot) -> None:
         pods = {_key(p): p for p in snapshot.pods}
