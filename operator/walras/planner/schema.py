@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -223,6 +224,61 @@ def _program(rule: str) -> Any:
     return env.program(env.compile(rule))
 
 
+#: Outcomes of CEL rules already evaluated, keyed by the rule, the schema node it sits on and the value it saw
+#: (see :func:`_rule_outcome`); cleared when it reaches :data:`RULE_MEMO_SIZE` entries.
+_rule_memo: dict[tuple[str, int, str], tuple[str, Any]] = {}
+RULE_MEMO_SIZE = 65_536
+
+
+def _value_key(value: Any) -> str | None:
+    """A canonical text of a manifest value that tells apart everything a rule can see: key order is irrelevant
+    (maps), ``1``, ``1.0`` and ``true`` differ (JSON writes them differently), strings are quoted. ``None`` for a
+    value JSON cannot write (a YAML timestamp or binary) or with a key that is not a string (JSON would write
+    ``1`` and ``"1"`` alike): such a value is not memoised."""
+    if not _string_keys(value):
+        return None
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def _string_keys(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _string_keys(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_string_keys(v) for v in value)
+    return True
+
+
+def _rule_outcome(rule: str, schema: Mapping[str, Any], value: Any) -> tuple[str, Any]:
+    """``("ok", bool)`` or ``("error", message)`` of ``rule`` at a schema node on ``value``.
+
+    A CEL rule is a pure function of the value at its node (typed by that node's schema), so manifests that repeat a
+    value (every job with the same ``utility`` or ``replicas`` block) pay the interpreter once: the outcome is
+    memoised on ``(rule, schema node, canonical value)``. The schema nodes are the cached CRDs' own dicts, alive for
+    the process, so their ``id`` identifies them."""
+    import celpy
+
+    text = _value_key(value)
+    key = (rule, id(schema), text) if text is not None else None
+    if key is not None:
+        hit = _rule_memo.get(key)
+        if hit is not None:
+            return hit
+    try:
+        result = _program(rule).evaluate({"self": to_cel(schema, value)})
+    except celpy.CELEvalError as exc:
+        outcome: tuple[str, Any] = ("error", exc.args[0])
+    else:
+        outcome = ("error", result.args[0]) if isinstance(result, celpy.CELEvalError) else ("ok", bool(result))
+    if key is not None:
+        if len(_rule_memo) >= RULE_MEMO_SIZE:
+            _rule_memo.clear()
+        _rule_memo[key] = outcome
+    return outcome
+
+
 def to_cel(schema: Mapping[str, Any], value: Any) -> Any:
     """``value`` as a CEL value typed by its schema (``number`` -> double even when written as ``1``)."""
     import celpy
@@ -254,8 +310,6 @@ def to_cel(schema: Mapping[str, Any], value: Any) -> Any:
 
 def _cel_errors(schema: Mapping[str, Any], value: Any, path: tuple[Any, ...],
                 invalid: set[tuple[Any, ...]]) -> list[tuple[tuple[Any, ...], str]]:
-    import celpy
-
     found: list[tuple[tuple[Any, ...], str]] = []
     if any(bad[: len(path)] == path for bad in invalid):
         skip_self = True  # the schema check failed inside this subtree: the server would not run its rules
@@ -265,14 +319,10 @@ def _cel_errors(schema: Mapping[str, Any], value: Any, path: tuple[Any, ...],
         for rule in schema.get("x-kubernetes-validations") or []:
             if "oldSelf" in rule["rule"]:
                 continue  # a transition rule: only evaluated on update, against the stored object
-            try:
-                result = _program(rule["rule"]).evaluate({"self": to_cel(schema, value)})
-            except celpy.CELEvalError as exc:
-                found.append((path, f"rule {rule['rule']!r} could not be evaluated: {exc.args[0]}"))
-                continue
-            if isinstance(result, celpy.CELEvalError):
-                found.append((path, f"rule {rule['rule']!r} could not be evaluated: {result.args[0]}"))
-            elif not bool(result):
+            status, result = _rule_outcome(rule["rule"], schema, value)
+            if status == "error":
+                found.append((path, f"rule {rule['rule']!r} could not be evaluated: {result}"))
+            elif not result:
                 message = rule.get("message") or f"failed rule: {rule['rule']}"
                 found.append((path, f"Invalid value: {_short(value)}: {message}"))
     if isinstance(value, dict):
