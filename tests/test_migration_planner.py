@@ -193,3 +193,11 @@ def test_random_clusters_never_over_commit_and_respect_the_budgets(case: tuple[S
         assert not mine or rules is not None
         assert len(mine) <= (rules or {}).get("maxPodsPerCycle", 0)
         assert jp.migrations == len(mine)
+
+
+def test_a_job_the_lifecycle_holds_is_not_moved() -> None:
+    """In backoff after a failed pod the job is held below its spec: rebalancing waits (it would move otherwise)."""
+    backoff = {"failedPods": 1, "lastFailureTime": rfc3339(NOW - 5)}
+    assert moves(plan_of(snapshot([job("x", OPT_IN, count=3, status=backoff)], on_b("x")))) == ([], [])
+    after = {"failedPods": 1, "lastFailureTime": rfc3339(NOW - 11)}
+    assert moves(plan_of(snapshot([job("x", OPT_IN, count=3, status=after)], on_b("x"))))[0] == ["x-b-0"]

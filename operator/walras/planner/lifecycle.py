@@ -103,6 +103,11 @@ class Lifecycle:
     lost: dict[ObjectKey, int] = field(default_factory=lambda: defaultdict(int))
     now: float | None = None
 
+    @property
+    def held(self) -> frozenset[ObjectKey]:
+        """Jobs whose state holds them below their spec (every state but ``Active``): not to be rebalanced."""
+        return frozenset(key for key, job in self.jobs.items() if job.state != "Active")
+
 
 def _identity(pod: Pod) -> str:
     return pod.uid or pod.name

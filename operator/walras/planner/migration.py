@@ -21,12 +21,13 @@ Each step takes the move with the largest gain (ties to the lower pool indices).
 ``evict`` (the operator goes through the Eviction API, so PodDisruptionBudgets and the pod's termination grace period
 hold) and a ``create`` is planned for its replacement; the placed replicas and a ``Rebalanced`` event follow. The
 evicted pod's room is not counted as free in this plan (it is freed only once the pod is gone). Jobs without
-``spec.migration`` are never moved, and without a clock (``now`` None) nothing moves.
+``spec.migration`` are never moved, nor jobs the lifecycle holds below their spec (completing, in backoff), and
+without a clock (``now`` None) nothing moves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -53,9 +54,10 @@ def relative_gain(before: float, after: float) -> float:
 
 def migrate(objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
             templates: Sequence[JobTemplate], admitted: Sequence[np.ndarray], previous: Plan | None, plan: Plan, *,
-            now: float | None, budget: int) -> dict[ObjectKey, int]:
+            now: float | None, budget: int, held: Collection[ObjectKey] = ()) -> dict[ObjectKey, int]:
     """Plan the moves of the module docstring into ``actions`` (and events into ``plan``); return the pods moved
-    per job."""
+    per job. Jobs in ``held`` (the lifecycle holds them below their spec: completing, in backoff, out of the market)
+    are not moved."""
     moved: dict[ObjectKey, int] = {}
     if now is None or budget <= 0:
         return moved
@@ -65,7 +67,7 @@ def migrate(objects: Objects, observed: Observed, outcome: Outcome, actions: Act
             break
         spec = info.spec
         rules = spec.migration
-        if rules is None or spec.replicas <= 0:
+        if rules is None or spec.replicas <= 0 or info.key in held:
             continue
         old = previous.jobs.get(info.key) if previous is not None else None
         last = [t for t in (info.job.reported.last_migration, old.last_migration if old is not None else None)

@@ -101,7 +101,7 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
                          device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations)
     actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes)
     moved = migrate(objects, observed, outcome, actions, templates, admitted, previous, plan, now=opts.now,
-                    budget=opts.max_migrations)
+                    budget=opts.max_migrations, held=life.held)
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                               market.seconds, market.device, outcome.rounds)
