@@ -4,6 +4,7 @@ backoff and a limit, node loss with a grace period, suspension; every plan check
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 import jsonschema
@@ -268,7 +269,8 @@ def lifecycle_clusters(draw: st.DrawFn) -> tuple[Snapshot, float | None]:
         status = draw(st.sampled_from([None, {"phase": "Complete"}, {"failedPods": 2,
                                                                        "lastFailureTime": rfc3339(NOW - 15)}]))
         jobs.append(job(owner, {"a": 1.0}, count=draw(st.integers(1, 3)), status=status,
-                        suspend=draw(st.booleans()), backoffLimit=draw(st.integers(0, 3))))
+                        suspend=draw(st.booleans()), backoffLimit=draw(st.integers(0, 3)),
+                        utility={"type": draw(st.sampled_from(["linear", "log"]))}))
         for q in range(draw(st.integers(0, 3))):
             phase = draw(st.sampled_from(PHASES))
             where = draw(st.sampled_from(names)) if phase != "Pending" else None
@@ -291,6 +293,7 @@ def test_random_lifecycle_states_never_break_an_invariant(case: tuple[Snapshot, 
             if jp.phase in ("Complete", "Failed", "Suspended"):
                 assert not [p for p in jp.pods if p.action in ("create", "bind")] and jp.allocation == {}
             status_validator().validate(jp.status())
+            json.dumps(jp.status(), allow_nan=False)  # the API server takes JSON: no infinite utility of nothing
     assert {k: j.failures for k, j in first.jobs.items()} == {k: j.failures for k, j in second.jobs.items()}
     # every pod on a gone node is force-deleted
     for p in cluster_from(snap).pods:

@@ -9,6 +9,7 @@ Kubernetes: kopf handlers and HTTP handlers only translate between the API and t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -201,7 +202,7 @@ class JobPlan:
             "throughput": self.throughput,
             "throughputText": _throughput_text(self.throughput, self.throughput_unit),
             "pricedThroughput": self.priced_throughput,
-            "utility": self.utility,
+            **({"utility": self.utility} if math.isfinite(self.utility) else {}),  # log of 0: no value to write
             "cost": self.cost,
             "pricedCost": self.priced_cost,
             "pods": [
