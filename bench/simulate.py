@@ -1,0 +1,413 @@
+"""Load sweep of ``walras simulate`` (issue 21): every policy on the same generated trace at several arrival rates.
+
+Like Gavel's evaluation (Narayanan et al., OSDI 2020, Sec. 7.2: average JCT against the input job rate on a cluster of
+36 K80, 36 P100 and 36 V100 GPUs), on ``k80=9x4,p100=9x4,v100=9x4`` (108 accelerators): for each rate, one trace from
+:func:`walras.simulate.trace.generate` (Gavel's generator: Poisson arrivals, its job types, scale factors and duration
+distribution; seed fixed, the same trace for every policy), each policy of :data:`walras.simulate.policies.POLICIES`
+simulated to the last completion. Reported per rate and policy (all in simulated time, so independent of the machine's
+load; only the wall seconds depend on it):
+
+- average, median and p99 job completion time (JCT = finish - arrival), over every job of the trace;
+- makespan (the last completion);
+- pods moved per job-hour: pods stopped while their job still had work (moved elsewhere or paused by a round),
+  divided by the sum of the jobs' hours in the system (their JCTs);
+- utilisation: accelerators in use, time-averaged over [0, makespan], over all 108;
+- wall seconds of the run and re-plans.
+
+Then one timing run of ``--scale-jobs`` jobs (10,000) on ``--scale-gpus`` accelerators (2,000; three equal pools of
+4-GPU nodes) for the ``walras`` policy, stopped after ``--scale-budget`` wall seconds if it is not done, with a
+profile of the first re-plans (where the time goes).
+
+Writes ``docs/bench/simulate.md`` and the plots in ``docs/bench/simulate/``::
+
+    python -m bench.simulate            # the sweep of the docs
+    python -m bench.simulate --quick    # 2 rates x 24 jobs, a 300-job scale run: a smoke test of the script
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench._machine import machine_line, now_utc
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bench" / "simulate.md"
+PLOTS = ROOT / "docs" / "bench" / "simulate"
+CLUSTER = "k80=9x4,p100=9x4,v100=9x4"
+RATES = (0.5, 1.5, 2.5, 3.5, 4.5)
+JOBS = 160
+SEED = 0
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+@dataclass
+class Row:
+    """One policy on one trace."""
+
+    rate: float
+    policy: str
+    jobs: int
+    finished: int
+    avg_jct_h: float
+    median_jct_h: float
+    p99_jct_h: float
+    makespan_h: float
+    moves_per_job_hour: float
+    migrations: int
+    preemptions: int
+    utilisation: float
+    replans: int
+    wall_s: float
+    decide_s: float
+    violations: int
+    jct_h: np.ndarray
+    notes: list[str]
+
+
+def utilisation(usage: list[tuple[float, np.ndarray]], end: float, capacity: np.ndarray) -> float:
+    """Time-averaged fraction of all accelerators in use over [0, end] (``usage``: a step function)."""
+    if end <= 0 or not usage:
+        return 0.0
+    times = np.array([t for t, _ in usage] + [end])
+    used = np.array([float(u.sum()) for _, u in usage])
+    widths = np.clip(np.diff(np.minimum(times, end)), 0.0, None)
+    return float((used * widths).sum() / (end * float(capacity.sum())))
+
+
+def measure(trace, cluster, policy: str, rate: float) -> Row:  # type: ignore[no-untyped-def]
+    from walras.simulate.engine import EngineOptions, simulate
+
+    run = simulate(trace, cluster, policy, EngineOptions(check=False))
+    jct = run.jct / 3600.0
+    job_hours = float(jct.sum())
+    return Row(
+        rate=rate,
+        policy=policy,
+        jobs=len(trace.jobs),
+        finished=int(run.finished.sum()),
+        avg_jct_h=float(jct.mean()),
+        median_jct_h=float(np.median(jct)),
+        p99_jct_h=float(np.percentile(jct, 99)),
+        makespan_h=run.end / 3600.0,
+        moves_per_job_hour=run.pods_moved / job_hours if job_hours > 0 else 0.0,
+        migrations=run.migrations,
+        preemptions=run.preemptions,
+        utilisation=utilisation(run.usage, run.end, run.capacity),
+        replans=run.replans,
+        wall_s=run.wall_seconds,
+        decide_s=run.decide_seconds,
+        violations=len(run.violations),
+        jct_h=jct,
+        notes=list(run.notes),
+    )
+
+
+def offered_load(trace, capacity: int) -> float:  # type: ignore[no-untyped-def]
+    """Offered load in V100-equivalents: accelerator-hours per hour of arrivals (each job's work at its V100
+    throughput, times its pods), over the cluster's accelerators. Above ~0.5-0.6 the slower K80/P100 make it
+    saturated."""
+    jobs = trace.jobs
+    span = (jobs[-1].arrival - jobs[0].arrival) / 3600.0 if len(jobs) > 1 else 1.0
+    v100 = trace.types.index("v100")
+    hours = sum(j.work / j.throughput[v100] * j.pods for j in jobs if j.throughput[v100] > 0) / 3600.0
+    return hours / span / capacity
+
+
+@dataclass
+class ScaleResult:
+    jobs: int
+    gpus: int
+    rate: float
+    done: bool
+    wall_s: float
+    sim_hours: float
+    finished: int
+    replans: int
+    decide_s: float
+    budget_s: float
+    profile: str
+    load_before: float
+    load_after: float
+
+
+class _Budget(Exception):
+    pass
+
+
+def scale_run(n_jobs: int, gpus: int, rate: float, budget: float, policy: str = "walras") -> ScaleResult:
+    """Time ``policy`` on ``n_jobs`` generated jobs over ``gpus`` accelerators (three equal pools of 4-GPU nodes);
+    stop after ``budget`` wall seconds. The first 20 re-plans run under cProfile (its top functions are reported)."""
+    from walras.simulate.cluster import parse_cluster
+    from walras.simulate.engine import EngineOptions, simulate
+    from walras.simulate.trace import generate
+
+    nodes = gpus // 4
+    per = [nodes // 3 + (1 if k < nodes % 3 else 0) for k in range(3)]
+    cluster = parse_cluster(",".join(f"{t}={c}x4" for t, c in zip(("k80", "p100", "v100"), per, strict=True)))
+    trace = generate(n_jobs, rate, seed=SEED)
+    profiler = cProfile.Profile()
+    seen = {"replans": 0, "now": 0.0, "finished": 0}
+    started = time.perf_counter()
+    before = load()
+
+    def progress(_policy: str, now: float, finished: int, _jobs: int) -> None:
+        seen["replans"] += 1
+        seen["now"], seen["finished"] = now, finished
+        if seen["replans"] == 20:
+            profiler.disable()
+        if time.perf_counter() - started > budget:
+            raise _Budget
+
+    profiler.enable()
+    done = True
+    decide = float("nan")
+    try:
+        run = simulate(trace, cluster, policy, EngineOptions(check=False), progress=progress)
+        decide = run.decide_seconds
+        seen["now"], seen["finished"] = run.end, int(run.finished.sum())
+    except _Budget:
+        done = False
+    finally:
+        profiler.disable()
+    wall = time.perf_counter() - started
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+    lines = [ln for ln in text.getvalue().splitlines() if ln.strip()]
+    return ScaleResult(
+        n_jobs,
+        int(cluster.capacity.sum()),
+        rate,
+        done,
+        wall,
+        seen["now"] / 3600.0,
+        int(seen["finished"]),
+        int(seen["replans"]),
+        decide,
+        budget,
+        "\n".join(lines[:40]),
+        before,
+        load(),
+    )
+
+
+def plots(rows: list[Row], rates: list[float], policies: list[str]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    by = {(r.rate, r.policy): r for r in rows}
+    written = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for p in policies:
+        axes[0].plot(rates, [by[(x, p)].avg_jct_h for x in rates], marker="o", label=p)
+        axes[1].plot(rates, [by[(x, p)].makespan_h for x in rates], marker="o", label=p)
+    axes[0].set(
+        xlabel="arrival rate (jobs/hour)", ylabel="average JCT (hours)", yscale="log", title="Average JCT against load"
+    )
+    axes[1].set(xlabel="arrival rate (jobs/hour)", ylabel="makespan (hours)", title="Makespan against load")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "jct_vs_load.png", dpi=110)
+    plt.close(fig)
+    written.append("jct_vs_load.png")
+    cols = min(3, len(rates))
+    rows_n = (len(rates) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.2 * cols, 3.4 * rows_n), squeeze=False)
+    for k, x in enumerate(rates):
+        ax = axes[k // cols][k % cols]
+        for p in policies:
+            jct = np.sort(by[(x, p)].jct_h)
+            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=p)
+        ax.set(xscale="log", xlabel="JCT (hours)", ylabel="fraction of jobs", title=f"{x:g} jobs/hour")
+    for k in range(len(rates), rows_n * cols):
+        axes[k // cols][k % cols].axis("off")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "jct_cdf.png", dpi=110)
+    plt.close(fig)
+    written.append("jct_cdf.png")
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for p in policies:
+        ax.plot(rates, [by[(x, p)].moves_per_job_hour for x in rates], marker="o", label=p)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set(xlabel="arrival rate (jobs/hour)", ylabel="pods moved per job-hour", title="Churn against load")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "moves_vs_load.png", dpi=110)
+    plt.close(fig)
+    written.append("moves_vs_load.png")
+    return written
+
+
+def verdict(rows: list[Row], rates: list[float], policy: str = "walras-migrate", against: str = "gavel") -> list[str]:
+    by = {(r.rate, r.policy): r for r in rows}
+    out = []
+    for x in rates:
+        w, g = by.get((x, policy)), by.get((x, against))
+        if w is None or g is None:
+            continue
+        jct_ok = w.avg_jct_h <= g.avg_jct_h
+        mk_ok = w.makespan_h < g.makespan_h
+        mv_ok = w.moves_per_job_hour <= 1.0
+        out.append(
+            f"| {x:g} | {w.avg_jct_h:.2f} vs {g.avg_jct_h:.2f} ({'yes' if jct_ok else 'no'}) | "
+            f"{w.makespan_h:.1f} vs {g.makespan_h:.1f} ({'yes' if mk_ok else 'no'}) | "
+            f"{w.moves_per_job_hour:.3f} ({'yes' if mv_ok else 'no'}) |"
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 rates x 24 jobs and a 300-job scale run")
+    parser.add_argument("--jobs", type=int, default=None, help=f"jobs per trace (default {JOBS})")
+    parser.add_argument("--rates", type=float, nargs="+", default=None, help=f"jobs/hour (default {RATES})")
+    parser.add_argument("--policies", nargs="+", default=None, help="default: every policy")
+    parser.add_argument("--scale-jobs", type=int, default=None, help="default 10000 (--quick: 300)")
+    parser.add_argument("--scale-gpus", type=int, default=None, help="default 2000 (--quick: 108)")
+    parser.add_argument(
+        "--scale-rate",
+        type=float,
+        default=None,
+        help="jobs/hour of the scale run (default: 2 jobs/hour per 108 accelerators)",
+    )
+    parser.add_argument("--scale-budget", type=float, default=600.0, help="wall seconds before the scale run stops")
+    parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
+    parser.add_argument("--no-doc", action="store_true", help="print only; do not write docs/bench/simulate*")
+    args = parser.parse_args(argv)
+
+    from walras.simulate.cluster import parse_cluster
+    from walras.simulate.policies import POLICIES
+    from walras.simulate.trace import generate
+
+    rates = list(args.rates or ((1.0, 2.5) if args.quick else RATES))
+    n_jobs = args.jobs or (24 if args.quick else JOBS)
+    policies = list(args.policies or POLICIES)
+    cluster = parse_cluster(CLUSTER)
+    capacity = int(cluster.capacity.sum())
+    command = "python -m bench.simulate" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    load_before = load()
+    started = now_utc()
+    rows: list[Row] = []
+    offered: dict[float, float] = {}
+    for x in rates:
+        trace = generate(n_jobs, x, seed=SEED)
+        offered[x] = offered_load(trace, capacity)
+        for p in policies:
+            row = measure(trace, cluster, p, x)
+            rows.append(row)
+            print(
+                f"rate {x:g} {p:17s} avg {row.avg_jct_h:7.2f} h  median {row.median_jct_h:7.2f}  "
+                f"p99 {row.p99_jct_h:7.2f}  makespan {row.makespan_h:7.1f} h  moves/job-h "
+                f"{row.moves_per_job_hour:.3f}  util {row.utilisation:.2f}  wall {row.wall_s:.1f} s  "
+                f"load {load():.1f}",
+                flush=True,
+            )
+    load_sweep = load()
+
+    scale = None
+    if not args.no_scale:
+        gpus = args.scale_gpus or (108 if args.quick else 2000)
+        scale_rate = args.scale_rate or 2.0 * gpus / 108.0
+        scale = scale_run(args.scale_jobs or (300 if args.quick else 10_000), gpus, scale_rate, args.scale_budget)
+        state = "finished" if scale.done else f"stopped at the {scale.budget_s:.0f} s budget"
+        print(
+            f"scale: {scale.jobs} jobs on {scale.gpus} accelerators, {state}: wall {scale.wall_s:.1f} s, "
+            f"{scale.finished} finished, simulated {scale.sim_hours:.1f} h, {scale.replans} re-plans",
+            flush=True,
+        )
+
+    if args.no_doc:
+        return 0
+    written = plots(rows, rates, policies)
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "## Simulator load sweep (`walras simulate`, issue 21)",
+        "",
+        f"Command: `{command}`. Cluster `{CLUSTER}` ({capacity} accelerators: 36 K80, 36 P100, 36 V100, as Gavel's "
+        f"simulated cluster, OSDI 2020 Sec. 7.2); {n_jobs} jobs per trace generated by "
+        f"`walras.simulate.trace.generate` (Gavel's generator) with seed {SEED}, the same trace for every policy at "
+        "a rate; every job runs to completion (no horizon); engine defaults (60 s coalescing window, 30 s restart "
+        "delay), invariant checks off.",
+        f"Machine: {machine_line('scipy')}; started {started}; load average (1 min) {load_before:.1f} before the "
+        f"sweep and {load_sweep:.1f} after (the machine is shared by other sessions). JCT, makespan, moves and "
+        "utilisation are simulated quantities, independent of the load; only the wall seconds depend on it (one run "
+        "per cell: the simulated numbers are deterministic).",
+        "",
+        "Offered load (V100-equivalent accelerator-hours arriving per hour, over 108 accelerators): "
+        + ", ".join(f"{x:g} jobs/h: {offered[x]:.2f}" for x in rates)
+        + ".",
+        "",
+        "| rate (jobs/h) | policy | avg JCT (h) | median JCT (h) | p99 JCT (h) | makespan (h) | pods moved / job-hour "
+        "| migrations | preemptions | utilisation | re-plans | wall (s) | decide (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.rate:g} | {r.policy} | {r.avg_jct_h:.2f} | {r.median_jct_h:.2f} | {r.p99_jct_h:.2f} | "
+            f"{r.makespan_h:.1f} | {r.moves_per_job_hour:.3f} | {r.migrations} | {r.preemptions} | "
+            f"{r.utilisation:.2f} | {r.replans} | {r.wall_s:.1f} | {r.decide_s:.1f} |"
+        )
+    notes = sorted({n for r in rows for n in r.notes})
+    bad = [r for r in rows if r.finished != r.jobs or r.violations]
+    lines += [""]
+    if notes:
+        lines += ["Engine notes: " + "; ".join(notes) + ".", ""]
+    if bad:
+        lines += [
+            "Runs with unfinished jobs or violations: "
+            + ", ".join(f"{r.policy} at {r.rate:g} ({r.finished}/{r.jobs}, {r.violations})" for r in bad)
+            + ".",
+            "",
+        ]
+    lines += [
+        "Target (issue 21): `walras-migrate` at least as good as `gavel` on average JCT at every load, better on "
+        "makespan, with <= 1 pod move per job-hour. From the table:",
+        "",
+        "| rate (jobs/h) | avg JCT walras-migrate vs gavel (h), <=? | makespan (h), <? | walras-migrate moves/job-h, "
+        "<= 1? |",
+        "| ---: | --- | --- | --- |",
+        *verdict(rows, rates),
+        "",
+        "Plots: " + ", ".join(f"[{w}](simulate/{w})" for w in written) + ".",
+        "",
+    ]
+    if scale is not None:
+        state = "finished" if scale.done else f"did not finish: stopped after the {scale.budget_s:.0f} s budget"
+        lines += [
+            f"### Scale: {scale.jobs:,} jobs on {scale.gpus:,} accelerators, `walras` policy",
+            "",
+            f"One run (`--scale-jobs {scale.jobs} --scale-gpus {scale.gpus} --scale-rate {scale.rate:g}`; three equal "
+            f"pools of 4-GPU nodes; load {scale.load_before:.1f} before, {scale.load_after:.1f} after): {state}; "
+            f"wall {scale.wall_s:.1f} s, {scale.replans} re-plans, {scale.finished:,} jobs finished, "
+            f"{scale.sim_hours:.1f} simulated hours. Target: <= 600 s on 2 cores.",
+            "",
+            "Profile of the first 20 re-plans (cumulative seconds, top entries):",
+            "",
+            "```",
+            scale.profile,
+            "```",
+            "",
+        ]
+    DOC.write_text("\n".join(lines).rstrip() + "\n")
+    print(f"wrote {DOC.relative_to(ROOT)} and {len(written)} plots in {PLOTS.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
