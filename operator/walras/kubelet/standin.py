@@ -252,8 +252,12 @@ class KubeletStandIn:
                     "metadata": {"name": node.name, "namespace": LEASE_NAMESPACE, "ownerReferences": [
                         {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}]},
                     "spec": spec}
-            await self.client.call("POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases",
-                                   body)
+            status, out = await self.client.request(
+                "POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", body)
+            if status == 409:  # created meanwhile (a heartbeat racing the registration): renew that one
+                await self.client.call("PATCH", path, {"spec": spec}, "application/merge-patch+json")
+            elif status >= 300:
+                raise ApiError(status, out)
 
     async def _heartbeat(self) -> None:
         loop = asyncio.get_running_loop()
@@ -262,7 +266,7 @@ class KubeletStandIn:
             await asyncio.sleep(self.lease_interval)
             beat_status = loop.time() - last_status >= self.status_interval
             for node in list(self.nodes.values()):
-                if not node.heartbeats:
+                if not node.heartbeats or not node.uid:  # silent, or not registered yet
                     continue
                 try:
                     await self._renew_lease(node)
