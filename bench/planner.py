@@ -63,7 +63,8 @@ UTILITIES: list[dict[str, Any]] = [
 
 
 def cluster(n_nodes: int, n_pools: int, n_jobs: int, replicas: int, seed: int = 0) -> Snapshot:
-    """A synthetic heterogeneous cluster: equal pools of 4-GPU nodes, jobs usable on 3 random pools each."""
+    """A synthetic heterogeneous cluster: equal pools of 4-GPU nodes, jobs usable on 3 random pools each. Nodes and
+    jobs carry a uid and a resourceVersion, as the API server gives every object."""
     rng = np.random.default_rng(seed)
     nodes = []
     for k in range(n_nodes):
@@ -71,7 +72,8 @@ def cluster(n_nodes: int, n_pools: int, n_jobs: int, replicas: int, seed: int = 
         nodes.append(
             {
                 "kind": "Node",
-                "metadata": {"name": f"node-{k:05d}", "labels": {"pool": f"p{p}"}},
+                "metadata": {"name": f"node-{k:05d}", "labels": {"pool": f"p{p}"}, "uid": f"uid-node-{k:05d}",
+                             "resourceVersion": str(10 + k)},
                 "spec": {},
                 "status": {
                     "allocatable": {"nvidia.com/gpu": "4", "cpu": "32", "memory": "128Gi"},
@@ -109,7 +111,8 @@ def cluster(n_nodes: int, n_pools: int, n_jobs: int, replicas: int, seed: int = 
         jobs.append(
             {
                 "kind": "FungibleJob",
-                "metadata": {"name": f"job-{i:04d}", "namespace": f"team-{i % 10}", "generation": 1},
+                "metadata": {"name": f"job-{i:04d}", "namespace": f"team-{i % 10}", "generation": 1,
+                             "uid": f"uid-job-{i:04d}", "resourceVersion": str(100_000 + i)},
                 "spec": {
                     "throughput": throughput,
                     "utility": UTILITIES[i % len(UTILITIES)],
@@ -154,6 +157,10 @@ def grow_one_job(snapshot: Snapshot, by: int = 2) -> Snapshot:
     spec = dict(first["spec"])
     spec["replicas"] = {"count": spec["replicas"]["count"] + by}
     first["spec"] = spec
+    meta = dict(first["metadata"])  # the API server's write: a new resourceVersion and generation
+    meta["resourceVersion"] = str(int(meta.get("resourceVersion", "0")) + 1_000_000)
+    meta["generation"] = int(meta.get("generation", 1)) + 1
+    first["metadata"] = meta
     jobs[0] = first
     return Snapshot(snapshot.nodes, snapshot.pods, snapshot.pools, tuple(jobs), snapshot.profiles)
 

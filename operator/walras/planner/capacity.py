@@ -105,19 +105,35 @@ def node_table(cluster: Cluster) -> NodeTable:
     for k, node in enumerate(cluster.nodes):
         for name, value in node.allocatable.items():
             alloc[k, column[name]] = value
-    rows, cols, vals = [], [], []
+    # Pods repeat a few request vectors: one vector per distinct request (by identity, then by content), and one
+    # np.add.at over the (pod's node, pod's vector) pairs, in pod order.
+    by_id: dict[int, int] = {}
+    by_items: dict[tuple[tuple[str, float], ...], int] = {}
+    vectors: list[np.ndarray] = []
+    at_nodes: list[int] = []
+    at_vectors: list[int] = []
     for pod in cluster.pods:
         if pod.node is None or pod.terminal:
             continue
         at = index.get(pod.node)
         if at is None:
             continue
-        for name, value in pod.requests.items():
-            rows.append(at)
-            cols.append(column[name])
-            vals.append(value)
+        requests = pod.requests
+        g = by_id.get(id(requests))
+        if g is None:
+            items = tuple(requests.items())
+            g = by_items.get(items)
+            if g is None:
+                g = by_items[items] = len(vectors)
+                vector = np.zeros(len(resources))
+                for name, value in items:
+                    vector[column[name]] = value
+                vectors.append(vector)
+            by_id[id(requests)] = g
+        at_nodes.append(at)
+        at_vectors.append(g)
     used = np.zeros_like(alloc)
-    if rows:
-        np.add.at(used, (np.array(rows), np.array(cols)), np.array(vals))
+    if at_nodes:
+        np.add.at(used, np.array(at_nodes), np.array(vectors)[np.array(at_vectors)])
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     return NodeTable(cluster.nodes, names, index, resources, column, alloc, used, usable)

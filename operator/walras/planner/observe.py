@@ -47,31 +47,36 @@ def observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
         walras_count=np.zeros(len(table.names), dtype=np.int64),
     )
     names: dict[tuple[str, str], set[str]] = defaultdict(set)
+    node_index = table.index
+    pool_of_node = objects.pool_of_node.tolist()
+    usable_pools = [info.pools.tolist() for info in objects.jobs]
+    invalid = objects.invalid_jobs
+    count = [0] * len(table.names)
     for pod in cluster.pods:
         if pod.job is None:
             continue
         key = (pod.namespace, pod.job)
         names[key].add(pod.name)
-        if pod.terminal:
+        if pod.phase in ("Succeeded", "Failed"):  # Pod.terminal
             continue
-        k = table.index.get(pod.node) if pod.node is not None else None
+        k = node_index.get(pod.node) if pod.node is not None else None
         if k is not None:
-            out.walras_count[k] += 1
+            count[k] += 1
         if pod.terminating:
             continue
-        if key in objects.invalid_jobs:
+        if key in invalid:
             out.frozen.append(pod)
             continue
         row = row_of.get(key)
         if row is None:
             out.surplus.append((pod, "its FungibleJob is gone or can run in no pool"))
             continue
-        usable = objects.jobs[row].pools
+        usable = usable_pools[row]
         if pod.node is not None:
             if k is None:
                 out.surplus.append((pod, f"its node {pod.node} is gone"))
                 continue
-            j = int(objects.pool_of_node[k])
+            j = pool_of_node[k]
             if j < 0 or not usable[j]:
                 out.surplus.append((pod, f"its node {pod.node} is in no pool the job can use"))
                 continue
@@ -82,5 +87,6 @@ def observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
                 out.surplus.append((pod, f"its pool {pod.pool!r} is not one the job can use"))
                 continue
             out.pending[row][j].append(pod)
+    out.walras_count = np.array(count, dtype=np.int64)
     out.names = dict(names)
     return out

@@ -78,26 +78,44 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
                                      reason))
 
     pools = objects.pools
+    targets = outcome.target.tolist()
+    done = resizes.done
+    texts: dict[int, dict[str, str]] = {}  # id(pod.requests) -> its text (the pods are alive for the whole call)
     for row, info in enumerate(objects.jobs):
         key = info.key
+        job_name = info.spec.name
+        plans = out.pods[key]
+        placed_here = out.placed[key]
         for j, pool in enumerate(pools):
-            kept = sorted(observed.running[row][j], key=lambda p: p.name)
-            want = int(outcome.target[row, j])
+            running = observed.running[row][j]
+            pending = observed.pending[row][j]
+            if not running and not pending:
+                continue
+            kept = sorted(running, key=lambda p: p.name)
+            want = int(targets[row][j])
             for q, pod in enumerate(kept):
                 if q >= want:
                     delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", True)
                     continue
-                target = resizes.done.get(pod.key)
-                action: PodAction = "resize" if target is not None else "keep"
-                text = _text(pod.requests) if target is None else {}
-                requests = dict(target.requests) if target is not None else text
-                limits = dict(target.limits) if target is not None else dict(text)
-                out.pods[key].append(PodPlan(pod.namespace, pod.name, info.spec.name, pool.name, pod.node, requests,
-                                             limits, action, True, target.reason if target is not None else ""))
-                out.placed[key][pool.name] += 1
+                target = done.get((pod.namespace, pod.name)) if done else None
+                if target is None:
+                    text = texts.get(id(pod.requests))
+                    if text is None:
+                        text = texts[id(pod.requests)] = _text(pod.requests)
+                    plans.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node, dict(text),
+                                         dict(text), "keep", True, ""))
+                else:
+                    plans.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node,
+                                         dict(target.requests), dict(target.limits), "resize", True, target.reason))
+            if min(len(kept), want) > 0:
+                placed_here[pool.name] += min(len(kept), want)
             wanted_pending = max(want - len(kept), 0)
-            for pod in sorted(observed.pending[row][j], key=lambda p: p.name)[wanted_pending:]:
+            for pod in sorted(pending, key=lambda p: p.name)[wanted_pending:]:
                 delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
+        if not plans:
+            del out.pods[key]
+        if not placed_here:
+            del out.placed[key]
     for batch, placed, existing in outcome.batches:
         pool = pools[batch.pool]
         counter: dict[int, int] = defaultdict(int)

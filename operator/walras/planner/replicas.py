@@ -139,3 +139,49 @@ def split_replicas(target: np.ndarray, running: np.ndarray) -> np.ndarray:
         over = np.where(out > 0, out - target, np.iinfo(np.int64).min)
         out[int(np.argmax(over))] -= 1
     return out
+
+
+def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room: np.ndarray, running: np.ndarray,
+                floor: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    """Move rounded-up new replicas out of pools that have no room for them now.
+
+    Rounding each job's row on its own (Hamilton) keeps every row total but not the pool's: with
+    ``sum_i d_i shares_ij <= R_j`` (the market's capacity constraint, 004 Sec. 2.1) the rounded loads can exceed a
+    pool by up to one pod per job rounded up there; and the pods this plan deletes free their room only once they are
+    gone, so new pods can use only the pool's free room now. Placement then finds no node for the excess, and a
+    market round is spent to learn it. The two-sided problem is matrix rounding (Bacharach 1966; Cox and Ernst 1982,
+    controlled rounding); this is its greedy repair. The new pods of pool j cost ``sum_i d_i max(target_ij -
+    running_ij, 0)`` of ``room[j]``; while that exceeds ``room[j]``, the new replica of pool j furthest above its
+    share (``target - shares`` largest, never below ``floor`` nor ``running``, ties to the lower row) is taken back
+    and given to the job's offered pool where it is furthest below its share and that can take it (room for a new
+    pod, or one fewer deletion there), which keeps that entry within one of its share; a replica with no such pool
+    is dropped (the job runs one fewer until room frees). Pools within their room are never touched, so a rounding
+    that fits is returned unchanged. Returns a new integer matrix.
+    """
+    out = np.asarray(target, dtype=np.int64).copy()
+    if out.size == 0:
+        return out
+    shares = np.asarray(shares, dtype=np.float64)
+    demand = np.asarray(demand, dtype=np.float64)
+    room = np.asarray(room, dtype=np.float64)
+    keep = np.maximum(np.asarray(floor, dtype=np.int64), np.asarray(running, dtype=np.int64))
+    load = demand @ np.maximum(out - running, 0)
+    slack = 1e-6 * np.maximum(room, 1.0)
+    columns = np.arange(out.shape[1])
+    for j in np.flatnonzero(load > room + slack).tolist():
+        while load[j] > room[j] + slack[j]:
+            above = np.where((out[:, j] > keep[:, j]) & (demand > 0), out[:, j] - shares[:, j], -np.inf)
+            i = int(np.argmax(above))
+            if not np.isfinite(above[i]):
+                break  # only replicas that exist: nothing to take back
+            out[i, j] -= 1
+            load[j] -= demand[i]
+            below = shares[i] - out[i]  # > 0: one more keeps the entry within one of its share
+            cost = np.where(out[i] >= running[i], demand[i], 0.0)  # a new pod needs room; one fewer deletion not
+            fits = load + cost <= room + slack
+            candidates = np.where(offered[i] & fits & (below > 1e-9) & (columns != j), below, -np.inf)
+            k = int(np.argmax(candidates))
+            if np.isfinite(candidates[k]):
+                out[i, k] += 1
+                load[k] += cost[k]
+    return out

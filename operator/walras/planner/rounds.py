@@ -33,7 +33,7 @@ from walras.planner.model import Plan, PlanEvent
 from walras.planner.objects import Objects
 from walras.planner.observe import Observed
 from walras.planner.placement import Batch, Placed, Warn, place_batch
-from walras.planner.replicas import largest_remainder, largest_remainder_rows, split_replicas
+from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
 
 
 @dataclass
@@ -67,8 +67,10 @@ def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndar
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
     kept replicas use there."""
     out = np.zeros(len(objects.pools))
+    index = table.index
     for j, pool in enumerate(objects.pools):
-        c = table.column.get(pool.spec.resource)
+        resource = pool.spec.resource
+        c = table.column.get(resource)
         if c is None or pool.usable.size == 0:
             continue
         alloc = float(table.alloc[pool.usable, c].sum())
@@ -76,13 +78,30 @@ def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndar
         used = float(table.used[pool.usable, c].sum())
         in_pool = np.zeros(len(table.names), dtype=bool)
         in_pool[pool.usable] = True
+        usable = in_pool.tolist()
         kept = sum(
-            pod.requests.get(pool.spec.resource, 0.0)
+            pod.requests.get(resource, 0.0)
             for row in observed.running
+            if row[j]
             for pod in row[j]
-            if pod.node is not None and in_pool[table.index[pod.node]]
+            if pod.node is not None and usable[index[pod.node]]
         )
         out[j] = max(base - (used - kept), 0.0)
+    return out
+
+
+def _room(objects: Objects, table: NodeTable) -> np.ndarray:
+    """Per pool, the priced resource free now on its usable nodes (within ``spec.capacity`` where set): what new pods
+    of this plan can use (room that this plan's deletions free counts only once they are gone)."""
+    out = np.zeros(len(objects.pools))
+    for j, pool in enumerate(objects.pools):
+        c = table.column.get(pool.spec.resource)
+        if c is None or pool.usable.size == 0:
+            continue
+        free = float(np.maximum(table.alloc[pool.usable, c] - table.used[pool.usable, c], 0.0).sum())
+        if pool.spec.capacity is not None:
+            free = min(free, max(float(pool.spec.capacity) - float(table.used[pool.usable, c].sum()), 0.0))
+        out[j] = free
     return out
 
 
@@ -100,32 +119,42 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
             continue
         slots = np.full(nodes.size, 1 << 30, dtype=np.int64) if pool.spec.degree_limit is None else np.maximum(
             pool.spec.degree_limit - walras_count[nodes], 0)
-        cache: dict[tuple[int, bytes], int] = {}
+        alloc = table.alloc[nodes]
+        # Jobs with the same admitted mask and pod vector have the same answer: one evaluation per distinct pair.
+        cache: dict[tuple[int, bytes], tuple[int, str | None]] = {}
         for i, info in enumerate(objects.jobs):
             if not info.pools[j]:
                 continue
             vec = table.vector(pod_vector(templates[i], info.spec, pool.spec.resource, info.spec.demand))
-            ok = admitted[i][nodes]
             key = (id(admitted[i]), vec.tobytes())
-            if key not in cache:
-                cache[key] = int(np.minimum(table.fit_count(vec, nodes), slots)[ok].sum())
-            out[i, j] = cache[key]
-            if not ok.any():
-                never[(i, j)] = "NoEligibleNode"
-            elif not np.any(np.all(table.alloc[nodes[ok]] + 1e-9 >= vec, axis=1)):
-                never[(i, j)] = "TooLarge"
+            hit = cache.get(key)
+            if hit is None:
+                ok = admitted[i][nodes]
+                why: str | None = None
+                if not ok.any():
+                    why = "NoEligibleNode"
+                elif not np.any(np.all(alloc[ok] + 1e-9 >= vec, axis=1)):
+                    why = "TooLarge"
+                hit = cache[key] = (int(np.minimum(table.fit_count(vec, nodes), slots)[ok].sum()), why)
+            out[i, j] = hit[0]
+            if hit[1] is not None:
+                never[(i, j)] = hit[1]
     return out, never
 
 
 def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarray,
-                    elastic: np.ndarray, low: np.ndarray, fair_elastic: np.ndarray) -> np.ndarray:
+                    elastic: np.ndarray, low: np.ndarray, fair_elastic: np.ndarray,
+                    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Integral replicas per job and pool from the market's fractional replicas ``shares = N_i x_ij``.
 
     The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor or
     the ceiling of the sum (hysteresis: a total on a rounding boundary does not flip between plans). An elastic job
     below its minimum gets none (its pods are a gang), except in fair pools, where the fair mechanism decides and what
     exists stays. The row is split by largest remainder and then reconciled with what exists
-    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows.
+    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
+    ``(demand per replica, free room per pool, running (n, m), offered (n, m))``, new replicas that rounding put in a
+    pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
+    existing pods always stay).
     """
     n = shares.shape[0]
     total_share = shares.sum(axis=1)
@@ -142,6 +171,9 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     for i in range(n):
         if have[i] and not np.array_equal(target[i], existing[i]):
             target[i] = split_replicas(target[i], existing[i])
+    if columns is not None:
+        demand, room, running, offered = columns
+        target = fit_columns(target, shares, demand, room, running, np.minimum(existing, target), offered)
     return target
 
 
@@ -167,6 +199,7 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
         blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
     D = np.repeat((np.maximum(replicas, 1) * per_replica)[:, None], m, axis=1) if n else np.zeros((0, m))
     R = _sellable(objects, observed, table)
+    room = _room(objects, table)
     elastic = np.array([info.spec.elastic for info in jobs], dtype=bool)
     low = np.array([info.spec.min_replicas for info in jobs], dtype=np.int64)
     fair_pool = np.array([p.spec.policy == "fair" for p in objects.pools], dtype=bool)
@@ -187,19 +220,25 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
         X[active] = market.allocation
         fair_share = elastic[:, None] & fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (existing > 0))
         fair_elastic = fair_share.any(axis=1)
-        target = replica_targets(replicas[:, None] * X, replicas, existing, elastic, low, fair_elastic)
+        target = replica_targets(replicas[:, None] * X, replicas, existing, elastic, low, fair_elastic,
+                                 (per_replica, room, running, A_eff > 0))
         work = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
                          table.used.copy(), table.usable)
         count = observed.walras_count.copy()
         batches = []
         short = np.zeros((n, m), dtype=np.int64)
         reasons: dict[tuple[int, int], str] = {}
+        wants = target - running
+        granted_all = fair_elastic[:, None] & fair_share
         for j, pool in enumerate(objects.pools):
             rows: list[int] = []
             optional: list[bool] = []
             pods: list[Pod | None] = []
-            for i in range(n):
-                want = int(target[i, j] - running[i, j])
+            # Only rows that want pods here or may be granted some contribute to the batch.
+            candidates = np.flatnonzero((wants[:, j] > 0) | granted_all[:, j]).tolist() if n else []
+            want_j = wants[:, j].tolist() if n else []
+            for i in candidates:
+                want = int(want_j[i])
                 for q, pod in enumerate(observed.pending[i][j]):
                     if q < want:
                         rows.append(i)
@@ -207,7 +246,7 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
                         pods.append(pod)
                 new = max(want - len(observed.pending[i][j]), 0)
                 offer = 0
-                granted = bool(fair_elastic[i] and fair_share[i, j])
+                granted = bool(granted_all[i, j])
                 if granted:  # the fair mechanism decides how many of an elastic job's new pods it takes (002)
                     offer = _offer(replicas[i] - int(target[i].sum()), fair_share[i], X[i], existing[i], j)
                 rows.extend([i] * (new + offer))
@@ -217,8 +256,8 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
             placed = place_batch(batch, pool, jobs, templates, A_eff, admitted, work, count, plan.pools[pool.name],
                                  previous, warn, memoise=True)
             batches.append((batch, placed, pods))
-            for q, i in enumerate(rows):
-                if placed.node[q] < 0 and not optional[q]:
+            for q, (i, k) in enumerate(zip(rows, placed.node.tolist(), strict=True)):
+                if k < 0 and not optional[q]:
                     short[i, j] += 1
                     reasons[(i, j)] = placed.why[q] or reasons.get((i, j), "")
         below_min = _gang(objects, templates, batches, running, work, count)

@@ -5,16 +5,20 @@ field that cannot be read counts as absent (a quantity that does not parse is 0,
 refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails validation becomes an object with
 ``spec=None`` and ``error`` saying why, so that one bad object never stops the others.
 
-Pods are memoised by ``(metadata.uid, metadata.resourceVersion)``: the API server changes the resourceVersion on every
-write, so the same pair means the same content, and the operator's next plan reuses the translation.
+Pods, nodes and FungibleJobs are memoised by ``(metadata.uid, metadata.resourceVersion)``: the API server changes the
+resourceVersion on every write, so the same pair means the same content, and the operator's next plan reuses the
+translation (the kube-scheduler snapshot's incremental update, Kueue's cache/snapshot split). One memo mapping holds
+all three kinds: a pod's key is ``(uid, resourceVersion)`` as it always was, a node's and a job's carry the kind in
+front of the uid (``("Node/<uid>", rv)``, ``("FungibleJob/<uid>", rv)``), so no key of one kind can meet another's.
+An object without a uid or a resourceVersion (a manifest file) is translated every time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from walras.planner.cluster import (
     DEFAULT_MAX_PODS,
@@ -36,7 +40,11 @@ from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, Snapshot
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
-PodMemo = MutableMapping[tuple[str, str], Pod]
+T = TypeVar("T", Pod, Node, Job)
+
+PodMemo = MutableMapping[tuple[str, str], Any]
+"""The translations of one plan by memo key (see the module docstring): values are :class:`Pod`, :class:`Node` or
+:class:`Job` according to the key."""
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -263,37 +271,70 @@ def profile_from(obj: Mapping[str, Any]) -> Profile:
         return Profile(name, _generation(obj), None, str(exc))
 
 
-def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Pod] | None = None,
+def _ident(obj: Mapping[str, Any], kind: str) -> tuple[str, str] | None:
+    """The memo key of ``obj`` (``kind`` is "" for pods), or None when it lacks a uid or a resourceVersion."""
+    meta = obj.get("metadata")
+    if type(meta) is not dict:  # the common case without an ABC isinstance check
+        meta = _meta(obj)
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    if not uid or not rv:
+        return None
+    return (f"{kind}/{uid}" if kind else str(uid), str(rv))
+
+
+def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
+              expected: type[T], memo: Mapping[tuple[str, str], Any], out: PodMemo | None) -> list[T]:
+    """``translate`` over ``objs`` (None results dropped), reusing ``memo``'s translation of an object whose memo key
+    is there and recording this call's in ``out``."""
+    result: list[T] = []
+    for obj in objs:
+        ident = _ident(obj, kind)
+        item = memo.get(ident) if ident is not None else None
+        if not isinstance(item, expected):
+            item = translate(obj)
+            if item is None:
+                continue
+        if ident is not None and out is not None:
+            out[ident] = item
+        result.append(item)
+    return result
+
+
+def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
               out: PodMemo | None = None) -> list[Pod]:
     """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
     translations by (uid, resourceVersion) and records this call's in ``out``."""
-    memo = memo or {}
-    pods = []
-    for obj in objs:
-        meta = _meta(obj)
-        uid, rv = meta.get("uid"), meta.get("resourceVersion")
-        ident = (str(uid), str(rv)) if uid and rv else None
-        pod = memo.get(ident) if ident is not None else None
-        if pod is None:
-            pod = pod_from(obj)
-            if pod is None:
-                continue
-        if ident is not None and out is not None:
-            out[ident] = pod
-        pods.append(pod)
+    pods = _memoised(objs, "", pod_from, Pod, memo or {}, out)
     pods.sort(key=lambda p: (p.namespace, p.name))
     return pods
 
 
-def cluster_from(snapshot: Snapshot, memo: Mapping[tuple[str, str], Pod] | None = None,
+def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
+               out: PodMemo | None = None) -> list[Node]:
+    """Nodes in name order; reuses ``memo``'s translations by (uid, resourceVersion) and records this call's in
+    ``out``."""
+    nodes = _memoised(objs, "Node", node_from, Node, memo or {}, out)
+    nodes.sort(key=lambda n: n.name)
+    return nodes
+
+
+def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
+              out: PodMemo | None = None) -> list[Job]:
+    """FungibleJobs in (namespace, name) order; reuses ``memo``'s translations by (uid, resourceVersion) and records
+    this call's in ``out``."""
+    jobs = _memoised(objs, "FungibleJob", job_from, Job, memo or {}, out)
+    jobs.sort(key=lambda j: (j.namespace, j.name))
+    return jobs
+
+
+def cluster_from(snapshot: Snapshot, memo: Mapping[tuple[str, str], Any] | None = None,
                  out: PodMemo | None = None) -> Cluster:
-    """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring)."""
-    nodes = sorted((n for n in map(node_from, snapshot.nodes) if n is not None), key=lambda n: n.name)
-    jobs = sorted(map(job_from, snapshot.jobs), key=lambda j: (j.namespace, j.name))
+    """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring): pods, nodes and
+    jobs reuse ``memo``'s translations (the previous plan's) and this call's are recorded in ``out``."""
     return Cluster(
-        nodes=tuple(nodes),
+        nodes=tuple(nodes_from(snapshot.nodes, memo, out)),
         pods=tuple(pods_from(snapshot.pods, memo, out)),
         pools=tuple(sorted(map(pool_from, snapshot.pools), key=lambda p: p.name)),
-        jobs=tuple(jobs),
+        jobs=tuple(jobs_from(snapshot.jobs, memo, out)),
         profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
     )
