@@ -147,6 +147,7 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
         by_job[key].append(pod)
         pods.append(pod)
     jobs: list[Job] = []
+    changed = bool(out.lost)
     for job in cluster.jobs:
         spec = job.spec
         if spec is None:
@@ -164,8 +165,10 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
             effective = dataclasses.replace(spec, replicas=life.replicas,
                                             min_replicas=min(spec.min_replicas, life.replicas))
             job = dataclasses.replace(job, spec=effective)
+            changed = True
         jobs.append(job)
-    out.cluster = dataclasses.replace(cluster, pods=tuple(pods), jobs=tuple(jobs))
+    if changed:
+        out.cluster = dataclasses.replace(cluster, pods=tuple(pods), jobs=tuple(jobs))
     return out
 
 
