@@ -1,0 +1,113 @@
+"""``walras simulate``: run a trace of jobs over a virtual cluster under several scheduling policies and compare them.
+
+The trace is a CSV file (``--trace``; columns ``arrival,job_type,work,pods``) or generated as Gavel does
+(``--generate --jobs N --rate R --seed S``); the cluster is ``TYPE=NODESxGPUS,...``. Writes ``report.md``,
+``report.json`` and the plots into ``-o DIR`` and prints the table. See ``docs/simulate.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from walras.cli.errors import UsageError
+
+HELP = "simulate a trace of jobs over time and compare scheduling policies"
+DEFAULT_CLUSTER = "k80=8x4,p100=8x4,v100=8x4"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``walras simulate`` and its options."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate", help=HELP,
+        description="Discrete-event simulation of a job trace on a virtual GPU cluster, driving the planner "
+                    "(walras.planner.build_plan) and baseline policies; writes a report with JCT, makespan, "
+                    "utilisation, moves, fairness and prices.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="FILE", help="CSV trace (columns arrival,job_type,work,pods)")
+    source.add_argument("--generate", action="store_true", help="generate a trace as Gavel does")
+    parser.add_argument("--jobs", type=int, default=100, help="jobs to generate (default 100)")
+    parser.add_argument("--rate", type=float, default=10.0, help="arrivals per hour when generating (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated trace (default 0)")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                        help=f"pools as TYPE=NODESxGPUS,... (default {DEFAULT_CLUSTER})")
+    parser.add_argument("--policies", default=None,
+                        help="comma-separated policies (default: fifo,kueue,gavel,walras,walras-migrate,"
+                             "walras-timeslice)")
+    parser.add_argument("-o", "--output", default="simulation", metavar="DIR",
+                        help="directory for report.md, report.json and the plots (default ./simulation)")
+    parser.add_argument("--window", type=float, default=60.0,
+                        help="seconds within which events share one re-plan (default 60)")
+    parser.add_argument("--restart-delay", type=float, default=30.0,
+                        help="seconds without progress after a job's pods move or it resumes (default 30)")
+    parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                        help="check the planner's invariants after every re-plan (default on)")
+    parser.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
+                        help="write the PNG plots (default on)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="report each policy's progress on stderr (default: when stderr is a terminal)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate every chosen policy on the trace; write the report; exit 0, or 1 when an invariant was violated."""
+    from walras.simulate.cluster import parse_cluster
+    from walras.simulate.engine import EngineOptions, simulate
+    from walras.simulate.policies import POLICIES
+    from walras.simulate.report import write_report
+    from walras.simulate.trace import generate, read_csv
+
+    try:
+        cluster = parse_cluster(args.cluster)
+    except ValueError as exc:
+        raise UsageError(f"--cluster: {exc}") from None
+    names = POLICIES if args.policies is None else tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise UsageError(f"--policies: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                         f"{', '.join(POLICIES)}")
+    if len(set(names)) != len(names):
+        raise UsageError("--policies names a policy twice")
+    for flag, value in (("--window", args.window), ("--restart-delay", args.restart_delay)):
+        if not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a number of seconds >= 0, got {value}")
+    try:
+        if args.trace is not None:
+            if not Path(args.trace).is_file():
+                raise UsageError(f"--trace: {args.trace}: no such file")
+            trace = read_csv(args.trace)
+        else:
+            trace = generate(args.jobs, args.rate, args.seed)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(str(exc)) from None
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check)
+
+    def report(policy: str, now: float, finished: int, total: int) -> None:
+        print(f"\r{policy}: t={now / 3600:.2f} h, {finished}/{total} jobs finished", end="", file=sys.stderr,
+              flush=True)
+
+    runs = []
+    try:
+        for name in names:
+            runs.append(simulate(trace, cluster, name, options, progress=report if show else None))
+            if show:
+                print(file=sys.stderr)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.output)
+    meta = {"trace": trace.source, "jobs": len(trace.jobs), "cluster": args.cluster,
+            "accelerators": int(cluster.capacity.sum()), "window": args.window,
+            "restart_delay": args.restart_delay, "policies": list(names)}
+    summaries = write_report(runs, trace.throughput_matrix(cluster.types), out,
+                             title=f"walras simulate: {trace.source} on {args.cluster}", meta=meta,
+                             plots=args.plots)
+    print((out / "report.md").read_text(), end="")
+    bad = [s.policy for s in summaries if s.violations]
+    if bad:
+        print(f"walras simulate: invariant violations under {', '.join(bad)} (see report.json)", file=sys.stderr)
+        return 1
+    return 0

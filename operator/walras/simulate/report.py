@@ -1,0 +1,215 @@
+"""Metrics of simulated runs, as a markdown table, JSON and plots.
+
+Per policy, over the finished jobs (JCT = finish - arrival):
+
+* average, median and p99 JCT (hours; p99 by linear interpolation, ``numpy.percentile``);
+* makespan: the last finish time (hours from the trace's start);
+* utilisation per pool: accelerator-seconds held by pods / (accelerators x makespan);
+* pods moved per job-hour: pods stopped while their job still had work (moved by a re-plan, or paused by a round),
+  over the hours jobs spent in the system (arrival to finish, summed over jobs);
+* finish-time fairness (Themis, NSDI 2020; Gavel Sec. 4.2): ``rho_i = JCT_i / T_i``, where ``T_i`` is the time the job
+  would take alone on an equal share of the cluster: ``T_i = work_i / (throughput_i . Xeq_i)`` with Gavel's equal
+  share ``Xeq`` (:func:`walras.simulate.gavel.equal_share`) for ``n_i`` jobs, ``n_i`` the time-averaged number of jobs
+  in the system while job i was (at least 1). ``rho_i <= 1``: the job did at least as well as under its equal share.
+  Reported: mean, max, and the fraction of jobs with ``rho > 1``;
+* prices (the market policies): per pool, at each re-plan that priced.
+
+Plots (matplotlib, Agg backend, imported only when plots are written): ``jct_cdf.png`` (JCT CDF per policy),
+``utilisation.png`` (accelerators in use over time, per policy), ``prices.png`` (price per pool over time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from walras.simulate.engine import PolicyRun
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One policy's metrics (module docstring); times in hours."""
+
+    policy: str
+    jobs: int
+    finished: int
+    avg_jct: float
+    median_jct: float
+    p99_jct: float
+    makespan: float
+    utilisation: dict[str, float]
+    pods_moved: int
+    moves_per_job_hour: float
+    rho_mean: float
+    rho_max: float
+    rho_unfair: float
+    replans: int
+    decide_seconds: float
+    wall_seconds: float
+    violations: int
+    final_prices: dict[str, float] | None
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in self.__dict__.items() if k != "notes"} | {"notes": list(self.notes)}
+
+
+def _step_integral(points: list[tuple[float, Any]], end: float) -> tuple[np.ndarray, np.ndarray]:
+    """Times and cumulative integrals of a right-continuous step function given as (time, value) changes."""
+    times = np.array([t for t, _ in points] + [end], dtype=np.float64)
+    values = np.array([np.asarray(v, dtype=np.float64) for _, v in points])
+    widths = np.clip(np.diff(times), 0.0, None)
+    cumulative = np.concatenate([np.zeros((1, *values.shape[1:])), np.cumsum(values * widths.reshape(
+        (-1,) + (1,) * (values.ndim - 1)), axis=0)])
+    return times, cumulative
+
+
+def equal_rows(scale: np.ndarray, capacity: np.ndarray, n_jobs: np.ndarray) -> np.ndarray:
+    """Gavel's equal share (:func:`walras.simulate.gavel.equal_share`) with a number of jobs per row:
+    ``Xeq[i, j] = (capacity[j] / C) * min(1, C / (n_i * scale[i]))``."""
+    total = float(capacity.sum())
+    share = np.minimum(1.0, total / (np.asarray(n_jobs, dtype=np.float64) * scale))
+    return share[:, None] * (capacity / total)[None, :]
+
+
+def fairness(run: PolicyRun, throughput: np.ndarray) -> np.ndarray:
+    """``rho_i`` of every finished job (module docstring), in job order."""
+    done = np.flatnonzero(run.finished)
+    if done.size == 0:
+        return np.zeros(0)
+    times, cum = _step_integral([(t, c) for t, c in run.active], run.end)
+    start, stop = run.arrival[done], run.finish[done]
+    mean_n = np.maximum(1.0, (np.interp(stop, times, cum) - np.interp(start, times, cum))
+                        / np.maximum(stop - start, 1e-12))
+    cap = run.capacity.astype(np.float64)
+    xeq = equal_rows(run.pods[done], cap, mean_n)
+    rate = (throughput[done] * xeq).sum(axis=1)
+    isolated = run.work[done] / np.where(rate > 0, rate, np.nan)
+    return (stop - start) / isolated
+
+
+def summarise(run: PolicyRun, throughput: np.ndarray) -> Summary:
+    """The metrics of ``run``; ``throughput`` is the trace's (n, m) matrix over the cluster's types."""
+    jct = run.jct / 3600.0
+    finished = run.finished
+    makespan_s = float(np.nanmax(run.finish)) if finished.any() else run.end
+    times, cum = _step_integral(run.usage, max(run.end, makespan_s))
+    held = np.array([np.interp(makespan_s, times, cum[:, j]) for j in range(len(run.types))])
+    utilisation = {t: float(held[j] / (run.capacity[j] * makespan_s)) if makespan_s > 0 else 0.0
+                   for j, t in enumerate(run.types)}
+    in_system = np.where(finished, run.finish, run.end) - run.arrival
+    job_hours = float(np.clip(in_system, 0.0, None).sum()) / 3600.0
+    rho = fairness(run, throughput)
+    nan = float("nan")
+    return Summary(
+        policy=run.policy, jobs=len(run.arrival), finished=int(finished.sum()),
+        avg_jct=float(jct.mean()) if jct.size else nan, median_jct=float(np.median(jct)) if jct.size else nan,
+        p99_jct=float(np.percentile(jct, 99)) if jct.size else nan, makespan=makespan_s / 3600.0,
+        utilisation=utilisation, pods_moved=run.pods_moved,
+        moves_per_job_hour=run.pods_moved / job_hours if job_hours > 0 else 0.0,
+        rho_mean=float(np.mean(rho)) if rho.size else nan, rho_max=float(np.max(rho)) if rho.size else nan,
+        rho_unfair=float(np.mean(rho > 1.0)) if rho.size else nan, replans=run.replans,
+        decide_seconds=run.decide_seconds, wall_seconds=run.wall_seconds, violations=len(run.violations),
+        final_prices=dict(run.prices[-1][1]) if run.prices else None, notes=tuple(run.notes))
+
+
+def markdown(summaries: list[Summary], title: str) -> str:
+    """The comparison table (one row per policy) with the utilisation and price columns per pool."""
+    types = list(summaries[0].utilisation) if summaries else []
+    head = (["policy", "finished", "avg JCT (h)", "median JCT (h)", "p99 JCT (h)", "makespan (h)"]
+            + [f"util {t}" for t in types]
+            + ["pods moved", "moves/job-h", "rho mean", "rho max", "rho>1", "re-plans", "sim s", "violations"])
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        row = ([s.policy, f"{s.finished}/{s.jobs}", f"{s.avg_jct:.3f}", f"{s.median_jct:.3f}", f"{s.p99_jct:.3f}",
+                f"{s.makespan:.3f}"] + [f"{100 * s.utilisation[t]:.1f}%" for t in types]
+               + [str(s.pods_moved), f"{s.moves_per_job_hour:.3f}", f"{s.rho_mean:.3f}", f"{s.rho_max:.3f}",
+                  f"{100 * s.rho_unfair:.0f}%", str(s.replans), f"{s.wall_seconds:.1f}", str(s.violations)])
+        lines.append("| " + " | ".join(row) + " |")
+    notes = [f"- {s.policy}: {note}" for s in summaries for note in s.notes]
+    priced = [s for s in summaries if s.final_prices]
+    if priced:
+        lines += ["", "Last prices: " + "; ".join(
+            f"{s.policy} " + ", ".join(f"{k}={v:.4g}" for k, v in sorted((s.final_prices or {}).items()))
+            for s in priced)]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(runs: list[PolicyRun], throughput: np.ndarray, out: Path, *, title: str,
+                 meta: dict[str, Any], plots: bool = True) -> list[Summary]:
+    """Write ``report.md``, ``report.json`` and (``plots``) the PNGs into ``out``; return the summaries."""
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = [summarise(r, throughput) for r in runs]
+    (out / "report.md").write_text(markdown(summaries, title))
+    body = {"meta": meta, "policies": [s.to_dict() for s in summaries],
+            "prices": {r.policy: [{"time": t, **p} for t, p in r.prices] for r in runs if r.prices},
+            "violations": {r.policy: r.violations[:100] for r in runs if r.violations}}
+    (out / "report.json").write_text(json.dumps(body, indent=1, allow_nan=False, default=_json_default))
+    if plots:
+        write_plots(runs, out)
+    return summaries
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def write_plots(runs: list[PolicyRun], out: Path) -> list[Path]:
+    """``jct_cdf.png``, ``utilisation.png`` and (when a policy priced) ``prices.png`` in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        jct = np.sort(run.jct) / 3600.0
+        if jct.size:
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=run.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h)")
+    ax.set_ylabel("fraction of jobs")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    paths.append(out / "jct_cdf.png")
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        t = np.array([u[0] for u in run.usage]) / 3600.0
+        used = np.array([u[1].sum() for u in run.usage]) / max(int(run.capacity.sum()), 1)
+        ax.step(t, used, where="post", label=run.policy)
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("accelerators in use (fraction)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    paths.append(out / "utilisation.png")
+    fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+    priced = [r for r in runs if r.prices]
+    if priced:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for run in priced:
+            t = np.array([p[0] for p in run.prices]) / 3600.0
+            for pool in sorted(run.prices[0][1]):
+                ax.step(t, [p[1].get(pool, np.nan) for p in run.prices], where="post", label=f"{run.policy} {pool}")
+        ax.set_xlabel("time (h)")
+        ax.set_ylabel("price")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        paths.append(out / "prices.png")
+        fig.savefig(paths[-1], dpi=110, bbox_inches="tight")
+        plt.close(fig)
+    return paths

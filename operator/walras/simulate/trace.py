@@ -1,0 +1,154 @@
+"""Traces of jobs for the simulator: generated as Gavel generates them, or read from a CSV file.
+
+A job has an arrival time (seconds from the start of the trace), a job type of Gavel's measured table
+(:func:`allocator.datasets.gavel_throughputs`; Narayanan et al., OSDI 2020), a number of pods (Gavel's scale factor:
+one accelerator per pod) and an amount of work (iterations). Its throughput on accelerator type ``j`` with all its
+pods is the table's measurement for that type and scale factor.
+
+The generator follows Gavel's simulator (``scheduler/utils.py``, ``generate_job``): Poisson arrivals at ``rate`` jobs
+per hour; a model/batch-size template drawn uniformly from the 26 single-GPU rows; a scale factor of 1, 2, 4 or 8 with
+probabilities 0.7, 0.1, 0.15, 0.05 (its "Philly" distribution; a template without a multi-GPU measurement keeps 1);
+a duration of ``10**x`` minutes with ``x`` uniform in [1.5, 3] with probability 0.8, else in [3, 4]; and work = the
+duration x the job's throughput on the reference type (V100), so that the duration is what the job takes alone on
+V100s.
+
+CSV files have a header with the columns ``arrival,job_type,work,pods`` (any order, extra columns ignored):
+``arrival`` in seconds, ``job_type`` a name of the table (``ResNet-18 (batch size 16)``), ``work`` in iterations,
+``pods`` the scale factor (a row of the table must exist for that name and scale factor).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from allocator.datasets import GAVEL_GPU_TYPES, gavel_throughputs
+
+#: Scale factors of Gavel's generator and their probabilities.
+SCALE_FACTORS = (1, 2, 4, 8)
+SCALE_PROBABILITIES = (0.7, 0.1, 0.15, 0.05)
+REFERENCE_TYPE = "v100"
+COLUMNS = ("arrival", "job_type", "work", "pods")
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job: ``throughput[j]`` (iterations/s with all ``pods`` pods on type ``Trace.types[j]``; 0 where it does
+    not run)."""
+
+    id: int
+    arrival: float
+    job_type: str
+    pods: int
+    work: float
+    throughput: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Jobs in arrival order (ties by id), the accelerator types their throughputs refer to, and where they came
+    from."""
+
+    jobs: tuple[TraceJob, ...]
+    types: tuple[str, ...]
+    source: str
+
+    def throughput_matrix(self, types: tuple[str, ...]) -> np.ndarray:
+        """(n, m) throughput of every job on each of ``types`` (0 for a type the trace has no measurement of)."""
+        cols = [self.types.index(t) if t in self.types else -1 for t in types]
+        raw = np.array([job.throughput for job in self.jobs], dtype=np.float64).reshape(len(self.jobs), -1)
+        out = np.zeros((len(self.jobs), len(types)))
+        for j, c in enumerate(cols):
+            if c >= 0:
+                out[:, j] = raw[:, c]
+        return out
+
+
+def _table() -> tuple[dict[tuple[str, int], np.ndarray], list[str]]:
+    """``(job type name, scale factor) -> throughput row`` for every fully measured row, and the single-GPU names."""
+    table = gavel_throughputs()
+    rows: dict[tuple[str, int], np.ndarray] = {}
+    singles: list[str] = []
+    for i, name in enumerate(table.job_types):
+        row = table.throughput[i]
+        if not np.all(np.isfinite(row)) or not np.any(row > 0):
+            continue
+        scale = int(table.scale_factors[i])
+        rows[(name, scale)] = np.maximum(row, 0.0)
+        if scale == 1:
+            singles.append(name)
+    return rows, singles
+
+
+def generate(n_jobs: int, rate: float, seed: int = 0) -> Trace:
+    """``n_jobs`` jobs as Gavel's generator draws them (module docstring), arrivals Poisson at ``rate`` jobs/hour,
+    the first at time 0; deterministic in ``seed``."""
+    if n_jobs < 0:
+        raise ValueError(f"the number of jobs must be >= 0, got {n_jobs}")
+    if not (rate > 0 and math.isfinite(rate)):
+        raise ValueError(f"the arrival rate must be a positive number of jobs per hour, got {rate}")
+    rows, singles = _table()
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(3600.0 / rate, size=n_jobs)
+    arrivals = np.concatenate([[0.0], np.cumsum(gaps[1:])]) if n_jobs else np.zeros(0)
+    ref = GAVEL_GPU_TYPES.index(REFERENCE_TYPE)
+    jobs = []
+    for k in range(n_jobs):
+        name = singles[int(rng.integers(len(singles)))]
+        scale = int(rng.choice(SCALE_FACTORS, p=SCALE_PROBABILITIES))
+        if (name, scale) not in rows:
+            scale = 1
+        row = rows[(name, scale)]
+        long = rng.uniform() >= 0.8
+        x = rng.uniform(3.0, 4.0) if long else rng.uniform(1.5, 3.0)
+        duration = 60.0 * 10.0**x
+        jobs.append(TraceJob(k, float(arrivals[k]), name, scale, float(duration * row[ref]),
+                             tuple(float(v) for v in row)))
+    return Trace(tuple(jobs), GAVEL_GPU_TYPES, f"generated: {n_jobs} jobs, {rate:g} jobs/hour, seed {seed}")
+
+
+def read_csv(path: str | Path) -> Trace:
+    """Read a trace from a CSV file (module docstring); ``ValueError`` names the line and what is wrong."""
+    rows, _ = _table()
+    jobs: list[TraceJob] = []
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: the header lacks column(s) {', '.join(missing)} "
+                             f"(expected {','.join(COLUMNS)})")
+        for line, record in enumerate(reader, start=2):
+            where = f"{path}:{line}"
+            try:
+                arrival = float(record["arrival"])
+                work = float(record["work"])
+                pods = int(record["pods"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: arrival and work must be numbers and pods an integer") from None
+            if not (math.isfinite(arrival) and arrival >= 0):
+                raise ValueError(f"{where}: arrival must be >= 0 seconds, got {record['arrival']}")
+            if not (math.isfinite(work) and work > 0):
+                raise ValueError(f"{where}: work must be > 0, got {record['work']}")
+            name = (record["job_type"] or "").strip()
+            row = rows.get((name, pods))
+            if row is None:
+                known = sorted(s for n, s in rows if n == name)
+                hint = f"measured with pods {known}" if known else "not a job type of Gavel's table"
+                raise ValueError(f"{where}: job type {name!r} with {pods} pod(s): {hint}")
+            jobs.append(TraceJob(len(jobs), arrival, name, pods, work, tuple(float(v) for v in row)))
+    order = sorted(jobs, key=lambda j: (j.arrival, j.id))
+    renumbered = tuple(TraceJob(k, j.arrival, j.job_type, j.pods, j.work, j.throughput) for k, j in enumerate(order))
+    return Trace(renumbered, GAVEL_GPU_TYPES, str(path))
+
+
+def write_csv(trace: Trace, path: str | Path) -> None:
+    """Write ``trace`` in the CSV format :func:`read_csv` reads (work and arrival with full precision)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS)
+        for job in trace.jobs:
+            writer.writerow([repr(job.arrival), job.job_type, repr(job.work), job.pods])
