@@ -1,0 +1,275 @@
+"""The job lifecycle against the emulated API (:mod:`walras_emulator`, for machines without the control-plane
+binaries): the real planner and the real operator in one event loop, the operator's clock
+(:attr:`walras.operator.Controller.clock`) moved forward by the test instead of waiting for the backoff and the
+node-loss grace. The emulator runs a bound pod at once (no kubelet); the test sets pod phases and node conditions
+itself.
+
+Transitions: pods ``Succeeded`` -> job ``Complete`` and its capacity to another job; a failed pod re-created only
+after its backoff, the job ``Failed`` at its limit; a node NotReady past the grace -> its pods force-deleted and
+re-created on another node (nothing lost: :mod:`walras.planner.invariants`); ``spec.suspend`` and back; an opt-in job
+moved through the Eviction API, blocked by a PodDisruptionBudget first (the emulator's ``pods/eviction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import glob
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from walras.metrics import WalrasMetrics
+from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, RetryPolicy, run_operator
+from walras.planner import build_plan
+from walras.planner.invariants import check_cluster, check_plan
+from walras.planner.model import Snapshot
+from walras.planner.plan import PlanOptions
+from walras.planner.translate import cluster_from
+from walras_emulator import Emulator
+from walras_emulator.store import Store
+
+from tests.lifecycle_support import fungible_job, gpu_node, pool
+
+ROOT = Path(__file__).resolve().parents[1]
+NS = "lc"
+POD = ("", "v1", "pods")
+NODE = ("", "v1", "nodes")
+JOB = ("walras.dev", "v1alpha1", "fungiblejobs")
+EVENT = ("", "v1", "events")
+GRACE = 60.0  # the operator's node-loss grace; the test moves the clock past it
+
+
+def stamp(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(int(epoch), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Clock:
+    """The operator's clock: the wall clock plus what the test skipped."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class Env:
+    emulator: Emulator
+    controller: Controller
+    clock: Clock
+
+    @property
+    def store(self) -> Store:
+        return self.emulator.store
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        self.store.apply_manifests(list(docs))
+
+    def pods(self, job: str) -> list[dict[str, Any]]:
+        return [p for p in self.store.list(self.store.types[POD], NS)
+                if (p["metadata"].get("labels") or {}).get("walras.dev/job") == job]
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.store.get(self.store.types[JOB], NS, name)
+
+    def phase(self, name: str) -> str | None:
+        return (self.job(name).get("status") or {}).get("phase")
+
+    def patch_job(self, name: str, patch: dict[str, Any]) -> None:
+        self.store.patch(self.store.types[JOB], NS, name, patch, "application/merge-patch+json")
+
+    def set_pod_phase(self, name: str, phase: str) -> None:
+        self.store.patch(self.store.types[POD], NS, name, {"status": {"phase": phase}},
+                         "application/merge-patch+json", subresource="status")
+
+    def set_ready(self, node: str, ready: bool, since: float) -> None:
+        cond = {"type": "Ready", "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady", "lastTransitionTime": stamp(since),
+                "lastHeartbeatTime": stamp(since)}
+        self.store.patch(self.store.types[NODE], "", node, {"status": {"conditions": [cond]}},
+                         "application/merge-patch+json", subresource="status")
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.store.list(self.store.types[EVENT], NS) if e["reason"] == reason]
+
+    async def until(self, predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    async def plans(self, count: int = 2) -> None:
+        target = self.controller.plans + count
+        self.controller.trigger("test")
+        await self.until(lambda: self.controller.plans >= target, f"{count} more plans")
+
+    def invariants(self) -> list[str]:
+        store = self.store
+        snapshot = Snapshot(nodes=tuple(store.list(store.types[NODE], None)),
+                            pods=tuple(store.list(store.types[POD], NS)),
+                            pools=tuple(store.list(store.find("walras.dev", "v1alpha1", "resourcepools"), None)),
+                            jobs=tuple(store.list(store.types[JOB], NS)))
+        cluster = cluster_from(snapshot)
+        plan = build_plan(snapshot, options=PlanOptions(now=self.clock(), node_loss_grace=GRACE))
+        return [f"{v.kind} {v.object}: {v.message}" for v in [*check_cluster(cluster), *check_plan(cluster, plan)]
+                if v.kind != "StatusDisagrees"]
+
+
+def ready_node(name: str, gpus: int = 2) -> dict[str, Any]:
+    doc = gpu_node(name, {"lc": "emu"}, gpus)
+    capacity = doc["status"]["capacity"]
+    doc["status"] = {"capacity": capacity, "allocatable": capacity, "conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": stamp(time.time() - 60),
+         "lastHeartbeatTime": stamp(time.time())}]}
+    return doc
+
+
+@contextlib.asynccontextmanager
+async def operator_on_emulator(tmp_path: Path) -> AsyncIterator[Env]:
+    """The emulator with the CRDs, two ready nodes of 2 GPUs and pool ``emu``, and the operator with the real planner
+    and a movable clock. A context manager in the test's own task, not an async fixture: kopf cancels, when it stops,
+    the tasks created after it started (the fixture's teardown would be one)."""
+    emulator = Emulator(Store())
+    await emulator.start()
+    store = emulator.store
+    store.apply_manifests(d for f in sorted(glob.glob(str(ROOT / "crds" / "*.yaml")))
+                          for d in yaml.safe_load_all(Path(f).read_text()) if d)
+    store.apply_manifests([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+                           ready_node("emu-a"), ready_node("emu-b"), pool("emu", {"lc": "emu"})])
+    kube = KubeConfig.load(str(emulator.write_kubeconfig(tmp_path / "kubeconfig")))
+    client = KubeClient(kube, RetryPolicy(attempts=4, base=0.01, cap=0.05))
+    clock = Clock()
+    options = OperatorOptions(namespaces=(NS,), debounce=0.05, plan_period=0.3, identity="lifecycle-emulated",
+                              node_loss_grace=GRACE)
+    source = IndexSource(options.namespaces)
+    controller = Controller(client, source, build_plan, options, WalrasMetrics(), clock=clock)
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_operator(controller, source, kube, peering=None, health_port=None,
+                                            stop_flag=stop))
+    try:
+        yield Env(emulator, controller, clock)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+        await emulator.stop()
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+@pytest.mark.asyncio
+async def test_completion_frees_capacity_and_suspend_round_trips(tmp_path: Path) -> None:
+    async with operator_on_emulator(tmp_path) as env:
+        env.apply(fungible_job("first", NS, {"emu": 1.0}, 4))
+        pods = await env.until(lambda: len(p := running(env.pods("first"))) == 4 and p, "first's 4 pods Running")
+        for p in pods:
+            env.set_pod_phase(p["metadata"]["name"], "Succeeded")
+        await env.until(lambda: env.phase("first") == "Complete", "first Complete")
+        assert env.job("first")["status"].get("completionTime")
+        env.apply(fungible_job("second", NS, {"emu": 1.0}, 4))
+        await env.until(lambda: len(running(env.pods("second"))) == 4, "second's 4 pods Running in the freed room")
+        await env.plans(2)
+        assert sorted(p["metadata"]["name"] for p in env.pods("first")) == sorted(p["metadata"]["name"] for p in pods)
+        assert env.invariants() == []
+
+        env.patch_job("second", {"spec": {"suspend": True}})
+        await env.until(lambda: not env.pods("second"), "the suspended job's pods to go")
+        await env.until(lambda: env.phase("second") == "Suspended", "second Suspended")
+        env.patch_job("second", {"spec": {"suspend": False}})
+        await env.until(lambda: len(running(env.pods("second"))) == 4, "second's pods back after resume")
+        await env.until(lambda: env.phase("second") == "Running", "second Running again")
+
+
+@pytest.mark.asyncio
+async def test_failed_pods_back_off_then_fail_the_job(tmp_path: Path) -> None:
+    async with operator_on_emulator(tmp_path) as env:
+        env.apply(fungible_job("flaky", NS, {"emu": 1.0}, 1, backoffLimit=1))
+        first = (await env.until(lambda: running(env.pods("flaky")), "flaky Running"))[0]
+        env.set_pod_phase(first["metadata"]["name"], "Failed")
+        await env.until(lambda: (env.job("flaky").get("status") or {}).get("failedPods") == 1, "the failure counted")
+        await env.until(lambda: not env.pods("flaky"), "the failed pod deleted")
+        await env.plans(3)
+        assert not env.pods("flaky"), "no replacement before the 10 s backoff"
+        env.clock.offset += 11
+        second = (await env.until(lambda: running(env.pods("flaky")), "the replacement after the backoff"))[0]
+        env.set_pod_phase(second["metadata"]["name"], "Failed")
+        await env.until(lambda: env.phase("flaky") == "Failed", "flaky Failed at its backoff limit")
+        status = env.job("flaky")["status"]
+        assert status["failedPods"] == 2
+        assert "BackoffLimitExceeded" in {c.get("reason") for c in status.get("conditions") or []}
+        env.clock.offset += 400
+        await env.plans(3)
+        assert not [p for p in env.pods("flaky") if (p.get("status") or {}).get("phase") != "Failed"]
+
+
+@pytest.mark.asyncio
+async def test_pods_of_a_lost_node_are_replanned_after_the_grace(tmp_path: Path) -> None:
+    async with operator_on_emulator(tmp_path) as env:
+        env.apply(fungible_job("survivor", NS, {"emu": 1.0}, 2))
+        pods = await env.until(lambda: len(p := running(env.pods("survivor"))) == 2 and p, "survivor Running")
+        lost = pods[0]["spec"]["nodeName"]
+        other = "emu-b" if lost == "emu-a" else "emu-a"
+        moved = {p["metadata"]["uid"] for p in pods if p["spec"]["nodeName"] == lost}
+        env.set_ready(lost, False, env.clock())
+        await env.plans(3)
+        assert {p["metadata"]["uid"] for p in env.pods("survivor")} >= moved, "nothing moves before the grace"
+        env.clock.offset += GRACE + 1
+
+        def replanned() -> bool:
+            current = env.pods("survivor")
+            ok = running(current)
+            return not ({p["metadata"]["uid"] for p in current} & moved) and len(ok) == 2 and \
+                {p["spec"]["nodeName"] for p in ok} == {other}
+
+        await env.until(replanned, f"survivor's pods re-created on {other}")
+        assert any("Force-deleted" in e["message"] for e in env.events("SuccessfulDelete"))
+        assert env.invariants() == []
+
+
+@pytest.mark.asyncio
+async def test_an_opt_in_job_moves_through_the_eviction_api(tmp_path: Path) -> None:
+    async with operator_on_emulator(tmp_path) as env:
+        env.apply(ready_node("fast-a"), pool("fast", {"lc": "fast"}))
+        env.store.patch(env.store.types[NODE], "", "fast-a", {"metadata": {"labels": {"lc": "fast"}}},
+                        "application/merge-patch+json")
+        env.apply(fungible_job("hog", NS, {"fast": 1.0}, 2))
+        await env.until(lambda: len(running(env.pods("hog"))) == 2, "hog fills the fast pool")
+        rules = {"minGain": 0.05, "minRunSeconds": 0, "cooldownSeconds": 0, "maxPodsPerCycle": 1}
+        env.apply(fungible_job("mover", NS, {"fast": 4.0, "emu": 1.0}, 1, migration=rules),
+                  fungible_job("stayer", NS, {"fast": 4.0, "emu": 1.0}, 1))
+        old = (await env.until(lambda: running(env.pods("mover")), "mover Running in the slow pool"))[0]
+        stayer = (await env.until(lambda: running(env.pods("stayer")), "stayer Running"))[0]
+        env.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                   "metadata": {"name": "mover", "namespace": NS},
+                   "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "mover"}}}})
+        for p in running(env.pods("hog")):
+            env.set_pod_phase(p["metadata"]["name"], "Succeeded")
+        await env.until(lambda: env.events("EvictionBlocked"), "an EvictionBlocked Event")
+        await env.plans(3)
+        names = {p["metadata"]["name"]: p for p in env.pods("mover")}
+        assert old["metadata"]["name"] in names and not names[old["metadata"]["name"]]["metadata"].get(
+            "deletionTimestamp"), "the budget holds"
+        env.store.patch(env.store.find("policy", "v1", "poddisruptionbudgets"), NS, "mover",
+                        {"spec": {"minAvailable": 1}}, "application/merge-patch+json")
+
+        def moved() -> bool:
+            pods = env.pods("mover")
+            return len(pods) == 1 and pods[0]["spec"].get("nodeName") == "fast-a" and bool(running(pods))
+
+        await env.until(moved, "mover on the fast pool")
+        after = env.pods("stayer")
+        assert [p["metadata"]["uid"] for p in after] == [stayer["metadata"]["uid"]], "stayer never moves"
