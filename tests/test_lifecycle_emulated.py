@@ -273,3 +273,63 @@ async def test_an_opt_in_job_moves_through_the_eviction_api(tmp_path: Path) -> N
         await env.until(moved, "mover on the fast pool")
         after = env.pods("stayer")
         assert [p["metadata"]["uid"] for p in after] == [stayer["metadata"]["uid"]], "stayer never moves"
+
+
+# ------------------------------------------------------------------------ the API client's eviction and deletion
+
+
+@pytest.mark.asyncio
+async def test_eviction_429_is_an_answer_and_deletes_carry_grace_and_uid(tmp_path: Path) -> None:
+    """``evict_pod`` against a scripted API server: a 429 is ``blocked`` at once (no retry: it is a
+    PodDisruptionBudget's answer), a 500 is retried, 404 is ``gone``; the Eviction body carries
+    ``deleteOptions.gracePeriodSeconds`` and the UID precondition; ``delete_pod`` sends the grace period (0 = at once)
+    and treats a failed UID precondition (409) as gone, not as a conflict to retry."""
+    from aiohttp import web
+
+    seen: list[tuple[str, str, Any]] = []
+    answers: list[tuple[int, dict[str, Any]]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        seen.append((request.method, request.path, body))
+        code, payload = answers.pop(0)
+        return web.json_response(payload, status=code)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = KubeClient(KubeConfig(server=f"http://127.0.0.1:{port}"), RetryPolicy(attempts=4, base=0.01, cap=0.02))
+    refused = {"kind": "Status", "code": 429, "reason": "TooManyRequests",
+               "message": "Cannot evict pod as it would violate the pod's disruption budget."}
+    try:
+        answers.append((429, refused))
+        result = await client.evict_pod("ns", "p", grace=7, uid="u1")
+        assert (result.outcome, client.retries) == ("blocked", 0)
+        assert "disruption budget" in result.message
+        method, path, body = seen[-1]
+        assert (method, path) == ("POST", "/api/v1/namespaces/ns/pods/p/eviction")
+        assert body == {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p", "namespace": "ns"},
+                        "deleteOptions": {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 7,
+                                          "preconditions": {"uid": "u1"}}}
+        answers.extend([(500, {"message": "etcd"}), (201, {"kind": "Status", "status": "Success"})])
+        assert (await client.evict_pod("ns", "p")).outcome == "evicted"
+        assert client.retries == 1 and "deleteOptions" not in seen[-1][2]
+        answers.append((404, {"reason": "NotFound", "message": "pods \"p\" not found"}))
+        assert (await client.evict_pod("ns", "p")).outcome == "gone"
+
+        answers.append((200, {"kind": "Pod"}))
+        assert await client.delete_pod("ns", "p", grace=0, uid="u2") is True
+        assert seen[-1][0] == "DELETE" and seen[-1][2] == {
+            "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": "u2"}}
+        answers.append((409, {"reason": "Conflict", "message": "Precondition failed: UID in precondition: u2"}))
+        assert await client.delete_pod("ns", "p", uid="u2") is False
+        answers.append((200, {"kind": "Pod"}))
+        assert await client.delete_pod("ns", "p") is True and seen[-1][2] is None  # the pod's own grace period
+        assert not answers
+    finally:
+        await client.close()
+        await runner.cleanup()
