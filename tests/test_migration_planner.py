@@ -201,3 +201,20 @@ def test_a_job_the_lifecycle_holds_is_not_moved() -> None:
     assert moves(plan_of(snapshot([job("x", OPT_IN, count=3, status=backoff)], on_b("x")))) == ([], [])
     after = {"failedPods": 1, "lastFailureTime": rfc3339(NOW - 11)}
     assert moves(plan_of(snapshot([job("x", OPT_IN, count=3, status=after)], on_b("x"))))[0] == ["x-b-0"]
+
+
+def test_an_eviction_a_disruption_budget_refused_is_retried_and_no_other_pod_is_deleted() -> None:
+    first = plan_of(snapshot([job("x", OPT_IN)], on_b("x")))
+    # the Eviction API refused (PodDisruptionBudget): x-b-0 still runs next to its replacement, which runs now
+    pods = [*on_b("x"), pod("x-a-0", "x", "a0", started=NOW + 5)]
+    refused = snapshot([job("x", OPT_IN, status={"migrations": 1, "lastMigrationTime": rfc3339(NOW)})], pods)
+    previous = first
+    for step in (30, 60):
+        plan = plan_of(refused, previous, now=NOW + step)
+        assert {p.name: p.action for p in plan.pods} == {"x-b-0": "evict", "x-b-1": "keep", "x-a-0": "keep"}
+        assert plan.jobs[("ml", "x")].migrations == 1 and plan.jobs[("ml", "x")].replicas == {"a": 1, "b": 1}
+        previous = plan
+    # allowed at last: the pod terminates and is left alone
+    pods[0]["metadata"]["deletionTimestamp"] = rfc3339(NOW + 61)
+    gone = plan_of(snapshot([job("x", OPT_IN)], pods), previous, now=NOW + 90)
+    assert {p.name: p.action for p in gone.pods} == {"x-b-1": "keep", "x-a-0": "keep"}

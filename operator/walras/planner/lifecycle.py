@@ -26,6 +26,12 @@ phases plan as usual:
 * ``spec.suspend`` makes the job ``Suspended``: effective replicas 0 (its pods are deleted gracefully, its share
   released); setting it back to false re-plans it.
 
+* a pod the **previous plan evicted** (rebalancing, :mod:`.migration`) that is still there and not terminating (a
+  PodDisruptionBudget refused the eviction, or the cache has not shown it yet) stays on its way out: its eviction is
+  planned again and the effective cluster marks it terminating, so it still counts on its node but is no replica
+  (its replacement exists; without this the job would have a pod too many and reconcile would *delete* one,
+  bypassing the budget).
+
 Precedence: Complete, then Failed, then Suspended, then backoff. Without a clock no node is lost by time (a node that
 is gone still is) and no backoff is measured (a failed pod's replacement is planned at once, as before this phase).
 
@@ -102,6 +108,7 @@ class Lifecycle:
     pods: dict[ObjectKey, list[PodPlan]] = field(default_factory=lambda: defaultdict(list))
     lost: dict[ObjectKey, int] = field(default_factory=lambda: defaultdict(int))
     now: float | None = None
+    evicting: bool = False  # some pod the previous plan evicted is still there
 
     @property
     def held(self) -> frozenset[ObjectKey]:
@@ -129,6 +136,7 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
             grace: float = NODE_LOSS_GRACE) -> Lifecycle:
     """The pre-market step (see the module docstring): lost pods out, effective replicas of each valid job."""
     nodes = {n.name: n for n in cluster.nodes}
+    evicting = {(p.namespace, p.name): p for p in previous.pods if p.action == "evict"} if previous is not None else {}
     out = Lifecycle(cluster, now=now)
     pods: list[Pod] = []
     by_job: dict[ObjectKey, list[Pod]] = defaultdict(list)
@@ -144,10 +152,17 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
             out.lost[key] += 1
             pods.append(dataclasses.replace(pod, phase="Failed", reason="NodeLost"))  # counts nowhere, name taken
             continue
+        evicted = evicting.get(pod.key)
+        if evicted is not None and not pod.terminal and not pod.terminating:
+            reason = evicted.reason if evicted.reason.startswith("eviction") else f"eviction retried: {evicted.reason}"
+            out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job, evicted.pool, pod.node, {}, {}, "evict",
+                                         True, reason))
+            pod = dataclasses.replace(pod, terminating=True)  # leaving: no replica, still on its node
+            out.evicting = True
         by_job[key].append(pod)
         pods.append(pod)
     jobs: list[Job] = []
-    changed = bool(out.lost)
+    changed = bool(out.lost) or out.evicting
     for job in cluster.jobs:
         spec = job.spec
         if spec is None:
