@@ -110,15 +110,23 @@ class Servers:
             await runner.cleanup()
 
 
+def operator_options(args: argparse.Namespace) -> OperatorOptions:
+    """The operator's settings from ``args``; :class:`UsageError` for a value out of range."""
+    try:
+        return OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
+                               plan_period=args.plan_period, debounce=args.debounce,
+                               max_migrations=args.max_migrations, node_loss_grace=args.node_loss_grace,
+                               identity=f"walras@{os.uname().nodename}/{os.getpid()}")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
 def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, IndexSource, Extender, WalrasMetrics]:
     """The controller, its index source, the extender and the metrics for ``args``."""
     from walras.planner import build_plan
 
     metrics = WalrasMetrics(job_metrics_limit=args.job_metrics_limit)
-    options = OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
-                              plan_period=args.plan_period, debounce=args.debounce,
-                              max_migrations=args.max_migrations, node_loss_grace=args.node_loss_grace,
-                              identity=f"walras@{os.uname().nodename}/{os.getpid()}")
+    options = operator_options(args)
     source = IndexSource(options.namespaces)
     controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
     extender = Extender(lambda: controller.plan, binder=controller.bind, metrics=metrics)
@@ -185,13 +193,11 @@ async def serve(args: argparse.Namespace) -> int:
         tls = extender_tls(args.extender_tls_cert, args.extender_tls_key, args.extender_client_ca)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    operator_options(args)  # options out of range: one line before anything starts
     check_port_free("0.0.0.0", args.health_port, "--health-port")
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)
-    try:
-        controller, source, extender, metrics = build(args, kube)
-    except ValueError as exc:  # an option out of range (OperatorOptions checks them)
-        raise UsageError(str(exc)) from exc
+    controller, source, extender, metrics = build(args, kube)
     try:
         extender_runner, _ = await start_site(extender.app(), args.extender_host, args.extender_port, tls)
     except OSError as exc:
