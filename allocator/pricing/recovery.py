@@ -32,6 +32,8 @@ caller keeps it when it beats the column-scaled allocation.
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,14 +78,62 @@ def split_jobs(sol: Subsolution, m: int) -> int:
     return int(inside.sum())
 
 
-def _multipliers(sol: Subsolution, utility: Utility) -> Tensor:
-    """``lambda_i``: the active segment's slope when ``t_i`` lies strictly inside it, else ``u_i'(t_i)``."""
+def _multipliers(sol: Subsolution, utility: Utility, a: Tensor, c: Tensor) -> Tensor:
+    """``lambda_i``: a multiplier that supports job ``i``'s subproblem optimum at its throughput ``t_i`` (eq. 11).
+
+    ``t_i`` maximises ``u_i - c_i`` exactly when some ``lambda`` lies both in the supergradient of ``u_i`` at ``t_i``,
+    ``[u_i'(t_i+), u_i'(t_i-)]``, and in the subdifferential of the convex cost ``c_i`` there, ``[s_l, s_r]``, the
+    slopes of the hull of Sec. 4.1 left and right of ``t_i``; the pools on the supporting line of that slope are the
+    job's optimal responses. Strictly inside a hull segment ``s_l = s_r`` is the segment's slope. At a hull vertex
+    ``(a_k, c_k)``, ``s_l`` is the largest chord slope from a point left of it (the origin included) and ``s_r`` the
+    smallest one to a point right of it, and the multiplier is the slope of the chord between those two neighbours,
+    clipped to the intersection of both intervals: that is the slope at which the vertex and its neighbours are
+    nearest to one line, so near-collinear neighbours (near-optimal prices of a tied market) show up as candidates.
+
+    For a smooth ``u_i`` the intersection is the point ``u_i'(t_i)``. It matters where ``u_i`` has a kink at a hull
+    vertex: a target-priority job (eq. 2) whose target is the throughput ``a_ik`` of a pool, where its solution by
+    eq. (16) is that pool alone. ``u_i'(t_i)`` there is 0 (or ``w_i`` a hair below the target), which supports no
+    pool at positive prices, and the job was taken for untied; its pools are now found at a slope in
+    ``[s_l, min(w_i, s_r)]``.
+    """
     span = sol.a_hi - sol.a_lo
     inside = (sol.x_hi > 0) & (sol.x_hi < 1) & (span > 0)
     seg = (sol.c_hi - sol.c_lo) / torch.where(span > 0, span, torch.ones_like(span))
     du = utility.derivative(sol.t)
     du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
-    return torch.where(inside, seg, du)
+    vertex = ~inside & (sol.t > 0)
+    if not bool(vertex.any()):
+        return torch.where(inside, seg, du)
+    idx = torch.nonzero(vertex).squeeze(1)
+    t = sol.t.index_select(0, idx)
+    ct = sol.cost().index_select(0, idx)
+    av, cv = a.index_select(0, idx), c.index_select(0, idx)
+    near = 1e-9 * t.clamp_min(1e-300)
+    dx = t.unsqueeze(1) - av
+    left = (dx > near.unsqueeze(1)) & (av >= 0)
+    right = (dx < -near.unsqueeze(1)) & (av > 0)
+    safe = torch.where(left | right, dx, torch.ones_like(dx))
+    chord = (ct.unsqueeze(1) - cv) / safe
+    from_left = torch.where(left, chord, -math.inf)
+    from_right = torch.where(right, chord, math.inf)
+    s_l = torch.maximum(from_left.amax(1), ct / t)  # the origin is a point left of every t > 0
+    s_r = from_right.amin(1)
+    j_l, j_r = from_left.argmax(1, keepdim=True), from_right.argmin(1, keepdim=True)
+    from_origin = from_left.amax(1) < ct / t
+    a_l = torch.where(from_origin, torch.zeros_like(t), av.gather(1, j_l).squeeze(1))
+    c_l = torch.where(from_origin, torch.zeros_like(t), cv.gather(1, j_l).squeeze(1))
+    a_r, c_r = av.gather(1, j_r).squeeze(1), cv.gather(1, j_r).squeeze(1)
+    has_r = torch.isfinite(s_r)
+    over = torch.where(has_r, (c_r - c_l) / torch.where(has_r, a_r - a_l, torch.ones_like(a_r)), math.inf)
+    util = utility.take(idx)
+    d_right = util.derivative(t * (1 + 1e-7))
+    d_left = util.derivative(t * (1 - 1e-7))
+    lo = torch.maximum(torch.where(torch.isfinite(d_right), d_right, s_l), s_l)
+    hi = torch.minimum(torch.where(torch.isfinite(d_left), d_left, s_r), s_r)
+    lam_v = torch.where(lo <= hi, torch.minimum(torch.maximum(over, lo), hi), 0.5 * (lo + hi))
+    lam_v = torch.where(torch.isfinite(lam_v), lam_v, du.index_select(0, idx))
+    out = torch.where(inside, seg, du)
+    return out.index_copy(0, idx, lam_v)
 
 
 #: Breakpoints of the piecewise-linear model of a strictly concave u_i, as multiples of the subproblem throughput.
@@ -140,6 +190,101 @@ def _keep_two_pools(x: np.ndarray, a: np.ndarray) -> None:
     x[wide] = sub
 
 
+def _vertex_responses(x: np.ndarray, a: np.ndarray, tiny: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
+    """Write one job's split ``x`` (``(m,)``, ``1^T x <= 1``) as a convex combination of at most two-pool splits of
+    the same throughput: ``(theta, V)`` with ``theta >= 0``, ``sum theta = 1``, ``theta @ V = x`` and every row of
+    ``V`` a point of ``{v >= 0, supp v within supp x, 1^T v <= 1, a^T v = a^T x}`` with at most two nonzeros
+    among ``(v, 1 - 1^T v)``.
+
+    Those rows are the vertices of that polytope: it has two equality constraints once the slack ``s = 1 - 1^T v``
+    is a variable, so a basic solution has at most two nonzero entries (the argument of 004 Sec. 4.1 for eq. (13)).
+    The peel is Caratheodory's: take the vertex made of the pool (or the slack, ``a = 0``) of largest throughput at
+    most ``t`` and the one of smallest throughput at least ``t`` (a single pool when one has ``a_j = t``), subtract
+    it with the largest weight that keeps the rest non-negative, and repeat on the rest, which has lost an entry; at
+    most ``|supp x|`` vertices. Each vertex costs what ``x`` costs at prices under which ``x`` is an optimal response
+    (they lie on the same supporting line), so each is an optimal response as well.
+    """
+    m = x.size
+    t = float(a @ x)
+    z = np.append(np.clip(x, 0.0, None), max(1.0 - float(x.sum()), 0.0))  # the slack is entry m, with a = 0
+    az = np.append(a, 0.0)
+    scale = max(float(z.max(initial=0.0)), tiny)
+    thetas: list[float] = []
+    verts: list[np.ndarray] = []
+    mass = float(z.sum())
+    unit = t / max(mass, tiny)  # the throughput per unit of mass: every peeled vertex and the rest keep it
+    while mass > tiny:
+        supp = np.flatnonzero(z > tiny * scale)
+        if supp.size <= 2:
+            thetas.append(mass)
+            verts.append(z[:m] / mass)
+            break
+        tt = min(max(unit, float(az[supp].min())), float(az[supp].max()))
+        below = supp[az[supp] <= tt]
+        above = supp[az[supp] >= tt]
+        i = int(below[np.argmax(az[below])])
+        j = int(above[np.argmin(az[above])])
+        v = np.zeros(m + 1)
+        if az[j] - az[i] <= 1e-12 * max(az[j], 1.0):
+            v[i] = 1.0
+        else:
+            v[i] = (az[j] - tt) / (az[j] - az[i])
+            v[j] = (tt - az[i]) / (az[j] - az[i])
+        used = v > 0
+        mu = min(float(np.min(z[used] / v[used])), mass)
+        z = z - mu * v
+        z[z <= tiny * scale] = 0.0
+        mass -= mu
+        thetas.append(mu)
+        verts.append(v[:m])
+    theta = np.asarray(thetas)
+    out = np.asarray(verts).reshape(-1, m)
+    out[out <= tiny * np.maximum(out.max(1, keepdims=True), tiny)] = 0.0  # rounding residue of the peel
+    return theta / max(theta.sum(), tiny), out
+
+
+def _chain(verts: np.ndarray) -> np.ndarray:
+    """An order of the responses ``verts`` (``(K, m)``) in which as few neighbours as possible together use more than
+    two pools (all ``K!`` orders for ``K <= 6``, stable among equals; the given order beyond)."""
+    k = verts.shape[0]
+    if k <= 2 or k > 6:
+        return np.arange(k)
+    used = verts > 0
+    bad = (used[:, None, :] | used[None, :, :]).sum(2) > 2  # (K, K): the pair together needs three pools or more
+    best, best_cost = np.arange(k), k
+    for perm in itertools.permutations(range(k)):
+        order = np.asarray(perm)
+        cost = int(bad[order[:-1], order[1:]].sum())
+        if cost < best_cost:
+            best, best_cost = order, cost
+            if cost == 0:
+                break
+    return best
+
+
+def _responses(theta: np.ndarray, verts: np.ndarray, w: int) -> np.ndarray:
+    """Deal the two-pool responses ``verts`` (weights ``theta``, :func:`_vertex_responses`) to the ``w`` jobs of a
+    class: ``(w, m)``, one row per job, summing to ``w theta @ verts`` (the class's split).
+
+    The responses are laid on ``[0, w)`` in the order of :func:`_chain`, response ``k`` on an interval of length
+    ``w theta_k``, and job ``j`` takes what ``[j, j + 1)`` meets: most jobs get one response, and a job that straddles
+    a cut mixes responses of the same throughput. The chain puts responses that together use at most two pools next
+    to each other, so such a mix mostly stays on two pools. Where it cannot (a target-priority class at its target,
+    eq. (2), split between the pool whose throughput is the target, alone, and two pools around it) one job is left
+    over three pools; the caller re-splits it (pass 2 of :func:`recover_allocation`).
+    """
+    order = _chain(verts)
+    theta, verts = theta[order], verts[order]
+    edges = np.concatenate([[0.0], np.cumsum(w * theta)])
+    edges[-1] = w
+    near = np.round(edges)
+    snap = np.abs(edges - near) <= 1e-9 * max(w, 1)
+    edges[snap] = near[snap]
+    j = np.arange(w, dtype=np.float64)[:, None]
+    share = np.clip(np.minimum(j + 1, edges[1:]) - np.maximum(j, edges[:-1]), 0.0, None)  # (w, K)
+    return share @ verts
+
+
 def _classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Identical rows of ``key``: ``(first, member, count)`` with ``first[c]`` a row of class ``c``, ``member[i]`` the
     class of row ``i`` and ``count[c]`` its size. Rows are grouped by a random projection (one 1-d sort instead of a
@@ -155,6 +300,76 @@ def _classes(key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         _, first, member, count = np.unique(key, axis=0, return_index=True, return_inverse=True, return_counts=True)
         member = member.reshape(-1)
     return first, member, count
+
+
+def _split_lp(
+    cand_t: np.ndarray,
+    a_t: np.ndarray,
+    d_t: np.ndarray,
+    slopes: np.ndarray,
+    lengths: np.ndarray,
+    weight: np.ndarray,
+    remaining: np.ndarray,
+) -> np.ndarray | None:
+    """The LP of the module doc over ``k`` classes of tied jobs: the split ``(k, m)`` of one job of each class.
+
+    ``cand_t``, ``a_t``, ``d_t``: ``(k, m)`` candidate pools, throughputs and demands of a job of each class;
+    ``slopes``, ``lengths``: its piecewise-linear utility (:func:`_pieces`); ``weight``: the class sizes;
+    ``remaining``: ``(m,)`` the capacity the fixed jobs leave. The result is exactly feasible (HiGHS' feasibility
+    tolerance scaled away); ``None`` when HiGHS fails.
+    """
+    k, m = a_t.shape
+    if k == 0:
+        return np.zeros((0, m))
+    # scipy (0.5 s to import) is loaded only when an LP is actually solved, not by ``import allocator.pricing``
+    import scipy.optimize
+    import scipy.sparse
+
+    w = weight.astype(np.float64)
+    rows, cols = np.nonzero(cand_t)
+    nv = rows.size
+    npc = slopes.shape[1]
+    av, dv = a_t[rows, cols], d_t[rows, cols]
+    # Variables: x (candidate cells), then the pieces s_ik of each tied job's throughput t_i = sum_k s_ik.
+    obj = np.concatenate([np.zeros(nv), -(slopes * w[:, None]).reshape(-1)])
+    var = np.arange(nv)
+    prow = np.repeat(np.arange(k), npc)
+    pvar = nv + np.arange(k * npc)
+    a_eq = scipy.sparse.hstack(
+        [
+            scipy.sparse.csr_matrix((av, (rows, var)), shape=(k, nv)),
+            scipy.sparse.csr_matrix((-np.ones(k * npc), (prow, pvar - nv)), shape=(k, k * npc)),
+        ]
+    ).tocsr()
+    # Per tied job: time <= 1; per pool: usage <= the capacity the fixed jobs leave.
+    a_ub = scipy.sparse.vstack(
+        [
+            scipy.sparse.csr_matrix((np.ones(nv), (rows, var)), shape=(k, nv + k * npc)),
+            scipy.sparse.csr_matrix((dv * w[rows], (cols, var)), shape=(m, nv + k * npc)),
+        ]
+    ).tocsr()
+    b_ub = np.concatenate([np.ones(k), remaining])
+    bounds = np.zeros((nv + k * npc, 2))
+    bounds[:nv, 1] = np.inf
+    bounds[nv:, 1] = lengths.reshape(-1)
+    try:
+        res = scipy.optimize.linprog(
+            obj, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(k), bounds=bounds, method="highs"
+        )
+    except ValueError:
+        return None
+    if res.status != 0 or res.x is None:
+        return None
+    xv = np.clip(res.x[:nv], 0.0, None)
+    # Remove HiGHS' feasibility tolerance: rows (time) and columns (capacity) scaled back to exact feasibility.
+    row_sum = np.bincount(rows, weights=xv, minlength=k)
+    xv = xv / np.maximum(row_sum, 1.0)[rows]
+    col_use = np.bincount(cols, weights=dv * xv * w[rows], minlength=m)
+    shrink = np.where(col_use > remaining, remaining / np.maximum(col_use, 1e-300), 1.0)
+    xv = xv * shrink[cols]
+    x = np.zeros((k, m))
+    x[rows, cols] = xv
+    return x
 
 
 def recover_allocation(
@@ -187,7 +402,7 @@ def recover_allocation(
     if n == 0 or split_jobs(sol, m) > max_scan:
         return None
     dtype, device = a.dtype, a.device
-    lam = _multipliers(sol, utility)
+    lam = _multipliers(sol, utility, a, c)
     t = sol.t
     # mu_i: the marginal value of throughput just below t_i (left derivative), the LP's objective weight.
     mu = utility.derivative(t * (1 - 1e-7))
@@ -201,8 +416,10 @@ def recover_allocation(
     slack_ok = best <= tol  # zero throughput (the origin) is on the supporting line as well
     # Is u_i affine between t_i and the largest candidate throughput?  Then the throughput level is free too.
     t_hi = torch.where(cand, a, torch.zeros_like(a)).amax(1)
+    # ``lin_gap`` is a utility, as ``tol`` is (a reduced value): the test is not scaled by ``t_hi`` (that let a log
+    # job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole recovery).
     lin_gap = utility.value(t_hi) - utility.value(t) - mu * (t_hi - t)
-    affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol * t_hi.clamp_min(1.0)) & (t_hi > t)
+    affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol) & (t_hi > t)
     tied = (n_cand >= 2) | (affine & (n_cand >= 1)) | (slack_ok & (n_cand >= 1) & (t > 0))
     k_jobs = int(tied.sum())
     if k_jobs == 0:
@@ -241,59 +458,59 @@ def recover_allocation(
     k = first.size
     if k > max_tied:
         return None
-    # scipy (0.5 s to import) is loaded only when an LP is actually solved, not by ``import allocator.pricing``
-    import scipy.optimize
-    import scipy.sparse
-
     cand_t, a_t, d_t, slopes, lengths = cand_t[first], a_t[first], d_t[first], slopes[first], lengths[first]
-    w = weight.astype(np.float64)
-    rows, cols = np.nonzero(cand_t)
-    nv = rows.size
-    npc = slopes.shape[1]
-    av, dv = a_t[rows, cols], d_t[rows, cols]
-    # Variables: x (candidate cells), then the pieces s_ik of each tied job's throughput t_i = sum_k s_ik.
-    obj = np.concatenate([np.zeros(nv), -(slopes * w[:, None]).reshape(-1)])
-    var = np.arange(nv)
-    prow = np.repeat(np.arange(k), npc)
-    pvar = nv + np.arange(k * npc)
-    a_eq = scipy.sparse.hstack(
-        [
-            scipy.sparse.csr_matrix((av, (rows, var)), shape=(k, nv)),
-            scipy.sparse.csr_matrix((-np.ones(k * npc), (prow, pvar - nv)), shape=(k, k * npc)),
-        ]
-    ).tocsr()
-    # Per tied job: time <= 1; per pool: usage <= the capacity the fixed jobs leave.
-    a_ub = scipy.sparse.vstack(
-        [
-            scipy.sparse.csr_matrix((np.ones(nv), (rows, var)), shape=(k, nv + k * npc)),
-            scipy.sparse.csr_matrix((dv * w[rows], (cols, var)), shape=(m, nv + k * npc)),
-        ]
-    ).tocsr()
-    b_ub = np.concatenate([np.ones(k), remaining])
-    bounds = np.zeros((nv + k * npc, 2))
-    bounds[:nv, 1] = np.inf
-    bounds[nv:, 1] = lengths.reshape(-1)
-    try:
-        res = scipy.optimize.linprog(
-            obj, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(k), bounds=bounds, method="highs"
+    members = np.argsort(member, kind="stable")  # the tied jobs of class c: members[bounds[c]:bounds[c + 1]]
+    bounds = np.concatenate([[0], np.cumsum(weight)])
+    x_jobs = np.zeros((k_jobs, m))
+
+    def deal(classes: np.ndarray, split: np.ndarray) -> None:
+        """Each class's split to its jobs: as it is, or as two-pool responses where it uses three pools or more."""
+        for pos, cls in enumerate(classes):
+            rows_c = members[bounds[cls] : bounds[cls + 1]]
+            if weight[cls] > 1 and np.count_nonzero(split[pos]) > 2:
+                x_jobs[rows_c] = _responses(*_vertex_responses(split[pos], a_t[cls]), int(weight[cls]))
+            else:
+                x_jobs[rows_c] = split[pos]
+
+    # Pass 1: the LP over all classes, each class's split dealt to its jobs (:func:`_responses`).
+    x_cls = _split_lp(cand_t, a_t, d_t, slopes, lengths, weight, remaining)
+    if x_cls is None:
+        return None
+    deal(np.arange(k), x_cls)
+    # Pass 2: a job still over three pools or more (a class that cannot be dealt whole responses, or a single job the
+    # LP spread) is split again alone, on its two pools of largest share, in one LP with every class none of whose
+    # jobs is such, while the other jobs of its class keep what they were dealt. Pass 1 with those jobs trimmed to
+    # the two pools (what :func:`_keep_two_pools` would make of it) is feasible there, so pass 2 loses no more than
+    # trimming; it can do better because the market around the job re-splits too (to first order a job can move
+    # between responses of one supporting line for free, as long as others give up or take the capacity).
+    mixed = np.flatnonzero(np.count_nonzero(x_jobs, axis=1) > 2)
+    if mixed.size:
+        touched = np.unique(member[mixed])
+        stay = np.setdiff1d(np.arange(k), touched)
+        fixed_rows = np.isin(member, touched)
+        fixed_rows[mixed] = False
+        d_jobs = d_t[member]
+        left = np.maximum(remaining - (d_jobs[fixed_rows] * x_jobs[fixed_rows]).sum(0), 0.0)
+        share = a_t[member[mixed]] * x_jobs[mixed]
+        top = np.argsort(-share, axis=1, kind="stable")[:, :2]
+        pair = np.zeros((mixed.size, m), dtype=bool)
+        np.put_along_axis(pair, top, True, axis=1)
+        cm = member[mixed]
+        x2 = _split_lp(
+            np.vstack([cand_t[stay], pair & cand_t[cm]]),
+            np.vstack([a_t[stay], a_t[cm]]),
+            np.vstack([d_t[stay], d_t[cm]]),
+            np.vstack([slopes[stay], slopes[cm]]),
+            np.vstack([lengths[stay], lengths[cm]]),
+            np.concatenate([weight[stay], np.ones(mixed.size, dtype=weight.dtype)]),
+            left,
         )
-    except ValueError:
-        return None
-    if res.status != 0 or res.x is None:
-        return None
-    res_x = res.x[:nv]
-    xv = np.clip(res_x, 0.0, None)
-    # Remove HiGHS' feasibility tolerance: rows (time) and columns (capacity) scaled back to exact feasibility.
-    row_sum = np.bincount(rows, weights=xv, minlength=k)
-    xv = xv / np.maximum(row_sum, 1.0)[rows]
-    col_use = np.bincount(cols, weights=dv * xv * w[rows], minlength=m)
-    shrink = np.where(col_use > remaining, remaining / np.maximum(col_use, 1e-300), 1.0)
-    xv = xv * shrink[cols]
-    x_tied = np.zeros((k, m))
-    x_tied[rows, cols] = xv
-    _keep_two_pools(x_tied, a_t)
+        if x2 is not None:
+            deal(stay, x2[: stay.size])
+            x_jobs[mixed] = x2[stay.size :]
+    _keep_two_pools(x_jobs, a_t[member])
     x = x_fixed.clone()
-    x.index_copy_(0, idx, torch.as_tensor(x_tied[member], dtype=dtype, device=device))
+    x.index_copy_(0, idx, torch.as_tensor(x_jobs, dtype=dtype, device=device))
     # Casting to the working dtype may round a column a hair above its capacity: scale it back.
     usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
     over = usage > capacity
