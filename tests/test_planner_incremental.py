@@ -302,15 +302,15 @@ def test_pod_parses_are_reused_by_uid_and_resource_version() -> None:
     assert comparable(build_plan(with_ids, previous)) == comparable(build_plan(with_ids, without_memos(previous)))
     # a pod written since (new resourceVersion) is read again; one with an unchanged version is not
     changed = copy.deepcopy(pods)
-    changed[0]["status"] = {"phase": "Succeeded"}
+    changed[0]["status"] = {"phase": "Failed"}
     changed[0]["metadata"]["resourceVersion"] = "8"
     stale = copy.deepcopy(pods)
     stale[1]["status"] = {"phase": "Succeeded"}  # an impossible edit that kept its resourceVersion: not seen
     plan = build_plan(Snapshot(steady.nodes, tuple(changed), steady.pools, steady.jobs, steady.profiles), previous)
-    # the finished pod is no longer planned around: a new pod replaces it, under a new name (the finished pod still
-    # holds its name in the API server, so re-using it would be refused as AlreadyExists)
+    # the failed pod is deleted and (no clock: no backoff to wait) replaced at once by a new pod under a new name
+    # (the failed pod still holds its name in the API server, so re-using it would be refused as AlreadyExists)
     finished = changed[0]["metadata"]["name"]
-    assert plan.pod(changed[0]["metadata"]["namespace"], finished) is None
+    assert plan.pod(changed[0]["metadata"]["namespace"], finished).action == "delete"
     created = [p for p in plan.pods if p.action == "create"]
     assert len(created) == 1 and created[0].name != finished and not created[0].exists
     plan = build_plan(Snapshot(steady.nodes, tuple(stale), steady.pools, steady.jobs, steady.profiles), previous)
