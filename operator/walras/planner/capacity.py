@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.cluster import Cluster, Constraints, Node
+from walras.planner.cluster import PODS, Cluster, Constraints, Node
 
 #: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
 EPS = 1e-9
@@ -97,43 +97,46 @@ class NodeTable:
 
 def node_table(cluster: Cluster) -> NodeTable:
     """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there."""
-    resources = cluster.resource_names()
-    column = {name: r for r, name in enumerate(resources)}
     names = [n.name for n in cluster.nodes]
     index = {name: k for k, name in enumerate(names)}
+    # Pods repeat a few request mappings (the translation shares equal ones): each distinct mapping is read once
+    # (by identity), for the resource names (as Cluster.resource_names) and for its vector; then one np.add.at over
+    # the (pod's node, pod's vector) pairs, in pod order.
+    distinct: dict[int, int] = {}
+    requests_of: list[Mapping[str, float]] = []
+    at_nodes: list[int] = []
+    at_vectors: list[int] = []
+    for pod in cluster.pods:
+        if pod.phase in ("Succeeded", "Failed"):  # Pod.terminal: counts nowhere, names no resource
+            continue
+        requests = pod.requests
+        g = distinct.get(id(requests))
+        if g is None:
+            g = distinct[id(requests)] = len(requests_of)
+            requests_of.append(requests)
+        if pod.node is None:
+            continue
+        at = index.get(pod.node)
+        if at is not None:
+            at_nodes.append(at)
+            at_vectors.append(g)
+    known = {PODS}
+    for node in cluster.nodes:
+        known.update(node.allocatable)
+    for requests in requests_of:
+        known.update(requests)
+    resources = (PODS, *sorted(known - {PODS}))
+    column = {name: r for r, name in enumerate(resources)}
     alloc = np.zeros((len(names), len(resources)))
     for k, node in enumerate(cluster.nodes):
         for name, value in node.allocatable.items():
             alloc[k, column[name]] = value
-    # Pods repeat a few request vectors: one vector per distinct request (by identity, then by content), and one
-    # np.add.at over the (pod's node, pod's vector) pairs, in pod order.
-    by_id: dict[int, int] = {}
-    by_items: dict[tuple[tuple[str, float], ...], int] = {}
-    vectors: list[np.ndarray] = []
-    at_nodes: list[int] = []
-    at_vectors: list[int] = []
-    for pod in cluster.pods:
-        if pod.node is None or pod.terminal:
-            continue
-        at = index.get(pod.node)
-        if at is None:
-            continue
-        requests = pod.requests
-        g = by_id.get(id(requests))
-        if g is None:
-            items = tuple(requests.items())
-            g = by_items.get(items)
-            if g is None:
-                g = by_items[items] = len(vectors)
-                vector = np.zeros(len(resources))
-                for name, value in items:
-                    vector[column[name]] = value
-                vectors.append(vector)
-            by_id[id(requests)] = g
-        at_nodes.append(at)
-        at_vectors.append(g)
+    vectors = np.zeros((len(requests_of), len(resources)))
+    for g, requests in enumerate(requests_of):
+        for name, value in requests.items():
+            vectors[g, column[name]] = value
     used = np.zeros_like(alloc)
     if at_nodes:
-        np.add.at(used, np.array(at_nodes), np.array(vectors)[np.array(at_vectors)])
+        np.add.at(used, np.array(at_nodes), vectors[np.array(at_vectors)])
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     return NodeTable(cluster.nodes, names, index, resources, column, alloc, used, usable)

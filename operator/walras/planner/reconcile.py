@@ -116,24 +116,30 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             del out.pods[key]
         if not placed_here:
             del out.placed[key]
+    rendered: dict[tuple[int, str, float], dict[str, str]] = {}  # (row, priced resource, amount) -> requests text
     for batch, placed, existing in outcome.batches:
         pool = pools[batch.pool]
         counter: dict[int, int] = defaultdict(int)
-        for q, row in enumerate(batch.rows):
+        stems: dict[int, str] = {}
+        for q, (row, k, got) in enumerate(zip(batch.rows, placed.node.tolist(), placed.amount.tolist(),
+                                              strict=True)):
             info = objects.jobs[row]
             key = info.key
-            k = int(placed.node[q])
             node = table.names[k] if k >= 0 else None
             held = existing[q]
-            amount = float(placed.amount[q]) if k >= 0 else info.spec.demand
-            requests = {**info.spec.resource_text, pool.spec.resource: format_quantity(amount)}
+            amount = float(got) if k >= 0 else info.spec.demand
+            text = rendered.get((row, pool.spec.resource, amount))
+            if text is None:
+                text = rendered[(row, pool.spec.resource, amount)] = {**info.spec.resource_text,
+                                                  pool.spec.resource: format_quantity(amount)}
+            requests = dict(text)
             if held is not None:
                 verb: PodAction = "bind" if node is not None else "keep"
                 out.pods[key].append(PodPlan(info.spec.namespace, held.name, info.spec.name, pool.name, node, requests,
                                              dict(requests), verb, True))
             elif node is not None:
                 taken = observed.names.setdefault(key, set())
-                base = pod_base(info.spec.name, pool.name)
+                base = stems.get(row) or stems.setdefault(row, pod_base(info.spec.name, pool.name))
                 while f"{base}-{counter[row]}" in taken:
                     counter[row] += 1
                 name = f"{base}-{counter[row]}"

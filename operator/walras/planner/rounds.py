@@ -113,6 +113,17 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
     n, m = len(objects.jobs), len(objects.pools)
     out = np.zeros((n, m), dtype=np.int64)
     never: dict[tuple[int, int], str] = {}
+    in_pool = np.array([info.pools for info in objects.jobs], dtype=bool).reshape(n, m)
+    vectors: dict[tuple[int, str], bytes] = {}  # the pod vector of job i for a priced resource, computed once
+
+    def _vector_bytes(i: int, resource: str) -> bytes:
+        got = vectors.get((i, resource))
+        if got is None:
+            info = objects.jobs[i]
+            got = vectors[(i, resource)] = table.vector(
+                pod_vector(templates[i], info.spec, resource, info.spec.demand)).tobytes()
+        return got
+
     for j, pool in enumerate(objects.pools):
         nodes = pool.usable
         if nodes.size == 0:
@@ -122,13 +133,11 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
         alloc = table.alloc[nodes]
         # Jobs with the same admitted mask and pod vector have the same answer: one evaluation per distinct pair.
         cache: dict[tuple[int, bytes], tuple[int, str | None]] = {}
-        for i, info in enumerate(objects.jobs):
-            if not info.pools[j]:
-                continue
-            vec = table.vector(pod_vector(templates[i], info.spec, pool.spec.resource, info.spec.demand))
-            key = (id(admitted[i]), vec.tobytes())
+        for i in np.flatnonzero(in_pool[:, j]).tolist():
+            key = (id(admitted[i]), _vector_bytes(i, pool.spec.resource))
             hit = cache.get(key)
             if hit is None:
+                vec = np.frombuffer(key[1])
                 ok = admitted[i][nodes]
                 why: str | None = None
                 if not ok.any():

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from walras.planner.cluster import (
@@ -166,8 +167,10 @@ def node_from(obj: Mapping[str, Any]) -> Node | None:
     return Node(name, labels, allocatable, taints, ready, bool(spec.get("unschedulable", False)), since)
 
 
-def pod_from(obj: Mapping[str, Any]) -> Pod | None:
-    """A Pod object -> :class:`Pod` (None without a name)."""
+def pod_from(obj: Mapping[str, Any], shared: dict[tuple[tuple[str, float], ...], dict[str, float]] | None = None
+             ) -> Pod | None:
+    """A Pod object -> :class:`Pod` (None without a name). With ``shared``, pods whose effective requests are equal
+    get the same (read-only) mapping, so later phases handle each distinct request once."""
     meta = _meta(obj)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
@@ -179,11 +182,14 @@ def pod_from(obj: Mapping[str, Any]) -> Pod | None:
     node = spec.get("nodeName")
     pool = labels.get(LABEL_POOL)
     status = _map(obj.get("status"))
+    requests = pod_requests(spec)
+    if shared is not None:
+        requests = shared.setdefault(tuple(requests.items()), requests)
     return Pod(
         namespace=str(meta.get("namespace") or "default"),
         name=name,
         node=node if isinstance(node, str) and node else None,
-        requests=pod_requests(spec),
+        requests=requests,
         phase=str(status.get("phase") or "Pending"),
         terminating=bool(meta.get("deletionTimestamp")),
         job=str(job) if managed else None,
@@ -304,8 +310,9 @@ def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], 
               out: PodMemo | None = None) -> list[Pod]:
     """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
     translations by (uid, resourceVersion) and records this call's in ``out``."""
-    pods = _memoised(objs, "", pod_from, Pod, memo or {}, out)
-    pods.sort(key=lambda p: (p.namespace, p.name))
+    shared: dict[tuple[tuple[str, float], ...], dict[str, float]] = {}
+    pods = _memoised(objs, "", lambda obj: pod_from(obj, shared), Pod, memo or {}, out)
+    pods.sort(key=attrgetter("namespace", "name"))
     return pods
 
 
@@ -314,7 +321,7 @@ def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str],
     """Nodes in name order; reuses ``memo``'s translations by (uid, resourceVersion) and records this call's in
     ``out``."""
     nodes = _memoised(objs, "Node", node_from, Node, memo or {}, out)
-    nodes.sort(key=lambda n: n.name)
+    nodes.sort(key=attrgetter("name"))
     return nodes
 
 
@@ -323,7 +330,7 @@ def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], 
     """FungibleJobs in (namespace, name) order; reuses ``memo``'s translations by (uid, resourceVersion) and records
     this call's in ``out``."""
     jobs = _memoised(objs, "FungibleJob", job_from, Job, memo or {}, out)
-    jobs.sort(key=lambda j: (j.namespace, j.name))
+    jobs.sort(key=attrgetter("namespace", "name"))
     return jobs
 
 
