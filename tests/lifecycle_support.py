@@ -46,6 +46,7 @@ class OperatorThread:
         self.controller: Controller | None = None
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
 
     def call(self, make: Callable[[], Any], timeout: float = 30.0) -> Any:
         async def wrapped() -> Any:
@@ -61,13 +62,17 @@ class OperatorThread:
             source = IndexSource(self.options.namespaces)
             controller = Controller(KubeClient(self.kube), source, self.planner, self.options, WalrasMetrics())
             self._stop = asyncio.Event()
+            self._ready = asyncio.Event()
             self._task = asyncio.create_task(run_operator(controller, source, self.kube, peering=None,
-                                                          health_port=None, stop_flag=self._stop))
+                                                          health_port=None, stop_flag=self._stop,
+                                                          ready_flag=self._ready))
             return controller
 
         self.controller = self.call(launch)
-        wait_for(lambda: self.plans > 0 or (self._task is not None and self._task.done()), timeout,
-                 "the operator's first plan")
+        # kopf is ready once its watches run; the first plan follows the first object event (none in an empty
+        # cluster, which has nothing to plan)
+        wait_for(lambda: self._ready.is_set() or (self._task is not None and self._task.done()), timeout,
+                 "the operator's watches")
         if self._task is not None and self._task.done():
             self._task.result()  # raises what ended the operator
         return self
