@@ -55,7 +55,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Simulate every chosen policy on the trace; write the report; exit 0, or 1 when an invariant was violated."""
     from walras.simulate.cluster import parse_cluster
-    from walras.simulate.engine import EngineOptions, simulate
+    from walras.simulate.engine import EngineOptions, check_trace, simulate
     from walras.simulate.policies import POLICIES
     from walras.simulate.report import write_report
     from walras.simulate.trace import generate, read_csv
@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             trace = read_csv(args.trace)
         else:
             trace = generate(args.jobs, args.rate, args.seed)
+        check_trace(trace, cluster)
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(str(exc)) from None
     show = sys.stderr.isatty() if args.progress is None else args.progress

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
 from walras.planner.cluster import PODS, Node, Pool
 from walras.planner.spec import PoolSpec
 
@@ -71,9 +72,11 @@ class VirtualCluster:
                  for name, j, g in zip(self.node_names, self.node_pool.tolist(), self.node_gpus.tolist(), strict=True)]
         return tuple(sorted(nodes, key=lambda n: n.name))
 
-    def typed_pools(self, policy: str = "throughput") -> tuple[Pool, ...]:
+    def typed_pools(self, policy: str = "utility") -> tuple[Pool, ...]:
         """One ResourcePool per accelerator type selecting its nodes, priced in :data:`GPUS`, placing with
-        ``policy`` (a :mod:`walras.planner.policies` name)."""
+        ``policy`` (a :mod:`walras.planner.policies` name; ``utility``, assign-and-allocate, by default: every pod
+        asks one accelerator, so the policies place alike here, and it needs no JIT compilation, which costs the
+        degree-limited ``throughput`` policy about 7 s in the first plan of a process)."""
         return tuple(sorted((Pool(name=p.name, generation=1,
                                   spec=PoolSpec(name=p.name, node_selector={POOL_LABEL: p.name}, resource=GPUS,
                                                 policy=policy))

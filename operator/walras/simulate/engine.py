@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from walras.planner.cluster import Job
 from walras.planner.invariants import check_cluster
 from walras.simulate.cluster import VirtualCluster
@@ -96,7 +97,10 @@ class PolicyRun:
         return self.finish[done] - self.arrival[done]
 
 
-def _validate(trace: Trace, cluster: VirtualCluster, throughput: np.ndarray) -> None:
+def check_trace(trace: Trace, cluster: VirtualCluster) -> None:
+    """``ValueError`` naming the first job ``cluster`` cannot run: no type it runs on, or fewer accelerators of
+    every such type than its pods."""
+    throughput = trace.throughput_matrix(cluster.types)
     capacity = cluster.capacity
     for job in trace.jobs:
         runs = throughput[job.id] > 0
@@ -120,7 +124,7 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
         policy = make_policy(policy, check=opts.check)
     n, m = len(trace.jobs), len(cluster.types)
     throughput = trace.throughput_matrix(cluster.types)
-    _validate(trace, cluster, throughput)
+    check_trace(trace, cluster)
     pods = np.array([j.pods for j in trace.jobs], dtype=np.int64)
     work = np.array([j.work for j in trace.jobs], dtype=np.float64)
     arrival = np.array([j.arrival for j in trace.jobs], dtype=np.float64)
@@ -307,4 +311,4 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
     return run
 
 
-__all__ = ["EngineOptions", "PolicyRun", "RoundPolicy", "simulate"]
+__all__ = ["EngineOptions", "PolicyRun", "RoundPolicy", "check_trace", "simulate"]

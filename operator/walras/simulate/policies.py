@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
 from walras.planner.cluster import PODS, Cluster, Job, Pod, ReportedStatus
 from walras.planner.invariants import check_plan
 from walras.planner.model import Plan

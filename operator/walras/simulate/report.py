@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from walras.simulate.engine import PolicyRun
 
 

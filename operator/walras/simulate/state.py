@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from walras.planner.cluster import PODS, Cluster, Job, Pod
 from walras.planner.spec import JobSpec, MigrationSpec, UtilitySpec
 from walras.simulate.cluster import GPUS, VirtualCluster

@@ -84,9 +84,19 @@ def _table() -> tuple[dict[tuple[str, int], np.ndarray], list[str]]:
     return rows, singles
 
 
-def generate(n_jobs: int, rate: float, seed: int = 0) -> Trace:
+#: Gavel's durations: (low, high, probability) of the exponent x of a duration of 10**x minutes.
+GAVEL_DURATIONS: tuple[tuple[float, float, float], ...] = ((1.5, 3.0, 0.8), (3.0, 4.0, 0.2))
+
+
+def generate(n_jobs: int, rate: float, seed: int = 0,
+             durations: tuple[tuple[float, float, float], ...] = GAVEL_DURATIONS) -> Trace:
     """``n_jobs`` jobs as Gavel's generator draws them (module docstring), arrivals Poisson at ``rate`` jobs/hour,
-    the first at time 0; deterministic in ``seed``."""
+    the first at time 0; deterministic in ``seed``. ``durations``: the mixture of ``(low, high, probability)`` ranges
+    of the exponent x of a duration of ``10**x`` minutes (Gavel's by default; the shipped small trace uses shorter
+    ones so that a test runs it in seconds)."""
+    probabilities = np.array([p for _, _, p in durations], dtype=np.float64)
+    if not durations or np.any(probabilities < 0) or abs(float(probabilities.sum()) - 1.0) > 1e-9:
+        raise ValueError("durations must be (low, high, probability) ranges whose probabilities sum to 1")
     if n_jobs < 0:
         raise ValueError(f"the number of jobs must be >= 0, got {n_jobs}")
     if not (rate > 0 and math.isfinite(rate)):
@@ -103,8 +113,9 @@ def generate(n_jobs: int, rate: float, seed: int = 0) -> Trace:
         if (name, scale) not in rows:
             scale = 1
         row = rows[(name, scale)]
-        long = rng.uniform() >= 0.8
-        x = rng.uniform(3.0, 4.0) if long else rng.uniform(1.5, 3.0)
+        low, high, _ = durations[int(np.searchsorted(np.cumsum(probabilities), rng.uniform(), side="right").clip(
+            0, len(durations) - 1))]
+        x = rng.uniform(low, high)
         duration = 60.0 * 10.0**x
         jobs.append(TraceJob(k, float(arrivals[k]), name, scale, float(duration * row[ref]),
                              tuple(float(v) for v in row)))
