@@ -147,8 +147,11 @@ class FaultProxy:
         except aiohttp.ClientError as exc:
             return web.json_response(status_body(503, "ServiceUnavailable", f"proxy: upstream: {exc}"), status=503)
         async with upstream:
+            # the body is relayed as received (auto_decompress=False): its Content-Encoding goes with it (a gzip
+            # list of kube-apiserver relayed without the header broke kopf's watcher: "can't decode byte 0x8b")
             response = web.StreamResponse(status=upstream.status, headers={
-                k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP})
+                k: v for k, v in upstream.headers.items()
+                if k.lower() not in HOP_BY_HOP or k.lower() == "content-encoding"})
             await response.prepare(request)
             loop = asyncio.get_running_loop()
             deadline = None if drop_after is None else loop.time() + drop_after

@@ -34,6 +34,7 @@ class Server:
 
     url: str
     session: requests.Session
+    real: bool = False  # kube-apiserver (with kube-controller-manager's disruption controller), not the emulator
 
     def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
              accept: str = "application/json", params: dict[str, str] | None = None) -> tuple[int, Any]:
@@ -124,6 +125,7 @@ def sequence(server: Server, ns: str, pool_crd: dict[str, Any]) -> dict[str, tup
     out["delete bound (no kubelet)"] = shape(status, body, "deletionTimestamp" in body.get("metadata", {}),
                                              server.call("GET", f"{pods}/p1")[0])
     out["watch since create"] = ("events", tuple(server.watch(pods, rv)))
+    out.update(evictions(server, ns))
     # custom resources: the ResourcePool CRD
     server.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", pool_crd)
     _wait_established(server, pool_crd["metadata"]["name"])
@@ -139,6 +141,59 @@ def sequence(server: Server, ns: str, pool_crd: dict[str, Any]) -> dict[str, tup
     step("custom resource: schema type", lambda: shape(*server.call("POST", pools, {
         **base, "metadata": {"name": f"{ns}-type"}, "spec": {**base["spec"], "resource": 5}})))
     return out
+
+
+def evictions(server: Server, ns: str) -> dict[str, tuple[Any, ...]]:
+    """The Eviction API under a PodDisruptionBudget (minAvailable 1 over two Ready pods): the first eviction is
+    allowed (201, the pod deleted), the second would violate the budget (429 TooManyRequests with a
+    ``DisruptionBudget`` cause, the pod kept)."""
+    out: dict[str, tuple[Any, ...]] = {}
+    pods = f"/api/v1/namespaces/{ns}/pods"
+    budgets = f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets"
+    status, body = server.call("POST", budgets, {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-one"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "evict"}}}})
+    out["pdb create"] = shape(status, body, body.get("spec", {}).get("minAvailable"))
+    for name in ("e1", "e2"):
+        manifest = pod(name)
+        manifest["metadata"]["labels"] = {"app": "evict"}
+        server.call("POST", pods, manifest)
+        server.call("PATCH", f"{pods}/{name}/status", {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}]}}, "application/merge-patch+json")
+    status, body = server.call("GET", budgets)
+    out["pdb list"] = shape(status, body, [b["metadata"]["name"] for b in body.get("items", [])])
+    if server.real:  # the disruption controller has to count the two Ready pods first
+        _wait_budget(server, f"{budgets}/keep-one", healthy=2)
+
+    def evict(name: str) -> tuple[int, Any]:
+        return server.call("POST", f"{pods}/{name}/eviction", {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns},
+            "deleteOptions": {"gracePeriodSeconds": 30}})
+
+    status, body = evict("e1")
+    out["eviction allowed by the pdb"] = shape(status, body, body.get("status"), server.call("GET", f"{pods}/e1")[0])
+    status, body = evict("e2")
+    causes = [c.get("reason") for c in (body.get("details") or {}).get("causes") or []]
+    out["eviction refused by the pdb"] = shape(status, body, body.get("message"), causes,
+                                               server.call("GET", f"{pods}/e2")[0])
+    step_status, body = evict("missing")
+    out["eviction of a missing pod"] = shape(step_status, body)
+    status, body = server.call("DELETE", f"{budgets}/keep-one")
+    out["pdb delete"] = shape(status, body, server.call("GET", f"{budgets}/keep-one")[0])
+    return out
+
+
+def _wait_budget(server: Server, path: str, healthy: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status, body = server.call("GET", path)
+        st = body.get("status") or {} if status == 200 else {}
+        if st.get("observedGeneration") == body["metadata"].get("generation") and st.get("currentHealthy") == healthy:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the disruption controller did not count {healthy} healthy pods for {path}")
 
 
 def _wait_established(server: Server, name: str) -> None:
@@ -190,12 +245,14 @@ def test_emulator_and_kube_apiserver_answer_alike(control_plane: ControlPlane, e
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {control_plane.token}"
     session.mount("https://", _ContextAdapter(control_plane.plane.ssl_context()))
-    real = Server(control_plane.server, session)
+    real = Server(control_plane.server, session, real=True)
     pool_crd = yaml.safe_load((ROOT / "crds" / "resourcepools.walras.dev.yaml").read_text())
     # where an e2e module applied the CRD already, its POST answers 409 on the real server: the same CRD serves
     ns = f"diff-{secrets.token_hex(3)}"
     seen_real = sequence(real, ns, pool_crd)
     seen_emulated = sequence(emulator, ns, pool_crd)
+    for step in [s for s in seen_real if "evict" in s or "pdb" in s]:
+        print(f"{step}: kube-apiserver {seen_real[step]} / emulator {seen_emulated[step]}")
     assert list(seen_real) == list(seen_emulated)
     differences = {step: (seen_emulated[step], seen_real[step]) for step in seen_real
                    if seen_real[step] != seen_emulated[step]}

@@ -158,3 +158,74 @@ async def test_http_discovery_list_watch_and_faults() -> None:
     finally:
         await emulator.stop()
         await asyncio.sleep(0)
+
+
+def _running(store: Store, name: str, labels: dict[str, str], ready: bool = True) -> None:
+    pods = store.types[("", "v1", "pods")]
+    store.create(pods, "default", pod(name, labels))
+    store.patch(pods, "default", name, {"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}}, "application/merge-patch+json",
+        subresource="status")
+
+
+def _budget(store: Store, name: str, spec: dict[str, Any]) -> None:
+    store.create(store.types[("policy", "v1", "poddisruptionbudgets")], "default", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name},
+        "spec": {"selector": {"matchLabels": {"app": "w"}}, **spec}})
+
+
+@pytest.mark.parametrize(("spec", "ready", "evictable"), [
+    ({"minAvailable": 2}, 3, 1),  # 3 healthy, 2 needed: one eviction
+    ({"minAvailable": "50%"}, 4, 2),  # ceil(50 % of 4) = 2 needed
+    ({"minAvailable": "60%"}, 4, 1),  # ceil(2.4) = 3 needed
+    ({"maxUnavailable": 1}, 3, 1),
+    ({"maxUnavailable": "50%"}, 3, 2),  # ceil(1.5) = 2 may be unavailable
+    ({"minAvailable": 0}, 2, 2),
+])
+def test_evictions_stop_where_the_budget_would_be_violated(spec: dict[str, Any], ready: int, evictable: int) -> None:
+    """Issue 17: ``pods/eviction`` honours a PodDisruptionBudget (integer or percent, minAvailable or
+    maxUnavailable over the matching pods): exactly ``evictable`` pods go, then 429 with a DisruptionBudget cause."""
+    store = Store()
+    pods = store.types[("", "v1", "pods")]
+    for i in range(ready):
+        _running(store, f"w{i}", {"app": "w"})
+    _budget(store, "b", spec)
+    evicted = 0
+    for i in range(ready):
+        try:
+            answer = store.evict("default", f"w{i}", {"apiVersion": "policy/v1", "kind": "Eviction",
+                                                      "metadata": {"name": f"w{i}"}})
+        except ApiError as exc:
+            assert exc.code == 429 and exc.reason == "TooManyRequests"
+            assert exc.status()["details"]["causes"][0]["reason"] == "DisruptionBudget"
+            continue
+        assert answer["code"] == 201 and answer["status"] == "Success"
+        evicted += 1
+    assert evicted == evictable
+    assert len(store.list(pods, "default")) == ready - evictable
+
+
+def test_evictions_outside_budgets_pending_pods_and_two_budgets() -> None:
+    store = Store()
+    pods = store.types[("", "v1", "pods")]
+    _running(store, "a", {"app": "w"})
+    _running(store, "other", {"app": "x"})
+    store.create(pods, "default", pod("pending", {"app": "w"}))
+    _budget(store, "b", {"minAvailable": 1})
+    # a pod no budget selects goes; a Pending pod goes without looking at the budget (as kube-apiserver's
+    # canIgnorePDB); the last Ready pod under minAvailable 1 stays
+    assert store.evict("default", "other", {"kind": "Eviction"})["code"] == 201
+    assert store.evict("default", "pending", {"kind": "Eviction"})["code"] == 201
+    with pytest.raises(ApiError) as refused:
+        store.evict("default", "a", {"kind": "Eviction"})
+    assert refused.value.code == 429
+    with pytest.raises(ApiError) as mismatch:
+        store.evict("default", "a", {"kind": "Eviction", "metadata": {"name": "b"}})
+    assert mismatch.value.code == 400
+    _budget(store, "b2", {"maxUnavailable": 1})
+    with pytest.raises(ApiError) as two:
+        store.evict("default", "a", {"kind": "Eviction"})
+    assert two.value.code == 500 and "more than one PodDisruptionBudget" in two.value.message
+    with pytest.raises(ApiError) as missing:
+        store.evict("default", "gone", {"kind": "Eviction"})
+    assert missing.value.code == 404

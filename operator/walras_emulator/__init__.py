@@ -1,10 +1,11 @@
 """An emulated Kubernetes API on loopback, for ``walras demo`` and the tests. It is NOT a real cluster.
 
-It stores objects in memory and serves discovery, CRUD, list/watch, patches, the status / binding / resize
-sub-resources, finalizers, owner-reference garbage collection, Events and kopf's peering resources, so that the real
+It stores objects in memory and serves discovery, CRUD, list/watch, patches, the status / binding / resize /
+eviction sub-resources (evictions honour PodDisruptionBudgets), finalizers, owner-reference garbage collection,
+Events and kopf's peering resources, so that the real
 ``kubectl`` (1.35, ``--validate=false``) and the real Walras operator (kopf) can run against it. There is no
 scheduler, admission, authentication or kubelet beyond marking a bound pod Running. Nothing in the product imports it
-except ``walras demo``; it imports nothing from ``walras.operator`` or ``walras.extender``.
+except ``walras demo``; it imports nothing from ``walras`` or ``allocator`` (an import-linter contract).
 
 Run it standalone with ``python -m walras_emulator --port 0 --kubeconfig KUBECONFIG``.
 """

@@ -155,6 +155,8 @@ class EmulatorApp:
             body = await self._body(request)
             if sub == "binding":
                 return _dump(self.store.bind(namespace, name, body), 201)
+            if sub == "eviction":
+                return _dump(self.store.evict(namespace, name, body), 201)
             if name:
                 raise ApiError(405, "MethodNotAllowed", "POST goes to the collection, not to a named object")
             if q.get("dryRun"):
@@ -179,7 +181,12 @@ class EmulatorApp:
             for obj in self.store.list(rtype, namespace or None, labels):
                 self.store.delete(rtype, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
             return _dump({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"})
-        return _dump(self.store.delete(rtype, namespace, name))
+        gone = self.store.delete(rtype, namespace, name)
+        if rtype.delete_answers_status and not gone["metadata"].get("deletionTimestamp"):
+            return _dump({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                          "details": {"name": name, "group": rtype.group, "kind": rtype.plural,
+                                      "uid": gone["metadata"].get("uid")}})
+        return _dump(gone)
 
     async def _watch(self, request: web.Request, rtype: ResourceType, namespace: str,
                      labels: LabelSelector | None, fields: FieldSelector | None) -> web.StreamResponse:

@@ -16,6 +16,7 @@ import builtins
 import copy
 import dataclasses
 import datetime as dt
+import math
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -37,9 +38,13 @@ class ApiError(Exception):
         self.message = message
         self.kind = kind
         self.name = name
+        self.causes: list[JSON] = []  # details.causes (the eviction's DisruptionBudget cause)
 
     def status(self) -> JSON:
         """The ``Status`` object the API server returns for this error."""
+        details: JSON = {"name": self.name, "kind": self.kind}
+        if self.causes:
+            details["causes"] = list(self.causes)
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -47,7 +52,7 @@ class ApiError(Exception):
             "status": "Failure",
             "message": self.message,
             "reason": self.reason,
-            "details": {"name": self.name, "kind": self.kind},
+            "details": details,
             "code": self.code,
         }
 
@@ -66,6 +71,9 @@ class ResourceType:
     singular: str = ""
     categories: tuple[str, ...] = ()
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    #: a finished DELETE answers a success ``Status`` (as kube-apiserver does for PodDisruptionBudgets), not the
+    #: deleted object (pods, custom resources)
+    delete_answers_status: bool = False
 
     @property
     def api_version(self) -> str:
@@ -97,6 +105,9 @@ class ResourceType:
             if sub == "binding":
                 out.append({"name": f"{self.plural}/binding", "singularName": "", "namespaced": self.namespaced,
                             "group": "", "version": "v1", "kind": "Binding", "verbs": ["create"]})
+            elif sub == "eviction":
+                out.append({"name": f"{self.plural}/eviction", "singularName": "", "namespaced": self.namespaced,
+                            "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]})
             else:
                 out.append({"name": f"{self.plural}/{sub}", "singularName": "", "namespaced": self.namespaced,
                             "kind": self.kind, "verbs": ["get", "patch", "update"]})
@@ -111,11 +122,14 @@ def _now() -> str:
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
-    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "binding", "resize"), categories=("all",)),
+    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "binding", "eviction", "resize"),
+                 categories=("all",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",),
+                 delete_answers_status=True),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
                  ("crd", "crds"), ("status",)),
     ResourceType("kopf.dev", "v1", "clusterkopfpeerings", "ClusterKopfPeering", False, (), ("status",)),
@@ -123,6 +137,65 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
 )
 
 _STATUS_KEPT_ON_CREATE = {"Node", "Namespace", "Event"}
+
+
+def _success(code: int) -> JSON:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    """A pod the disruption controller counts as healthy: not terminating, condition ``Ready`` True."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _selects(budget: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether ``budget``'s ``spec.selector`` (a LabelSelector; empty selects every pod, as in policy/v1) matches."""
+    selector = (budget.get("spec") or {}).get("selector") or {}
+    labels = pod["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def _scaled(value: Any, total: int) -> int:
+    """An IntOrString of a budget against ``total`` pods: an integer as is, ``"N%"`` rounded up (as
+    ``intstr.GetScaledValueFromIntOrPercent(..., roundUp=true)`` in the disruption controller)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * total / 100)
+    return int(value)
+
+
+def disruptions_allowed(budget: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> tuple[int, int, int]:
+    """``(disruptionsAllowed, desiredHealthy, currentHealthy)`` of a PodDisruptionBudget over the pods its selector
+    matches: ``minAvailable`` (integer or percent of the expected pods) or ``maxUnavailable`` (same; desired healthy
+    = expected - maxUnavailable). Healthy pods are the Ready ones that are not terminating and not in
+    ``status.disruptedPods``. The real disruption controller takes the expected count of a percent or
+    ``maxUnavailable`` from the pods' controllers' scale; the emulator, which has no controllers, counts the matching
+    pods plus those evicted through this budget (``status.disruptedPods``, which a controller would replace)."""
+    pods = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    spec = budget.get("spec") or {}
+    disrupted = set((budget.get("status") or {}).get("disruptedPods") or {})
+    names = {p["metadata"]["name"] for p in pods}
+    expected = len(pods) + len(disrupted - names)
+    healthy = sum(_ready(p) and p["metadata"]["name"] not in disrupted for p in pods)
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    else:
+        desired = _scaled(spec.get("minAvailable", 1), expected)
+    return max(0, healthy - desired), desired, healthy
 
 
 # --------------------------------------------------------------------------------------------------- patches
@@ -616,6 +689,51 @@ class Store:
         self._emit(rtype, "MODIFIED", new)
         self.bindings.append({"namespace": namespace, "pod": name, "node": node, "uid": pod["metadata"]["uid"]})
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def evict(self, namespace: str, name: str, body: Any) -> JSON:
+        """``POST pods/{name}/eviction`` (a policy/v1 Eviction), as kube-apiserver's eviction REST does it: a pod
+        that is Pending, Succeeded, Failed or already terminating is deleted without looking at budgets; otherwise the
+        one PodDisruptionBudget of the namespace whose selector matches the pod must allow a disruption (more than
+        one is a 500, as the real server answers), else 429 TooManyRequests with a ``DisruptionBudget`` cause. An
+        allowed eviction deletes the pod as :meth:`delete` does and answers 201 with a success Status.
+
+        The real server reads ``status.disruptionsAllowed`` that the disruption controller keeps; the emulator has no
+        controller and computes it at the eviction from the pods (see :func:`disruptions_allowed`)."""
+        pods = self.types[("", "v1", "pods")]
+        if not isinstance(body, Mapping) or body.get("kind") not in (None, "Eviction"):
+            raise ApiError(400, "BadRequest", "the request body must be a policy/v1 Eviction")
+        named = (body.get("metadata") or {}).get("name")
+        if named and named != name:
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object",
+                           kind="Eviction", name=str(named))
+        pod = self.get(pods, namespace, name)
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if phase in ("Pending", "Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
+            self.delete(pods, namespace, name)
+            return _success(201)
+        pdb_type = self.types[("policy", "v1", "poddisruptionbudgets")]
+        budgets = [b for b in self.list(pdb_type, namespace) if _selects(b, pod)]
+        if len(budgets) > 1:
+            raise ApiError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction "
+                           "subresource does not support.")
+        if budgets:
+            budget = budgets[0]
+            members = [p for p in self.list(pods, namespace) if _selects(budget, p)]
+            allowed, desired, healthy = disruptions_allowed(budget, members)
+            if allowed > 0:  # recorded as the real server does; evicted pods keep counting as expected
+                disrupted = dict((budget.get("status") or {}).get("disruptedPods") or {})
+                disrupted[name] = _now()
+                self.patch(pdb_type, namespace, budget["metadata"]["name"], {"status": {"disruptedPods": disrupted}},
+                           "application/merge-patch+json", subresource="status")
+            else:
+                error = ApiError(429, "TooManyRequests",
+                                 "Cannot evict pod as it would violate the pod's disruption budget.")
+                error.causes = [{"reason": "DisruptionBudget",
+                                 "message": f"The disruption budget {budget['metadata']['name']} needs {desired} "
+                                            f"healthy pods and has {healthy} currently"}]
+                raise error
+        self.delete(pods, namespace, name)
+        return _success(201)
 
     def _run_pod(self, pod: JSON, node: str) -> None:
         status = pod.setdefault("status", {})
