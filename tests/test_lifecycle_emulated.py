@@ -333,3 +333,74 @@ async def test_eviction_429_is_an_answer_and_deletes_carry_grace_and_uid(tmp_pat
     finally:
         await client.close()
         await runner.cleanup()
+
+
+@pytest.mark.asyncio
+async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
+    """``Controller.act`` on ``evict``: a refusal (429) keeps the pod and records one ``EvictionBlocked`` per pod and
+    message however often the plan repeats it, never a delete; an eviction that goes through forgets the pod in the
+    assumed-pods cache (as a deletion does) and records ``Evicted``; a replacement ``create`` is assumed. ``delete``
+    passes the planned grace period and the pod's uid."""
+    from walras.operator.kube import Eviction
+    from walras.planner.model import Plan, PodPlan
+    from walras.planner.translate import pod_from
+
+    calls: list[tuple[Any, ...]] = []
+    answers = ["blocked", "blocked", "evicted"]
+
+    class FakeClient:
+        async def evict_pod(self, namespace: str, name: str, grace: int | None = None,
+                            uid: str | None = None) -> Eviction:
+            calls.append(("evict", name, grace, uid))
+            outcome = answers.pop(0)
+            return Eviction(outcome, "Cannot evict pod as it would violate the pod's disruption budget."  # type: ignore[arg-type]
+                            if outcome == "blocked" else "")
+
+        async def delete_pod(self, namespace: str, name: str, grace: int | None = None,
+                             uid: str | None = None) -> bool:
+            calls.append(("delete", name, grace, uid))
+            return True
+
+        async def create_pod(self, namespace: str, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+            calls.append(("create", body["metadata"]["name"]))
+            return {**body, "metadata": {**body["metadata"], "uid": "new-uid"}}, True
+
+        async def post_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
+            calls.append(("event", event["reason"], event["message"]))
+            return event
+
+        async def patch_status(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+            return {}
+
+    job = fungible_job("m", NS, {"p": 1.0}, 1)
+    job["metadata"].update(uid="job-uid", generation=1)
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "m-0", "namespace": NS, "uid": "old-uid", "labels": {"walras.dev/job": "m"},
+                        "ownerReferences": [{"controller": True, "uid": "job-uid"}]},
+           "spec": {"nodeName": "n1", "containers": [{"name": "main"}]}, "status": {"phase": "Running"}}
+    snapshot = Snapshot(pods=(pod,), jobs=(job,))
+    controller = Controller(FakeClient(), lambda: snapshot, build_plan,  # type: ignore[arg-type]
+                            OperatorOptions(mode="extender"))
+    typed = pod_from(pod)
+    assert typed is not None
+    controller.assumed.assume(typed, time.monotonic())
+    plan = Plan()
+    plan.pods = [PodPlan(NS, "m-0", "m", "p", "n1", action="evict", exists=True, grace=5),
+                 PodPlan(NS, "m-1", "m", "p", "n2", {"cpu": "1"})]
+    await controller.act(plan, snapshot)
+    await controller.act(plan, Snapshot(pods=(pod, {**pod, "metadata": {**pod["metadata"], "name": "m-1"}}),
+                                        jobs=(job,)))
+    blocked = [c for c in calls if c[0] == "event" and c[1] == "EvictionBlocked"]
+    assert len(blocked) == 1 and "disruption budget" in blocked[0][2]
+    assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 2
+    assert not [c for c in calls if c[0] == "delete"], "a refused eviction is never turned into a delete"
+    assert (NS, "m-0") in {p.key for p in controller.assumed.pods()}
+    assert (NS, "m-1") in {p.key for p in controller.assumed.pods()}, "the replacement is assumed"
+    await controller.act(plan, Snapshot(pods=(pod,), jobs=(job,)))
+    assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 3
+    assert (NS, "m-0") not in {p.key for p in controller.assumed.pods()}, "an evicted pod is forgotten"
+    assert any(c[0] == "event" and c[1] == "Evicted" for c in calls)
+    plan.pods = [PodPlan(NS, "m-0", "m", "p", None, action="delete", exists=True, grace=0, reason="NodeLost")]
+    await controller.act(plan, snapshot)
+    assert calls[-2] == ("delete", "m-0", 0, "old-uid")
+    assert calls[-1][:2] == ("event", "SuccessfulDelete") and calls[-1][2].startswith("Force-deleted pod m-0")
