@@ -258,3 +258,22 @@ def test_a_lost_node_admits_nothing_and_confirms_no_deletion(control_plane: Cont
     assert cp.get("pod", "a", "-n", namespace)["metadata"]["deletionTimestamp"], "nor confirms a deletion"
     cp.kubectl("delete", "pod", "a", "-n", namespace, "--grace-period=0", "--force", "--wait=false")
     wait_for(lambda: cp.request("GET", f"/api/v1/namespaces/{namespace}/pods/a")[0] == 404, 5, "a force-deleted")
+
+
+def test_termination_time_is_stop_seconds_within_the_grace_and_the_cap() -> None:
+    from walras.kubelet import ApiClient, ApiConfig, KubeletStandIn
+
+    def deleting(grace: int, stop: str | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "p", "namespace": "n", "deletionGracePeriodSeconds": grace}
+        if stop is not None:
+            meta["annotations"] = {"kubelet.walras.dev/stop-seconds": stop}
+        return {"metadata": meta}
+
+    plain = KubeletStandIn(ApiClient(ApiConfig("http://127.0.0.1:1")), [])
+    assert plain.termination_seconds(deleting(30)) == 0  # containers exit at once on SIGTERM
+    assert plain.termination_seconds(deleting(30, "inf")) == 30  # checkpoints until killed at the grace end
+    assert plain.termination_seconds(deleting(30, "4.5")) == 4.5
+    assert plain.termination_seconds(deleting(0, "inf")) == 0  # a force deletion
+    assert plain.termination_seconds(deleting(30, "soon")) == 0  # not a number: the stand-in's default
+    capped = KubeletStandIn(ApiClient(ApiConfig("http://127.0.0.1:1")), [], stop_seconds=100, grace_cap=2)
+    assert capped.termination_seconds(deleting(30)) == 2 and capped.termination_seconds(deleting(1)) == 1
