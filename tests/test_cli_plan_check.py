@@ -128,3 +128,23 @@ def test_check_without_a_reachable_cluster_is_a_usage_error(tmp_path: Path,
     assert main(["check", "--kubeconfig", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert "kubeconfig" in err and "Traceback" not in err
+
+
+def test_json_manifests_plan_like_their_yaml(cluster_dir: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``.json`` files (an object per file, an array, or a kubectl ``List``) are read as JSON and give the plan their
+    YAML gives; a broken JSON file is one error line naming it."""
+    docs = examples.documents()
+    (tmp_path / "nodes.json").write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                                     "items": [d for d in docs if d["kind"] == "Node"]}))
+    (tmp_path / "rest.json").write_text(json.dumps([d for d in docs if d["kind"] != "Node"]))
+    from_yaml = _plan(capsys, cluster_dir)
+    from_json = _plan(capsys, tmp_path)
+    for plan in (from_yaml, from_json):
+        plan.pop("seconds")
+        plan["solver"].pop("seconds")
+    assert from_json == from_yaml
+    (tmp_path / "broken.json").write_text('{"kind": "Pod",')
+    assert main(["plan", "-f", str(tmp_path), "-o", "json"]) == 2
+    err = capsys.readouterr().err
+    assert "broken.json: invalid JSON" in err and len(err.strip().splitlines()) == 1
