@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import sys
@@ -87,7 +88,7 @@ def utilisation(usage: list[tuple[float, np.ndarray]], end: float, capacity: np.
     return float((used * widths).sum() / (end * float(capacity.sum())))
 
 
-def measure(trace, cluster, policy: str, rate: float) -> Row:  # type: ignore[no-untyped-def]
+def measure(trace, cluster, policy: str, rate: float) -> Row:
     from walras.simulate.engine import EngineOptions, simulate
 
     run = simulate(trace, cluster, policy, EngineOptions(check=False))
@@ -115,7 +116,7 @@ def measure(trace, cluster, policy: str, rate: float) -> Row:  # type: ignore[no
     )
 
 
-def offered_load(trace, capacity: int) -> float:  # type: ignore[no-untyped-def]
+def offered_load(trace, capacity: int) -> float:
     """Offered load in V100-equivalents: accelerator-hours per hour of arrivals (each job's work at its V100
     throughput, times its pods), over the cluster's accelerators. Above ~0.5-0.6 the slower K80/P100 make it
     saturated."""
@@ -272,6 +273,23 @@ def verdict(rows: list[Row], rates: list[float], policy: str = "walras-migrate",
     return out
 
 
+def _row_json(r: Row, load_now: float) -> dict[str, object]:
+    d = {k: v for k, v in r.__dict__.items() if k != "jct_h"}
+    d["jct_h"] = [float(v) for v in r.jct_h]
+    d["load"] = load_now
+    return d
+
+
+def _row_from(d: dict[str, object]) -> Row:
+    fields = {k: v for k, v in d.items() if k in Row.__dataclass_fields__}
+    fields["jct_h"] = np.array(fields["jct_h"], dtype=np.float64)
+    return Row(**fields)  # type: ignore[arg-type]
+
+
+def _read(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 rates x 24 jobs and a 300-job scale run")
@@ -281,14 +299,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale-jobs", type=int, default=None, help="default 10000 (--quick: 300)")
     parser.add_argument("--scale-gpus", type=int, default=None, help="default 2000 (--quick: 108)")
     parser.add_argument(
-        "--scale-rate",
-        type=float,
-        default=None,
-        help="jobs/hour of the scale run (default: 2 jobs/hour per 108 accelerators)",
+        "--scale-rate", type=float, default=None, help="jobs/hour of the scale run (default: 2 jobs/hour per 108 GPUs)"
     )
     parser.add_argument("--scale-budget", type=float, default=600.0, help="wall seconds before the scale run stops")
-    parser.add_argument("--no-scale", action="store_true", help="skip the scale run")
-    parser.add_argument("--no-doc", action="store_true", help="print only; do not write docs/bench/simulate*")
+    parser.add_argument("--no-scale", action="store_true", help="skip the scale run (keep the recorded one)")
+    parser.add_argument("--scale-only", action="store_true", help="only the scale run (keep the recorded sweep)")
+    parser.add_argument("--no-doc", action="store_true", help="print only; record nothing, write no docs")
     args = parser.parse_args(argv)
 
     from walras.simulate.cluster import parse_cluster
@@ -301,24 +317,39 @@ def main(argv: list[str] | None = None) -> int:
     cluster = parse_cluster(CLUSTER)
     capacity = int(cluster.capacity.sum())
     command = "python -m bench.simulate" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    load_before = load()
-    started = now_utc()
-    rows: list[Row] = []
-    offered: dict[float, float] = {}
-    for x in rates:
-        trace = generate(n_jobs, x, seed=SEED)
-        offered[x] = offered_load(trace, capacity)
-        for p in policies:
-            row = measure(trace, cluster, p, x)
-            rows.append(row)
-            print(
-                f"rate {x:g} {p:17s} avg {row.avg_jct_h:7.2f} h  median {row.median_jct_h:7.2f}  "
-                f"p99 {row.p99_jct_h:7.2f}  makespan {row.makespan_h:7.1f} h  moves/job-h "
-                f"{row.moves_per_job_hour:.3f}  util {row.utilisation:.2f}  wall {row.wall_s:.1f} s  "
-                f"load {load():.1f}",
-                flush=True,
-            )
-    load_sweep = load()
+    # Results are recorded per (rate, policy) in docs/bench/simulate/results.json (same cluster, jobs per trace and
+    # seed) and the scale run in scale.json, so rates and the scale run can be measured by separate invocations;
+    # the page is rebuilt from everything recorded. --quick records nothing.
+    record = not (args.no_doc or args.quick)
+    results_path, scale_path = PLOTS / "results.json", PLOTS / "scale.json"
+    config = {"cluster": CLUSTER, "jobs": n_jobs, "seed": SEED}
+    saved = _read(results_path) if record else {}
+    if saved.get("config") != config:
+        saved = {"config": config, "rows": [], "commands": []}
+    rows_json: list[dict[str, object]] = list(saved["rows"])  # type: ignore[call-overload]
+    if not args.scale_only:
+        started = now_utc()
+        load_before = load()
+        for x in rates:
+            trace = generate(n_jobs, x, seed=SEED)
+            for p in policies:
+                row = measure(trace, cluster, p, x)
+                print(
+                    f"rate {x:g} {p:17s} avg {row.avg_jct_h:7.2f} h  median {row.median_jct_h:7.2f}  "
+                    f"p99 {row.p99_jct_h:7.2f}  makespan {row.makespan_h:7.1f} h  moves/job-h "
+                    f"{row.moves_per_job_hour:.3f}  util {row.utilisation:.2f}  wall {row.wall_s:.1f} s  "
+                    f"load {load():.1f}",
+                    flush=True,
+                )
+                if record:
+                    rows_json = [r for r in rows_json if (r["rate"], r["policy"]) != (x, p)]
+                    rows_json.append(_row_json(row, load()))
+                    saved["rows"] = rows_json
+                    PLOTS.mkdir(parents=True, exist_ok=True)
+                    results_path.write_text(json.dumps(saved))
+        if record:
+            saved["commands"] = [*saved["commands"], f"{command} ({started}, load {load_before:.1f} -> {load():.1f})"]  # type: ignore[misc]
+            results_path.write_text(json.dumps(saved))
 
     scale = None
     if not args.no_scale:
@@ -331,37 +362,57 @@ def main(argv: list[str] | None = None) -> int:
             f"{scale.finished} finished, simulated {scale.sim_hours:.1f} h, {scale.replans} re-plans",
             flush=True,
         )
+        if record:
+            PLOTS.mkdir(parents=True, exist_ok=True)
+            scale_path.write_text(json.dumps({**scale.__dict__, "command": command, "at": now_utc()}))
 
-    if args.no_doc:
+    if not record:
         return 0
-    written = plots(rows, rates, policies)
-    DOC.parent.mkdir(parents=True, exist_ok=True)
+    write_doc(saved, _read(scale_path), capacity)
+    return 0
+
+
+def write_doc(saved: dict[str, object], scale: dict[str, object], capacity: int) -> None:
+    """docs/bench/simulate.md and the plots from the recorded sweep rows and scale run."""
+    from walras.simulate.trace import generate
+
+    rows = sorted((_row_from(d) for d in saved.get("rows", [])), key=lambda r: r.rate)  # type: ignore[attr-defined]
+    loads = {(d["rate"], d["policy"]): d["load"] for d in saved.get("rows", [])}  # type: ignore[attr-defined]
+    rates = sorted({r.rate for r in rows})
+    from walras.simulate.policies import POLICIES
+
+    policies = [p for p in POLICIES if any(r.policy == p for r in rows)]
+    n_jobs = int(saved["config"]["jobs"])  # type: ignore[index]
+    offered = {x: offered_load(generate(n_jobs, x, seed=SEED), capacity) for x in rates}
+    written = plots(rows, rates, policies) if rows else []
     lines = [
         "## Simulator load sweep (`walras simulate`, issue 21)",
         "",
-        f"Command: `{command}`. Cluster `{CLUSTER}` ({capacity} accelerators: 36 K80, 36 P100, 36 V100, as Gavel's "
-        f"simulated cluster, OSDI 2020 Sec. 7.2); {n_jobs} jobs per trace generated by "
-        f"`walras.simulate.trace.generate` (Gavel's generator) with seed {SEED}, the same trace for every policy at "
-        "a rate; every job runs to completion (no horizon); engine defaults (60 s coalescing window, 30 s restart "
-        "delay), invariant checks off.",
-        f"Machine: {machine_line('scipy')}; started {started}; load average (1 min) {load_before:.1f} before the "
-        f"sweep and {load_sweep:.1f} after (the machine is shared by other sessions). JCT, makespan, moves and "
-        "utilisation are simulated quantities, independent of the load; only the wall seconds depend on it (one run "
-        "per cell: the simulated numbers are deterministic).",
+        "Commands (each records its rows in `docs/bench/simulate/results.json`; the page is rebuilt from all of them):",
+        "",
+        *[f"- `{c.split(' (')[0]}` ({c.split(' (', 1)[1]}" for c in saved.get("commands", [])],  # type: ignore[attr-defined]
+        "",
+        f"Cluster `{CLUSTER}` ({capacity} accelerators: 36 K80, 36 P100, 36 V100, as Gavel's simulated cluster, OSDI "
+        f"2020 Sec. 7.2); {n_jobs} jobs per trace generated by `walras.simulate.trace.generate` (Gavel's generator) "
+        f"with seed {SEED}, the same trace for every policy at a rate; every job runs to completion (no horizon); "
+        "engine defaults (60 s coalescing window, 30 s restart delay), invariant checks off.",
+        f"Machine: {machine_line('scipy')}, shared with other sessions (load average per cell in the last column). "
+        "JCT, makespan, moves and utilisation are simulated quantities, independent of the load; only the wall "
+        "seconds depend on it (one run per cell: the simulated numbers are deterministic).",
         "",
         "Offered load (V100-equivalent accelerator-hours arriving per hour, over 108 accelerators): "
         + ", ".join(f"{x:g} jobs/h: {offered[x]:.2f}" for x in rates)
         + ".",
         "",
         "| rate (jobs/h) | policy | avg JCT (h) | median JCT (h) | p99 JCT (h) | makespan (h) | pods moved / job-hour "
-        "| migrations | preemptions | utilisation | re-plans | wall (s) | decide (s) |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| migrations | preemptions | utilisation | re-plans | wall (s) | decide (s) | load |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r.rate:g} | {r.policy} | {r.avg_jct_h:.2f} | {r.median_jct_h:.2f} | {r.p99_jct_h:.2f} | "
             f"{r.makespan_h:.1f} | {r.moves_per_job_hour:.3f} | {r.migrations} | {r.preemptions} | "
-            f"{r.utilisation:.2f} | {r.replans} | {r.wall_s:.1f} | {r.decide_s:.1f} |"
+            f"{r.utilisation:.2f} | {r.replans} | {r.wall_s:.1f} | {r.decide_s:.1f} | {loads[(r.rate, r.policy)]:.1f} |"
         )
     notes = sorted({n for r in rows for n in r.notes})
     bad = [r for r in rows if r.finished != r.jobs or r.violations]
@@ -387,26 +438,29 @@ def main(argv: list[str] | None = None) -> int:
         "Plots: " + ", ".join(f"[{w}](simulate/{w})" for w in written) + ".",
         "",
     ]
-    if scale is not None:
-        state = "finished" if scale.done else f"did not finish: stopped after the {scale.budget_s:.0f} s budget"
+    analysis = PLOTS / "analysis.md"
+    if analysis.exists():
+        lines += [analysis.read_text().strip(), ""]
+    if scale:
+        state = "finished" if scale["done"] else f"did not finish: stopped after the {scale['budget_s']:.0f} s budget"
         lines += [
-            f"### Scale: {scale.jobs:,} jobs on {scale.gpus:,} accelerators, `walras` policy",
+            f"### Scale: {scale['jobs']:,} jobs on {scale['gpus']:,} accelerators, `walras` policy",
             "",
-            f"One run (`--scale-jobs {scale.jobs} --scale-gpus {scale.gpus} --scale-rate {scale.rate:g}`; three equal "
-            f"pools of 4-GPU nodes; load {scale.load_before:.1f} before, {scale.load_after:.1f} after): {state}; "
-            f"wall {scale.wall_s:.1f} s, {scale.replans} re-plans, {scale.finished:,} jobs finished, "
-            f"{scale.sim_hours:.1f} simulated hours. Target: <= 600 s on 2 cores.",
+            f"`{scale['command']}` ({scale['at']}; rate {scale['rate']:g} jobs/h; three equal pools of 4-GPU nodes; "
+            f"load {scale['load_before']:.1f} before, {scale['load_after']:.1f} after): {state}; wall "
+            f"{scale['wall_s']:.1f} s, {scale['replans']} re-plans, {scale['finished']:,} jobs finished, "
+            f"{scale['sim_hours']:.1f} simulated hours. Target: <= 600 s on 2 cores.",
             "",
             "Profile of the first 20 re-plans (cumulative seconds, top entries):",
             "",
             "```",
-            scale.profile,
+            str(scale["profile"]),
             "```",
             "",
         ]
+    DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {DOC.relative_to(ROOT)} and {len(written)} plots in {PLOTS.relative_to(ROOT)}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -178,7 +178,11 @@ def time_slice(allocation: np.ndarray, scale: np.ndarray, capacity: np.ndarray, 
     over the fraction of time job i has received on j; when every counter covers the same window of ``E`` seconds
     (since the allocation was computed, or since the simulation started) that fraction is ``received[i, j] / E``,
     and the common ``E`` does not change the order, so the priority used is ``X[i, j] / received[i, j]`` (``inf``
-    for a pair never run: new jobs first, as in Gavel). Pairs with ``X[i, j] == 0`` never run. Pairs are taken in
+    for a pair never run: new jobs first, as in Gavel). When the jobs' windows differ (jobs that arrived at
+    different times, counters kept across re-allocations), pass each job's fractions ``seconds / window_i`` instead:
+    only the ratios matter, and the priority is then exactly Gavel's. Counters reset at every re-allocation make
+    every pair ``inf`` again, and the round degenerates to "largest ``X[i, j]`` first" until the counters grow.
+    Pairs with ``X[i, j] == 0`` never run. Pairs are taken in
     decreasing priority, ties by larger ``X[i, j]``, then lower job index, then lower type index; a job takes the
     type if it has none yet this round and ``scale[i]`` accelerators of the type are still free. Never assigns more
     than ``capacity[j]`` accelerators of type j (sum of ``scale`` over the jobs given j).
