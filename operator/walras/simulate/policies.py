@@ -104,7 +104,10 @@ class QueuePolicy:
         free = state.free()
         placement = {i: state.placement[i] for i in state.active if i in state.placement}
         type_nodes = _type_nodes(state)
+        room = np.array([int(free[nodes].sum()) for nodes in type_nodes])
         for i in state.active:
+            if room.max(initial=0) < 1:
+                break  # every pod asks one accelerator: nobody else can start
             if i in placement:
                 continue
             need = int(state.pods[i])
@@ -112,12 +115,14 @@ class QueuePolicy:
             if self.ordered:
                 candidates = [j for j in self._type_order(state) if runs[j]]
             else:
-                room = np.array([int(free[nodes].sum()) for nodes in type_nodes])
                 candidates = [int(j) for j in np.argsort(-room, kind="stable") if runs[j]]
             for j in candidates:
+                if room[j] < need:
+                    continue
                 nodes = fit(free, type_nodes[j], need)
                 if nodes is not None:
                     placement[i] = nodes
+                    room[j] -= need
                     break
         return Decision(placement)
 
