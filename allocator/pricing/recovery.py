@@ -162,6 +162,23 @@ def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tenso
     slopes[:, 0] = dvals[:, 1]
     slopes = np.where(np.isfinite(slopes) & (lengths > 0), slopes, 0.0)
     slopes = np.minimum.accumulate(slopes, axis=1)  # guard concavity against rounding
+    # Throughput where u no longer increases is worth nothing: a target-priority job (eq. 2) above its target. Its
+    # pieces there are dropped, and the piece across the plateau's start ends where u would reach the plateau at the
+    # slope before it (exactly at the target for eq. 2), so the LP never buys throughput past the target: the
+    # capacity stays with jobs that value it, and a job is not handed pools it cannot use (overshoot).
+    flat = slopes <= 0
+    rising = ~flat
+    if flat.any() and rising.any():
+        npc_ = slopes.shape[1]
+        last = npc_ - 1 - np.argmax(rising[:, ::-1], axis=1)  # last rising piece of each row
+        row = np.flatnonzero(rising.any(1) & (last >= 1) & (last < npc_ - 1))
+        k_last = last[row]
+        prev, cur = slopes[row, k_last - 1], slopes[row, k_last]
+        cut = (cur < prev) & (prev > 0)
+        row, k_last, prev, cur = row[cut], k_last[cut], prev[cut], cur[cut]
+        lengths[row, k_last] = lengths[row, k_last] * cur / prev
+        slopes[row, k_last] = prev
+        lengths[flat] = 0.0
     aff = affine.cpu().numpy()
     if aff.any():
         slopes[aff] = 0.0
@@ -420,6 +437,11 @@ def recover_allocation(
     # job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole recovery).
     lin_gap = utility.value(t_hi) - utility.value(t) - mu * (t_hi - t)
     affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol) & (t_hi > t)
+    # An affine job's one piece ends where its utility, at slope mu, reaches u(t_hi): t_hi for a truly affine u, the
+    # target for a target-priority job whose largest candidate lies (within the tolerance) past it (eq. 2).
+    gain = utility.value(t_hi) - utility.value(t)
+    reach = torch.where(mu > 0, t + gain.clamp_min(0.0) / torch.where(mu > 0, mu, torch.ones_like(mu)), t_hi)
+    t_hi = torch.where(affine, torch.minimum(torch.maximum(reach, t), t_hi), t_hi)
     tied = (n_cand >= 2) | (affine & (n_cand >= 1)) | (slack_ok & (n_cand >= 1) & (t > 0))
     k_jobs = int(tied.sum())
     if k_jobs == 0:
