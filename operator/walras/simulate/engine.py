@@ -171,10 +171,11 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
                 run.segments.append((i, float(begin), float(to), float(rate[i])))
 
     def record_usage() -> None:
-        used = np.zeros(m, dtype=np.int64)
-        for nodes in state.placement.values():
-            np.add.at(used, node_pool[nodes], 1)
-        run.usage.append((now, used))
+        if state.placement:
+            held = node_pool[np.concatenate(list(state.placement.values()))]
+            run.usage.append((now, np.bincount(held, minlength=m).astype(np.int64)))
+        else:
+            run.usage.append((now, np.zeros(m, dtype=np.int64)))
 
     def complete(at: float) -> bool:
         nonlocal finished
@@ -197,26 +198,30 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
 
     def apply(decision: Decision) -> None:
         active = set(state.active)
-        used = np.zeros(len(cluster.node_names), dtype=np.int64)
+        size = len(cluster.node_names)
         new: dict[int, np.ndarray] = {}
         for i, nodes in decision.placement.items():
             if nodes.size == 0:
                 continue
-            if i not in active or nodes.size > pods[i] or nodes.min() < 0 or nodes.max() >= used.size:
+            if i not in active or nodes.size > pods[i] or nodes.min() < 0 or nodes.max() >= size:
                 run.violations.append(f"{policy.name}: job {i} placed on {nodes.tolist()} (active={i in active}, "
                                       f"pods={int(pods[i])})")
                 continue
-            new[i] = np.sort(nodes)
-            np.add.at(used, nodes, 1)
-        over = np.flatnonzero(used > cluster.node_gpus)
-        for k in over.tolist():
-            run.violations.append(f"OverCommitted: Node/{cluster.node_names[k]}: {int(used[k])} pods > "
-                                  f"{int(cluster.node_gpus[k])} accelerators")
+            current = state.placement.get(i)
+            new[i] = current if nodes is current else np.sort(nodes)  # a kept placement is the same array
+        if new:
+            used = np.bincount(np.concatenate(list(new.values())), minlength=size)
+            for k in np.flatnonzero(used > cluster.node_gpus).tolist():
+                run.violations.append(f"OverCommitted: Node/{cluster.node_names[k]}: {int(used[k])} pods > "
+                                      f"{int(cluster.node_gpus[k])} accelerators")
         run.violations.extend(decision.violations)
-        for i in sorted(set(state.placement) | set(new)):
+        changed = [i for i, nodes in new.items() if nodes is not state.placement.get(i)]
+        changed += [i for i in state.placement if i not in new]
+        for i in sorted(changed):
             old = state.placement.get(i)
             target = new.get(i)
             if old is not None and target is not None and np.array_equal(old, target):
+                state.placement[i] = target
                 continue
             close_segment(i, now)
             seg_from[i] = now
