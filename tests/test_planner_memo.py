@@ -261,3 +261,31 @@ def test_fit_columns_keeps_pools_within_room(n: int, m: int, seed: int) -> None:
     for i in dropped.tolist():  # no pool of the job could take one more within one of its share
         free = room - demand @ out
         assert not np.any(offered[i] & (free + 1e-6 >= demand[i]) & (shares[i] - out[i] > 1e-9))
+
+
+def test_pods_written_alike_share_one_parse() -> None:
+    """Within one translation, pods whose containers' resources are written alike share one requests mapping (the
+    capacity phase then builds one vector for them); any difference in what the parse reads gives its own."""
+    def pod(name: str, requests: dict[str, Any], init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": requests}},
+                                               {"name": "side", "resources": {"limits": {"cpu": "500m"}}}]}
+        if init is not None:
+            spec["initContainers"] = init
+        return {"kind": "Pod", "metadata": {"name": name, "namespace": "ml"}, "spec": spec,
+                "status": {"phase": "Pending"}}
+
+    pods = (
+        pod("a", {"cpu": "2", "memory": "8Gi"}),
+        pod("b", {"cpu": "2", "memory": "8Gi"}),
+        pod("c", {"cpu": "3", "memory": "8Gi"}),
+        pod("d", {"cpu": "2", "memory": "8Gi"}, init=[{"name": "i", "resources": {"requests": {"cpu": "4"}}}]),
+        pod("e", {"cpu": 2, "memory": "8Gi"}),  # a number where the API server writes a string: parsed alone
+    )
+    got = {p.name: p for p in cluster_from(Snapshot(pods=pods)).pods}
+    assert got["a"].requests is got["b"].requests
+    assert got["a"].requests == {"cpu": 2.5, "memory": 8 * 2**30, "pods": 1.0}
+    assert got["c"].requests["cpu"] == 3.5 and got["c"].requests is not got["a"].requests
+    assert got["d"].requests["cpu"] == 4.0  # the init container's request is the larger
+    assert got["e"].requests == got["a"].requests and got["e"].requests is not got["a"].requests
+    assert got["e"].first == ((("cpu", "2"), ("memory", "8Gi")), ())
+    assert got["a"].first == got["e"].first

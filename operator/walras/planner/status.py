@@ -57,22 +57,25 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     big_ns = np.maximum(np.array([info.spec.replicas for info in jobs], dtype=np.float64), 1.0)
     placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
     utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
+    # Python lists of the per-job rows: the loop below reads them element by element.
+    rows_x, rows_target, rows_offered = X.tolist(), outcome.target.tolist(), outcome.offered.tolist()
     for i, info in enumerate(jobs):
         jp = plan.jobs[info.key]
         spec = info.spec
         jp.utility = float(utilities[i])
         placed = actions.placed.get(info.key, {})
-        jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(X[i]) if x > 1e-9}
+        jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(rows_x[i]) if x > 1e-9}
         jp.allocation_text = allocation_text(jp.allocation)
         jp.throughput_unit = spec.throughput_unit
-        jp.wanted = {names[j]: int(t) for j, t in enumerate(outcome.target[i]) if t > 0}
+        jp.wanted = {names[j]: int(t) for j, t in enumerate(rows_target[i]) if t > 0}
         jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         jp.priced_throughput = float(priced_t[i])
         jp.priced_cost = float(priced_cost[i])
         jp.throughput = float(placed_t[i]) if m else 0.0
         jp.cost = float((placed_all[i] * spec.demand) @ prices) if m else 0.0
         jp.pods = sorted(actions.pods.get(info.key, []), key=lambda p: p.name)
-        _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names)
+        _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
+                    sum(rows_target[i]), rows_offered[i])
         old = previous.jobs.get(info.key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
@@ -83,12 +86,11 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
 
 
 def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, outcome: Outcome, actions: Actions,
-                resizes: Resizes, plan: Plan, i: int, names: list[str]) -> None:
+                resizes: Resizes, plan: Plan, i: int, names: list[str], wanted: int, offered: list[bool]) -> None:
     """The job's conditions and phase from what was placed (see the module docstring)."""
     warn = plan.events.append
     ns, name = key
     live = [p for p in jp.pods if p.action != "delete"]
-    wanted = int(outcome.target[i].sum())
     placed = sum(jp.replicas.values())
     if resizes.done and any(p.action == "resize" for p in live):
         count = sum(1 for p in live if p.action == "resize")
@@ -129,7 +131,7 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
         detail = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
         jp.conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
                                        f"not offered in {detail}; the market priced the job without it"))
-    usable = [names[j] for j in range(len(names)) if outcome.offered[i, j]]
+    usable = [names[j] for j in range(len(names)) if offered[j]]
     structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
     if replicas > 0 and usable and len(structural) == len(usable):
         jp.phase = "Unschedulable"

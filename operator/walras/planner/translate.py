@@ -48,17 +48,23 @@ PodMemo = MutableMapping[tuple[str, str], Any]
 :class:`Job` according to the key."""
 
 
+# The type checks below test for the plain dict first: decoded JSON is made of dicts, and an isinstance check
+# against the Mapping ABC costs several times more (it ran ~15 times per pod).
+
+
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}
 
 
 def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    if type(value) is dict:
+        return value
+    return value if value is not None and isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+    return value if type(value) is list or isinstance(value, list) else []
 
 
 def timestamp(value: Any) -> float | None:
@@ -167,10 +173,60 @@ def node_from(obj: Mapping[str, Any]) -> Node | None:
     return Node(name, labels, allocatable, taints, ready, bool(spec.get("unschedulable", False)), since)
 
 
-def pod_from(obj: Mapping[str, Any], shared: dict[tuple[tuple[str, float], ...], dict[str, float]] | None = None
-             ) -> Pod | None:
-    """A Pod object -> :class:`Pod` (None without a name). With ``shared``, pods whose effective requests are equal
-    get the same (read-only) mapping, so later phases handle each distinct request once."""
+#: What :func:`pod_from` reads of a pod spec's containers, as a hashable key (None where a part is not plain JSON).
+_ResourcesKey = tuple[Any, ...]
+#: A per-call cache for :func:`pod_from`: resources key -> (effective requests, first container's resources).
+PodShapes = dict[Any, tuple[dict[str, float], tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]]]
+
+
+def _resources_key(spec: Mapping[str, Any]) -> _ResourcesKey | None:
+    """Everything :func:`pod_requests` and :func:`_first_resources` read, as a hashable key: per container and init
+    container its requests and limits items, and the overhead items; None when some part is not a plain dict of
+    strings (the pod is then parsed without the cache)."""
+    parts: list[Any] = []
+    for field_name in ("containers", "initContainers"):
+        containers = spec.get(field_name)
+        if containers is None:
+            parts.append(None)
+            continue
+        if type(containers) is not list:
+            return None
+        for container in containers:
+            if type(container) is not dict:
+                return None
+            resources = container.get("resources")
+            if resources is None:
+                parts.append(())
+                continue
+            if type(resources) is not dict:
+                return None
+            requests, limits = resources.get("requests"), resources.get("limits")
+            if (requests is not None and type(requests) is not dict) or (limits is not None and type(limits)
+                                                                        is not dict):
+                return None
+            part = (tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ())
+            if not _strings(part[0]) or not _strings(part[1]):
+                return None
+            parts.append(part)
+        parts.append(field_name)
+    overhead = spec.get("overhead")
+    if overhead is not None:
+        if type(overhead) is not dict or not _strings(tuple(overhead.items())):
+            return None
+        parts.append(tuple(overhead.items()))
+    return tuple(parts)
+
+
+def _strings(items: tuple[tuple[Any, Any], ...]) -> bool:
+    """Whether every name and quantity is a string (as the API server writes them; ``1`` and ``1.0`` would be equal
+    keys with different texts)."""
+    return all(type(k) is str and type(v) is str for k, v in items)
+
+
+def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | None:
+    """A Pod object -> :class:`Pod` (None without a name). With ``shapes`` (one dict per translation pass), pods whose
+    containers' resources are written alike are parsed once and share one (read-only) requests mapping, so later
+    phases handle each distinct request once."""
     meta = _meta(obj)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
@@ -182,9 +238,13 @@ def pod_from(obj: Mapping[str, Any], shared: dict[tuple[tuple[str, float], ...],
     node = spec.get("nodeName")
     pool = labels.get(LABEL_POOL)
     status = _map(obj.get("status"))
-    requests = pod_requests(spec)
-    if shared is not None:
-        requests = shared.setdefault(tuple(requests.items()), requests)
+    key = _resources_key(spec) if shapes is not None else None
+    shape = shapes.get(key) if shapes is not None and key is not None else None
+    if shape is None:
+        shape = (pod_requests(spec), _first_resources(spec))
+        if shapes is not None and key is not None:
+            shapes[key] = shape
+    requests, first = shape
     return Pod(
         namespace=str(meta.get("namespace") or "default"),
         name=name,
@@ -194,7 +254,7 @@ def pod_from(obj: Mapping[str, Any], shared: dict[tuple[tuple[str, float], ...],
         terminating=bool(meta.get("deletionTimestamp")),
         job=str(job) if managed else None,
         pool=str(pool) if managed and isinstance(pool, str) else None,
-        first=_first_resources(spec),
+        first=first,
         uid=str(meta.get("uid") or ""),
         started=timestamp(status.get("startTime")),
         reason=str(status.get("reason") or ""),
@@ -310,8 +370,8 @@ def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], 
               out: PodMemo | None = None) -> list[Pod]:
     """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
     translations by (uid, resourceVersion) and records this call's in ``out``."""
-    shared: dict[tuple[tuple[str, float], ...], dict[str, float]] = {}
-    pods = _memoised(objs, "", lambda obj: pod_from(obj, shared), Pod, memo or {}, out)
+    shapes: PodShapes = {}
+    pods = _memoised(objs, "", lambda obj: pod_from(obj, shapes), Pod, memo or {}, out)
     pods.sort(key=attrgetter("namespace", "name"))
     return pods
 
