@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-scale", action="store_true", help="skip the scale run (keep the recorded one)")
     parser.add_argument("--scale-only", action="store_true", help="only the scale run (keep the recorded sweep)")
     parser.add_argument("--no-doc", action="store_true", help="print only; record nothing, write no docs")
+    parser.add_argument("--doc-only", action="store_true", help="only rebuild the page from the recorded results")
     args = parser.parse_args(argv)
 
     from walras.simulate.cluster import parse_cluster
@@ -327,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     if saved.get("config") != config:
         saved = {"config": config, "rows": [], "commands": []}
     rows_json: list[dict[str, object]] = list(saved["rows"])  # type: ignore[call-overload]
+    if args.doc_only:
+        write_doc(saved, _read(scale_path), capacity)
+        return 0
     if not args.scale_only:
         started = now_utc()
         load_before = load()
