@@ -308,19 +308,30 @@ def main(argv: list[str] | None = None) -> int:
         "(1/5/15 min). Whole-process times are wall clock from fork to exit measured by the bench, medians of "
         f"{runs} fresh processes (range in brackets); peak RSS from `os.wait4`. The machine is shared with other "
         "work: the load average is printed around each section, and absolute times grow with it.\n")
+    writes = not args.quick and args.only is None
+
+    def flush(left: list[str]) -> None:
+        """Write the page so far (after every section: a run cut short on a busy machine keeps what it measured)."""
+        if writes:
+            tail = [f"*Partial page: the run had not yet measured {', '.join(left)}.*\n"] if left else []
+            OUTPUT.write_text("\n".join(lines + tail) + "\n")
+
     floor: dict[str, float] = {}
-    if "floors" in only:
-        floor = floors(runs, say)
-    if "solve" in only:
-        solve_rows(runs, 100_000 if args.quick else 1_000_000, not args.quick, floor, say)
-    if "first" in only:
-        first_call(runs, not args.quick, say)
-    if "plan" in only:
-        plan_rows(runs, args.quick, say)
+    sections = [name for name in ("floors", "solve", "first", "plan") if name in only]
+    for k, name in enumerate(sections):
+        if name == "floors":
+            floor = floors(runs, say)
+        elif name == "solve":
+            solve_rows(runs, 100_000 if args.quick else 1_000_000, not args.quick, floor, say)
+        elif name == "first":
+            first_call(runs, not args.quick, say)
+        else:
+            plan_rows(runs, args.quick, say)
+        flush(sections[k + 1:])
     say("Thread policy: every CPU solve runs on one torch intra-op thread (`allocator.pricing.threads`; the "
         "measurements behind it are in the pricing page's \"Threads\" section).\n")
-    if not args.quick and args.only is None:
-        OUTPUT.write_text("\n".join(lines) + "\n")
+    flush([])
+    if writes:
         print(f"wrote {OUTPUT}")
     return 0
 
