@@ -7,9 +7,11 @@ sends all of them to the same vertex. Their optimal split is not a property of a
 a small linear program. This module
 
 1. identifies, at ``p``, for every job a multiplier ``lambda_i`` in the supergradient of ``u_i`` that supports the
-   subproblem optimum (the slope of the active segment of ``c_i`` when the optimum is inside one, ``u_i'(t_i)``
-   otherwise) and its *candidate pools*: those whose reduced value ``lambda_i a_ij - p_j d_ij`` is within a tolerance
-   of ``max(0, max_k lambda_i a_ik - p_k d_ik)`` (the pools on the supporting line of Sec. 4.1, ties included);
+   subproblem optimum (the slope of the active segment of ``c_i`` when the optimum is inside one; at a hull vertex
+   a point of the supergradient of ``u_i`` within the hull's left and right slopes, :func:`_multipliers`, which
+   matters at the target of a target-priority job, eq. 2) and its *candidate pools*: those whose reduced value
+   ``lambda_i a_ij - p_j d_ij`` is within a tolerance of ``max(0, max_k lambda_i a_ik - p_k d_ik)`` (the pools on
+   the supporting line of Sec. 4.1, ties included);
 2. fixes every job with a single candidate and a unique throughput at its subproblem solution (scaled down where it
    alone over-uses a pool), and
 3. solves, for the remaining "tied" jobs, the transportation-like LP
@@ -25,9 +27,12 @@ a small linear program. This module
 Identical tied jobs (many copies of a few job types) are solved as weighted classes, so the LP's size is the number
 of distinct tied jobs, not of jobs.
 
-The allocation is feasible by construction; a tied job the LP spreads over more than two pools keeps its two
-largest (a Walras job spans at most two pools, 004 Sec. 4.1). Its exact utility is a lower bound on ``U*``; the
-caller keeps it when it beats the column-scaled allocation.
+A class's split over three pools or more is dealt to its jobs as two-pool optimal responses of the same throughput
+(:func:`_vertex_responses`, :func:`_responses`; a Walras job spans at most two pools, 004 Sec. 4.1); a job the deal
+leaves over three pools is split again alone on its two pools of largest share, in a second LP with the classes
+around it, and whatever is still wider keeps its two largest (:func:`_keep_two_pools`). The allocation is feasible
+by construction. Its exact utility is a lower bound on ``U*``; the caller keeps it when it beats the column-scaled
+allocation.
 """
 
 from __future__ import annotations
