@@ -450,10 +450,16 @@ def write_doc(saved: dict[str, object], scale: dict[str, object], capacity: int)
         lines += [
             f"### Scale: {scale['jobs']:,} jobs on {scale['gpus']:,} accelerators, `walras` policy",
             "",
-            f"`{scale['command']}` ({scale['at']}; rate {scale['rate']:g} jobs/h; three equal pools of 4-GPU nodes; "
-            f"load {scale['load_before']:.1f} before, {scale['load_after']:.1f} after): {state}; wall "
+            f"`{scale['command']}` (ended {scale['at']}; rate {scale['rate']:g} jobs/h; three equal pools of 4-GPU "
+            f"nodes; load {scale['load_before']:.1f} before, {scale['load_after']:.1f} after): {state}; wall "
             f"{scale['wall_s']:.1f} s, {scale['replans']} re-plans, {scale['finished']:,} jobs finished, "
             f"{scale['sim_hours']:.1f} simulated hours. Target: <= 600 s on 2 cores.",
+            "",
+            f"That is {scale['wall_s'] / max(int(scale['replans']), 1):.2f} wall seconds per re-plan on average. An "
+            "event-driven policy re-plans at most once per arrival and once per completion (fewer when the 60 s "
+            f"window coalesces them): up to {2 * int(scale['jobs']):,} re-plans for this trace, so at this rate per "
+            f"re-plan (which grows with the jobs in the system) an estimated "
+            f"{2 * int(scale['jobs']) * scale['wall_s'] / max(int(scale['replans']), 1) / 3600:.1f} hours or more.",
             "",
             "Profile of the first 20 re-plans (cumulative seconds, top entries):",
             "",
