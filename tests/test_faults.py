@@ -355,8 +355,10 @@ class _BindingWatch:
 def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]]:
     """``(what is not reconciled yet, invariant violations)`` for namespace ``ns`` and ``nodes`` on the live cluster:
     :func:`walras.planner.invariants.check_cluster` on the snapshot ``walras check`` reads, restricted to this test's
-    objects, plus every live pod bound and Running and every job's status written for its generation."""
+    objects; a plan of that snapshot with nothing but ``keep``; every bound pod Running and every job's status
+    written for its generation."""
     from walras.cli.check import live_snapshot
+    from walras.planner import build_plan
     from walras.planner.invariants import check_cluster
     from walras.planner.translate import cluster_from
 
@@ -369,7 +371,7 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
     for pod in pods["items"]:
         if pod["status"].get("phase") in ("Succeeded", "Failed") or pod["metadata"].get("deletionTimestamp"):
             continue
-        if not pod["spec"].get("nodeName") or pod["status"].get("phase") != "Running":
+        if pod["spec"].get("nodeName") and pod["status"].get("phase") != "Running":
             pending.append(f"pod {pod['metadata']['name']} {pod['status'].get('phase')} on "
                            f"{pod['spec'].get('nodeName')}")
     _, jobs = cp.request("GET", f"/apis/walras.dev/v1alpha1/namespaces/{ns}/fungiblejobs")
@@ -378,6 +380,12 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
         if seen != job["metadata"].get("generation"):
             pending.append(f"job {job['metadata']['name']} status for generation {seen}, "
                            f"spec at {job['metadata'].get('generation')}")
+    if not pending and not violations:
+        # reconciled = the planner has nothing left to do: a plan of the live cluster keeps every pod of this test's
+        # jobs (an unbound pod kept only where no node has room for it) and creates none (planned only here: a plan
+        # per poll would compete with the operator for the 2 cores)
+        pending = [f"plan: {p.action} {p.name} (node {p.node})" for p in build_plan(snapshot).pods
+                   if p.namespace == ns and p.action != "keep"]
     return pending, violations
 
 
@@ -395,7 +403,7 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
     zygote = _Zygote()  # imports while the scenario is set up
     seed = int(os.environ.get("WALRAS_CHURN_SEED", "1717"))
     print(f"churn seed: {seed} (WALRAS_CHURN_SEED)")
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # the kill schedule; the churn thread draws from its own generator
     cp, ns = control_plane, namespace
     started = time.monotonic()
     cp.kubectl("apply", "-f", str(ROOT / "crds"))
@@ -403,7 +411,7 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
     docs = _renamed_scenario(ns)
     kubelet = KubeletThread(cp.kubeconfig, [d for d in docs if d["kind"] == "Node"], lease_interval=5.0,
                             status_interval=10.0).start()
-    churn = _Churn(cp, kubelet, ns, docs, rng)
+    churn = _Churn(cp, kubelet, ns, docs, random.Random(seed + 1))
     upstream_ssl = ssl.create_default_context(cafile=str(cp.ca_file))
     kubeconfig = tmp_path / "kubeconfig"
     replica: _ForkedReplica | None = None
@@ -428,7 +436,7 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
                 led = time.monotonic()
                 # some kills come while it starts (lists, first plan), most once it writes pods (creates, binds,
                 # deletes, resizes), a moment later, in the middle of that
-                acted = None if rng.random() < 0.3 else _wait_for_action(replica, 10.0)
+                acted = None if rng.random() < 0.3 else _wait_for_action(replica, 15.0)
                 time.sleep(rng.uniform(0.3, 3.0) if acted is None else rng.uniform(0.1, 1.0))
                 replica.kill()
                 kills.append({"to_lead_s": round(led - came, 2), "to_act_s": round(acted - led, 2) if acted else -1,
@@ -443,7 +451,7 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
             last_change = time.monotonic()
             churn_s = last_change - started
             pending, violations = ["not checked yet"], ["not checked yet"]
-            while time.monotonic() - last_change < CHURN_SETTLE_BOUND_S + 30:
+            while time.monotonic() - last_change < CHURN_SETTLE_BOUND_S + 15:
                 pending, violations = _live_state(cp, ns, set(churn.nodes))
                 if not pending and not violations:
                     time.sleep(2.0)  # still so two plan periods later
@@ -457,18 +465,21 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
                   f"{len(watch.nodes)} pods bound; "
                   f"faults injected {faults}; churn {churn_s:.1f} s, settled {settle_s:.1f} s after the last change")
             assert replica.alive(), replica.output()[-3000:]
-            assert not pending and not violations, (pending, violations)
-            assert settle_s <= CHURN_SETTLE_BOUND_S, f"reconciled only {settle_s:.1f} s after the last change"
-            assert len(kills) >= 10 and churn.total >= 200, (len(kills), dict(churn.counts))
-            assert sum(k["to_act_s"] >= 0 for k in kills) >= 3, "too few kills in the middle of writing pods"
-            for fault in ("409", "429", "500", "latency", "watch-dropped"):
-                assert faults.get(fault, 0) > 0, (fault, faults)
-            # a restart with the same identity finds itself the holder: it leads as soon as it is up
+            # safety first: no over-commit at any time, no pod on two nodes, no invariant violation at the end
             decisions = kubelet.standin.decisions
             refused = [d for d in decisions if d[3] != "Running"]
             assert refused == [], f"kubelet admission refused (over-commit): {refused}"
             assert watch.double_bound() == [], watch.double_bound()
-            assert len(watch.nodes) >= 20, "the watch saw too few bound pods to mean anything"
+            assert len(watch.nodes) >= 10, "the watch saw too few bound pods to mean anything"
+            assert not pending and not violations, (pending, violations)
+            assert settle_s <= CHURN_SETTLE_BOUND_S, f"reconciled only {settle_s:.1f} s after the last change"
+            # and the run was what it claims
+            assert len(kills) >= 10 and churn.total >= 200, (len(kills), dict(churn.counts))
+            # a restart with the same identity finds itself the Lease holder: no wait for the dead one's lease
+            assert max(k["to_lead_s"] for k in kills) <= 3 * CHURN_LEASE_S, kills
+            assert sum(k["to_act_s"] >= 0 for k in kills) >= 3, "too few kills in the middle of writing pods"
+            for fault in ("409", "429", "500", "latency", "watch-dropped"):
+                assert faults.get(fault, 0) > 0, (fault, faults)
     finally:
         if replica is not None:
             replica.stop()
