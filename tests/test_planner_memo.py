@@ -189,13 +189,17 @@ def test_warm_plan_equals_the_plan_without_memos() -> None:
 
 def test_a_full_cluster_is_planned_in_one_round() -> None:
     """More replicas than GPUs: row-by-row rounding used to put one pod more than the pool holds in some pools, and
-    placement's shortfall cost a second and third market round. Now every wanted replica has room: one round, every
-    wanted replica placed, no pool over its GPUs."""
+    placement's shortfall cost a second and third market round. Now rounding leaves out what has no room: one round,
+    and a job with a wanted replica left out says so (InsufficientCapacity)."""
     snap = cluster(n_nodes=24, n_pools=3, n_jobs=14, replicas=10, seed=1)
     plan = build_plan(snap)
     assert plan.solver.rounds == 1
     for key, job in plan.jobs.items():
-        assert sum(job.replicas.values()) == sum(job.wanted.values()), key
+        scheduled = next(c for c in job.conditions if c.type == "Scheduled")
+        if sum(job.replicas.values()) < sum(job.wanted.values()):
+            assert (scheduled.status, scheduled.reason) == ("False", "InsufficientCapacity"), key
+        else:
+            assert scheduled.status == "True", key
     for pool in plan.pools.values():
         assert pool.pods_planned <= 8 * 4
 
@@ -218,9 +222,11 @@ def test_fit_columns_known_case() -> None:
     assert same.tolist() == out.tolist()
     # no pool with room: the replica is dropped, and running pods are never taken back
     running = np.array([[2, 0], [0, 0]])
+    dropped = np.zeros((2, 2), dtype=np.int64)
     out = fit_columns(target, shares, np.ones(2), np.array([1.0, 0.0]), running, running,
-                      np.ones((2, 2), dtype=bool))
+                      np.ones((2, 2), dtype=bool), dropped)
     assert out.tolist() == [[2, 0], [1, 0]]
+    assert dropped.tolist() == [[0, 0], [1, 0]]  # reported on the job as wanted and unplaced
     # a move into a pool where the job runs more than its target costs no room (one fewer deletion)
     target = np.array([[2, 0]])
     out = fit_columns(target, np.array([[1.5, 0.5]]), np.ones(1), np.array([1.0, 0.0]), np.array([[0, 1]]),
@@ -289,3 +295,27 @@ def test_pods_written_alike_share_one_parse() -> None:
     assert got["e"].requests == got["a"].requests and got["e"].requests is not got["a"].requests
     assert got["e"].first == ((("cpu", "2"), ("memory", "8Gi")), ())
     assert got["a"].first == got["e"].first
+
+
+def test_status_agrees_with_placement_when_a_job_grows_in_a_full_pool() -> None:
+    """A job grows in a full pool: no pod is created (no room), and every job's status is Scheduled=True only when
+    all its wanted replicas are placed, else InsufficientCapacity (replicas rounding took out for lack of room count
+    as wanted and unplaced)."""
+    snap = cluster(n_nodes=6, n_pools=2, n_jobs=3, replicas=8, seed=2)
+    pools = snap.pools
+    full = Snapshot(snap.nodes, (), pools, tuple(dict(j, spec=dict(j["spec"], throughput={"p0": 5.0}))
+                                                 for j in snap.jobs))
+    steady = running(full, build_plan(full))
+    previous = build_plan(steady)
+    assert previous.pools["p0"].pods_planned == 12  # 3 nodes x 4 GPUs, all taken
+    jobs = list(steady.jobs)
+    jobs[0] = written(jobs[0], "9000", spec__replicas={"count": 12})
+    plan = build_plan(Snapshot(steady.nodes, steady.pods, pools, tuple(jobs)), previous)
+    assert not [p for p in plan.pods if p.action == "create"]
+    for key, job in plan.jobs.items():
+        placed, wanted = sum(job.replicas.values()), sum(job.wanted.values())
+        scheduled = next(c for c in job.conditions if c.type == "Scheduled")
+        if placed < wanted:
+            assert scheduled.status == "False" and scheduled.reason == "InsufficientCapacity", key
+        else:
+            assert scheduled.status == "True", key

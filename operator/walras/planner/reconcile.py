@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod
 from walras.planner.model import PodAction, PodPlan
@@ -151,6 +153,11 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             elif not batch.optional[q]:
                 count, why = out.unplaced[key].get(pool.name, (0, ""))
                 out.unplaced[key][pool.name] = (count + 1, why or placed.why[q])
+    for i, j in zip(*np.nonzero(outcome.dropped), strict=True):  # wanted, but the pool has no room for them now
+        key = objects.jobs[int(i)].key
+        name = pools[int(j)].name
+        count, why = out.unplaced[key].get(name, (0, ""))
+        out.unplaced[key][name] = (count + int(outcome.dropped[i, j]), why or "InsufficientCapacity")
     for pod, reason in observed.surplus:
         j = int(objects.pool_of_node[table.index[pod.node]]) if pod.node in table.index else -1
         delete(pod, pools[j].name if j >= 0 else (pod.pool or ""), reason, pod.node is not None)

@@ -142,7 +142,7 @@ def split_replicas(target: np.ndarray, running: np.ndarray) -> np.ndarray:
 
 
 def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room: np.ndarray, running: np.ndarray,
-                floor: np.ndarray, offered: np.ndarray) -> np.ndarray:
+                floor: np.ndarray, offered: np.ndarray, dropped: np.ndarray | None = None) -> np.ndarray:
     """Move rounded-up new replicas out of pools that have no room for them now.
 
     Rounding each job's row on its own (Hamilton) keeps every row total but not the pool's: with
@@ -156,7 +156,8 @@ def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room
     and given to the job's offered pool where it is furthest below its share and that can take it (room for a new
     pod, or one fewer deletion there), which keeps that entry within one of its share; a replica with no such pool
     is dropped (the job runs one fewer until room frees). Pools within their room are never touched, so a rounding
-    that fits is returned unchanged. Returns a new integer matrix.
+    that fits is returned unchanged. Returns a new integer matrix; ``dropped[i, j]`` (when given) counts the replicas
+    of job i taken out of pool j that found no other pool (the job's status reports them as waiting for room).
     """
     out = np.asarray(target, dtype=np.int64).copy()
     if out.size == 0:
@@ -184,4 +185,6 @@ def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room
             if np.isfinite(candidates[k]):
                 out[i, k] += 1
                 load[k] += cost[k]
+            elif dropped is not None:
+                dropped[i, j] += 1
     return out

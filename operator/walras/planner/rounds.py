@@ -53,6 +53,9 @@ class Outcome:
     rounds: int = 1
     blocked: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, pool) no longer offered, and why
     below_min: dict[int, int] = field(default_factory=dict)  # elastic job row -> replicas it would have (< min)
+    #: (n, m) wanted replicas that rounding took out of a pool without room now (:func:`.replicas.fit_columns`);
+    #: not in ``target``, reported on the job as unplaced (``InsufficientCapacity``).
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
 
     @cached_property
     def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
@@ -153,7 +156,8 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
 
 def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarray,
                     elastic: np.ndarray, low: np.ndarray, fair_elastic: np.ndarray,
-                    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+                    dropped: np.ndarray | None = None) -> np.ndarray:
     """Integral replicas per job and pool from the market's fractional replicas ``shares = N_i x_ij``.
 
     The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor or
@@ -163,7 +167,7 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
     ``(demand per replica, free room per pool, running (n, m), offered (n, m))``, new replicas that rounding put in a
     pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
-    existing pods always stay).
+    existing pods always stay; ``dropped`` counts the replicas that found no pool with room).
     """
     n = shares.shape[0]
     total_share = shares.sum(axis=1)
@@ -182,7 +186,7 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
             target[i] = split_replicas(target[i], existing[i])
     if columns is not None:
         demand, room, running, offered = columns
-        target = fit_columns(target, shares, demand, room, running, np.minimum(existing, target), offered)
+        target = fit_columns(target, shares, demand, room, running, np.minimum(existing, target), offered, dropped)
     return target
 
 
@@ -229,8 +233,9 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
         X[active] = market.allocation
         fair_share = elastic[:, None] & fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (existing > 0))
         fair_elastic = fair_share.any(axis=1)
+        dropped = np.zeros((n, m), dtype=np.int64)
         target = replica_targets(replicas[:, None] * X, replicas, existing, elastic, low, fair_elastic,
-                                 (per_replica, room, running, A_eff > 0))
+                                 (per_replica, room, running, A_eff > 0), dropped)
         work = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
                          table.used.copy(), table.usable)
         count = observed.walras_count.copy()
@@ -281,7 +286,8 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
             if placed_here <= 0 and running[i, j] == 0:
                 blocked[(i, j)] = reasons.get((i, j)) or "NoRoom"
             R[j] = max(R[j] - short[i, j] * per_replica[i], 0.0)
-    outcome = Outcome(market, X, A_eff, A > 0, D, R, target, batches, work, count, rounds, blocked, below_min)
+    outcome = Outcome(market, X, A_eff, A > 0, D, R, target, batches, work, count, rounds, blocked, below_min,
+                      dropped)
     _report_market(plan, objects, market)
     return outcome
 

@@ -58,7 +58,8 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
     utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
-    rows_x, rows_target, rows_offered = X.tolist(), outcome.target.tolist(), outcome.offered.tolist()
+    wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
+    rows_x, rows_target, rows_offered = X.tolist(), wanted_all.tolist(), outcome.offered.tolist()
     for i, info in enumerate(jobs):
         jp = plan.jobs[info.key]
         spec = info.spec
