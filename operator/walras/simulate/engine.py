@@ -200,10 +200,14 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
         active = set(state.active)
         size = len(cluster.node_names)
         new: dict[int, np.ndarray] = {}
+        placed = [nodes for nodes in decision.placement.values() if nodes.size]
+        everything = np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64)
+        in_range = not everything.size or (int(everything.min()) >= 0 and int(everything.max()) < size)
         for i, nodes in decision.placement.items():
             if nodes.size == 0:
                 continue
-            if i not in active or nodes.size > pods[i] or nodes.min() < 0 or nodes.max() >= size:
+            if i not in active or nodes.size > pods[i] or (
+                    not in_range and (nodes.min() < 0 or nodes.max() >= size)):
                 run.violations.append(f"{policy.name}: job {i} placed on {nodes.tolist()} (active={i in active}, "
                                       f"pods={int(pods[i])})")
                 continue

@@ -90,6 +90,7 @@ class QueuePolicy:
     name: str
     ordered: bool = False
     _order: list[int] | None = field(default=None, init=False)
+    _runs: list[list[bool]] | None = field(default=None, init=False)  # throughput > 0, per job and type
 
     def _type_order(self, state: SimState) -> list[int]:
         if self._order is None:
@@ -104,18 +105,21 @@ class QueuePolicy:
         free = state.free()
         placement = {i: state.placement[i] for i in state.active if i in state.placement}
         type_nodes = _type_nodes(state)
-        room = np.array([int(free[nodes].sum()) for nodes in type_nodes])
+        room = [int(free[nodes].sum()) for nodes in type_nodes]
+        if self._runs is None or len(self._runs) != state.throughput.shape[0]:
+            self._runs = (state.throughput > 0).tolist()
+        runs_on = self._runs
         for i in state.active:
-            if room.max(initial=0) < 1:
+            if max(room, default=0) < 1:
                 break  # every pod asks one accelerator: nobody else can start
             if i in placement:
                 continue
             need = int(state.pods[i])
-            runs = state.throughput[i] > 0
+            runs = runs_on[i]
             if self.ordered:
                 candidates = [j for j in self._type_order(state) if runs[j]]
-            else:
-                candidates = [int(j) for j in np.argsort(-room, kind="stable") if runs[j]]
+            else:  # most free first, ties in cluster order
+                candidates = [j for j in sorted(range(len(room)), key=lambda j: -room[j]) if runs[j]]
             for j in candidates:
                 if room[j] < need:
                     continue

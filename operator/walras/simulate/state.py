@@ -47,10 +47,10 @@ class SimState:
 
     def free(self) -> np.ndarray:
         """(K,) accelerators free on each node under the current placement."""
-        used = np.zeros(len(self.cluster.node_names), dtype=np.int64)
-        for nodes in self.placement.values():
-            np.add.at(used, nodes, 1)
-        return self.cluster.node_gpus - used
+        size = len(self.cluster.node_names)
+        if not self.placement:
+            return self.cluster.node_gpus.copy()
+        return self.cluster.node_gpus - np.bincount(np.concatenate(list(self.placement.values())), minlength=size)
 
 
 @dataclass
