@@ -76,6 +76,7 @@ def test_wheel_contains_the_crds_and_the_examples(installed: dict[str, Path]) ->
         packaged = zipfile.ZipFile(installed["wheel"]).read(f"walras/crds/{crd.name}")
         assert packaged == crd.read_bytes()
     assert "walras/data/examples.yaml" in names
+    assert "walras_emulator/__init__.py" in names
 
 
 def test_walras_is_imported_from_the_wheel(installed: dict[str, Path]) -> None:
