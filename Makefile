@@ -65,9 +65,11 @@ unit: install controlplane
 e2e: install tools system controlplane
 	$(BIN)/pytest -q e2e
 
+# -n auto --dist loadgroup: the tests spread over one worker per core; every test on the real control plane runs in
+# one worker (conftest.py groups them), so the run starts one control plane. --durations lists the slowest tests.
 test: install tools system controlplane
 	$(MAKE) lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist loadgroup --durations=30
 
 bench: install
 	$(BIN)/python -m bench
