@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FRAGMENTS = ROOT / "docs" / "bench"
 OUTPUT = ROOT / "docs" / "benchmarks.md"
-MODULES = ("pricing", "aa", "colocation", "degree", "fairness", "planner", "extender")
+MODULES = ("pricing", "aa", "colocation", "degree", "fairness", "planner", "extender", "cli", "simulate")
 
 HEADER = """# Benchmarks
 
