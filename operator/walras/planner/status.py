@@ -91,7 +91,7 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
     """The job's conditions and phase from what was placed (see the module docstring)."""
     warn = plan.events.append
     ns, name = key
-    live = [p for p in jp.pods if p.action != "delete"]
+    live = [p for p in jp.pods if p.action not in ("delete", "evict")]
     placed = sum(jp.replicas.values())
     if resizes.done and any(p.action == "resize" for p in live):
         count = sum(1 for p in live if p.action == "resize")
@@ -169,7 +169,7 @@ def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Pl
     bound: dict[str, int] = {}
     for plans in actions.pods.values():
         for p in plans:
-            if p.action == "delete" or p.node is None:
+            if p.action in ("delete", "evict") or p.node is None:
                 continue
             planned[p.pool] = planned.get(p.pool, 0) + 1
             if p.exists and p.action in ("keep", "resize"):

@@ -313,6 +313,7 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         timestamp(status.get("lastFailureTime")),
         _int(status.get("migrations")),
         timestamp(status.get("lastMigrationTime")),
+        timestamp(status.get("completionTime")),
     )
     try:
         spec = parse_job(obj)
