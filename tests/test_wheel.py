@@ -77,6 +77,7 @@ def test_wheel_contains_the_crds_and_the_examples(installed: dict[str, Path]) ->
         assert packaged == crd.read_bytes()
     assert "walras/data/examples.yaml" in names
     assert "walras_emulator/__init__.py" in names
+    assert "walras/data/traces/small.csv" in names  # walras simulate's shipped trace
 
 
 def test_walras_is_imported_from_the_wheel(installed: dict[str, Path]) -> None:
