@@ -176,6 +176,26 @@ class Cluster:
             self.process.terminate()
             self.process.wait(10)
 
+    def clear_jobs(self, namespace: str, timeout: float = 60.0) -> None:
+        """Wait until ``namespace`` holds no FungibleJob: remove what an earlier module on the shared API server left
+        there (the tests under ``tests/`` use the same namespace and job names). A job still terminating is the
+        trap: ``kubectl apply`` of the same name then patches the dying object, and it vanishes mid-test once its
+        last finalizer goes (seen when make test ran the real-control-plane tests back to back under xdist)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            items = self.get("fungiblejobs", "-n", namespace)["items"]
+            if not items:
+                return
+            if time.monotonic() > deadline:
+                names = [i["metadata"]["name"] for i in items]
+                raise AssertionError(f"FungibleJobs {names} of namespace {namespace!r} not gone after {timeout:g} s")
+            for item in items:
+                name = item["metadata"]["name"]
+                self.kc("patch", "fungiblejob", name, "-n", namespace, "--type=merge", "-p",
+                        '{"metadata":{"finalizers":null}}', check=False)
+                self.kc("delete", "fungiblejob", name, "-n", namespace, "--wait=false", check=False)
+            time.sleep(0.5)
+
     def reset(self, namespaces: list[str]) -> None:
         """Remove what a module created on a shared API server: the Walras objects (their kopf finalizers first:
         the operator is gone), the pods (forced) and Events of ``namespaces`` (kept themselves: deleting and waiting
@@ -275,6 +295,8 @@ def cluster(kubectl_bin: str, request: pytest.FixtureRequest) -> Iterator[Cluste
         try:
             c.apply(ROOT / "crds")
             c.apply(MANIFESTS / "namespace.yaml")
+            if c.real:
+                c.clear_jobs("e2e")
             c.add_nodes(node_manifests(MANIFESTS / "nodes.yaml", GPU_STATUS))
             c.apply(MANIFESTS / "pools.yaml")
             yield c
