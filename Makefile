@@ -65,11 +65,14 @@ unit: install controlplane
 e2e: install tools system controlplane
 	$(BIN)/pytest -q e2e
 
-# -n auto --dist loadgroup: the tests spread over one worker per core; every test on the real control plane runs in
-# one worker (conftest.py groups them), so the run starts one control plane. --durations lists the slowest tests.
+# tests/: -n auto --dist loadgroup spreads them over one worker per core; every test on the real control plane runs
+# in one worker (conftest.py groups them), so the run starts one control plane. e2e/ runs after, in one process: its
+# scenarios failed under xdist (a FungibleJob of test_e2e_direct vanished mid-module, twice in two runs; not yet
+# explained) and pass sequentially. --durations lists the slowest tests.
 test: install tools system controlplane
 	$(MAKE) lint
-	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist loadgroup --durations=30
+	$(BIN)/pytest -q -p no:cacheprovider -n auto --dist loadgroup --durations=30 tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=10 e2e
 
 bench: install
 	$(BIN)/python -m bench
