@@ -145,7 +145,7 @@ class ScaleResult:
 
 
 class _Budget(Exception):
-    pass
+    """Raised inside a simulation run that has used up its wall-clock budget."""
 
 
 def scale_run(n_jobs: int, gpus: int, rate: float, budget: float, policy: str = "walras") -> ScaleResult:

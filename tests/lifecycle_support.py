@@ -9,8 +9,8 @@ stand-in's blocking methods) while the operator's loop runs beside it, as a real
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -20,18 +20,14 @@ from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
 from walras.planner.model import JobPlan, Plan, PodPlan, Snapshot
 
+from tests.test_ha_support import wait_until
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition",
              interval: float = 0.1) -> Any:
-    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
+    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` after ``timeout``
+    (:func:`tests.test_ha_support.wait_until` with this module's defaults)."""
+    return wait_until(predicate, timeout, what, interval)
 
 
 class OperatorThread:
@@ -109,10 +105,8 @@ class OperatorThread:
             self.loop.call_soon_threadsafe(stop.set)
 
             async def finish() -> None:
-                try:
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(task, 20)
-                except (asyncio.CancelledError, TimeoutError):
-                    pass
 
             self.call(finish, 30)
         if self.thread.is_alive():
