@@ -209,6 +209,10 @@ def applied_crds(control_plane: Any) -> Any:
         control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # kubectl keeps the server's discovery in a cache (one per control plane here, shared by the session's tests):
+    # written by an earlier test before these CRDs existed, it lacks walras.dev, and ``kubectl explain`` does not
+    # refresh it on a miss (``get`` does). ``api-resources`` without --cached re-reads discovery.
+    control_plane.kubectl("api-resources", "--api-group=walras.dev")
     return control_plane
 
 

@@ -352,6 +352,18 @@ class _BindingWatch:
         return [f"{self.names[uid]} ({uid}) on {sorted(nodes)}" for uid, nodes in self.nodes.items() if len(nodes) > 1]
 
 
+def _job_summary(jobs: dict[str, Any], name: str) -> str:
+    """A FungibleJob's spec replicas and status (phase, replicas, failures, conditions), for a failure message."""
+    job = next((j for j in jobs["items"] if j["metadata"]["name"] == name), None)
+    if job is None:
+        return "gone"
+    status = job.get("status") or {}
+    conditions = [(c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []]
+    return (f"replicas {job['spec'].get('replicas')}, status {status.get('phase')} "
+            f"placed {status.get('placedReplicas')} failed {status.get('failedPods')} "
+            f"last failure {status.get('lastFailureTime')} {conditions}")
+
+
 def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]]:
     """``(what is not reconciled yet, invariant violations)`` for namespace ``ns`` and ``nodes`` on the live cluster:
     :func:`walras.planner.invariants.check_cluster` on the snapshot ``walras check`` reads, restricted to this test's
@@ -360,6 +372,7 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
     from walras.cli.check import live_snapshot
     from walras.planner import build_plan
     from walras.planner.invariants import check_cluster
+    from walras.planner.plan import PlanOptions
     from walras.planner.translate import cluster_from
 
     snapshot = live_snapshot(str(cp.kubeconfig), None)
@@ -384,8 +397,11 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
         # reconciled = the planner has nothing left to do: a plan of the live cluster keeps every pod of this test's
         # jobs (an unbound pod kept only where no node has room for it) and creates none (planned only here: a plan
         # per poll would compete with the operator for the 2 cores)
-        pending = [f"plan: {p.action} {p.name} (node {p.node})" for p in build_plan(snapshot).pods
-                   if p.namespace == ns and p.action != "keep"]
+        # with the operator's clock: a job whose failed pods are in backoff (status.lastFailureTime) gets no
+        # replacement before the backoff ends, in the operator's plans and in this one
+        plan = build_plan(snapshot, options=PlanOptions(now=time.time()))
+        pending = [f"plan: {p.action} {p.name} (node {p.node}; job {p.job}: "
+                   f"{_job_summary(jobs, p.job)})" for p in plan.pods if p.namespace == ns and p.action != "keep"]
     return pending, violations
 
 
