@@ -76,3 +76,82 @@ json_like = st.recursive(
 def test_random_documents_in_every_style(docs: list[Any], flow: bool | None) -> None:
     text = yaml.safe_dump_all(docs, default_flow_style=flow, allow_unicode=True)
     assert repr(ours(text)) == repr(reference(text))
+
+
+# ------------------------------------------------------------------------------- the block-style fast path
+
+#: Block-style texts: each decoded by ``_load_block_yaml`` (or left by it to libyaml) as PyYAML's SafeLoader does.
+BLOCK_CASES = [
+    "a: 1\nb:\n  c: x\n  d:\n  - 1\n  - 2\ne: end\n",  # an indentless sequence, then a key after it
+    "a:\n  - x\n  - y\nb: 2\n", "items:\n- name: c\n  image: x\n- name: d\n", "- - a\n  - b\n- c\n",
+    "-\n  a: 1\n-\n- x\n", "a:\nb: 1\n", "a:\n", "-\n", "a: {}\nb: []\n- x\n", "a: {}\nb: []\n",
+    "a: 1\n---\n", "---\n", "---\n---\na: 1\n", "# c\n---\na: 1\n", "a: 1\n\n\n# c\n  # d\nb: 2\n",
+    "a:\n\n  b: 1\n", "a:\n# c\n  b: 1\n", "a: 'it''s'\nb: ''\nc: 'x: y'\nd: \"q\"\ne: \"a\\nb\"\n",
+    "yes: 1\n1: a\n~: b\nnull: c\n1.5: d\n", "a: 1\na: 2\nb: 3\n", "a:  spaced  \n", "a : b\n",
+    "a: value # comment\n", "a: multi\n  line\n", "a: 1\n  b: 2\n", "a:\n    b: 1\n  c: 2\n",
+    "a:\n  - x\n  b: 1\n", "x: - a\n", "x: -1\ny: -x\n-z: 1\n", "? a\n: b\n", "\ufeffa: 1\n",
+    "a: 1\r\nb: 2\r\n", "a: x\x85y\n", "a: 'x' \n", "a: 'unterminated\n  rest'\n", "hello\n", "---\nhello\n",
+    "--- a\n", "a: 1\n...\n", "%YAML 1.1\n---\na: 1\n", "a: &x 1\nb: *x\n", "a: !!str 1\n", "a: |\n  text\n",
+    "<<: {a: 1}\n", "a: <<\n", "a: =\n", "a:b: c\n", "url: http://x:80/y\n", "a: 2024-01-02\nb: 0o17\nc: .nan\n",
+    "- a: 1\n  b:\n  - x\n- c: 2\n", "-   a: 1\n    b: 2\n", "a:\n  b:\n    c:\n      d: 1\ne: 2\n",
+    "a:\n- b: 1\n  c:\n  - d\n  - e\n- f\n", "a: b\n- c\n", "- a\nb: c\n", "a: 1\n b: 2\n", "  a: 1\n  b: 2\n",
+    "  a: 1\nb: 2\n", "a: \"x\\\"y\"\n", "'on': 'yes'\n\"1\": x\n'a''b': 1\n'a': b: c\n", "'a' : 1\n", "'a\n",
+    "\"a\\\"\": 1\n", "'': 1\n", "- 'a: b'\n- \"c: d\"\n", "- - - 1\n", "-x\n", "a:\n  -\n  - 1\n",
+]
+
+
+def _fast(text: str) -> tuple[str, Any]:
+    from walras.planner.manifests import _load_block_yaml
+
+    return "ok", _load_block_yaml(text)
+
+
+@pytest.mark.parametrize("text", BLOCK_CASES)
+def test_block_style_same_as_pyyaml_safe_loader(text: str) -> None:
+    assert repr(ours(text)) == repr(reference(text))
+    taken = _fast(text)[1]
+    assert taken is None or repr(("ok", taken)) == repr(reference(text))
+
+
+def test_tabs_are_left_to_libyaml() -> None:
+    """(libyaml, unlike PyYAML's pure-Python scanner, reads a tab after ``:`` as a separator.)"""
+    assert _fast("a:\tb\n")[1] is None and _fast("a:\n\t- b\n")[1] is None
+
+
+def test_the_fast_path_takes_dumped_manifests() -> None:
+    """Manifests as ``yaml.dump`` and ``kubectl get -o yaml`` write them are decoded without libyaml's events."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p-0", "namespace": "team-0", "labels": {"walras.dev/job": "j", "on": "yes"},
+                        "annotations": {"note": "it's: quoted", "empty": ""}},
+           "spec": {"nodeName": "node-1", "nodeSelector": {}, "tolerations": [],
+                    "containers": [{"name": "c", "image": "reg.io/x:1.0", "args": ["--a", "-b", "1"],
+                                    "resources": {"requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": 1}}}]},
+           "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "started": 1.5}}
+    docs = [pod, {**pod, "metadata": {**pod["metadata"], "name": "p-1"}}]
+    text = yaml.safe_dump_all(docs, default_flow_style=False, sort_keys=False)
+    taken = _fast(text)[1]
+    assert taken is not None
+    assert repr(taken) == repr(list(yaml.load_all(text, Loader=yaml.SafeLoader)))
+    # with an indented sequence (kubectl's style) and a comment and blank lines
+    kubectl = ("apiVersion: v1\nkind: List\nitems:\n  - apiVersion: v1\n    kind: Node\n    metadata:\n"
+               "      name: n1\n\n    # status\n    status:\n      allocatable:\n        cpu: \"32\"\n")
+    taken = _fast(kubectl)[1]
+    assert taken is not None and taken == list(yaml.load_all(kubectl, Loader=yaml.SafeLoader))
+
+
+block_keys = st.text(alphabet="abcxyz0123456789-_./", min_size=1, max_size=6).filter(
+    lambda k: k[0] not in "-")
+block_like = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(block_keys, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(block_like, min_size=1, max_size=3), st.booleans())
+def test_random_block_documents(docs: list[Any], explicit_start: bool) -> None:
+    text = yaml.safe_dump_all(docs, default_flow_style=False, explicit_start=explicit_start, allow_unicode=True)
+    taken = _fast(text)[1]
+    assert taken is None or repr(("ok", taken)) == repr(reference(text))
+    assert repr(ours(text)) == repr(reference(text))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from walras.cli.errors import UsageError
@@ -109,6 +110,126 @@ def emitted_pods(plan: Any, snapshot: Any, *, bound: bool) -> list[dict[str, Any
     return out
 
 
+@dataclass
+class ReadAhead:
+    """:func:`walras.planner.manifests.load_manifests` run in a forked child process while this one imports the
+    planner, the result sent back through a pipe.
+
+    ``walras plan`` needs both the manifests (YAML decoding and CRD validation: about 3 s for 20,000 pods) and the
+    planner's imports (torch: about 2.5 s); neither needs the other, so on a machine with a second idle core the
+    whole process waits for the longer of the two instead of their sum. The child is forked before torch is
+    imported (nothing to copy but the interpreter, PyYAML and this package's command line) and imports only the
+    reader: :mod:`walras.planner.manifests` and :mod:`walras.planner.schema`, without ``walras/planner/__init__.py``
+    (which imports the planner and torch). It sends one message, a format byte then the body:
+
+    ======  ===================================================================================================
+    byte    body
+    ======  ===================================================================================================
+    ``m``   ``marshal`` of the snapshot's five lists of objects (Nodes, Pods, pools, jobs, profiles)
+    ``p``   ``pickle`` of the same, when marshal cannot write a value (a YAML timestamp or binary)
+    ``e``   a user error (``ValueError``: the file and object named), UTF-8, raised here as it would be in-process
+    ======  ===================================================================================================
+
+    Anything else (the child crashed or was killed, a bug in the reader) makes :meth:`result` return ``None`` and the
+    caller reads the manifests itself, so a bug keeps its traceback. No read-ahead (:meth:`start` returns ``None``)
+    where there is no ``os.fork``, where torch is already imported (nothing to overlap: in-process callers such as
+    the tests), where other threads run (forking them is unsafe), or with ``WALRAS_READ_AHEAD=0``.
+    """
+
+    pid: int
+    fd: int
+
+    @classmethod
+    def start(cls, files: list[str], *, validate: bool) -> ReadAhead | None:
+        """Fork the reader of ``files``; ``None`` where no read-ahead is done (see the class)."""
+        import os
+        import threading
+
+        if (not hasattr(os, "fork") or "torch" in sys.modules or threading.active_count() != 1
+                or os.environ.get("WALRAS_READ_AHEAD") == "0"):
+            return None
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (covered by tests/test_cli_plan_read_ahead.py in a subprocess)
+            os.close(read_end)
+            status = 1
+            try:
+                _child(files, validate, write_end)
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        return cls(pid, read_end)
+
+    def result(self) -> Any:
+        """The child's :class:`~walras.planner.model.Snapshot`; ``ValueError`` for a user error it found; ``None``
+        where it sent nothing usable (the caller reads the manifests itself)."""
+        import marshal
+        import os
+        import pickle
+
+        from walras.planner.model import Snapshot
+
+        with os.fdopen(self.fd, "rb", closefd=False) as pipe:
+            data = pipe.read()
+        tag, body = data[:1], memoryview(data)[1:]
+        if tag == b"e":
+            raise ValueError(bytes(body).decode())
+        if tag not in (b"m", b"p"):
+            return None
+        fields = marshal.loads(body) if tag == b"m" else pickle.loads(body)
+        return Snapshot(**{name: tuple(objs) for name, objs in fields.items()})
+
+    def close(self) -> None:
+        """Close the pipe and reap the child (killed first if it is still running)."""
+        import os
+        import signal
+
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        try:
+            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _child(files: list[str], validate: bool, fd: int) -> None:  # pragma: no cover - runs in the forked child
+    """The read-ahead child's work (:class:`ReadAhead`): load, validate, write one message to ``fd``."""
+    import gc
+    import importlib.util
+    import marshal
+    import os
+    import pickle
+
+    gc.disable()  # the process exits right after: nothing to collect
+    if "walras.planner" not in sys.modules:
+        # the package without running its __init__ (which imports the planner and torch): its submodules import
+        # as usual below it
+        spec = importlib.util.find_spec("walras.planner")
+        assert spec is not None
+        sys.modules["walras.planner"] = importlib.util.module_from_spec(spec)
+    from walras.planner.manifests import KINDS, load_manifests
+
+    try:
+        snapshot = load_manifests(files, validate=validate)
+    except ValueError as exc:
+        message = b"e" + str(exc).encode()
+    else:
+        fields = {name: list(getattr(snapshot, name)) for name in KINDS.values()}
+        try:
+            message = b"m" + marshal.dumps(fields)
+        except ValueError:
+            message = b"p" + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(message)
+    while view:
+        view = view[os.write(fd, view):]
+    os.close(fd)
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the manifests, build the plan, print it (and write the pods); user errors raise :class:`UsageError`."""
     import gc
@@ -116,21 +237,30 @@ def run(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from walras.planner import build_plan, load_manifests
-
-    # This command owns its process: the manifests (hundreds of thousands of small dicts for 20,000 pods) are built
-    # without the cyclic collector, then one collection frees the validator's cyclic garbage and the survivors are
-    # frozen (gc.freeze), so no later collection during planning walks them again. What the planner allocates
-    # afterwards is collected as usual.
-    gc.disable()
+    # Reading and validating the manifests (seconds for 20,000 pods) overlaps importing the planner (torch: seconds
+    # too) in a forked reader process where that is possible (see ReadAhead); otherwise it runs here after the imports.
+    ahead = ReadAhead.start(args.files, validate=args.validate)
     try:
-        snapshot = load_manifests(args.files, validate=args.validate)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        from walras.planner import build_plan, load_manifests
+
+        # This command owns its process: the manifests (hundreds of thousands of small dicts for 20,000 pods) are
+        # built without the cyclic collector, then one collection frees the validator's cyclic garbage and the
+        # survivors are frozen (gc.freeze), so no later collection during planning walks them again. What the
+        # planner allocates afterwards is collected as usual.
+        gc.disable()
+        try:
+            snapshot = ahead.result() if ahead is not None else None
+            if snapshot is None:
+                snapshot = load_manifests(args.files, validate=args.validate)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        finally:
+            gc.collect()
+            gc.freeze()
+            gc.enable()
     finally:
-        gc.collect()
-        gc.freeze()
-        gc.enable()
+        if ahead is not None:
+            ahead.close()
     plan = build_plan(snapshot)
     if args.emit_pods:
         pods = emitted_pods(plan, snapshot, bound=not args.unbound)

@@ -12,6 +12,7 @@ file with an invalid object is an error naming the file, the object and the fiel
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,243 @@ def _merge(target: dict[Any, Any], merges: list[Any], mark: Any) -> None:
     target.update(own)
 
 
+class _NotSimple(Exception):
+    """The text is outside :func:`_load_block_yaml`'s subset: decode it with libyaml's events instead."""
+
+
+#: Characters YAML refuses in a stream or reads as line breaks (c-printable, b-break): a text with any of them is
+#: left to libyaml (which reports the error or breaks the line as YAML does).
+_SPECIAL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+#: First characters of a plain scalar that make it something else (YAML c-indicator), or need a look further.
+_INDICATORS = frozenset("[]{}#&*!|>'\"%@`,")
+_NEEDS_NEXT = frozenset("-?:")
+
+
+#: Parsed forms of one line's content (after its indentation), as :func:`_block_line` returns them.
+_KEY_VALUE, _KEY_OPEN, _ITEM_VALUE, _ITEM_OPEN, _ITEM_COMPACT = range(5)
+#: Stand-ins for the values ``{}`` and ``[]`` in the line cache (each use builds a new, unshared object).
+_EMPTY_MAP, _EMPTY_SEQ = object(), object()
+
+
+def _is_item(content: str) -> bool:
+    return content[0] == "-" and (len(content) == 1 or content[1] == " ")
+
+
+def _block_line(content: str, scalar: Callable[[str], Any], plain: Callable[[str], Any]) -> tuple[Any, ...]:
+    """One line of block YAML (content without indentation or trailing spaces), parsed:
+
+    ==============================================  ===============================================================
+    form                                            line
+    ==============================================  ===============================================================
+    ``(_KEY_VALUE, key, value)``                    ``key: value``
+    ``(_KEY_OPEN, key)``                            ``key:`` (its value is the block that follows, or null)
+    ``(_ITEM_VALUE, value)``                        ``- value``
+    ``(_ITEM_OPEN,)``                               ``-`` (its value is the block that follows, or null)
+    ``(_ITEM_COMPACT, offset, rest)``               ``- key: ...`` or ``- - ...``: ``rest`` starts a block at
+                                                    ``offset`` columns further right
+    ==============================================  ===============================================================
+
+    Raises :class:`_NotSimple` for anything else."""
+    if _is_item(content):
+        rest = content[1:].lstrip(" ")
+        if not rest:
+            return (_ITEM_OPEN,)
+        if _is_item(rest) or ": " in rest or rest[-1] == ":":
+            if rest[0] in _INDICATORS:
+                raise _NotSimple
+            return (_ITEM_COMPACT, len(content) - len(rest), rest)
+        return (_ITEM_VALUE, scalar(rest))
+    quote = content[0]
+    if quote == "'" or quote == '"':  # a quoted key: up to its closing quote ('' is a quote in '...')
+        end = 1
+        while True:
+            end = content.find(quote, end)
+            if end < 0:
+                raise _NotSimple
+            if quote == "'" and content[end + 1:end + 2] == "'":
+                end += 2
+                continue
+            break
+        after = content[end + 1:]
+        if after != ":" and not after.startswith(": "):
+            raise _NotSimple
+        key_value = scalar(content[:end + 1])
+        rest = after[2:].lstrip(" ")
+    else:
+        cut = content.find(": ")
+        if cut < 0:
+            if content[-1] != ":":
+                raise _NotSimple
+            key, rest = content[:-1], ""
+        else:
+            key, rest = content[:cut], content[cut + 2:].lstrip(" ")
+        if not key or key[-1] == " ":
+            raise _NotSimple
+        key_value = plain(key)
+    if rest:
+        return (_KEY_VALUE, key_value, scalar(rest))
+    return (_KEY_OPEN, key_value)
+
+
+def _load_block_yaml(text: str) -> list[Any] | None:
+    """The documents of ``text`` if it is written in the block style that ``yaml.dump`` (``default_flow_style=False``)
+    and ``kubectl get -o yaml`` write, else ``None``.
+
+    The subset: documents separated by ``---`` lines; block mappings whose keys are plain scalars; block sequences
+    (``- ``, also at the indentation of their key, and compact ``- key: value``); values that are plain scalars
+    (resolved to YAML 1.1 types exactly as :func:`load_yaml`), one-line single-quoted scalars, one-line
+    double-quoted scalars without escapes, and ``{}``/``[]``; whole-line comments and blank lines. Anything else -
+    flow collections, block scalars, multi-line scalars, anchors, aliases, tags, merge keys, complex keys, trailing
+    comments, directives, tabs, end markers, characters YAML refuses, bytes that are not UTF-8 - returns ``None``,
+    and :func:`load_yaml` decodes the stream with libyaml's events (which also reports malformed YAML).
+
+    One loop over the lines, with a stack of the open collections (column, container, whether a sequence, the key
+    or item waiting for its block); each distinct line content is parsed once (:func:`_block_line`: manifests
+    repeat most lines), several times faster than building libyaml's Python event objects.
+    ``tests/test_manifests_yaml.py`` checks the result is what PyYAML's ``SafeLoader`` gives.
+    """
+    if "\t" in text or "\r" in text or _SPECIAL.search(text) is not None:
+        return None
+    constructor = SafeConstructor()
+    plain: dict[str, Any] = {}
+
+    def plain_scalar(raw: str) -> Any:
+        value = plain.get(raw, _NO_KEY)
+        if value is not _NO_KEY:
+            return value
+        first = raw[0]
+        if (first in _INDICATORS or (first in _NEEDS_NEXT and (len(raw) == 1 or raw[1] == " "))
+                or ": " in raw or " #" in raw or raw[-1] == ":"):
+            raise _NotSimple
+        tag = _plain_tag(raw)
+        if tag == _MERGE_TAG or tag == _VALUE_TAG:
+            raise _NotSimple
+        value = _scalar(tag, raw, None, constructor, None)
+        plain[raw] = value
+        return value
+
+    def scalar(raw: str) -> Any:
+        first = raw[0]
+        if first == "'":
+            inner = raw[1:-1]
+            if len(raw) < 2 or raw[-1] != "'" or "'" in inner.replace("''", ""):
+                raise _NotSimple
+            return inner.replace("''", "'")
+        if first == '"':
+            inner = raw[1:-1]
+            if len(raw) < 2 or raw[-1] != '"' or '"' in inner or "\\" in inner:
+                raise _NotSimple
+            return inner
+        if raw == "{}":
+            return _EMPTY_MAP
+        if raw == "[]":
+            return _EMPTY_SEQ
+        return plain_scalar(raw)
+
+    parsed: dict[str, tuple[Any, ...]] = {}
+    documents: list[Any] = []
+    # open collections, innermost last: [column, container, is a sequence, key or item waiting for a block value]
+    stack: list[list[Any]] = []
+    started = False  # a "---" opened the current document
+    has_root = False  # the current document has its root node
+
+    def settle(frame: list[Any], value: Any) -> None:
+        """Give the key or item ``frame`` holds open the value ``value``."""
+        if frame[2]:
+            frame[1].append(value)
+        else:
+            frame[1][frame[3]] = value
+        frame[3] = _NO_KEY
+
+    def end_document() -> None:
+        nonlocal has_root
+        if not has_root:
+            documents.append(None)  # an empty document (after a "---"), as SafeLoader reads it
+        for frame in stack:
+            if frame[3] is not _NO_KEY:
+                settle(frame, None)
+        stack.clear()
+        has_root = False
+
+    try:
+        for line in text.split("\n"):
+            content = line.lstrip(" ")
+            if not content or content[0] == "#":
+                continue  # a blank line or a whole-line comment
+            indent = len(line) - len(content)
+            content = content.rstrip(" ")
+            if indent == 0 and content[0] in "-.%" and (content[:3] in ("---", "...") or content[0] == "%"):
+                if content != "---":
+                    raise _NotSimple
+                if started or has_root:
+                    end_document()
+                started = True
+                continue
+            form = parsed.get(content)
+            if form is None:
+                form = _block_line(content, scalar, plain_scalar)
+                parsed[content] = form
+            item = form[0] >= _ITEM_VALUE
+            while stack and stack[-1][0] > indent:  # blocks this line closes
+                frame = stack.pop()
+                if frame[3] is not _NO_KEY:
+                    settle(frame, None)
+            if not stack:
+                if has_root:
+                    raise _NotSimple  # a second node at the root of one document
+                container: Any = [] if item else {}
+                documents.append(container)
+                stack.append([indent, container, item, _NO_KEY])
+                has_root = True
+            else:
+                top = stack[-1]
+                if top[3] is not _NO_KEY:  # a key or item waiting for its block
+                    if indent > top[0] or (indent == top[0] and item and not top[2]):
+                        container = [] if item else {}
+                        settle(top, container)
+                        stack.append([indent, container, item, _NO_KEY])
+                    else:
+                        settle(top, None)
+                top = stack[-1]
+                if top[2] and not item and top[0] == indent and len(stack) > 1:
+                    stack.pop()  # a key after an indentless sequence closes it
+                    top = stack[-1]
+                if top[0] != indent:
+                    raise _NotSimple
+            while True:
+                top = stack[-1]
+                kind = form[0]
+                if top[2] != (kind >= _ITEM_VALUE):
+                    raise _NotSimple
+                if kind == _KEY_VALUE:
+                    value = form[2]
+                    top[1][form[1]] = {} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value
+                elif kind == _KEY_OPEN:
+                    top[3] = form[1]
+                elif kind == _ITEM_VALUE:
+                    value = form[1]
+                    top[1].append({} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value)
+                elif kind == _ITEM_OPEN:
+                    top[3] = None
+                else:  # a compact block: its first line starts after the "- "
+                    indent += form[1]
+                    content = form[2]
+                    form = parsed.get(content)
+                    if form is None:
+                        form = _block_line(content, scalar, plain_scalar)
+                        parsed[content] = form
+                    container = [] if form[0] >= _ITEM_VALUE else {}
+                    top[1].append(container)
+                    stack.append([indent, container, form[0] >= _ITEM_VALUE, _NO_KEY])
+                    continue
+                break
+        if started or has_root:
+            end_document()
+    except _NotSimple:
+        return None
+    return documents
+
+
 def load_yaml(data: bytes | str) -> list[Any]:
     """Every document of a YAML stream, decoded as ``list(yaml.load_all(data, Loader=yaml.SafeLoader))`` does, built
     in one loop over libyaml's events.
@@ -115,6 +353,16 @@ def load_yaml(data: bytes | str) -> list[Any]:
     graph and Python constructor; this loop builds the objects from the events directly
     (``bench/cli.py`` measures the whole ``walras plan`` command).
     """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode() if not data.startswith(b"\xef\xbb\xbf") else None
+        except UnicodeDecodeError:
+            text = None
+    else:
+        text = data
+    fast = _load_block_yaml(text) if text is not None else None
+    if fast is not None:
+        return fast
     parser = _Parser(data)
     constructor = SafeConstructor()
     plain: dict[str, Any] = {}
