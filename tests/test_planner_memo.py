@@ -106,20 +106,22 @@ def comparable(plan: Plan) -> dict[str, Any]:
 def without_memos(plan: Plan) -> Plan:
     out = copy.copy(plan)
     out._pod_memo = {}
+    out._kept = {}
     return out
 
 
 def test_nodes_and_jobs_are_reused_by_uid_and_resource_version() -> None:
     snap = cluster()
-    memo: dict[tuple[str, str], Any] = {}
+    memo: dict[str, tuple[str, Any]] = {}
     first = cluster_from(snap, None, memo)
-    assert sum(isinstance(v, Node) for v in memo.values()) == len(snap.nodes)
-    assert sum(isinstance(v, Job) for v in memo.values()) == len(snap.jobs)
-    again: dict[tuple[str, str], Any] = {}
+    assert sum(isinstance(v, Node) for _, v in memo.values()) == len(snap.nodes)
+    assert sum(isinstance(v, Job) for _, v in memo.values()) == len(snap.jobs)
+    again: dict[str, tuple[str, Any]] = {}
     second = cluster_from(snap, memo, again)
     assert all(a is b for a, b in zip(first.nodes, second.nodes, strict=True))
     assert all(a is b for a, b in zip(first.jobs, second.jobs, strict=True))
     assert again == memo  # the next plan's memo holds what this one used
+    assert all(again[key] is memo[key] for key in memo)  # as the same entries: no new object per unchanged one
     # a node written since (new resourceVersion) is read again: its new allocatable is seen
     nodes = list(snap.nodes)
     nodes[3] = written(nodes[3], "99", status__allocatable={"nvidia.com/gpu": "8", "cpu": "64", "memory": "256Gi"})
@@ -142,9 +144,9 @@ def test_nodes_and_jobs_are_reused_by_uid_and_resource_version() -> None:
     bare = [copy.deepcopy(n) for n in snap.nodes]
     for node in bare:
         del node["metadata"]["uid"]
-    out: dict[tuple[str, str], Any] = {}
+    out: dict[str, tuple[str, Any]] = {}
     cluster_from(Snapshot(tuple(bare), (), snap.pools, snap.jobs), memo, out)
-    assert not any(isinstance(v, Node) for v in out.values())
+    assert not any(isinstance(v, Node) for _, v in out.values())
 
 
 def test_kinds_never_share_a_memo_entry() -> None:
@@ -156,7 +158,7 @@ def test_kinds_never_share_a_memo_entry() -> None:
     job["metadata"]["uid"] = "same"
     pod = {"kind": "Pod", "metadata": {"name": "x", "namespace": "ml", "uid": "same", "resourceVersion": "7"},
            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
-    memo: dict[tuple[str, str], Any] = {}
+    memo: dict[str, tuple[str, Any]] = {}
     cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), None, memo)
     assert len(memo) == 3
     again = cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), memo, {})

@@ -264,9 +264,14 @@ class Plan:
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
     _index: dict[tuple[str, str], PodPlan] | None = field(default=None, init=False, repr=False, compare=False)
-    #: The planner's parse of each pod by (uid, resourceVersion), reused by the next plan (see walras.planner.plan).
-    _pod_memo: dict[tuple[str, str], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The planner's parse of each pod, node and job: memo key (uid) -> (resourceVersion, translation), reused by the
+    #: next plan (see walras.planner.translate).
+    _pod_memo: dict[str, tuple[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _index_key: tuple[int, int, int] = field(default=(0, 0, 0), init=False, repr=False, compare=False)
+    #: The ``keep`` plans of each (job, pool) whose running pods were all kept, with those pods, reused by the next
+    #: plan where the pods are the same objects (see walras.planner.reconcile). A plan's pod plans may therefore be
+    #: shared with the plan before it: treat a returned plan as read-only.
+    _kept: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def prices(self) -> dict[str, float]:

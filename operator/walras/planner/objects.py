@@ -62,11 +62,18 @@ def _warn(plan: Plan, kind: str, namespace: str, name: str, reason: str, message
     plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
 
-def select(table: NodeTable, selector: dict[str, str]) -> np.ndarray:
-    """Mask of the nodes whose labels include every ``key: value`` of ``selector``."""
+def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Mask of the nodes whose labels include every ``key: value`` of ``selector``. ``columns`` (one dict per
+    call site) keeps each label key's values over the nodes, read once for every pool that selects on that key."""
     mask = np.ones(len(table.nodes), dtype=bool)
     for key, value in selector.items():
-        mask &= np.fromiter((n.labels.get(key) == value for n in table.nodes), dtype=bool, count=len(table.nodes))
+        column = columns.get(key) if columns is not None else None
+        if column is None:
+            column = np.empty(len(table.nodes), dtype=object)
+            column[:] = [n.labels.get(key) for n in table.nodes]
+            if columns is not None:
+                columns[key] = column
+        mask &= column == value
     return mask
 
 
@@ -74,6 +81,7 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
     """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
     out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
     profiles: dict[str, ProfileSpec] = {}
+    columns: dict[str, np.ndarray] = {}
     for obj in cluster.profiles:
         if obj.spec is None:
             plan.profiles[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
@@ -104,7 +112,7 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
                 _warn(plan, "ResourcePool", "", name, "ProfileNotFound", message)
                 continue
         conditions: list[Condition] = []
-        match = select(table, spec.node_selector)
+        match = select(table, spec.node_selector, columns)
         overlap = match & (out.pool_of_node >= 0)
         if overlap.any():
             other = out.pools[int(out.pool_of_node[np.flatnonzero(overlap)[0]])].name

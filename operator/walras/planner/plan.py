@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -50,6 +51,8 @@ from walras.planner.rounds import run_rounds
 from walras.planner.status import job_statuses, pool_statuses
 from walras.planner.translate import cluster_from
 
+_name = attrgetter("name")
+
 
 @dataclass(frozen=True)
 class PlanOptions:
@@ -58,7 +61,9 @@ class PlanOptions:
     clock in epoch seconds, for the time-dependent rules (backoff of failed pods, node-loss grace, minimum run time
     and cooldown of migrations); None means no clock: no node is lost by time, no backoff is measured, nothing
     migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
-    a node may be NotReady before its pods are force-deleted and re-planned."""
+    a node may be NotReady before its pods are force-deleted and re-planned. ``reuse``: reuse ``previous``'s
+    memoised work for what did not change (translations, kept pods' plans; see the module docstring); False
+    recomputes it all and gives an equal plan (tests/test_planner_incremental.py compares the two)."""
 
     device: str = "cpu"
     max_rounds: int = 3
@@ -67,6 +72,7 @@ class PlanOptions:
     now: float | None = None
     max_migrations: int = 10
     node_loss_grace: float = NODE_LOSS_GRACE
+    reuse: bool = True
 
 
 def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, device: str = "cpu",
@@ -80,7 +86,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     if isinstance(source, Cluster):
         cluster = source
     else:
-        cluster = cluster_from(source, previous._pod_memo if previous is not None else None, plan._pod_memo)
+        memo = previous._pod_memo if previous is not None and opts.reuse else None
+        cluster = cluster_from(source, memo, plan._pod_memo)
     life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace)
     cluster = life.cluster
     table = node_table(cluster)
@@ -99,7 +106,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
 
     outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,
                          device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations)
-    actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes)
+    actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes,
+                        memo=previous._kept if previous is not None and opts.reuse else None, record=plan._kept)
     moved = migrate(objects, observed, outcome, actions, templates, admitted, previous, plan, now=opts.now,
                     budget=opts.max_migrations, held=life.held)
     market = outcome.market
@@ -111,8 +119,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
         job = plan.jobs.get(key)
         if job is not None and not job.pods:
-            job.pods = sorted(plans, key=lambda p: p.name)
+            job.pods = sorted(plans, key=_name)
     for key in sorted(actions.pods):
-        plan.pods.extend(sorted(actions.pods[key], key=lambda p: p.name))
+        plan.pods.extend(sorted(actions.pods[key], key=_name))
     plan.seconds = time.perf_counter() - started
     return plan

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from walras.planner.resize import Resizes
 from walras.planner.rounds import Outcome
 
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
+_name = attrgetter("name")
 
 
 def pod_base(job: str, pool: str) -> str:
@@ -61,8 +63,19 @@ class Actions:
     unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
 
 
+KeptMemo = dict[tuple[tuple[str, str], str], tuple[tuple[Pod, ...], list[PodPlan]]]
+"""The ``keep`` plans of each (job key, pool name) whose running pods were all kept: the pods (by identity) and their
+plans, in name order. A plan records its own (:attr:`walras.planner.model.Plan._kept`) for the next one."""
+
+
 def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: Resizes, table: NodeTable,
-              *, max_deletes: int | None = None) -> Actions:
+              *, max_deletes: int | None = None, memo: KeptMemo | None = None,
+              record: KeptMemo | None = None) -> Actions:
+    """One :class:`PodPlan` per pod (see the module docstring). With ``memo`` (the previous plan's record), a pool's
+    running pods that are all kept reuse the previous plan's ``keep`` plans when they are the same pod objects (the
+    translation memo gives an unchanged pod the same object, so identity means same content) of the same job and
+    pool: the plans are shared with the previous plan, not rebuilt. Jobs with ``spec.migration`` are left out (the
+    migration phase turns their ``keep`` plans into evictions in place). ``record`` receives this plan's groups."""
     out = Actions()
     deletes = 0
 
@@ -93,8 +106,29 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             pending = observed.pending[row][j]
             if not running and not pending:
                 continue
-            kept = sorted(running, key=lambda p: p.name)
+            kept = sorted(running, key=_name)
             want = int(targets[row][j])
+            if (kept and len(kept) <= want and info.spec.migration is None
+                    and not (done and any((pod.namespace, pod.name) in done for pod in kept))):
+                group = (key, pool.name)
+                previous = memo.get(group) if memo else None
+                if previous is not None and len(previous[0]) == len(kept) and all(map(is_, previous[0], kept)):
+                    reused = previous[1]
+                else:
+                    reused = []
+                    for pod in kept:
+                        text = texts.get(id(pod.requests))
+                        if text is None:
+                            text = texts[id(pod.requests)] = _text(pod.requests)
+                        reused.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node, dict(text),
+                                              dict(text), "keep", True, ""))
+                if record is not None:
+                    record[group] = (tuple(kept), reused)
+                plans.extend(reused)
+                placed_here[pool.name] += len(kept)
+                for pod in sorted(pending, key=_name)[max(want - len(kept), 0):]:
+                    delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
+                continue
             for q, pod in enumerate(kept):
                 if q >= want:
                     delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", True)
@@ -112,7 +146,7 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             if min(len(kept), want) > 0:
                 placed_here[pool.name] += min(len(kept), want)
             wanted_pending = max(want - len(kept), 0)
-            for pod in sorted(pending, key=lambda p: p.name)[wanted_pending:]:
+            for pod in sorted(pending, key=_name)[wanted_pending:]:
                 delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
         if not plans:
             del out.pods[key]

@@ -69,27 +69,33 @@ class Outcome:
 def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndarray:
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
     kept replicas use there."""
-    out = np.zeros(len(objects.pools))
+    m = len(objects.pools)
+    out = np.zeros(m)
     index = table.index
+    # One pass over the running pods: per pool, the priced resource its kept replicas use on its usable nodes
+    # (summed in row order, then pod order, as a per-pool pass would).
+    in_pool = np.zeros(len(table.names), dtype=np.int64) - 1
     for j, pool in enumerate(objects.pools):
-        resource = pool.spec.resource
-        c = table.column.get(resource)
+        in_pool[pool.usable] = j
+    usable_in = in_pool.tolist()
+    resources = [pool.spec.resource for pool in objects.pools]
+    kept = [0.0] * m
+    for row in observed.running:
+        for j, pods in enumerate(row):
+            if not pods:
+                continue
+            resource = resources[j]
+            for pod in pods:
+                if pod.node is not None and usable_in[index[pod.node]] == j:
+                    kept[j] += pod.requests.get(resource, 0.0)
+    for j, pool in enumerate(objects.pools):
+        c = table.column.get(pool.spec.resource)
         if c is None or pool.usable.size == 0:
             continue
         alloc = float(table.alloc[pool.usable, c].sum())
         base = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
         used = float(table.used[pool.usable, c].sum())
-        in_pool = np.zeros(len(table.names), dtype=bool)
-        in_pool[pool.usable] = True
-        usable = in_pool.tolist()
-        kept = sum(
-            pod.requests.get(resource, 0.0)
-            for row in observed.running
-            if row[j]
-            for pod in row[j]
-            if pod.node is not None and usable[index[pod.node]]
-        )
-        out[j] = max(base - (used - kept), 0.0)
+        out[j] = max(base - (used - kept[j]), 0.0)
     return out
 
 

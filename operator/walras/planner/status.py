@@ -10,6 +10,8 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 import numpy as np
 
 from walras.planner.market import utility_values
@@ -27,6 +29,7 @@ _WHY = {
     "NoRoom": "no node of the pool has room for a pod of this job now",
     "TooLarge": "the pod's requests exceed the allocatable of the largest node the pod may use",
 }
+_name = attrgetter("name")
 #: Reasons that no change of load can cure: the job can never run in that pool as it is specified.
 _STRUCTURAL = ("TooLarge", "NoEligibleNode")
 
@@ -61,10 +64,11 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
     rows_x, rows_target, rows_offered = X.tolist(), wanted_all.tolist(), outcome.offered.tolist()
     for i, info in enumerate(jobs):
-        jp = plan.jobs[info.key]
+        key = info.key
+        jp = plan.jobs[key]
         spec = info.spec
         jp.utility = float(utilities[i])
-        placed = actions.placed.get(info.key, {})
+        placed = actions.placed.get(key, {})
         jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(rows_x[i]) if x > 1e-9}
         jp.allocation_text = allocation_text(jp.allocation)
         jp.throughput_unit = spec.throughput_unit
@@ -74,10 +78,10 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         jp.priced_cost = float(priced_cost[i])
         jp.throughput = float(placed_t[i]) if m else 0.0
         jp.cost = float((placed_all[i] * spec.demand) @ prices) if m else 0.0
-        jp.pods = sorted(actions.pods.get(info.key, []), key=lambda p: p.name)
-        _conditions(jp, info.key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
+        jp.pods = sorted(actions.pods.get(key, ()), key=_name)
+        _conditions(jp, key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
                     sum(rows_target[i]), rows_offered[i])
-        old = previous.jobs.get(info.key) if previous is not None else None
+        old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
             plan.events.append(PlanEvent(
@@ -91,13 +95,24 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
     """The job's conditions and phase from what was placed (see the module docstring)."""
     warn = plan.events.append
     ns, name = key
-    live = [p for p in jp.pods if p.action not in ("delete", "evict")]
+    live = resized = 0
+    bound = True  # every live pod kept (or resized) on its node
+    for p in jp.pods:  # one pass over the job's pods: a plan reads 20,000 of them here
+        action = p.action
+        if action == "delete" or action == "evict":
+            continue
+        live += 1
+        if action == "resize":
+            resized += 1
+        elif action != "keep":
+            bound = False
+        if p.node is None:
+            bound = False
     placed = sum(jp.replicas.values())
-    if resizes.done and any(p.action == "resize" for p in live):
-        count = sum(1 for p in live if p.action == "resize")
+    if resized:
         jp.conditions.append(Condition(
             "ResourcesCurrent", "False", "ResizeNeeded",
-            f"{count} running pod(s) get new requests/limits in place (pods/resize where the cluster serves it, "
+            f"{resized} running pod(s) get new requests/limits in place (pods/resize where the cluster serves it, "
             "else with the next pod)"))
     blocked = resizes.blocked.get(key)
     if blocked:
@@ -155,7 +170,6 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
         jp.conditions.append(Condition("Scheduled", "False", reason,
                                        f"{placed} of {wanted} wanted replica(s) placed"))
     else:
-        bound = all(p.node is not None and p.action in ("keep", "resize") for p in live)
         jp.phase = "Running" if live and bound else "Pending"
         what = "running" if jp.phase == "Running" else "placed"
         jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
@@ -169,11 +183,13 @@ def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Pl
     bound: dict[str, int] = {}
     for plans in actions.pods.values():
         for p in plans:
-            if p.action in ("delete", "evict") or p.node is None:
+            action = p.action
+            if action == "delete" or action == "evict" or p.node is None:
                 continue
-            planned[p.pool] = planned.get(p.pool, 0) + 1
-            if p.exists and p.action in ("keep", "resize"):
-                bound[p.pool] = bound.get(p.pool, 0) + 1
+            pool = p.pool
+            planned[pool] = planned.get(pool, 0) + 1
+            if p.exists and (action == "keep" or action == "resize"):
+                bound[pool] = bound.get(pool, 0) + 1
     for j, pool in enumerate(objects.pools):
         pp = plan.pools[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0

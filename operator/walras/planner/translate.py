@@ -8,9 +8,11 @@ refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails val
 Pods, nodes and FungibleJobs are memoised by ``(metadata.uid, metadata.resourceVersion)``: the API server changes the
 resourceVersion on every write, so the same pair means the same content, and the operator's next plan reuses the
 translation (the kube-scheduler snapshot's incremental update, Kueue's cache/snapshot split). One memo mapping holds
-all three kinds: a pod's key is ``(uid, resourceVersion)`` as it always was, a node's and a job's carry the kind in
-front of the uid (``("Node/<uid>", rv)``, ``("FungibleJob/<uid>", rv)``), so no key of one kind can meet another's.
-An object without a uid or a resourceVersion (a manifest file) is translated every time.
+all three kinds, keyed by uid: a pod's key is its uid, a node's and a job's carry the kind in front of it
+(``"Node/<uid>"``, ``"FungibleJob/<uid>"``), so no key of one kind can meet another's; the value is the pair
+``(resourceVersion, translation)``, used only when the resourceVersion is the object's. A reused pair is recorded
+as the same tuple, so an unchanged object costs the next plan no new object. An object without a uid or a
+resourceVersion (a manifest file) is translated every time.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ from walras.planner.spec import parse_job, parse_pool, parse_profile
 
 T = TypeVar("T", Pod, Node, Job)
 
-PodMemo = MutableMapping[tuple[str, str], Any]
-"""The translations of one plan by memo key (see the module docstring): values are :class:`Pod`, :class:`Node` or
-:class:`Job` according to the key."""
+PodMemo = MutableMapping[str, tuple[str, Any]]
+"""The translations of one plan by memo key (see the module docstring): values are ``(resourceVersion, item)`` with
+item a :class:`Pod`, :class:`Node` or :class:`Job` according to the key."""
 
 
 # The type checks below test for the plain dict first: decoded JSON is made of dicts, and an isinstance check
@@ -338,36 +340,38 @@ def profile_from(obj: Mapping[str, Any]) -> Profile:
         return Profile(name, _generation(obj), None, str(exc))
 
 
-def _ident(obj: Mapping[str, Any], kind: str) -> tuple[str, str] | None:
-    """The memo key of ``obj`` (``kind`` is "" for pods), or None when it lacks a uid or a resourceVersion."""
-    meta = obj.get("metadata")
-    if type(meta) is not dict:  # the common case without an ABC isinstance check
-        meta = _meta(obj)
-    uid, rv = meta.get("uid"), meta.get("resourceVersion")
-    if not uid or not rv:
-        return None
-    return (f"{kind}/{uid}" if kind else str(uid), str(rv))
-
-
 def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
-              expected: type[T], memo: Mapping[tuple[str, str], Any], out: PodMemo | None) -> list[T]:
+              expected: type[T], memo: Mapping[str, tuple[str, Any]], out: PodMemo | None) -> list[T]:
     """``translate`` over ``objs`` (None results dropped), reusing ``memo``'s translation of an object whose memo key
-    is there and recording this call's in ``out``."""
+    and resourceVersion are there and recording this call's in ``out`` (a reused entry as the same tuple)."""
     result: list[T] = []
+    append = result.append
+    prefix = f"{kind}/" if kind else ""
     for obj in objs:
-        ident = _ident(obj, kind)
-        item = memo.get(ident) if ident is not None else None
-        if not isinstance(item, expected):
+        meta = obj.get("metadata") if type(obj) is dict else None
+        if type(meta) is not dict:
+            meta = _meta(obj)
+        uid, rv = meta.get("uid"), meta.get("resourceVersion")
+        if not uid or not rv:
+            item = translate(obj)
+            if item is not None:
+                append(item)
+            continue
+        key = prefix + uid if type(uid) is str else prefix + str(uid)
+        rv = rv if type(rv) is str else str(rv)
+        entry = memo.get(key)
+        if entry is None or entry[0] != rv or not isinstance(entry[1], expected):
             item = translate(obj)
             if item is None:
                 continue
-        if ident is not None and out is not None:
-            out[ident] = item
-        result.append(item)
+            entry = (rv, item)
+        if out is not None:
+            out[key] = entry
+        append(entry[1])
     return result
 
 
-def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
+def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
               out: PodMemo | None = None) -> list[Pod]:
     """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
     translations by (uid, resourceVersion) and records this call's in ``out``."""
@@ -377,7 +381,7 @@ def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], 
     return pods
 
 
-def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
+def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
                out: PodMemo | None = None) -> list[Node]:
     """Nodes in name order; reuses ``memo``'s translations by (uid, resourceVersion) and records this call's in
     ``out``."""
@@ -386,7 +390,7 @@ def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str],
     return nodes
 
 
-def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], Any] | None = None,
+def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
               out: PodMemo | None = None) -> list[Job]:
     """FungibleJobs in (namespace, name) order; reuses ``memo``'s translations by (uid, resourceVersion) and records
     this call's in ``out``."""
@@ -395,7 +399,7 @@ def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[tuple[str, str], 
     return jobs
 
 
-def cluster_from(snapshot: Snapshot, memo: Mapping[tuple[str, str], Any] | None = None,
+def cluster_from(snapshot: Snapshot, memo: Mapping[str, tuple[str, Any]] | None = None,
                  out: PodMemo | None = None) -> Cluster:
     """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring): pods, nodes and
     jobs reuse ``memo``'s translations (the previous plan's) and this call's are recorded in ``out``."""
