@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.planner import Plan, Snapshot, build_plan
@@ -13,6 +14,7 @@ from walras.planner.invariants import check_plan
 from walras.planner.migration import relative_gain
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
 from walras.planner.plan import PlanOptions
+from walras.planner.spec import parse_job, restart_cost
 from walras.planner.translate import cluster_from
 
 from tests.test_lifecycle_planner import NOW, pod, pool, status_validator
@@ -218,3 +220,77 @@ def test_an_eviction_a_disruption_budget_refused_is_retried_and_no_other_pod_is_
     pods[0]["metadata"]["deletionTimestamp"] = rfc3339(NOW + 61)
     gone = plan_of(snapshot([job("x", OPT_IN)], pods), previous, now=NOW + 90)
     assert {p.name: p.action for p in gone.pods} == {"x-b-1": "keep", "x-a-0": "keep"}
+
+
+def with_work(obj: dict, remaining: str, grace: int | None = None) -> dict:
+    """``obj`` reporting its remaining work (annotation walras.dev/remaining-work) and, optionally, a template
+    termination grace period."""
+    obj["metadata"]["annotations"] = {"walras.dev/remaining-work": remaining}
+    if grace is not None:
+        obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = grace
+    return obj
+
+
+def test_remaining_work_a_job_near_its_end_is_not_moved_a_long_one_is() -> None:
+    """Job x (2 pods, throughput 4 on a, 1 on b) runs both pods on b: t = 1. Moving one pod to a gives t' = (4 + 1) / 2
+    = 2.5 (the utility gain is 150 %, far above minGain). With W work left and the default restart of 30 s (the
+    Kubernetes termination grace), the move pays iff 30 + W / 2.5 < W / 1, i.e. W > 50: W = 10 (10 s left) stays,
+    W = 36,000 (10 hours left) moves, and W = 50 exactly does not (30 + 20 = 50, not < 50)."""
+    assert moves(plan_of(snapshot([with_work(job("x", OPT_IN), "10")], on_b("x")))) == ([], [])
+    assert moves(plan_of(snapshot([with_work(job("x", OPT_IN), "50")], on_b("x")))) == ([], [])
+    long = plan_of(snapshot([with_work(job("x", OPT_IN), "36000")], on_b("x")))
+    assert moves(long) == (["x-b-0"], [("a", "a0")])
+    # 36000 / 1 - (30 + 36000 / 2.5) = 21570 s sooner
+    assert "finishes 21570 s sooner with 36000 work left (restart 30 s)" in next(
+        p.reason for p in long.pods if p.action == "evict")
+    assert long.jobs[("ml", "x")].migrations == 1
+
+
+def test_remaining_work_weighs_the_restart_cost() -> None:
+    """W = 100, t = 1 -> t' = 2.5: 100 s left against r + 40 s. spec.migration.restartSeconds 59 moves, 60 does not;
+    without restartSeconds the template's terminationGracePeriodSeconds is the cost (70: no move, 10: move)."""
+    def plan_with(migration: dict, grace: int | None = None) -> Plan:
+        return plan_of(snapshot([with_work(job("x", migration), "100", grace)], on_b("x")))
+
+    assert moves(plan_with({**OPT_IN, "restartSeconds": 59}))[0] == ["x-b-0"]
+    assert moves(plan_with({**OPT_IN, "restartSeconds": 60})) == ([], [])
+    assert moves(plan_with(OPT_IN, grace=70)) == ([], [])
+    assert moves(plan_with(OPT_IN, grace=10))[0] == ["x-b-0"]
+    assert moves(plan_with({**OPT_IN, "restartSeconds": 0}, grace=70))[0] == ["x-b-0"]  # explicit wins
+
+
+def test_remaining_work_replaces_the_gain_threshold_and_without_it_the_old_rule_holds() -> None:
+    """minGain 1.6 blocks the +150 % move of a job without the annotation (today's rule, also for a malformed or
+    negative annotation); with 36,000 work left the finish-sooner rule decides instead and the pod moves. The other
+    rules still hold: before minRunSeconds nothing moves, however much work is left."""
+    strict = {**OPT_IN, "minGain": 1.6}
+    assert moves(plan_of(snapshot([job("x", strict)], on_b("x")))) == ([], [])
+    assert moves(plan_of(snapshot([with_work(job("x", strict), "soon")], on_b("x")))) == ([], [])
+    assert moves(plan_of(snapshot([with_work(job("x", strict), "-5")], on_b("x")))) == ([], [])
+    assert moves(plan_of(snapshot([with_work(job("x", strict), "36000")], on_b("x"))))[0] == ["x-b-0"]
+    assert moves(plan_of(snapshot([with_work(job("x", OPT_IN), "36000")], on_b("x", started=NOW - 599)))) == ([], [])
+    assert moves(plan_of(snapshot([with_work(job("x"), "36000")], on_b("x")))) == ([], [])  # no spec.migration
+
+
+def test_remaining_work_with_two_pods_per_cycle_pays_the_restart_once() -> None:
+    """maxPodsPerCycle 2, W = 100, t = 1 before the plan. Each step must pay on its own against the throughput before
+    the plan's moves, with one restart for the whole plan (the moved pods restart together): r = 50 moves both pods
+    (50 + 100 / 2.5 = 90 < 100, then 50 + 100 / 4 = 75 < 100); r = 70 moves none (the first step, 70 + 40 = 110, does
+    not pay, and the steps are greedy)."""
+    def plan_with(restart: int) -> Plan:
+        rules = {**OPT_IN, "maxPodsPerCycle": 2, "restartSeconds": restart}
+        return plan_of(snapshot([with_work(job("x", rules), "100")], on_b("x")))
+
+    both = plan_with(50)
+    assert moves(both)[0] == ["x-b-0", "x-b-1"]
+    assert "finishes 25 s sooner" in next(p.reason for p in both.pods if p.name == "x-b-1")  # 100 - (50 + 25)
+    assert moves(plan_with(70)) == ([], [])
+
+
+def test_restart_seconds_and_the_annotation_are_parsed() -> None:
+    spec = parse_job(with_work(job("x", {**OPT_IN, "restartSeconds": 45}), " 12.5 "))
+    assert spec.remaining_work == 12.5 and restart_cost(spec) == 45.0
+    assert parse_job(job("x", OPT_IN)).remaining_work is None and restart_cost(parse_job(job("x", OPT_IN))) == 30.0
+    assert parse_job(with_work(job("x", OPT_IN), "inf")).remaining_work is None
+    with pytest.raises(ValueError, match=r"spec\.migration\.restartSeconds must be >= 0"):
+        parse_job(job("x", {**OPT_IN, "restartSeconds": -1}))

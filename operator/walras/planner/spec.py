@@ -166,29 +166,76 @@ class CurveSpec:
     saturation: float | None = None
 
 
+#: Annotation a running FungibleJob may keep up to date with the work it has left, in the unit of its
+#: ``spec.throughput`` times seconds (iterations, when the throughput is iterations per second). With it, the
+#: migration phase moves a pod only when the move finishes the job sooner, restart included (docs/lifecycle.md).
+ANNOTATION_REMAINING_WORK = "walras.dev/remaining-work"
+
+#: Kubernetes' default ``terminationGracePeriodSeconds``: the restart cost of a move when neither
+#: ``spec.migration.restartSeconds`` nor the template's grace period says otherwise.
+DEFAULT_GRACE_SECONDS = 30.0
+
+
 @dataclass(frozen=True)
 class MigrationSpec:
     """``spec.migration``: the job opts in to rebalancing. A pod is moved only when the job's utility gains at least
     ``min_gain`` (relative), after the pod ran ``min_run_seconds``, at most ``max_pods_per_cycle`` pods per plan, and
-    at least ``cooldown_seconds`` after the job's previous move."""
+    at least ``cooldown_seconds`` after the job's previous move.
+
+    ``restart_seconds``: the seconds a move stops the job's progress (the pod's termination grace, the replacement's
+    scheduling and start, the checkpoint restore); None: the template's ``terminationGracePeriodSeconds``, else
+    :data:`DEFAULT_GRACE_SECONDS`. It is used only with the job's remaining work (:data:`ANNOTATION_REMAINING_WORK`),
+    which then replaces the ``min_gain`` rule by the finish-sooner rule of :mod:`walras.planner.migration`."""
 
     min_gain: float = 0.05
     min_run_seconds: float = 600.0
     max_pods_per_cycle: int = 1
     cooldown_seconds: float = 600.0
+    restart_seconds: float | None = None
 
 
 def _parse_migration(spec: Mapping[str, Any]) -> MigrationSpec | None:
     if spec.get("migration") is None:
         return None
     raw = _mapping(spec.get("migration"), "spec.migration")
+    restart = raw.get("restartSeconds")
     return MigrationSpec(
         min_gain=_number(raw.get("minGain", 0.05), "spec.migration.minGain", minimum=0.0),
         min_run_seconds=float(_integer(raw.get("minRunSeconds", 600), "spec.migration.minRunSeconds", minimum=0)),
         max_pods_per_cycle=_integer(raw.get("maxPodsPerCycle", 1), "spec.migration.maxPodsPerCycle", minimum=1),
         cooldown_seconds=float(_integer(raw.get("cooldownSeconds", 600), "spec.migration.cooldownSeconds",
                                         minimum=0)),
+        restart_seconds=None if restart is None
+        else float(_integer(restart, "spec.migration.restartSeconds", minimum=0)),
     )
+
+
+def _remaining_work(obj: Mapping[str, Any]) -> float | None:
+    """The job's :data:`ANNOTATION_REMAINING_WORK`: a finite number >= 0 written as a string (annotations are
+    strings). A missing or malformed value is None (the progress signal is advisory: a bad value must not make the
+    job invalid and lose its pods; without it the migration phase applies its utility-gain rule)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(ANNOTATION_REMAINING_WORK) if isinstance(annotations, Mapping) else None
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0.0 else None
+
+
+def restart_cost(spec: JobSpec) -> float:
+    """Seconds a move stops ``spec``'s job (:class:`MigrationSpec` ``restart_seconds``): the explicit value, else the
+    template's ``terminationGracePeriodSeconds``, else :data:`DEFAULT_GRACE_SECONDS`."""
+    rules = spec.migration
+    if rules is not None and rules.restart_seconds is not None:
+        return rules.restart_seconds
+    pod_spec = spec.template.get("spec") if isinstance(spec.template, Mapping) else None
+    grace = pod_spec.get("terminationGracePeriodSeconds") if isinstance(pod_spec, Mapping) else None
+    if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0:
+        return float(grace)
+    return DEFAULT_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -216,6 +263,7 @@ class JobSpec:
     suspend: bool = False
     backoff_limit: int = 6
     migration: MigrationSpec | None = None  # None: the job's running pods are never moved
+    remaining_work: float | None = None  # ANNOTATION_REMAINING_WORK, None when absent or malformed
 
     @property
     def key(self) -> tuple[str, str]:
@@ -341,6 +389,7 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         suspend=_boolean(spec.get("suspend", False), "spec.suspend"),
         backoff_limit=_integer(spec.get("backoffLimit", 6), "spec.backoffLimit", minimum=0),
         migration=_parse_migration(spec),
+        remaining_work=_remaining_work(obj),
     )
 
 
