@@ -12,28 +12,27 @@ load; only the wall seconds depend on it):
 - pods moved per job-hour: pods stopped while their job still had work (moved elsewhere or paused by a round),
   divided by the sum of the jobs' hours in the system (their JCTs);
 - utilisation: accelerators in use, time-averaged over [0, makespan], over all 108;
+- finish-time fairness ``rho`` (Themis, NSDI 2020; Gavel Sec. 4.2; :func:`walras.simulate.report.fairness`: JCT over
+  the job's time alone on a ``1/n`` equal share, ``n`` the average number of jobs in the system over its life): mean,
+  median, p99 and the fraction of jobs with ``rho > 1``;
 - wall seconds of the run and re-plans.
 
-Then one timing run of ``--scale-jobs`` jobs (10,000) on ``--scale-gpus`` accelerators (2,000; three equal pools of
-4-GPU nodes) for the ``walras`` policy, stopped after ``--scale-budget`` wall seconds if it is not done, with a
-profile of the first re-plans (where the time goes).
+Then the speed bench at the issue's scale, :mod:`bench.simulate_scale` (10,000 jobs on 2,000 accelerators, the
+``walras`` policy, window 600 s, ``--scale-runs`` fresh processes pinned to 2 cores; median wall and CPU seconds).
 
 Writes ``docs/bench/simulate.md`` and the plots in ``docs/bench/simulate/``::
 
     python -m bench.simulate            # the sweep of the docs
-    python -m bench.simulate --quick    # 2 rates x 24 jobs, a 300-job scale run: a smoke test of the script
+    python -m bench.simulate --no-scale # the sweep only
+    python -m bench.simulate --quick    # 2 rates x 24 jobs, one 300-job speed run: a smoke test of the script
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import os
-import pstats
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bench" / "simulate.md"
 PLOTS = ROOT / "docs" / "bench" / "simulate"
 CLUSTER = "k80=9x4,p100=9x4,v100=9x4"
-RATES = (0.5, 1.5, 2.5, 3.5, 4.5)
+RATES = (0.5, 1.5, 2.5, 3.5, 4.5, 6.0, 8.0)
 JOBS = 160
 SEED = 0
 
@@ -76,6 +75,10 @@ class Row:
     violations: int
     jct_h: np.ndarray
     notes: list[str]
+    rho_mean: float = float("nan")
+    rho_median: float = float("nan")
+    rho_p99: float = float("nan")
+    rho_unfair: float = float("nan")
 
 
 def utilisation(usage: list[tuple[float, np.ndarray]], end: float, capacity: np.ndarray) -> float:
@@ -90,10 +93,12 @@ def utilisation(usage: list[tuple[float, np.ndarray]], end: float, capacity: np.
 
 def measure(trace, cluster, policy: str, rate: float) -> Row:
     from walras.simulate.engine import EngineOptions, simulate
+    from walras.simulate.report import fairness
 
     run = simulate(trace, cluster, policy, EngineOptions(check=False))
     jct = run.jct / 3600.0
     job_hours = float(jct.sum())
+    rho = fairness(run, trace.throughput_matrix(cluster.types))
     return Row(
         rate=rate,
         policy=policy,
@@ -113,6 +118,10 @@ def measure(trace, cluster, policy: str, rate: float) -> Row:
         violations=len(run.violations),
         jct_h=jct,
         notes=list(run.notes),
+        rho_mean=float(rho.mean()),
+        rho_median=float(np.median(rho)),
+        rho_p99=float(np.percentile(rho, 99)),
+        rho_unfair=float(np.mean(rho > 1.0)),
     )
 
 
@@ -125,83 +134,6 @@ def offered_load(trace, capacity: int) -> float:
     v100 = trace.types.index("v100")
     hours = sum(j.work / j.throughput[v100] * j.pods for j in jobs if j.throughput[v100] > 0) / 3600.0
     return hours / span / capacity
-
-
-@dataclass
-class ScaleResult:
-    jobs: int
-    gpus: int
-    rate: float
-    done: bool
-    wall_s: float
-    sim_hours: float
-    finished: int
-    replans: int
-    decide_s: float
-    budget_s: float
-    profile: str
-    load_before: float
-    load_after: float
-
-
-class _Budget(Exception):
-    """Raised inside a simulation run that has used up its wall-clock budget."""
-
-
-def scale_run(n_jobs: int, gpus: int, rate: float, budget: float, policy: str = "walras") -> ScaleResult:
-    """Time ``policy`` on ``n_jobs`` generated jobs over ``gpus`` accelerators (three equal pools of 4-GPU nodes);
-    stop after ``budget`` wall seconds. The first 20 re-plans run under cProfile (its top functions are reported)."""
-    from walras.simulate.cluster import parse_cluster
-    from walras.simulate.engine import EngineOptions, simulate
-    from walras.simulate.trace import generate
-
-    nodes = gpus // 4
-    per = [nodes // 3 + (1 if k < nodes % 3 else 0) for k in range(3)]
-    cluster = parse_cluster(",".join(f"{t}={c}x4" for t, c in zip(("k80", "p100", "v100"), per, strict=True)))
-    trace = generate(n_jobs, rate, seed=SEED)
-    profiler = cProfile.Profile()
-    seen = {"replans": 0, "now": 0.0, "finished": 0}
-    started = time.perf_counter()
-    before = load()
-
-    def progress(_policy: str, now: float, finished: int, _jobs: int) -> None:
-        seen["replans"] += 1
-        seen["now"], seen["finished"] = now, finished
-        if seen["replans"] == 20:
-            profiler.disable()
-        if time.perf_counter() - started > budget:
-            raise _Budget
-
-    profiler.enable()
-    done = True
-    decide = float("nan")
-    try:
-        run = simulate(trace, cluster, policy, EngineOptions(check=False), progress=progress)
-        decide = run.decide_seconds
-        seen["now"], seen["finished"] = run.end, int(run.finished.sum())
-    except _Budget:
-        done = False
-    finally:
-        profiler.disable()
-    wall = time.perf_counter() - started
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
-    lines = [ln for ln in text.getvalue().splitlines() if ln.strip()]
-    return ScaleResult(
-        n_jobs,
-        int(cluster.capacity.sum()),
-        rate,
-        done,
-        wall,
-        seen["now"] / 3600.0,
-        int(seen["finished"]),
-        int(seen["replans"]),
-        decide,
-        budget,
-        "\n".join(lines[:40]),
-        before,
-        load(),
-    )
 
 
 def plots(rows: list[Row], rates: list[float], policies: list[str]) -> list[str]:
@@ -292,18 +224,13 @@ def _read(path: Path) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 rates x 24 jobs and a 300-job scale run")
+    parser.add_argument("--quick", action="store_true", help="2 rates x 24 jobs and one 300-job speed run")
     parser.add_argument("--jobs", type=int, default=None, help=f"jobs per trace (default {JOBS})")
     parser.add_argument("--rates", type=float, nargs="+", default=None, help=f"jobs/hour (default {RATES})")
     parser.add_argument("--policies", nargs="+", default=None, help="default: every policy")
-    parser.add_argument("--scale-jobs", type=int, default=None, help="default 10000 (--quick: 300)")
-    parser.add_argument("--scale-gpus", type=int, default=None, help="default 2000 (--quick: 108)")
-    parser.add_argument(
-        "--scale-rate", type=float, default=None, help="jobs/hour of the scale run (default: 2 jobs/hour per 108 GPUs)"
-    )
-    parser.add_argument("--scale-budget", type=float, default=600.0, help="wall seconds before the scale run stops")
-    parser.add_argument("--no-scale", action="store_true", help="skip the scale run (keep the recorded one)")
-    parser.add_argument("--scale-only", action="store_true", help="only the scale run (keep the recorded sweep)")
+    parser.add_argument("--scale-runs", type=int, default=5, help="runs of the speed bench (default 5)")
+    parser.add_argument("--no-scale", action="store_true", help="skip the speed bench (keep the recorded one)")
+    parser.add_argument("--scale-only", action="store_true", help="only the speed bench (keep the recorded sweep)")
     parser.add_argument("--no-doc", action="store_true", help="print only; record nothing, write no docs")
     parser.add_argument("--doc-only", action="store_true", help="only rebuild the page from the recorded results")
     args = parser.parse_args(argv)
@@ -319,17 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     capacity = int(cluster.capacity.sum())
     command = "python -m bench.simulate" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     # Results are recorded per (rate, policy) in docs/bench/simulate/results.json (same cluster, jobs per trace and
-    # seed) and the scale run in scale.json, so rates and the scale run can be measured by separate invocations;
+    # seed) and the speed bench in speed.json (bench.simulate_scale), so rates and the speed bench can be measured by
+    # separate invocations;
     # the page is rebuilt from everything recorded. --quick records nothing.
     record = not (args.no_doc or args.quick)
-    results_path, scale_path = PLOTS / "results.json", PLOTS / "scale.json"
+    results_path, speed_path = PLOTS / "results.json", PLOTS / "speed.json"
     config = {"cluster": CLUSTER, "jobs": n_jobs, "seed": SEED}
     saved = _read(results_path) if record else {}
     if saved.get("config") != config:
         saved = {"config": config, "rows": [], "commands": []}
     rows_json: list[dict[str, object]] = list(saved["rows"])  # type: ignore[call-overload]
     if args.doc_only:
-        write_doc(saved, _read(scale_path), capacity)
+        write_doc(saved, _read(speed_path), capacity)
         return 0
     if not args.scale_only:
         started = now_utc()
@@ -355,29 +283,21 @@ def main(argv: list[str] | None = None) -> int:
             saved["commands"] = [*saved["commands"], f"{command} ({started}, load {load_before:.1f} -> {load():.1f})"]  # type: ignore[misc]
             results_path.write_text(json.dumps(saved))
 
-    scale = None
     if not args.no_scale:
-        gpus = args.scale_gpus or (108 if args.quick else 2000)
-        scale_rate = args.scale_rate or 2.0 * gpus / 108.0
-        scale = scale_run(args.scale_jobs or (300 if args.quick else 10_000), gpus, scale_rate, args.scale_budget)
-        state = "finished" if scale.done else f"stopped at the {scale.budget_s:.0f} s budget"
-        print(
-            f"scale: {scale.jobs} jobs on {scale.gpus} accelerators, {state}: wall {scale.wall_s:.1f} s, "
-            f"{scale.finished} finished, simulated {scale.sim_hours:.1f} h, {scale.replans} re-plans",
-            flush=True,
-        )
-        if record:
-            PLOTS.mkdir(parents=True, exist_ok=True)
-            scale_path.write_text(json.dumps({**scale.__dict__, "command": command, "at": now_utc()}))
+        from bench.simulate_scale import main as speed
+
+        small = ["--jobs", "300", "--gpus", "96"] if args.quick else []
+        speed(["--runs", str(1 if args.quick else args.scale_runs), *small, *([] if record else ["--no-doc"])])
 
     if not record:
         return 0
-    write_doc(saved, _read(scale_path), capacity)
+    write_doc(saved, _read(speed_path), capacity)
     return 0
 
 
-def write_doc(saved: dict[str, object], scale: dict[str, object], capacity: int) -> None:
-    """docs/bench/simulate.md and the plots from the recorded sweep rows and scale run."""
+def write_doc(saved: dict[str, object], speed: dict[str, object], capacity: int) -> None:
+    """docs/bench/simulate.md and the plots from the recorded sweep rows and the speed bench's runs
+    (:mod:`bench.simulate_scale`)."""
     from walras.simulate.trace import generate
 
     rows = sorted((_row_from(d) for d in saved.get("rows", [])), key=lambda r: r.rate)  # type: ignore[attr-defined]
@@ -408,15 +328,29 @@ def write_doc(saved: dict[str, object], scale: dict[str, object], capacity: int)
         + ", ".join(f"{x:g} jobs/h: {offered[x]:.2f}" for x in rates)
         + ".",
         "",
+        "Finish-time fairness `rho` (Themis, NSDI 2020; Gavel, OSDI 2020, Sec. 4.2): a job's JCT over the time it "
+        "would take alone on a `1/n` equal share of the cluster (Gavel's `X^isolated`), `n` the average number of "
+        "jobs in the system over its life (`walras.simulate.report.fairness`); `rho > 1`: the job did worse than "
+        "under that share.",
+        "",
         "| rate (jobs/h) | policy | avg JCT (h) | median JCT (h) | p99 JCT (h) | makespan (h) | pods moved / job-hour "
-        "| migrations | preemptions | utilisation | re-plans | wall (s) | decide (s) | load |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| migrations | preemptions | utilisation | rho mean | rho median | rho p99 | rho > 1 | re-plans | wall (s) "
+        "| decide (s) | load |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | ---: |",
     ]
+
+    def fmt(value: float, spec: str) -> str:
+        return "-" if not np.isfinite(value) else format(value, spec)
+
     for r in rows:
         lines.append(
             f"| {r.rate:g} | {r.policy} | {r.avg_jct_h:.2f} | {r.median_jct_h:.2f} | {r.p99_jct_h:.2f} | "
             f"{r.makespan_h:.1f} | {r.moves_per_job_hour:.3f} | {r.migrations} | {r.preemptions} | "
-            f"{r.utilisation:.2f} | {r.replans} | {r.wall_s:.1f} | {r.decide_s:.1f} | {loads[(r.rate, r.policy)]:.1f} |"
+            f"{r.utilisation:.2f} | {fmt(r.rho_mean, '.3f')} | {fmt(r.rho_median, '.3f')} | {fmt(r.rho_p99, '.3f')} | "
+            f"{fmt(100 * r.rho_unfair, '.0f')}{'%' if np.isfinite(r.rho_unfair) else ''} | {r.replans} | "
+            f"{r.wall_s:.1f} | {r.decide_s:.1f} | "
+            f"{loads[(r.rate, r.policy)]:.1f} |"
         )
     notes = sorted({n for r in rows for n in r.notes})
     bad = [r for r in rows if r.finished != r.jobs or r.violations]
@@ -445,32 +379,52 @@ def write_doc(saved: dict[str, object], scale: dict[str, object], capacity: int)
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         lines += [analysis.read_text().strip(), ""]
-    if scale:
-        state = "finished" if scale["done"] else f"did not finish: stopped after the {scale['budget_s']:.0f} s budget"
-        lines += [
-            f"### Scale: {scale['jobs']:,} jobs on {scale['gpus']:,} accelerators, `walras` policy",
-            "",
-            f"`{scale['command']}` (ended {scale['at']}; rate {scale['rate']:g} jobs/h; three equal pools of 4-GPU "
-            f"nodes; load {scale['load_before']:.1f} before, {scale['load_after']:.1f} after): {state}; wall "
-            f"{scale['wall_s']:.1f} s, {scale['replans']} re-plans, {scale['finished']:,} jobs finished, "
-            f"{scale['sim_hours']:.1f} simulated hours. Target: <= 600 s on 2 cores.",
-            "",
-            f"That is {scale['wall_s'] / max(int(scale['replans']), 1):.2f} wall seconds per re-plan on average. An "
-            "event-driven policy re-plans at most once per arrival and once per completion (fewer when the 60 s "
-            f"window coalesces them): up to {2 * int(scale['jobs']):,} re-plans for this trace, so at this rate per "
-            f"re-plan (which grows with the jobs in the system) an estimated "
-            f"{2 * int(scale['jobs']) * scale['wall_s'] / max(int(scale['replans']), 1) / 3600:.1f} hours or more.",
-            "",
-            "Profile of the first 20 re-plans (cumulative seconds, top entries):",
-            "",
-            "```",
-            str(scale["profile"]),
-            "```",
-            "",
-        ]
+    if speed:
+        lines += speed_section(speed)
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {DOC.relative_to(ROOT)} and {len(written)} plots in {PLOTS.relative_to(ROOT)}")
+
+
+def speed_section(speed: dict[str, object]) -> list[str]:
+    """The page's section on :mod:`bench.simulate_scale`'s recorded runs."""
+    cfg: dict[str, object] = speed["config"]  # type: ignore[assignment]
+    runs: list[dict[str, object]] = speed["runs"]  # type: ignore[assignment]
+    wall, cpu, target = float(speed["median_wall_s"]), float(speed["median_cpu_s"]), float(cfg["target"])  # type: ignore[arg-type]
+    complete = all(not r.get("timed_out") and r.get("finished") == r.get("jobs") for r in runs)
+    met = complete and wall <= target
+    lines = [
+        f"### Speed: {int(cfg['jobs']):,} jobs on {int(cfg['gpus']):,} accelerators, `{cfg['policy']}` policy"  # type: ignore[call-overload]
+        f" (target: <= {target:.0f} s on 2 cores)",
+        "",
+        f"`{speed['command']}` ({speed['started']} to {speed['ended']}): `generate({cfg['jobs']}, {cfg['rate']:g}, "
+        f"seed={cfg['seed']})` on `{cfg['cluster']}`, coalescing window {cfg['window']:g} s, invariant checks off, "
+        f"each run a fresh process pinned to {cfg['cores']} cores; wall and CPU seconds of the `simulate` call "
+        f"(CPU: `time.process_time`, every thread of the process). Machine: {speed['machine']}.",
+        "",
+        "| run | wall (s) | CPU (s) | re-plans | jobs finished | simulated hours | load before -> after |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for k, r in enumerate(runs, 1):
+        if r.get("timed_out"):
+            lines.append(f"| {k} | > {float(r['wall_s']):.0f} (stopped) | - | - | - | - | "  # type: ignore[arg-type]
+                         f"{float(r['load_before']):.1f} -> {float(r['load_after']):.1f} |")  # type: ignore[arg-type]
+            continue
+        lines.append(
+            f"| {k} | {float(r['wall_s']):.1f} | {float(r['cpu_s']):.1f} | {r['replans']} | "  # type: ignore[arg-type]
+            f"{int(r['finished']):,}/{int(r['jobs']):,} | {float(r['sim_hours']):.1f} | "  # type: ignore[call-overload]
+            f"{float(r['load_before']):.1f} -> {float(r['load_after']):.1f} |"  # type: ignore[arg-type]
+        )
+    lines += [
+        "",
+        f"Median over {len(runs)} run(s): **wall {wall:.1f} s, CPU {cpu:.1f} s**: the target of <= {target:.0f} s is "
+        f"{'met' if met else 'not met'}"
+        + ("" if int(cfg["jobs"]) == 10_000 and int(cfg["gpus"]) == 2_000 else  # type: ignore[call-overload]
+           " (at this reduced size; the issue's run is `python -m bench.simulate_scale`)")
+        + ". Wall seconds grow with the machine's load (about 5x at load 12-19 against 2.5-3 in docs/simulate.md).",
+        "",
+    ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -3,12 +3,16 @@
 
     python -m bench.simulate_diagnose last 3.5      # the job that sets the makespan: its segments per policy
     python -m bench.simulate_diagnose fractions 4.5 # Gavel with counters since arrival (fractions of each job's age)
+    python -m bench.simulate_diagnose jobs 4.5      # walras-migrate against gavel, job by job
 
 ``last``: for walras-migrate, gavel and walras, the last job to finish, its arrival, isolated time on its best type
 and every stretch of progress (from, to, rate relative to its best type), from the engine's recorded segments.
 ``fractions``: the engine's ``gavel`` policy against a variant whose round priorities use the time received since
 each job's arrival divided by its age (Gavel's "fraction of time received") instead of counters reset at every
 re-allocation.
+``jobs``: each job's JCT under walras-migrate minus under gavel: the jobs with the largest differences (and their
+progress segments under walras-migrate: from h, to h, rate relative to the job's best type), how many are faster or
+slower, and the mean and sum of the differences by the job's time alone on its best type (< 1, 1-5, 5-20, >= 20 h).
 """
 
 from __future__ import annotations
@@ -86,12 +90,38 @@ def fractions(rate: float) -> None:
         )
 
 
+def jobs(rate: float) -> None:
+    from walras.simulate.cluster import parse_cluster
+    from walras.simulate.engine import EngineOptions, simulate
+    from walras.simulate.trace import generate
+
+    cluster = parse_cluster(CLUSTER)
+    trace = generate(JOBS, rate, seed=SEED)
+    thr = trace.throughput_matrix(cluster.types)
+    w, g = (simulate(trace, cluster, p, EngineOptions(check=False, record=True)) for p in ("walras-migrate", "gavel"))
+    diff = (w.finish - g.finish) / 3600.0
+    alone = np.array([j.work / thr[j.id].max() / 3600.0 for j in trace.jobs])
+    print(f"{rate:g} jobs/h: walras-migrate - gavel JCT summed over jobs {diff.sum():+.2f} h (mean {diff.mean():+.3f})")
+    for k in np.argsort(-np.abs(diff))[:10].tolist():
+        job = trace.jobs[k]
+        segments = [(round(a / 3600, 1), round(b / 3600, 1), round(float(r / thr[k].max()), 2))
+                    for i, a, b, r in w.segments if i == k]
+        print(f"  job {k} {job.job_type} x{job.pods}: arrival {job.arrival / 3600:.1f} h, alone {alone[k]:.1f} h, "
+              f"JCT {(w.finish[k] - job.arrival) / 3600:.2f} vs {(g.finish[k] - job.arrival) / 3600:.2f} h "
+              f"({diff[k]:+.2f}); walras-migrate segments {segments[:6]}")
+    print(f"  faster under walras-migrate: {int((diff < -0.01).sum())} jobs, slower: {int((diff > 0.01).sum())}")
+    for low, high in ((0, 1), (1, 5), (5, 20), (20, np.inf)):
+        mask = (alone >= low) & (alone < high)
+        print(f"  alone in [{low}, {high}) h: {int(mask.sum())} jobs, mean {diff[mask].mean():+.3f} h, "
+              f"sum {diff[mask].sum():+.2f} h")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.simulate_diagnose", description=__doc__.splitlines()[0])
-    parser.add_argument("check", choices=("last", "fractions"))
+    parser.add_argument("check", choices=("last", "fractions", "jobs"))
     parser.add_argument("rate", type=float)
     args = parser.parse_args(argv)
-    (last if args.check == "last" else fractions)(args.rate)
+    {"last": last, "fractions": fractions, "jobs": jobs}[args.check](args.rate)
     return 0
 
 

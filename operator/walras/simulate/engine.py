@@ -121,7 +121,7 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
     started_wall = time.perf_counter()
     opts = options or EngineOptions()
     if isinstance(policy, str):
-        policy = make_policy(policy, check=opts.check)
+        policy = make_policy(policy, check=opts.check, restart_seconds=opts.restart_delay)
     n, m = len(trace.jobs), len(cluster.types)
     throughput = trace.throughput_matrix(cluster.types)
     check_trace(trace, cluster)

@@ -13,7 +13,9 @@
                     previous plan; its pod actions are applied (create, keep, delete; running pods of jobs without
                     ``spec.migration`` are never moved by the planner).
 ``walras-migrate``  the same with every job carrying ``spec.migration`` (:class:`walras.planner.spec.MigrationSpec`
-                    defaults), so the planner's migration phase may evict and re-create pods (bounded churn).
+                    defaults, ``restartSeconds`` = the engine's restart delay) and reporting its remaining work at
+                    each re-plan, so the planner's migration phase may evict and re-create pods (bounded churn)
+                    when a move finishes the job sooner, restart included.
 ``walras-timeslice`` the market allocation of :func:`build_plan` (``JobPlan.allocation``: fraction of time per pool)
                     realised by Gavel's time-sliced rounds (:func:`walras.simulate.gavel.time_slice`).
 ``gavel``           Gavel's heterogeneity-aware max-min fairness (:func:`walras.simulate.gavel.max_min_fairness`,
@@ -28,6 +30,7 @@ round-based policies keep a job on the nodes it holds when the round gives it th
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,12 +213,16 @@ class MarketAllocation:
 class WalrasPolicy:
     """``walras`` / ``walras-migrate``: the planner's pod actions applied to the simulated pods (module docstring).
 
-    ``migration``: the ``spec.migration`` every job carries (None: never moved). ``check``: run
-    :func:`walras.planner.invariants.check_plan` on every plan."""
+    ``migration``: the ``spec.migration`` every job carries (None: never moved). ``remaining_work``: with
+    ``migration``, every job reports the work it has left at each re-plan (``JobSpec.remaining_work``, the
+    annotation ``walras.dev/remaining-work`` of a real job; the simulator knows it exactly), so the migration phase
+    moves a pod only when that finishes the job sooner, restart included (rule (f) of
+    :mod:`walras.planner.migration`). ``check``: run :func:`walras.planner.invariants.check_plan` on every plan."""
 
     name: str
     utility: str = "log"
     migration: MigrationSpec | None = None
+    remaining_work: bool = True
     max_migrations: int = 10
     check: bool = True
     previous: Plan | None = field(default=None, init=False)
@@ -231,6 +238,12 @@ class WalrasPolicy:
             if i not in self._jobs:
                 self._jobs[i] = Job(NAMESPACE, job_name(i), 1, job_spec(state, i, utility=self.utility,
                                                                        migration=self.migration))
+            if self.remaining_work and self.migration is not None:  # the annotation a training job keeps current
+                job = self._jobs[i]
+                assert job.spec is not None
+                left = float(state.work[i] - state.progress[i])
+                if job.spec.remaining_work != left:
+                    self._jobs[i] = dataclasses.replace(job, spec=dataclasses.replace(job.spec, remaining_work=left))
         live = {job_name(i) for i in active}
         self._pods = {name: pod for name, pod in self._pods.items() if pod.job in live}
         cluster = Cluster(nodes=state.cluster.typed_nodes, pods=tuple(sorted(self._pods.values(), key=lambda p: p.key)),
@@ -280,8 +293,10 @@ def migration_available() -> bool:
 
 
 def make_policy(name: str, *, utility: str = "log", check: bool = True,
-                migration: MigrationSpec | None = None) -> Policy:
-    """The policy called ``name`` (one of :data:`POLICIES`; ``ValueError`` otherwise)."""
+                migration: MigrationSpec | None = None, restart_seconds: float | None = None) -> Policy:
+    """The policy called ``name`` (one of :data:`POLICIES`; ``ValueError`` otherwise). ``walras-migrate`` uses
+    ``migration`` (default :class:`MigrationSpec` with ``restart_seconds``: the engine's restart delay, the real cost
+    of a move in the simulation)."""
     if name == "fifo":
         return QueuePolicy("fifo")
     if name == "kueue":
@@ -292,7 +307,8 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
         return WalrasPolicy("walras", utility=utility, check=check)
     if name == "walras-migrate":
         return WalrasPolicy("walras-migrate", utility=utility, check=check,
-                            migration=migration if migration is not None else MigrationSpec())
+                            migration=migration if migration is not None
+                            else MigrationSpec(restart_seconds=restart_seconds))
     if name == "walras-timeslice":
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

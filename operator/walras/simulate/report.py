@@ -7,11 +7,16 @@ Per policy, over the finished jobs (JCT = finish - arrival):
 * utilisation per pool: accelerator-seconds held by pods / (accelerators x makespan);
 * pods moved per job-hour: pods stopped while their job still had work (moved by a re-plan, or paused by a round),
   over the hours jobs spent in the system (arrival to finish, summed over jobs);
-* finish-time fairness (Themis, NSDI 2020; Gavel Sec. 4.2): ``rho_i = JCT_i / T_i``, where ``T_i`` is the time the job
-  would take alone on an equal share of the cluster: ``T_i = work_i / (throughput_i . Xeq_i)`` with Gavel's equal
-  share ``Xeq`` (:func:`walras.simulate.gavel.equal_share`) for ``n_i`` jobs, ``n_i`` the time-averaged number of jobs
-  in the system while job i was (at least 1). ``rho_i <= 1``: the job did at least as well as under its equal share.
-  Reported: mean, max, and the fraction of jobs with ``rho > 1``;
+* finish-time fairness ``rho`` (Mahajan et al., *Themis*, NSDI 2020, Sec. 3.1; Narayanan et al., *Gavel*, OSDI 2020,
+  Sec. 4.2, "finish-time fairness", ``rho_T(m, X) = (t_m + steps_m / throughput(m, X)) / (t_m^isolated + steps_m /
+  throughput(m, X^isolated))``, the ratio of the job's finish time under the policy to its finish time on ``1/n`` of
+  the cluster, ``n`` the number of jobs sharing it). For a finished job (no steps left) this is ``rho_i = JCT_i /
+  T_i`` (:func:`fairness`): ``T_i = work_i / (throughput_i . Xeq_i)`` is the time job i takes on Gavel's equal share
+  ``X^isolated = Xeq`` (:func:`walras.simulate.gavel.equal_share`: ``Xeq[i, j] = (C_j / C) min(1, C / (n_i s_i))``, a
+  ``1/n_i`` time share of every type, capped by the job's ``s_i`` pods) with ``n_i`` the time-averaged number of jobs
+  in the system over job i's life, arrival to finish (itself included; Themis's "average number of contending
+  apps" over the app's lifetime). ``rho_i <= 1``: the job did at least as well as under its equal share. Reported:
+  mean, median, p99 (linear interpolation) and max, and the fraction of jobs with ``rho > 1``;
 * prices (the market policies): per pool, at each re-plan that priced.
 
 Plots (matplotlib, Agg backend, imported only when plots are written): ``jct_cdf.png`` (JCT CDF per policy),
@@ -46,6 +51,8 @@ class Summary:
     pods_moved: int
     moves_per_job_hour: float
     rho_mean: float
+    rho_median: float
+    rho_p99: float
     rho_max: float
     rho_unfair: float
     replans: int
@@ -79,7 +86,9 @@ def equal_rows(scale: np.ndarray, capacity: np.ndarray, n_jobs: np.ndarray) -> n
 
 
 def fairness(run: PolicyRun, throughput: np.ndarray) -> np.ndarray:
-    """``rho_i`` of every finished job (module docstring), in job order."""
+    """``rho_i = JCT_i / T_i`` of every finished job, in job order (module docstring: Themis Sec. 3.1, Gavel Sec. 4.2):
+    ``n_i`` is the integral of ``run.active`` (jobs in the system, a step function) over [arrival, finish] divided
+    by the job's JCT; ``T_i`` the job's work over its throughput on the equal share of :func:`equal_rows`."""
     done = np.flatnonzero(run.finished)
     if done.size == 0:
         return np.zeros(0)
@@ -113,7 +122,8 @@ def summarise(run: PolicyRun, throughput: np.ndarray) -> Summary:
         p99_jct=float(np.percentile(jct, 99)) if jct.size else nan, makespan=makespan_s / 3600.0,
         utilisation=utilisation, pods_moved=run.pods_moved,
         moves_per_job_hour=run.pods_moved / job_hours if job_hours > 0 else 0.0,
-        rho_mean=float(np.mean(rho)) if rho.size else nan, rho_max=float(np.max(rho)) if rho.size else nan,
+        rho_mean=float(np.mean(rho)) if rho.size else nan, rho_median=float(np.median(rho)) if rho.size else nan,
+        rho_p99=float(np.percentile(rho, 99)) if rho.size else nan, rho_max=float(np.max(rho)) if rho.size else nan,
         rho_unfair=float(np.mean(rho > 1.0)) if rho.size else nan, replans=run.replans,
         decide_seconds=run.decide_seconds, wall_seconds=run.wall_seconds, violations=len(run.violations),
         final_prices=dict(run.prices[-1][1]) if run.prices else None, notes=tuple(run.notes))
@@ -124,12 +134,14 @@ def markdown(summaries: list[Summary], title: str) -> str:
     types = list(summaries[0].utilisation) if summaries else []
     head = (["policy", "finished", "avg JCT (h)", "median JCT (h)", "p99 JCT (h)", "makespan (h)"]
             + [f"util {t}" for t in types]
-            + ["pods moved", "moves/job-h", "rho mean", "rho max", "rho>1", "re-plans", "sim s", "violations"])
+            + ["pods moved", "moves/job-h", "rho mean", "rho median", "rho p99", "rho>1", "re-plans", "sim s",
+               "violations"])
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
         row = ([s.policy, f"{s.finished}/{s.jobs}", f"{s.avg_jct:.3f}", f"{s.median_jct:.3f}", f"{s.p99_jct:.3f}",
                 f"{s.makespan:.3f}"] + [f"{100 * s.utilisation[t]:.1f}%" for t in types]
-               + [str(s.pods_moved), f"{s.moves_per_job_hour:.3f}", f"{s.rho_mean:.3f}", f"{s.rho_max:.3f}",
+               + [str(s.pods_moved), f"{s.moves_per_job_hour:.3f}", f"{s.rho_mean:.3f}", f"{s.rho_median:.3f}",
+                  f"{s.rho_p99:.3f}",
                   f"{100 * s.rho_unfair:.0f}%", str(s.replans), f"{s.wall_seconds:.1f}", str(s.violations)])
         lines.append("| " + " | ".join(row) + " |")
     notes = [f"- {s.policy}: {note}" for s in summaries for note in s.notes]
