@@ -155,9 +155,11 @@ def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room
     share (``target - shares`` largest, never below ``floor`` nor ``running``, ties to the lower row) is taken back
     and given to the job's offered pool where it is furthest below its share and that can take it (room for a new
     pod, or one fewer deletion there), which keeps that entry within one of its share; a replica with no such pool
-    is dropped (the job runs one fewer until room frees). Pools within their room are never touched, so a rounding
-    that fits is returned unchanged. Returns a new integer matrix; ``dropped[i, j]`` (when given) counts the replicas
-    of job i taken out of pool j that found no other pool (the job's status reports them as waiting for room).
+    is dropped (the job runs one fewer until room frees); a dropped replica is given back, row by row, where room
+    taken back later leaves space for it within one of its share. Pools within their room are never touched, so a
+    rounding that fits is returned unchanged. Returns a new integer matrix; ``dropped[i, j]`` (when given) counts
+    the replicas of job i taken out of pool j that found no other pool (the job's status reports them as waiting for
+    room).
     """
     out = np.asarray(target, dtype=np.int64).copy()
     if out.size == 0:
@@ -187,4 +189,21 @@ def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room
                 load[k] += cost[k]
             elif dropped is not None:
                 dropped[i, j] += 1
+    # Taking back a later replica can leave room for one taken back earlier (demands differ): give each row what
+    # it lost back, in row order, wherever one more stays within one of its share and fits.
+    lost = out.sum(axis=1) < np.asarray(target, dtype=np.int64).sum(axis=1)
+    for i in np.flatnonzero(lost).tolist():
+        left = int(np.asarray(target[i], dtype=np.int64).sum() - out[i].sum())
+        while left > 0:
+            below = shares[i] - out[i]
+            cost = np.where(out[i] >= running[i], demand[i], 0.0)
+            candidates = np.where(offered[i] & (load + cost <= room + slack) & (below > 1e-9), below, -np.inf)
+            k = int(np.argmax(candidates))
+            if not np.isfinite(candidates[k]):
+                break
+            out[i, k] += 1
+            load[k] += cost[k]
+            left -= 1
+            if dropped is not None and dropped[i].any():
+                dropped[i, int(np.flatnonzero(dropped[i])[0])] -= 1
     return out
