@@ -155,3 +155,39 @@ def test_random_block_documents(docs: list[Any], explicit_start: bool) -> None:
     taken = _fast(text)[1]
     assert taken is None or repr(("ok", taken)) == repr(reference(text))
     assert repr(ours(text)) == repr(reference(text))
+
+
+def test_mutated_block_text_is_never_misread() -> None:
+    """Random one-to-three character edits of block-style manifests (seeded): where the fast path decodes the text,
+    SafeLoader decodes it to the same objects; a text SafeLoader refuses is never accepted by it."""
+    import random
+
+    job = {"apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob",
+           "metadata": {"name": "job-0", "namespace": "team-0", "resourceVersion": "100"},
+           "spec": {"throughput": {"p2": 3.3, "p6": 32}, "utility": {"type": "linear"}, "replicas": {"count": 2},
+                    "resources": {"cpu": "2", "memory": "8Gi"}, "colocation": {"type": "a", "size": 1},
+                    "template": {"spec": {"containers": [{"name": "c", "image": "x", "args": ["-a", "1"]}]}}}}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n-0", "labels": {"pool": "p0"}},
+            "spec": {}, "status": {"allocatable": {"cpu": "32"}, "conditions": [{"type": "Ready", "status": "True"}]}}
+    base = (yaml.safe_dump_all([job, node], default_flow_style=False, sort_keys=False)
+            + "---\nx:\n- - a\n  - b: 1\n    c:\n    - 'q''s'\n  -\n    k: v\nz: {}\n'o': \"d\"\n"
+            + "# c\n\n---\n---\n- a\n-\n")
+    rnd = random.Random(20)
+    alphabet = " -:#'\"\n{}[]ab1.?&*!|>%@`,~"
+    taken = 0
+    for _ in range(300):
+        chars = list(base)
+        for _ in range(rnd.randint(1, 3)):
+            op, at = rnd.random(), rnd.randrange(len(chars))
+            if op < 0.4:
+                chars.insert(at, rnd.choice(alphabet))
+            elif op < 0.8:
+                del chars[at]
+            else:
+                chars[at] = rnd.choice(alphabet)
+        text = "".join(chars)
+        fast = _fast(text)[1]
+        if fast is not None:
+            taken += 1
+            assert repr(("ok", fast)) == repr(reference(text)), text
+    assert taken > 50  # the edits that keep the text in the subset do take the fast path

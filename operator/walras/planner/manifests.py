@@ -117,6 +117,8 @@ _NEEDS_NEXT = frozenset("-?:")
 _KEY_VALUE, _KEY_OPEN, _ITEM_VALUE, _ITEM_OPEN, _ITEM_COMPACT = range(5)
 #: Stand-ins for the values ``{}`` and ``[]`` in the line cache (each use builds a new, unshared object).
 _EMPTY_MAP, _EMPTY_SEQ = object(), object()
+#: A ``---`` line; a blank line or a whole-line comment.
+_DOCUMENT, _BLANK = object(), object()
 
 
 def _is_item(content: str) -> bool:
@@ -259,25 +261,36 @@ def _load_block_yaml(text: str) -> list[Any] | None:
         stack.clear()
         has_root = False
 
+    def read_line(line: str) -> Any:
+        """``(indentation, parsed content, whether an item)``, or :data:`_DOCUMENT` for ``---``, or :data:`_BLANK`
+        for a blank line or a whole-line comment."""
+        content = line.lstrip(" ")
+        if not content or content[0] == "#":
+            return _BLANK
+        indent = len(line) - len(content)
+        content = content.rstrip(" ")
+        if indent == 0 and content[0] in "-.%" and (content[:3] in ("---", "...") or content[0] == "%"):
+            if content != "---":
+                raise _NotSimple
+            return _DOCUMENT
+        form = parsed.get(content)
+        if form is None:
+            form = parsed[content] = _block_line(content, scalar, plain_scalar)
+        return (indent, form, form[0] >= _ITEM_VALUE)
+
+    seen: dict[str, Any] = {}  # each distinct line (most repeat) read once
     try:
         for line in text.split("\n"):
-            content = line.lstrip(" ")
-            if not content or content[0] == "#":
+            entry = seen.get(line)
+            if entry is None:
+                entry = seen[line] = read_line(line)
+            if type(entry) is not tuple:
+                if entry is _DOCUMENT:
+                    if started or has_root:
+                        end_document()
+                    started = True
                 continue  # a blank line or a whole-line comment
-            indent = len(line) - len(content)
-            content = content.rstrip(" ")
-            if indent == 0 and content[0] in "-.%" and (content[:3] in ("---", "...") or content[0] == "%"):
-                if content != "---":
-                    raise _NotSimple
-                if started or has_root:
-                    end_document()
-                started = True
-                continue
-            form = parsed.get(content)
-            if form is None:
-                form = _block_line(content, scalar, plain_scalar)
-                parsed[content] = form
-            item = form[0] >= _ITEM_VALUE
+            indent, form, item = entry
             while stack and stack[-1][0] > indent:  # blocks this line closes
                 frame = stack.pop()
                 if frame[3] is not _NO_KEY:
