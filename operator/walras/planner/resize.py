@@ -117,11 +117,15 @@ def plan_resizes(objects: Objects, observed: Observed, table: NodeTable) -> Resi
     memo: dict[tuple[int, int, tuple[_Items, _Items]], ResizeTarget | None] = {}
     for row, info in enumerate(objects.jobs):
         for j, pods in enumerate(observed.running[row]):
+            last: tuple[_Items, _Items] | None = None  # pods of a group mostly share one ``first`` (translate)
+            target: ResizeTarget | None = None
             for pod in pods:
-                key = (row, j, pod.first)
-                if key not in memo:
-                    memo[key] = resize_target(info.spec, objects.pools[j].spec, pod)
-                target = memo[key]
+                if pod.first is not last:
+                    last = pod.first
+                    key = (row, j, last)
+                    if key not in memo:
+                        memo[key] = resize_target(info.spec, objects.pools[j].spec, pod)
+                    target = memo[key]
                 if target is None:
                     continue
                 if target.later:

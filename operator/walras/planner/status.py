@@ -186,10 +186,10 @@ def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Pl
             action = p.action
             if action == "delete" or action == "evict" or p.node is None:
                 continue
-            pool = p.pool
-            planned[pool] = planned.get(pool, 0) + 1
+            at = p.pool
+            planned[at] = planned.get(at, 0) + 1
             if p.exists and (action == "keep" or action == "resize"):
-                bound[pool] = bound.get(pool, 0) + 1
+                bound[at] = bound.get(at, 0) + 1
     for j, pool in enumerate(objects.pools):
         pp = plan.pools[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0
