@@ -12,8 +12,9 @@ Scenarios (each timed ``--repeat`` times, median reported):
 * ``cold, empty cluster``: no pods yet; every replica is a new pod to place (``previous=None``);
 * ``cold, steady state``: every pod of the first plan exists and runs on its node (``previous=None``);
 * ``warm, small change``: the steady state after one job grows by two replicas, warm-started from the plan of the
-  steady state (its prices, its placement of every pool whose placement request did not change, and its parse of
-  every pod, node and job whose uid and resourceVersion did not change; the grown job has a new resourceVersion).
+  steady state (its prices, its placement of every pool whose placement request did not change, its parse of
+  every pod, node and job whose uid and resourceVersion did not change, and the ``keep`` plans of every job's pods
+  in a pool that are unchanged and all kept; the grown job has a new resourceVersion).
 
 Each row gives the wall-clock median and the median CPU time of the process (``time.process_time``): on a shared
 machine the second is the steadier of the two.
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     fallbacks = sorted({e.name for e in first.events if e.reason == "PolicyFallback"})
     with_pods = [name for name, pool in warm_plan.pools.items() if pool.placement is not None]
     reused = [name for name in with_pods if warm_plan.pools[name].placement is steady_plan.pools[name].placement]
+    before = {id(p) for p in steady_plan.pods}
+    shared = sum(1 for p in warm_plan.pods if id(p) in before)
     lines += [
         "",
         "Every plan is checked by `walras.planner.invariants.check_plan` (node fit on every resource, no double "
@@ -247,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         "(004, Sec. 6) reports 10^6 jobs x 4 resources in 3.9 s on CPU, so at 1,000 jobs the market should be a",
         "small share of a plan.",
         f"Warm plan: {len(with_pods)} pool(s) had pods to place; {len(reused)} reused the previous plan's placement "
-        f"(unchanged placement request: {', '.join(reused) or 'none'}), the others ran their policy.",
+        f"(unchanged placement request: {', '.join(reused) or 'none'}), the others ran their policy; "
+        f"{shared} of its {len(warm_plan.pods)} pod plans are the steady plan's, reused where a job's pods in a pool "
+        "were unchanged and all kept (`PlanOptions.reuse`, walras.planner.reconcile).",
     ]
     if fallbacks:
         lines.append(f"Pools that fell back to spread placement in this run: {', '.join(fallbacks)}.")
