@@ -109,3 +109,13 @@ def test_a_fresh_process_reports_an_invalid_manifest_in_one_line(broken_dir: Pat
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("walras plan: error: ") and "zz-job.yaml" in line and "FungibleJob" in line
     assert 'spec.replica: unknown field "replica"' in line and "Traceback" not in done.stderr
+
+
+def test_exit_now_flushes_what_was_written_and_keeps_the_status() -> None:
+    """``walras.cli.exit_now`` (``walras plan`` run as a program ends through it): buffered output is not lost."""
+    code = ("import sys\nfrom walras.cli import exit_now\nsys.stdout.write('x' * 100000)\n"
+            "sys.stderr.write('note')\nexit_now(3)\nprint('not reached')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "x" * 100000, "note")

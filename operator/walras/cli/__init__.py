@@ -21,6 +21,12 @@ exception                      one line on stderr, exit status 2
 
 ``KeyboardInterrupt`` exits with status 130 without a traceback. ``WALRAS_TRACEBACK=1`` re-raises instead (for
 debugging).
+
+A sub-command module that sets ``EXIT_WITHOUT_TEARDOWN = True`` (``walras plan``) ends the process as soon as its
+status is known when :func:`main` runs as the program (no ``argv`` given: the console script, ``python -m walras``):
+stdout and stderr are flushed and ``os._exit`` skips the interpreter's teardown, which for ``walras plan`` on 20,000
+pods spends 0.3-0.7 s freeing objects and torch's modules that the exiting process no longer needs (no ``atexit``
+handler runs). Called with ``argv`` (tests, other Python code), :func:`main` always returns.
 """
 
 from __future__ import annotations
@@ -60,7 +66,8 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     for name, summary in COMMANDS.items():
         if name in wanted:
             module = importlib.import_module(f"{__name__}.{name}")
-            module.add_parser(sub).set_defaults(_run=module.run)
+            module.add_parser(sub).set_defaults(_run=module.run,
+                                                _exit_now=getattr(module, "EXIT_WITHOUT_TEARDOWN", False))
         else:
             sub.add_parser(name, help=summary)
     return parser
@@ -103,8 +110,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if message is None or os.environ.get("WALRAS_TRACEBACK") == "1":
             raise
         print(f"walras {args.command}: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        status = EXIT_USAGE
+    if argv is None and getattr(args, "_exit_now", False):
+        exit_now(status)
     return status
+
+
+def exit_now(status: int) -> None:
+    """Flush stdout and stderr and end the process with ``status`` without the interpreter's teardown (see the
+    module's docstring); a flush that fails (a closed pipe) exits with 120, the status Python itself uses then."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        status = 120
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ from typing import Any
 
 from walras.cli.errors import UsageError
 
+#: The process ends without the interpreter's teardown once the plan is written (see :mod:`walras.cli`).
+EXIT_WITHOUT_TEARDOWN = True
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``walras plan`` and its options."""
