@@ -297,6 +297,15 @@ def test_pods_written_alike_share_one_parse() -> None:
     assert got["e"].requests == got["a"].requests and got["e"].requests is not got["a"].requests
     assert got["e"].first == ((("cpu", "2"), ("memory", "8Gi")), ())
     assert got["a"].first == got["e"].first
+    # equal numbers written differently (1 == 1.0 == True as keys) are never served each other's text, in any order
+    spelled = (pod("f", {"cpu": 1, "memory": "8Gi"}), pod("g", {"cpu": 1.0, "memory": "8Gi"}),
+               pod("h", {"cpu": 1, "memory": "8Gi"}), pod("i", {"cpu": "1", "memory": "8Gi"}))
+    texts = {p.name: dict(p.first[0])["cpu"] for p in cluster_from(Snapshot(pods=spelled)).pods}
+    assert texts == {"f": "1", "g": "1.0", "h": "1", "i": "1"}
+    overhead = dict(pod("j", {"cpu": "1"}), spec={"containers": [{"name": "c"}], "overhead": {"cpu": 1}})
+    plain = dict(pod("k", {"cpu": "1"}), spec={"containers": [{"name": "c"}], "overhead": {"cpu": "1"}})
+    got = {p.name: p for p in cluster_from(Snapshot(pods=(overhead, plain))).pods}
+    assert got["j"].requests == got["k"].requests == {"cpu": 1.0, "pods": 1.0}
 
 
 def test_status_agrees_with_placement_when_a_job_grows_in_a_full_pool() -> None:

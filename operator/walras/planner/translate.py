@@ -183,8 +183,9 @@ PodShapes = dict[Any, tuple[dict[str, float], tuple[tuple[tuple[str, str], ...],
 
 def _resources_key(spec: Mapping[str, Any]) -> _ResourcesKey | None:
     """Everything :func:`pod_requests` and :func:`_first_resources` read, as a hashable key: per container and init
-    container its requests and limits items, and the overhead items; None when some part is not a plain dict of
-    strings (the pod is then parsed without the cache)."""
+    container the pair (requests items, limits items), and ``("overhead", items)``; None when some part is not a
+    plain dict (the pod is then parsed without the cache). Whether every name and quantity is a string is checked
+    only before a key is stored (:func:`_plain`): a key found in the cache equals a stored, all-string one."""
     parts: list[Any] = []
     for field_name in ("containers", "initContainers"):
         containers = spec.get(field_name)
@@ -206,23 +207,27 @@ def _resources_key(spec: Mapping[str, Any]) -> _ResourcesKey | None:
             if (requests is not None and type(requests) is not dict) or (limits is not None and type(limits)
                                                                         is not dict):
                 return None
-            part = (tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ())
-            if not _strings(part[0]) or not _strings(part[1]):
-                return None
-            parts.append(part)
+            parts.append((tuple(requests.items()) if requests else (), tuple(limits.items()) if limits else ()))
         parts.append(field_name)
     overhead = spec.get("overhead")
     if overhead is not None:
-        if type(overhead) is not dict or not _strings(tuple(overhead.items())):
+        if type(overhead) is not dict:
             return None
-        parts.append(tuple(overhead.items()))
+        parts.append(("overhead", tuple(overhead.items())))
     return tuple(parts)
 
 
-def _strings(items: tuple[tuple[Any, Any], ...]) -> bool:
-    """Whether every name and quantity is a string (as the API server writes them; ``1`` and ``1.0`` would be equal
-    keys with different texts)."""
-    return all(type(k) is str and type(v) is str for k, v in items)
+def _plain(key: _ResourcesKey) -> bool:
+    """Whether every name and quantity in ``key`` is a string (as the API server writes them; ``1`` and ``1.0``
+    would be equal keys with different texts, so only all-string keys are stored)."""
+    for part in key:
+        if type(part) is not tuple or not part:
+            continue
+        items = part[1:] if part[0] == "overhead" else part
+        for group in items:
+            if not all(type(k) is str and type(v) is str for k, v in group):
+                return False
+    return True
 
 
 def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | None:
@@ -244,7 +249,7 @@ def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | N
     shape = shapes.get(key) if shapes is not None and key is not None else None
     if shape is None:
         shape = (pod_requests(spec), _first_resources(spec))
-        if shapes is not None and key is not None:
+        if shapes is not None and key is not None and _plain(key):
             shapes[key] = shape
     requests, first = shape
     return Pod(
