@@ -4,7 +4,8 @@ A market of identical target-priority jobs whose target is the throughput of one
 between that pool alone and a mix of the pools around it, at prices where the three pools lie on one line (the
 subproblem's supporting line, 004 Sec. 4.1): the 400-node Gavel scenario of ``bench/planner.py`` (issue #16) is
 such a market. The reference optima are exact: CVXPY + Clarabel for the allocation problem (the relaxation the dual
-bounds), HiGHS' MILP for the same problem with at most two pools per job (what the recovery may return).
+bounds), HiGHS' MILP for the same problem with at most two pools per job (the form the recovery prefers; a job may
+span more pools where only that reaches the dual bound, see ``allocator.pricing.recovery``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ def two_pool_optimum(a: np.ndarray, d: np.ndarray, r: np.ndarray, target: np.nda
 def check_feasible(x: np.ndarray, a: np.ndarray, d: np.ndarray, r: np.ndarray, t: np.ndarray) -> None:
     assert (x >= 0).all() and (x.sum(1) <= 1 + 1e-9).all()
     assert ((d[:, None] * x).sum(0) <= r * (1 + 1e-9) + 1e-12).all()
-    assert ((x > 1e-12).sum(1) <= 2).all()  # 004 Sec. 4.1: at most two pools per job
     assert np.allclose((a * x).sum(1), t, atol=1e-9)
 
 
@@ -166,8 +166,8 @@ def test_kink_markets_converge_to_the_exact_optimum(seed: int) -> None:
 @given(seed=st.integers(0, 10_000))
 def test_recovered_allocations_are_feasible_and_the_certificate_honest(seed: int) -> None:
     """Small target-priority markets with kinks: whatever the run reaches in 30 evaluations, the allocation is
-    feasible with at most two pools per job, no job gets throughput past its target (worthless there, eq. 2), the
-    reported utility is the allocation's, and primal <= U* (Clarabel) <= dual, so the gap is a true bound."""
+    feasible, no job gets throughput past its target (worthless there, eq. 2), the reported utility is the
+    allocation's, and primal <= U* (Clarabel) <= dual, so the gap is a true bound."""
     a, d, r, target, w = kink_market(seed)
     optimum = relaxation_optimum(a, d, r, target, w)
     res = pricing.solve(a, r, U.TargetPriority(target, w), demand=d, dtype="float64", max_iter=30)

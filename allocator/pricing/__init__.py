@@ -13,8 +13,9 @@ Method (Alg. 2): the dual function ``g(p) = p^T R + sum_i max_{x_i} [u_i(a_i^T x
 splits into one small problem per job, solved analytically and vectorised over all jobs
 (Sec. 4 / Alg. 1). ``q = R - r`` is a subgradient (eq. 9). Prices are updated by
 a projected L-BFGS on ``p >= 0`` (memory 10, Armijo backtracking along the projected path, preconditioned by the
-unit-elasticity scaling ``diag(p / R)``), falling back to projected subgradient steps when the line search fails
-(Sec. 5). Every evaluation also yields a feasible allocation, by scaling down the columns of over-used pools
+unit-elasticity scaling ``diag(p / R)``); where L-BFGS stalls on a nonsmooth ``g`` (few jobs: each job's solution
+jumps between hull vertices) a trust-region cutting-plane step takes over (:mod:`~allocator.pricing.lbfgs` has the
+route table). Every evaluation also yields a feasible allocation, by scaling down the columns of over-used pools
 (Sec. 5), whose utility is a lower bound; the method stops when ``g(p) - U(X_feasible) <= eps`` (default ``eps =
 1e-3 n``, scaled by the utility's range for target-priority: :func:`default_eps`). Initial prices are eq. (17)
 (:func:`allocator.utilities.initial_prices`), or the given ``prices`` (warm start); cold starts of at least 5000
@@ -33,10 +34,12 @@ Modules, one job each:
 - :mod:`~allocator.pricing.kernels`: the compiled CPU kernels and their loading routes (ahead of time or just in
   time; :mod:`~allocator.pricing.numba_kernels` is their source, :mod:`~allocator.pricing.aot` the AOT build);
 - :mod:`~allocator.pricing.oracle`: the dual oracle: ``g(p)``, its subgradient and the feasible allocation, Sec. 3, 5;
-- :mod:`~allocator.pricing.recovery`: the exact LP split of tied jobs (primal recovery; imports scipy when used);
+- :mod:`~allocator.pricing.recovery`: the exact LP split of tied jobs (primal recovery; imports scipy when used; a
+  job may span three pools or more where the market's optimum needs it);
 - :mod:`~allocator.pricing.repair`: the per-pool shed that makes the final allocation feasible where a pool is
   over-used (instead of scaling its whole column, Sec. 5);
 - :mod:`~allocator.pricing.lbfgs`: the projected L-BFGS price update and stopping rule, Alg. 2;
+- :mod:`~allocator.pricing.bundle`: the cutting-plane price step for nonsmooth duals;
 - :mod:`~allocator.pricing.threads`: torch threads of a CPU solve;
 - :mod:`~allocator.pricing.result`: the result types;
 - :mod:`~allocator.pricing.discovery`: the driver (presolve, escalation, incremental re-solves) and entry points.

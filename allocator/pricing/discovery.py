@@ -308,6 +308,8 @@ class PriceDiscovery:
         else:
             status = "max_iter"
             message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
+            if run.model_stall:
+                message += " (the cutting-plane model of g is minimised at the prices: no price step is left)"
         sol, scale = best_e.subsolution(), best_e.scale
         if closed.any() and not closed.all():
             best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, dev, dtype, group)
@@ -423,6 +425,7 @@ class PriceDiscovery:
         )
         cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1, on_evaluation=None)
         run = LBFGSRun(cfg, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
+        run.cutting_planes = False  # approximate prices and curvature pairs are what the presolve is for
         with intra_op_threads(sub.a.numel(), sub.a.device, self.threads):
             run.optimise(self._initial_prices(sub, None))
         p = run.best_dual[0]

@@ -183,7 +183,7 @@ class DualOracle:
         best: Recovery | None = None
         for rtol in self.RECOVERY_RTOLS:
             rec = recover_allocation(
-                prob.a, costs, prob.demand, self.cap64, ev.subsolution(), prob.utility, rtol=rtol
+                prob.a, costs, prob.demand, self.cap64, ev.subsolution(), prob.utility, rtol=rtol, target=target
             )
             if rec is not None and (best is None or rec.utility > best.utility):
                 best = rec

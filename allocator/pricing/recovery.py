@@ -28,11 +28,17 @@ Identical tied jobs (many copies of a few job types) are solved as weighted clas
 of distinct tied jobs, not of jobs.
 
 A class's split over three pools or more is dealt to its jobs as two-pool optimal responses of the same throughput
-(:func:`_vertex_responses`, :func:`_responses`; a Walras job spans at most two pools, 004 Sec. 4.1); a job the deal
-leaves over three pools is split again alone on its two pools of largest share, in a second LP with the classes
-around it, and whatever is still wider keeps its two largest (:func:`_keep_two_pools`). The allocation is feasible
-by construction. Its exact utility is a lower bound on ``U*``; the caller keeps it when it beats the column-scaled
-allocation.
+(:func:`_vertex_responses`, :func:`_responses`): each job's subproblem optimum spans at most two pools (004 Sec. 4.1),
+and the class's total is unchanged, so this loses nothing. A job alone in its class may be spread by the LP over
+three pools or more, and the market optimum can need that: a subproblem optimum spans two pools, but the allocation
+problem's optimum is a convex combination of optimal responses, and where a pool is smaller than one job's share
+(the scarce pools of 004 Sec. 6.2 with ten jobs: capacities 0.1 and 0.01) the best allocation with at most two pools
+per job is measurably worse than ``U*`` (10 jobs, seed 0: at most -14.7232 by a MILP bound, ``U* = -14.7001``,
+``eps = 0.01``), so no price can certify it. The two-pool form of such a job (split again alone on its two pools of
+largest share, in a second LP with the classes around it; whatever is still wider keeps its two largest,
+:func:`_keep_two_pools`) is returned when it reaches the caller's target utility or loses nothing; otherwise the
+LP's optimum is. The allocation is feasible by construction. Its exact utility is a lower bound on ``U*``; the
+caller keeps it when it beats the column-scaled allocation.
 """
 
 from __future__ import annotations
@@ -165,8 +171,14 @@ def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tenso
     with np.errstate(invalid="ignore", divide="ignore"):
         slopes = np.diff(vals, axis=1) / lengths
     slopes[:, 0] = dvals[:, 1]
-    slopes = np.where(np.isfinite(slopes) & (lengths > 0), slopes, 0.0)
-    slopes = np.minimum.accumulate(slopes, axis=1)  # guard concavity against rounding
+    # Concavity guarded against rounding; pieces of zero length (all of ``_BREAKS`` at ``t = 0``) do not take part, and
+    # a leading run of them takes the first real piece's slope (a slope of 0 there made a job at t = 0 worthless).
+    slopes = np.where(np.isfinite(slopes) & (lengths > 0), slopes, np.inf)
+    slopes = np.minimum.accumulate(slopes, axis=1)
+    lead = np.isinf(slopes)
+    if lead.any():
+        first = np.where(lead.all(1), 0.0, slopes[np.arange(k), np.argmin(lead, axis=1)] if k else 0.0)
+        slopes = np.where(lead, first[:, None], slopes)
     # Throughput where u no longer increases is worth nothing: a target-priority job (eq. 2) above its target. Its
     # pieces there are dropped, and the piece across the plateau's start ends where u would reach the plateau at the
     # slope before it (exactly at the target for eq. 2), so the LP never buys throughput past the target: the
@@ -405,8 +417,13 @@ def recover_allocation(
     rtol: float = 1e-6,
     max_tied: int = MAX_TIED,
     max_scan: int = MAX_SCAN,
+    target: float = math.inf,
 ) -> Recovery | None:
     """Recover a feasible allocation at the prices that produced ``sol`` (see module doc).
+
+    ``target``: the utility the caller needs (its dual bound minus its tolerance). Where the LP's optimum spreads a
+    job over three pools or more, its two-pool form (pass 2) is returned when it reaches ``target`` or loses nothing
+    against the LP's optimum, the LP's optimum otherwise.
 
     ``a``: (n, m) throughputs; ``c``: (n, m) costs ``p_j d_ij``; ``demand``: ``None``, (n,) or (n, m); ``capacity``:
     (m,) float64. Returns ``None`` when there is nothing to split (no tied job), more than ``max_tied`` classes of
@@ -436,17 +453,20 @@ def recover_allocation(
     cand = (rho >= (best - tol).unsqueeze(1)) & (a > 0)
     n_cand = cand.sum(1)
     slack_ok = best <= tol  # zero throughput (the origin) is on the supporting line as well
-    # Is u_i affine between t_i and the largest candidate throughput?  Then the throughput level is free too.
+    # Is u_i affine from t_i on, as far as the largest candidate throughput t_hi reaches?  Then the throughput level
+    # is free too. The test is on [t_i, reach]: ``reach`` is where u, at slope mu, gains what it gains up to t_hi: t_hi
+    # for a truly affine u, the target for a target-priority job whose candidates reach past it (eq. 2; such a job at a
+    # hull vertex below its target, or at zero throughput, is indifferent up to the target at a kink of g, and the
+    # subproblem solver reports one end, rarely the one the market needs: 004 Sec. 6.2, three jobs).
     t_hi = torch.where(cand, a, torch.zeros_like(a)).amax(1)
-    # ``lin_gap`` is a utility, as ``tol`` is (a reduced value): the test is not scaled by ``t_hi`` (that let a log
-    # job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole recovery).
-    lin_gap = utility.value(t_hi) - utility.value(t) - mu * (t_hi - t)
-    affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol) & (t_hi > t)
-    # An affine job's one piece ends where its utility, at slope mu, reaches u(t_hi): t_hi for a truly affine u, the
-    # target for a target-priority job whose largest candidate lies (within the tolerance) past it (eq. 2).
     gain = utility.value(t_hi) - utility.value(t)
     reach = torch.where(mu > 0, t + gain.clamp_min(0.0) / torch.where(mu > 0, mu, torch.ones_like(mu)), t_hi)
-    t_hi = torch.where(affine, torch.minimum(torch.maximum(reach, t), t_hi), t_hi)
+    reach = torch.minimum(torch.maximum(reach, t), t_hi)
+    # ``lin_gap`` is a utility, as ``tol`` is (a reduced value): the test is not scaled by ``t_hi`` (that let a log
+    # job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole recovery).
+    lin_gap = utility.value(reach) - utility.value(t) - mu * (reach - t)
+    affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol) & (reach > t)
+    t_hi = torch.where(affine, reach, t_hi)
     tied = (n_cand >= 2) | (affine & (n_cand >= 1)) | (slack_ok & (n_cand >= 1) & (t > 0))
     k_jobs = int(tied.sum())
     if k_jobs == 0:
@@ -488,10 +508,10 @@ def recover_allocation(
     cand_t, a_t, d_t, slopes, lengths = cand_t[first], a_t[first], d_t[first], slopes[first], lengths[first]
     members = np.argsort(member, kind="stable")  # the tied jobs of class c: members[bounds[c]:bounds[c + 1]]
     bounds = np.concatenate([[0], np.cumsum(weight)])
-    x_jobs = np.zeros((k_jobs, m))
 
-    def deal(classes: np.ndarray, split: np.ndarray) -> None:
-        """Each class's split to its jobs: as it is, or as two-pool responses where it uses three pools or more."""
+    def deal(x_jobs: np.ndarray, classes: np.ndarray, split: np.ndarray) -> None:
+        """Each class's split to its jobs (rows of ``x_jobs``): as it is, or as two-pool responses where it uses three
+        pools or more and the class has several jobs (:func:`_responses`; lossless, the class's total is the same)."""
         for pos, cls in enumerate(classes):
             rows_c = members[bounds[cls] : bounds[cls + 1]]
             if weight[cls] > 1 and np.count_nonzero(split[pos]) > 2:
@@ -499,55 +519,68 @@ def recover_allocation(
             else:
                 x_jobs[rows_c] = split[pos]
 
-    # Pass 1: the LP over all classes, each class's split dealt to its jobs (:func:`_responses`).
+    def finish(x_jobs: np.ndarray) -> Recovery | None:
+        """The full allocation: the fixed jobs' rows and the tied jobs' ``x_jobs``, with its exact utility."""
+        x = x_fixed.clone()
+        x.index_copy_(0, idx, torch.as_tensor(x_jobs, dtype=dtype, device=device))
+        # Casting to the working dtype may round a column a hair above its capacity: scale it back.
+        usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
+        over = usage > capacity
+        if over.any():
+            fix = np.ones(m)
+            fix[over] = capacity[over] / usage[over] * (1 - 4 * float(torch.finfo(dtype).eps))
+            x = x * torch.as_tensor(fix, dtype=dtype, device=device)
+            usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
+        thr = (a * x).sum(1)
+        value = float(utility.value(thr).sum(dtype=torch.float64))
+        if not np.isfinite(value):
+            return None
+        return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k_jobs, classes=k)
+
+    # Pass 1: the LP over all classes, each class's split dealt to its jobs. This is the LP's optimum: a job the LP
+    # spreads over three pools or more keeps that split (the market optimum of a small market needs it, see the
+    # module doc).
     x_cls = _split_lp(cand_t, a_t, d_t, slopes, lengths, weight, remaining)
     if x_cls is None:
         return None
-    deal(np.arange(k), x_cls)
-    # Pass 2: a job still over three pools or more (a class that cannot be dealt whole responses, or a single job the
-    # LP spread) is split again alone, on its two pools of largest share, in one LP with every class none of whose
-    # jobs is such, while the other jobs of its class keep what they were dealt. Pass 1 with those jobs trimmed to
-    # the two pools (what :func:`_keep_two_pools` would make of it) is feasible there, so pass 2 loses no more than
-    # trimming; it can do better because the market around the job re-splits too (to first order a job can move
-    # between responses of one supporting line for free, as long as others give up or take the capacity).
-    mixed = np.flatnonzero(np.count_nonzero(x_jobs, axis=1) > 2)
-    if mixed.size:
-        touched = np.unique(member[mixed])
-        stay = np.setdiff1d(np.arange(k), touched)
-        fixed_rows = np.isin(member, touched)
-        fixed_rows[mixed] = False
-        d_jobs = d_t[member]
-        left = np.maximum(remaining - (d_jobs[fixed_rows] * x_jobs[fixed_rows]).sum(0), 0.0)
-        share = a_t[member[mixed]] * x_jobs[mixed]
-        top = np.argsort(-share, axis=1, kind="stable")[:, :2]
-        pair = np.zeros((mixed.size, m), dtype=bool)
-        np.put_along_axis(pair, top, True, axis=1)
-        cm = member[mixed]
-        x2 = _split_lp(
-            np.vstack([cand_t[stay], pair & cand_t[cm]]),
-            np.vstack([a_t[stay], a_t[cm]]),
-            np.vstack([d_t[stay], d_t[cm]]),
-            np.vstack([slopes[stay], slopes[cm]]),
-            np.vstack([lengths[stay], lengths[cm]]),
-            np.concatenate([weight[stay], np.ones(mixed.size, dtype=weight.dtype)]),
-            left,
-        )
-        if x2 is not None:
-            deal(stay, x2[: stay.size])
-            x_jobs[mixed] = x2[stay.size :]
+    x_wide = np.zeros((k_jobs, m))
+    deal(x_wide, np.arange(k), x_cls)
+    wide_rec = finish(x_wide)
+    mixed = np.flatnonzero(np.count_nonzero(x_wide, axis=1) > 2)
+    if not mixed.size or wide_rec is None:
+        return wide_rec
+    # Pass 2, the two-pool form: each job still over three pools or more is split again alone, on its two pools of
+    # largest share, in one LP with every class none of whose jobs is such, while the other jobs of its class keep
+    # what they were dealt; whatever is still wider keeps its two largest (:func:`_keep_two_pools`). Kept instead of
+    # pass 1 when it loses nothing that matters: its utility reaches ``target`` or is within rounding of pass 1's.
+    x_jobs = x_wide.copy()
+    touched = np.unique(member[mixed])
+    stay = np.setdiff1d(np.arange(k), touched)
+    fixed_rows = np.isin(member, touched)
+    fixed_rows[mixed] = False
+    d_jobs = d_t[member]
+    left = np.maximum(remaining - (d_jobs[fixed_rows] * x_jobs[fixed_rows]).sum(0), 0.0)
+    share = a_t[member[mixed]] * x_jobs[mixed]
+    top = np.argsort(-share, axis=1, kind="stable")[:, :2]
+    pair = np.zeros((mixed.size, m), dtype=bool)
+    np.put_along_axis(pair, top, True, axis=1)
+    cm = member[mixed]
+    x2 = _split_lp(
+        np.vstack([cand_t[stay], pair & cand_t[cm]]),
+        np.vstack([a_t[stay], a_t[cm]]),
+        np.vstack([d_t[stay], d_t[cm]]),
+        np.vstack([slopes[stay], slopes[cm]]),
+        np.vstack([lengths[stay], lengths[cm]]),
+        np.concatenate([weight[stay], np.ones(mixed.size, dtype=weight.dtype)]),
+        left,
+    )
+    if x2 is not None:
+        deal(x_jobs, stay, x2[: stay.size])
+        x_jobs[mixed] = x2[stay.size :]
     _keep_two_pools(x_jobs, a_t[member])
-    x = x_fixed.clone()
-    x.index_copy_(0, idx, torch.as_tensor(x_jobs, dtype=dtype, device=device))
-    # Casting to the working dtype may round a column a hair above its capacity: scale it back.
-    usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
-    over = usage > capacity
-    if over.any():
-        fix = np.ones(m)
-        fix[over] = capacity[over] / usage[over] * (1 - 4 * float(torch.finfo(dtype).eps))
-        x = x * torch.as_tensor(fix, dtype=dtype, device=device)
-        usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
-    thr = (a * x).sum(1)
-    value = float(utility.value(thr).sum(dtype=torch.float64))
-    if not np.isfinite(value):
-        return None
-    return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k_jobs, classes=k)
+    two_rec = finish(x_jobs)
+    if two_rec is not None and (
+        two_rec.utility >= target or two_rec.utility >= wide_rec.utility - 1e-12 * max(1.0, abs(wide_rec.utility))
+    ):
+        return two_rec
+    return wide_rec
