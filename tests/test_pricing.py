@@ -698,6 +698,10 @@ def test_a_float32_run_that_stalls_continues_in_float64() -> None:
     cfg = pricing.PriceDiscovery(eps=eps, dtype="float32", max_iter=400, device="cpu")
     stuck = replace(cfg, escalate=False).solve(a, r, U.Log())
     assert not stuck.converged and stuck.iterations <= 400
+    # the status says why it stopped: the limit, or no progress left before it
+    assert stuck.status == ("max_iter" if stuck.iterations == 400 else "stalled"), (stuck.status, stuck.iterations)
+    capped = replace(cfg, max_iter=3, escalate=False).solve(a, r, U.Log())
+    assert capped.status == "max_iter" and capped.iterations == 3 and not capped.converged
     res = cfg.solve(a, r, U.Log())
     assert res.converged and res.gap <= eps and res.iterations <= 400
     assert res.dtype == "float64" and "continued in float64" in res.message

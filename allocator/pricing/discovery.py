@@ -306,7 +306,7 @@ class PriceDiscovery:
             if presolved:
                 message += f" (after {presolved} on a job sample)"
         else:
-            status = "max_iter"
+            status = "max_iter" if run.evaluations >= max_iter else "stalled"
             message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
             if run.model_stall:
                 message += " (the cutting-plane model of g is minimised at the prices: no price step is left)"

@@ -16,7 +16,7 @@ from allocator.utilities import Utility
 __all__ = ["IterationRecord", "PricingResult", "Reuse", "Status"]
 
 ArrayLike = Any
-Status = Literal["optimal", "max_iter", "infeasible", "empty"]
+Status = Literal["optimal", "max_iter", "stalled", "infeasible", "empty"]
 
 
 @dataclass
@@ -56,7 +56,9 @@ class PricingResult:
     ``utility_value`` (a lower bound on the optimum ``U*``, the utility of ``allocation``) and ``dual_value`` (an upper
     bound, ``g(prices)``) bracket ``U*``; ``gap = dual_value - utility_value``. ``converged`` is true when
     ``gap <= eps``. ``status`` is ``"optimal"`` (converged), ``"max_iter"`` (stopped by the iteration limit; the bounds
-    still hold), ``"infeasible"`` (some job has utility ``-inf`` at zero throughput, e.g. log utility, and no pool
+    still hold), ``"stalled"`` (stopped before the limit with the gap open: no price step is left in the
+    cutting-plane model of ``g``, or a float32 run stalled at its rounding level; the bounds still hold),
+    ``"infeasible"`` (some job has utility ``-inf`` at zero throughput, e.g. log utility, and no pool
     with positive throughput and capacity: ``infeasible_jobs`` lists them, they get nothing, and the prices and
     allocation are optimal for the other jobs) or ``"empty"`` (no jobs).
     """
