@@ -55,6 +55,9 @@ def test_bench_scenarios_plan_alike_with_and_without_reuse() -> None:
     assert all(p.action == "keep" for p in again.pods)
     shared = {id(p) for p in steady_plan.pods}
     assert sum(id(p) in shared for p in again.pods) == len(again.pods)
+    # the status phase took every job's pods' name order and counts from the steady plan (the same tuple object)
+    assert again._statuses and all(again._statuses[key][1] is steady_plan._statuses[key][1]
+                                   for key in again._statuses)
     warm = both(grow_one_job(steady), again)
     assert sum(id(p) in {id(q) for q in again.pods} for p in warm.pods) > len(warm.pods) // 2
     assert warm.jobs[("team-0", "job-0000")].observed_generation == 2
@@ -152,3 +155,30 @@ def test_chains_of_small_changes_plan_alike_with_and_without_reuse(steps: list[l
         now = None if clock is None else clock + 60.0 * (t + 1)
         previous = both(snapshot, previous, replace(options, now=now))
         snapshot = applied(snapshot, previous)
+
+
+def test_pods_created_then_pending_then_bound_plan_alike_with_and_without_reuse() -> None:
+    """Each job keeps its number of pod plans from one plan to the next while their actions change (create, then
+    bind of the pending pods, then keep of the bound ones): the status phase's reuse must go by the pod plans
+    themselves, not their count, or the job's phase and conditions would be the previous plan's."""
+    snap = cluster(40, 4, 12, 3)
+    first = both(snap, None)
+    pending = []
+    for pp in first.pods:
+        if pp.action == "create" and pp.node is not None:
+            pending.append({
+                "kind": "Pod",
+                "metadata": {"name": pp.name, "namespace": pp.namespace, "uid": f"uid-{_rv()}",
+                             "resourceVersion": _rv(),
+                             "labels": {LABEL_JOB: pp.job, LABEL_POOL: pp.pool, LABEL_MANAGED: "true"}},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": pp.requests}}]},
+                "status": {"phase": "Pending"},
+            })
+    created = Snapshot(snap.nodes, tuple(pending), snap.pools, snap.jobs, snap.profiles)
+    second = both(created, first)
+    assert {p.action for p in second.pods} == {"bind"}
+    assert any(len(second.jobs[key].pods) == len(first.jobs[key].pods) for key in second.jobs)
+    bound = applied(created, second)
+    third = both(bound, second)
+    assert {p.action for p in third.pods} == {"keep"}
+    assert any(job.phase == "Running" for job in third.jobs.values())

@@ -246,7 +246,7 @@ def conclude(life: Lifecycle, objects: Objects, actions: Actions, moved: Mapping
         else:  # an invalid job: its counters are carried as its status reports them
             jp.failures, jp.last_failure = reported.failures, reported.last_failure
             jp.completion_time = reported.completed
-        if job.key in in_market:
+        if job.key in in_market and life.pods.get(job.key):  # else the status phase's order stands
             jp.pods = sorted(actions.pods.get(job.key, []), key=lambda p: p.name)
         if life.lost.get(job.key):
             count = life.lost[job.key]

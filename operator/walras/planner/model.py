@@ -272,6 +272,9 @@ class Plan:
     #: plan where the pods are the same objects (see walras.planner.reconcile). A plan's pod plans may therefore be
     #: shared with the plan before it: treat a returned plan as read-only.
     _kept: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Each job's pod plans as listed, in name order, and their counts, reused by the next plan's status phase where
+    #: they are the same objects (see walras.planner.status).
+    _statuses: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def prices(self) -> dict[str, float]:

@@ -113,7 +113,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                               market.seconds, market.device, outcome.rounds)
-    job_statuses(objects, outcome, actions, resizes, plan, previous)
+    job_statuses(objects, outcome, actions, resizes, plan, previous,
+                 memo=previous._statuses if previous is not None and opts.reuse else None, record=plan._statuses)
     pool_statuses(objects, outcome, actions, plan, previous)
     conclude(life, objects, actions, moved, plan, previous)
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs

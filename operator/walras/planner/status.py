@@ -10,12 +10,13 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 
 from __future__ import annotations
 
-from operator import attrgetter
+from collections.abc import Sequence
+from operator import attrgetter, is_
 
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, JobPlan, Plan, PlanEvent
+from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PodPlan
 from walras.planner.objects import Objects
 from walras.planner.reconcile import Actions
 from walras.planner.resize import Resizes
@@ -44,27 +45,43 @@ def _first_few(items: list[str], shown: int = 5) -> str:
     return "; ".join(items[:shown]) + ("; ..." if len(items) > shown else "")
 
 
+PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool]]
+"""Per job: its pod plans as the reconcile phase listed them (by identity), those plans in name order, and what
+:func:`_pod_counts` found in them. A plan records its own (:attr:`walras.planner.model.Plan._statuses`)."""
+
+
 def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: Resizes, plan: Plan,
-                 previous: Plan | None) -> None:
-    """Fill every valid job's :class:`JobPlan` and its events."""
+                 previous: Plan | None, *, memo: PodsMemo | None = None, record: PodsMemo | None = None) -> None:
+    """Fill every valid job's :class:`JobPlan` and its events. With ``memo`` (the previous plan's record), a job
+    whose pod plans are the same objects in the same order as then (the reconcile phase reuses unchanged jobs' ``keep``
+    plans, :mod:`.reconcile`) takes their name order and counts from it instead of sorting and counting them again:
+    the rest of its status (prices, allocation, conditions) is recomputed, since it depends on the whole market.
+    ``record`` receives this plan's."""
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     prices = outcome.market.prices if outcome.market.prices.size == m else np.zeros(m)
     X = outcome.allocation
     names = [p.name for p in objects.pools]
+    column = {name: j for j, name in enumerate(names)}
     A = outcome.throughput
     priced_t = np.einsum("ij,ij->i", A, X) if n else np.zeros(0)
     priced_cost = (outcome.demand * X) @ prices if n and m else np.zeros(n)
-    placed_all = np.array([[actions.placed.get(info.key, {}).get(name, 0) for name in names] for info in jobs],
-                          dtype=np.float64).reshape(n, m)
+    keys = [info.key for info in jobs]
+    placed_all = np.zeros((n, m), dtype=np.float64)
+    for i, key in enumerate(keys):
+        for name, count in actions.placed.get(key, {}).items():
+            j = column.get(name)
+            if j is not None:
+                placed_all[i, j] = count
     big_ns = np.maximum(np.array([info.spec.replicas for info in jobs], dtype=np.float64), 1.0)
     placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
     utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
     rows_x, rows_target, rows_offered = X.tolist(), wanted_all.tolist(), outcome.offered.tolist()
+    no_pods: tuple[PodPlan, ...] = ()
     for i, info in enumerate(jobs):
-        key = info.key
+        key = keys[i]
         jp = plan.jobs[key]
         spec = info.spec
         jp.utility = float(utilities[i])
@@ -78,9 +95,19 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         jp.priced_cost = float(priced_cost[i])
         jp.throughput = float(placed_t[i]) if m else 0.0
         jp.cost = float((placed_all[i] * spec.demand) @ prices) if m else 0.0
-        jp.pods = sorted(actions.pods.get(key, ()), key=_name)
+        listed = actions.pods.get(key, no_pods)
+        before = memo.get(key) if memo else None
+        if before is not None and len(before[0]) == len(listed) and all(map(is_, before[0], listed)):
+            _, ordered, live, resized, bound = before
+            jp.pods = list(ordered)
+        else:
+            jp.pods = sorted(listed, key=_name)
+            ordered = tuple(jp.pods)
+            live, resized, bound = _pod_counts(ordered)
+        if record is not None:
+            record[key] = (tuple(listed), ordered, live, resized, bound)
         _conditions(jp, key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
-                    sum(rows_target[i]), rows_offered[i])
+                    sum(rows_target[i]), rows_offered[i], (live, resized, bound))
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
@@ -90,14 +117,12 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
                 f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
 
 
-def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, outcome: Outcome, actions: Actions,
-                resizes: Resizes, plan: Plan, i: int, names: list[str], wanted: int, offered: list[bool]) -> None:
-    """The job's conditions and phase from what was placed (see the module docstring)."""
-    warn = plan.events.append
-    ns, name = key
+def _pod_counts(pods: Sequence[PodPlan]) -> tuple[int, int, bool]:
+    """Of a job's pod plans: the live ones (neither deleted nor evicted), those resized in place, and whether every
+    live pod is kept (or resized) on a node."""
     live = resized = 0
-    bound = True  # every live pod kept (or resized) on its node
-    for p in jp.pods:  # one pass over the job's pods: a plan reads 20,000 of them here
+    bound = True
+    for p in pods:  # one pass over the job's pods: a plan reads 20,000 of them here
         action = p.action
         if action == "delete" or action == "evict":
             continue
@@ -108,6 +133,17 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
             bound = False
         if p.node is None:
             bound = False
+    return live, resized, bound
+
+
+def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, outcome: Outcome, actions: Actions,
+                resizes: Resizes, plan: Plan, i: int, names: list[str], wanted: int, offered: list[bool],
+                counts: tuple[int, int, bool]) -> None:
+    """The job's conditions and phase from what was placed (see the module docstring); ``counts``: the job's
+    :func:`_pod_counts`."""
+    warn = plan.events.append
+    ns, name = key
+    live, resized, bound = counts
     placed = sum(jp.replicas.values())
     if resized:
         jp.conditions.append(Condition(
