@@ -79,22 +79,26 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
     rows_x, rows_target, rows_offered = X.tolist(), wanted_all.tolist(), outcome.offered.tolist()
+    demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
+    costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
+    utilities_l, priced_t_l, priced_cost_l = utilities.tolist(), priced_t.tolist(), priced_cost.tolist()
+    placed_t_l = placed_t.tolist() if m else [0.0] * n
     no_pods: tuple[PodPlan, ...] = ()
     for i, info in enumerate(jobs):
         key = keys[i]
         jp = plan.jobs[key]
         spec = info.spec
-        jp.utility = float(utilities[i])
+        jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
         jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(rows_x[i]) if x > 1e-9}
         jp.allocation_text = allocation_text(jp.allocation)
         jp.throughput_unit = spec.throughput_unit
         jp.wanted = {names[j]: int(t) for j, t in enumerate(rows_target[i]) if t > 0}
         jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
-        jp.priced_throughput = float(priced_t[i])
-        jp.priced_cost = float(priced_cost[i])
-        jp.throughput = float(placed_t[i]) if m else 0.0
-        jp.cost = float((placed_all[i] * spec.demand) @ prices) if m else 0.0
+        jp.priced_throughput = priced_t_l[i]
+        jp.priced_cost = priced_cost_l[i]
+        jp.throughput = placed_t_l[i]
+        jp.cost = costs[i]
         listed = actions.pods.get(key, no_pods)
         before = memo.get(key) if memo else None
         if before is not None and len(before[0]) == len(listed) and all(map(is_, before[0], listed)):
