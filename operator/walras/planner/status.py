@@ -78,11 +78,21 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
-    rows_x, rows_target, rows_offered = X.tolist(), wanted_all.tolist(), outcome.offered.tolist()
+    rows_target, rows_offered = wanted_all.tolist(), outcome.offered.tolist()
     demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
     utilities_l, priced_t_l, priced_cost_l = utilities.tolist(), priced_t.tolist(), priced_cost.tolist()
     placed_t_l = placed_t.tolist() if m else [0.0] * n
+    # each row's non-zero entries only, in column order (a job uses a few of the pools)
+    allocations: list[dict[str, float]] = [{} for _ in range(n)]
+    wanted_rows: list[dict[str, int]] = [{} for _ in range(n)]
+    if n and m:
+        rows, cols = np.nonzero(X > 1e-9)
+        for i, j, x in zip(rows.tolist(), cols.tolist(), X[rows, cols].tolist(), strict=True):
+            allocations[i][names[j]] = round(x, 6)
+        rows, cols = np.nonzero(wanted_all > 0)
+        for i, j, t in zip(rows.tolist(), cols.tolist(), wanted_all[rows, cols].tolist(), strict=True):
+            wanted_rows[i][names[j]] = int(t)
     no_pods: tuple[PodPlan, ...] = ()
     for i, info in enumerate(jobs):
         key = keys[i]
@@ -90,10 +100,10 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         spec = info.spec
         jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
-        jp.allocation = {names[j]: round(float(x), 6) for j, x in enumerate(rows_x[i]) if x > 1e-9}
+        jp.allocation = allocations[i]
         jp.allocation_text = allocation_text(jp.allocation)
         jp.throughput_unit = spec.throughput_unit
-        jp.wanted = {names[j]: int(t) for j, t in enumerate(rows_target[i]) if t > 0}
+        jp.wanted = wanted_rows[i]
         jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         jp.priced_throughput = priced_t_l[i]
         jp.priced_cost = priced_cost_l[i]
