@@ -132,6 +132,7 @@ class MarketResult:
     seconds: float
     device: str
     repaired: float = 0.0  #: largest constraint violation of the solver's allocation that :func:`feasible` removed
+    eps: float = 0.0  #: the tolerance ``converged`` was judged against (the allocator's, :func:`pricing.default_eps`)
 
 
 def solve_market(
@@ -179,7 +180,7 @@ def solve_market(
     # pricing.solve runs a CPU solve on one torch thread and restores the caller's setting (allocator.pricing.threads).
     result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
     allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
-    tol = 1e-3 * n if eps is None else float(eps)
+    tol = float(result.eps)  # the allocator's own tolerance (1e-3 n for log, scaled per job for target-priority)
     throughputs = np.asarray(result.throughputs, dtype=np.float64)
     primal, dual = float(result.utility_value), float(result.dual_value)
     gap, converged = float(result.gap), bool(result.converged)
@@ -204,6 +205,7 @@ def solve_market(
         seconds=float(result.seconds),
         device=str(result.device),
         repaired=repaired,
+        eps=tol,
     )
 
 

@@ -250,6 +250,7 @@ class SolverStats:
     seconds: float = 0.0
     device: str = "cpu"
     rounds: int = 1  #: market -> placement rounds (the market re-prices what placement could not realise)
+    eps: float = 0.0  #: the duality-gap tolerance ``converged`` was judged against
 
 
 @dataclass

@@ -112,7 +112,7 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
                     budget=opts.max_migrations, held=life.held)
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
-                              market.seconds, market.device, outcome.rounds)
+                              market.seconds, market.device, outcome.rounds, market.eps)
     job_statuses(objects, outcome, actions, resizes, plan, previous,
                  memo=previous._statuses if previous is not None and opts.reuse else None, record=plan._statuses)
     pool_statuses(objects, outcome, actions, plan, previous)
