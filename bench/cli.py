@@ -90,8 +90,8 @@ def floors(runs: int, say: Any) -> dict[str, float]:
     out = {}
     for label, code in (("python -c pass", "pass"), ("import numpy", "import numpy"),
                         ("import torch", "import torch"), ("import allocator.pricing", "import allocator.pricing"),
-                        ("import walras.planner, walras.planner.schema",
-                         "import walras.planner, walras.planner.schema")):
+                        ("import walras.planner.plan, walras.planner.schema",
+                         "import walras.planner.plan, walras.planner.schema")):
         recs = [fresh([sys.executable, "-c", code]) for _ in range(runs)]
         walls = [r["wall"] for r in recs]
         out[label] = median(walls)

@@ -122,8 +122,8 @@ class ReadAhead:
     planner's imports (torch: about 2.5 s); neither needs the other, so on a machine with a second idle core the
     whole process waits for the longer of the two instead of their sum. The child is forked before torch is
     imported (nothing to copy but the interpreter, PyYAML and this package's command line) and imports only the
-    reader: :mod:`walras.planner.manifests` and :mod:`walras.planner.schema`, without ``walras/planner/__init__.py``
-    (which imports the planner and torch). It sends one message, a format byte then the body:
+    reader: :mod:`walras.planner.manifests` and :mod:`walras.planner.schema` (``walras.planner`` imports the planner,
+    and with it torch, only on first use of ``build_plan``). It sends one message, a format byte then the body:
 
     ======  ===================================================================================================
     byte    body
@@ -185,37 +185,27 @@ class ReadAhead:
 
     def close(self) -> None:
         """Close the pipe and reap the child (killed first if it is still running)."""
+        import contextlib
         import os
         import signal
 
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(ChildProcessError):
             if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass
 
 
 def _child(files: list[str], validate: bool, fd: int) -> None:  # pragma: no cover - runs in the forked child
     """The read-ahead child's work (:class:`ReadAhead`): load, validate, write one message to ``fd``."""
     import gc
-    import importlib.util
     import marshal
     import os
     import pickle
 
     gc.disable()  # the process exits right after: nothing to collect
-    if "walras.planner" not in sys.modules:
-        # the package without running its __init__ (which imports the planner and torch): its submodules import
-        # as usual below it
-        spec = importlib.util.find_spec("walras.planner")
-        assert spec is not None
-        sys.modules["walras.planner"] = importlib.util.module_from_spec(spec)
-    from walras.planner.manifests import KINDS, load_manifests
+    from walras.planner.manifests import KINDS, load_manifests  # no torch: walras.planner imports build_plan lazily
 
     try:
         snapshot = load_manifests(files, validate=validate)

@@ -237,7 +237,7 @@ def settle_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging()
     try:
-        import walras.planner  # noqa: F401  (imported before the freeze so its modules are frozen too)
+        import walras.planner.plan  # noqa: F401  (imported before the freeze so its modules are frozen too)
         from allocator.pricing import load_kernels
 
         load_kernels()  # the compiled price-discovery kernels, once at start-up, not in the first plan

@@ -1,4 +1,11 @@
-"""The planner: a pure function from a cluster snapshot to a plan (no Kubernetes client, no I/O)."""
+"""The planner: a pure function from a cluster snapshot to a plan (no Kubernetes client, no I/O).
+
+``build_plan`` is imported on first use (PEP 562): it brings the market and torch (seconds), while the manifest
+reader and the model do not, so ``walras.planner.manifests`` and ``walras.planner.schema`` load without torch
+(``walras plan`` reads its manifests in a process that never imports it, see :class:`walras.cli.plan.ReadAhead`).
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from walras.planner.manifests import load_manifests
 from walras.planner.model import (
@@ -11,7 +18,9 @@ from walras.planner.model import (
     Snapshot,
     SolverStats,
 )
-from walras.planner.plan import build_plan
+
+if TYPE_CHECKING:
+    from walras.planner.plan import build_plan
 
 __all__ = [
     "Condition",
@@ -25,3 +34,11 @@ __all__ = [
     "build_plan",
     "load_manifests",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "build_plan":
+        from walras.planner.plan import build_plan
+
+        return build_plan
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
