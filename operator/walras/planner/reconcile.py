@@ -96,6 +96,14 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
     targets = outcome.target.tolist()
     done = resizes.done
     texts: dict[int, dict[str, str]] = {}  # id(pod.requests) -> its text (the pods are alive for the whole call)
+
+    def keep(pod: Pod, job_name: str, pool: str) -> PodPlan:
+        """The ``keep`` plan of a running pod, its requests written as text once per distinct requests mapping."""
+        text = texts.get(id(pod.requests))
+        if text is None:
+            text = texts[id(pod.requests)] = _text(pod.requests)
+        return PodPlan(pod.namespace, pod.name, job_name, pool, pod.node, dict(text), dict(text), "keep", True, "")
+
     for row, info in enumerate(objects.jobs):
         key = info.key
         job_name = info.spec.name
@@ -110,39 +118,29 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             want = int(targets[row][j])
             if (kept and len(kept) <= want and info.spec.migration is None
                     and not (done and any((pod.namespace, pod.name) in done for pod in kept))):
+                # every running pod kept as it is: the previous plan's keep plans when they are the same pods
                 group = (key, pool.name)
                 previous = memo.get(group) if memo else None
                 if previous is not None and len(previous[0]) == len(kept) and all(map(is_, previous[0], kept)):
                     reused = previous[1]
                 else:
-                    reused = []
-                    for pod in kept:
-                        text = texts.get(id(pod.requests))
-                        if text is None:
-                            text = texts[id(pod.requests)] = _text(pod.requests)
-                        reused.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node, dict(text),
-                                              dict(text), "keep", True, ""))
+                    reused = [keep(pod, job_name, pool.name) for pod in kept]
                 if record is not None:
                     record[group] = (tuple(kept), reused)
                 plans.extend(reused)
-                placed_here[pool.name] += len(kept)
-                for pod in sorted(pending, key=_name)[max(want - len(kept), 0):]:
-                    delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
-                continue
-            for q, pod in enumerate(kept):
-                if q >= want:
-                    delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", True)
-                    continue
-                target = done.get((pod.namespace, pod.name)) if done else None
-                if target is None:
-                    text = texts.get(id(pod.requests))
-                    if text is None:
-                        text = texts[id(pod.requests)] = _text(pod.requests)
-                    plans.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node, dict(text),
-                                         dict(text), "keep", True, ""))
-                else:
-                    plans.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node,
-                                         dict(target.requests), dict(target.limits), "resize", True, target.reason))
+            else:
+                for q, pod in enumerate(kept):
+                    if q >= want:
+                        delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}",
+                               True)
+                        continue
+                    target = done.get((pod.namespace, pod.name)) if done else None
+                    if target is None:
+                        plans.append(keep(pod, job_name, pool.name))
+                    else:
+                        plans.append(PodPlan(pod.namespace, pod.name, job_name, pool.name, pod.node,
+                                             dict(target.requests), dict(target.limits), "resize", True,
+                                             target.reason))
             if min(len(kept), want) > 0:
                 placed_here[pool.name] += min(len(kept), want)
             wanted_pending = max(want - len(kept), 0)
