@@ -84,7 +84,6 @@ class LBFGSRun:
     #: more than the few evaluations column scaling needs (n = 4000: 13 s with eager recovery, 18 ms without).
     STALL_WINDOW = 8
 
-
     def _stalled(self) -> bool:
         w = self.STALL_WINDOW
         if len(self.gaps) < w or self.evaluations - self.last_recovery < w:

@@ -63,7 +63,7 @@ class PlanOptions:
     migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
     a node may be NotReady before its pods are force-deleted and re-planned. ``reuse``: reuse ``previous``'s
     memoised work for what did not change (translations, kept pods' plans; see the module docstring); False
-    recomputes it all and gives an equal plan (tests/test_planner_incremental.py compares the two)."""
+    recomputes it all and gives an equal plan (tests/test_planner_reuse.py compares the two)."""
 
     device: str = "cpu"
     max_rounds: int = 3
