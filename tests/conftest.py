@@ -12,8 +12,10 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.controlplane import ControlPlane, session_control_plane, stop_session_control_plane
 from tests.realtools import require
@@ -45,3 +47,13 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
         time.sleep(0.1)
     yield name
     control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session", name="cluster_dir")
+def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded example cluster (emulated nodes, pools, jobs, profile) as one manifest file (`walras plan -f`)."""
+    from walras.planner import examples
+
+    out = tmp_path_factory.mktemp("cluster")
+    (out / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))
+    return out

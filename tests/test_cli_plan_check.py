@@ -14,14 +14,6 @@ from walras.planner import examples
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded example cluster (emulated nodes, pools, jobs, profile) as one manifest file."""
-    out = tmp_path_factory.mktemp("cluster")
-    (out / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))
-    return out
-
-
 def _plan(capsys: pytest.CaptureFixture[str], *files: Path, extra: tuple[str, ...] = ()) -> dict:
     args = ["plan", *[a for f in files for a in ("-f", str(f))], "-o", "json", *extra]
     assert main(args) == 0

@@ -25,13 +25,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cluster")
-    (out / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))
-    return out
-
-
-@pytest.fixture(scope="module")
 def broken_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example cluster with one FungibleJob whose ``spec.replicas`` is misspelled, in its own file."""
     out = tmp_path_factory.mktemp("broken")
