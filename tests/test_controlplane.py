@@ -92,6 +92,7 @@ def test_the_default_scheduler_binds_a_pod_to_a_ready_node(control_plane: Contro
     assert session_control_plane(control_plane.kubectl_bin) is control_plane
 
 
+@pytest.mark.controlplane
 def test_stop_leaves_no_process_behind() -> None:
     folder, missing = assets_folder()
     if folder is None or missing:

@@ -47,6 +47,7 @@ def test_demo_binds_every_example_pod_on_the_emulated_api(capsys: pytest.Capture
     check_demo_output(data)
 
 
+@pytest.mark.controlplane
 def test_demo_runs_every_example_pod_on_a_real_control_plane(capsys: pytest.CaptureFixture[str],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     folder, missing = assets_folder()
