@@ -1,9 +1,11 @@
 """``walras plan``'s read-ahead (``walras.cli.plan.ReadAhead``): the manifests read and validated in a forked child
 while the parent imports the planner give the same plan, and the same one-line errors naming file and object.
 
-The child's message format is checked in this process (``_child`` writing into a pipe, ``ReadAhead.result``
-reading it); the fork itself only happens in a fresh process (this one has torch imported already, so
-``ReadAhead.start`` declines), so two tests run ``python -m walras plan`` as a user does.
+The files are cut into pieces of whole documents shared by the child and the parent; the pieces, the message format
+and the sharing are checked in this process (``_child`` writing into a pipe, ``ReadAhead.result`` taking pieces and
+reading it; a thread plays the child where both sides take pieces); the fork itself only happens in a fresh process
+(``ReadAhead.start`` declines in one with torch imported or other threads running), so two tests run
+``python -m walras plan`` as a user does.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ import pytest
 import yaml
 from walras.cli import main
 from walras.cli.plan import ReadAhead, _child
-from walras.planner import examples, load_manifests
+from walras.planner import examples, load_manifests, manifests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,13 +39,20 @@ def broken_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _through_pipe(files: list[str]) -> Any:
+def _through_pipe(files: list[str], *, before: Any = None) -> Any:
+    """The read-ahead in this process: ``_child`` decodes every piece and writes its message into a pipe, then
+    ``ReadAhead.result`` (the parent's side, with nothing left to take) reads it. ``before(ahead)`` runs first."""
+    ahead = ReadAhead.prepare(files, validate=True)
+    assert ahead is not None
+    if before is not None:
+        before(ahead)
     read_end, write_end = os.pipe()
     try:
-        _child(files, True, write_end)  # closes write_end
-        return ReadAhead(pid=-1, fd=read_end).result()
+        _child(ahead, write_end)  # closes write_end
+        ahead.fd = read_end
+        return ahead.result()
     finally:
-        os.close(read_end)
+        ahead.close()
 
 
 def test_the_message_carries_the_snapshot(cluster_dir: Path, tmp_path: Path) -> None:
@@ -55,22 +65,102 @@ def test_the_message_carries_the_snapshot(cluster_dir: Path, tmp_path: Path) -> 
     assert type(snapshot.nodes[0]["metadata"]["annotations"]["since"]).__name__ == "date"
 
 
-def test_the_message_carries_a_user_error(broken_dir: Path) -> None:
-    with pytest.raises(ValueError) as caught:
-        _through_pipe([str(broken_dir)])
-    with pytest.raises(ValueError) as direct:
-        load_manifests([broken_dir])
-    assert str(caught.value) == str(direct.value)
-    assert "zz-job.yaml" in str(caught.value) and 'unknown field "replica"' in str(caught.value)
+def test_a_user_error_sends_the_caller_to_its_own_read(broken_dir: Path) -> None:
+    """The child stops at a user error and the result is ``None``: ``walras plan`` then reads the files itself, so
+    the message is the sequential read's (tested in a fresh process below)."""
+    assert _through_pipe([str(broken_dir)]) is None
 
 
-def test_an_empty_message_means_read_it_yourself() -> None:
+def test_a_piece_nobody_decoded_sends_the_caller_to_its_own_read(cluster_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(manifests, "PIECE_BYTES", 2048)
+    assert _through_pipe([str(cluster_dir)], before=lambda ahead: ahead.take(front=True)) is None
+
+
+def test_an_empty_message_means_read_it_yourself(cluster_dir: Path) -> None:
+    ahead = ReadAhead.prepare([str(cluster_dir)], validate=True)
+    assert ahead is not None
     read_end, write_end = os.pipe()
     os.close(write_end)
+    ahead.fd = read_end
     try:
-        assert ReadAhead(pid=-1, fd=read_end).result() is None
+        assert ahead.result() is None
     finally:
-        os.close(read_end)
+        ahead.close()
+
+
+def _many_pods(folder: Path, n: int) -> Path:
+    """``n`` Pods in one YAML stream, some with a block scalar holding an indented ``---`` line and a quoted
+    multi-line scalar with one (neither is a document boundary), plus the example cluster's objects in a second
+    file."""
+    notes = ["note: |\n      line one\n      ---\n      line three", "note: 'line one\n\n      ---\n\n      end'",
+             "note: plain"]
+    docs = [f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: p-{k:04d}\n  namespace: default\n  annotations:\n"
+            f"    {notes[k % 3]}\nspec:\n  containers:\n  - name: c\n    resources:\n      requests:\n"
+            f"        cpu: '1'\n" for k in range(n)]
+    (folder / "pods.yaml").write_text("---\n".join(docs))
+    (folder / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))
+    return folder
+
+
+def test_pieces_are_whole_documents_and_decode_to_the_files_objects(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = _many_pods(tmp_path, 300)
+    text = (folder / "pods.yaml").read_text()
+    notes = [pod["metadata"]["annotations"]["note"] for pod in load_manifests([folder / "pods.yaml"]).pods]
+    assert notes[:3] == ["line one\n---\nline three\n", "line one\n---\nend", "plain"]
+    monkeypatch.setattr(manifests, "PIECE_BYTES", 4096)
+    files, pieces = manifests.split_manifests([folder])
+    per_file = [sum(1 for k, _ in pieces if k == f) for f in range(len(files))]
+    assert per_file[files.index(folder / "pods.yaml")] > 5
+    assert b"".join(data for k, data in pieces if files[k].name == "pods.yaml") == (folder / "pods.yaml").read_bytes()
+    for k, data in pieces:
+        if files[k].name == "pods.yaml":
+            assert data.startswith((b"apiVersion", b"---"))
+    joined = manifests.join_snapshots([manifests.load_piece(files[k], data) for k, data in pieces], [folder],
+                                      len(files))
+    assert joined == load_manifests([folder])
+    # a stream with a directive is one piece (the directive belongs to the document after it)
+    (tmp_path / "directive.yaml").write_text("%YAML 1.1\n" + text)
+    _, pieces = manifests.split_manifests([tmp_path / "directive.yaml"])
+    assert len(pieces) == 1
+
+
+def test_both_processes_take_pieces_and_the_join_keeps_the_stream_order(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child (a thread here) waits in its first piece until this side has decoded one, so both sides decode
+    some pieces; the joined snapshot is the sequential read's, objects in file and document order."""
+    folder = _many_pods(tmp_path, 300)
+    monkeypatch.setattr(manifests, "PIECE_BYTES", 4096)
+    ahead = ReadAhead.prepare([str(folder)], validate=True)
+    assert ahead is not None
+    parent_decoded = threading.Event()
+    who: dict[str, list[int]] = {"child": [], "parent": []}
+    decode = ahead.decode
+
+    def tracked(index: int) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            out = decode(index)
+            who["parent"].append(index)
+            parent_decoded.set()
+            return out
+        assert parent_decoded.wait(30)
+        who["child"].append(index)
+        return decode(index)
+
+    ahead.decode = tracked  # type: ignore[method-assign]
+    read_end, write_end = os.pipe()
+    ahead.fd = read_end
+    child = threading.Thread(target=_child, args=(ahead, write_end))
+    child.start()
+    try:
+        snapshot = ahead.result()
+    finally:
+        child.join(60)
+        ahead.close()
+    assert who["child"] and who["parent"], who
+    assert sorted(who["child"] + who["parent"]) == list(range(len(ahead.pieces)))
+    assert snapshot == load_manifests([folder])
 
 
 def _fresh(*args: str) -> subprocess.CompletedProcess[str]:

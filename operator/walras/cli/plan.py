@@ -10,6 +10,7 @@ their planned nodes (``--unbound``: left Pending, as extender mode creates them)
 from __future__ import annotations
 
 import argparse
+import struct
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -115,32 +116,70 @@ def emitted_pods(plan: Any, snapshot: Any, *, bound: bool) -> list[dict[str, Any
 
 @dataclass
 class ReadAhead:
-    """:func:`walras.planner.manifests.load_manifests` run in a forked child process while this one imports the
-    planner, the result sent back through a pipe.
+    """:func:`walras.planner.manifests.load_manifests` shared between this process and a forked child while this one
+    imports the planner.
 
-    ``walras plan`` needs both the manifests (YAML decoding and CRD validation: about 3 s for 20,000 pods) and the
-    planner's imports (torch: about 2.5 s); neither needs the other, so on a machine with a second idle core the
-    whole process waits for the longer of the two instead of their sum. The child is forked before torch is
-    imported (nothing to copy but the interpreter, PyYAML and this package's command line) and imports only the
-    reader: :mod:`walras.planner.manifests` and :mod:`walras.planner.schema` (``walras.planner`` imports the planner,
-    and with it torch, only on first use of ``build_plan``). It sends one message, a format byte then the body:
+    ``walras plan`` needs both the manifests (YAML decoding and CRD validation: about 2.5 s of CPU for 20,000 pods)
+    and the planner's imports; neither needs the other. The files are cut into pieces of whole documents
+    (:func:`~walras.planner.manifests.split_manifests`). The child is forked before the planner is imported (nothing
+    to copy but the interpreter, PyYAML, the pieces and this package's command line) and imports only the reader
+    (:mod:`walras.planner.manifests`, :mod:`walras.planner.schema`; ``walras.planner`` imports the planner only on
+    first use of ``build_plan``). It takes pieces from the front of a shared queue; this process, once its imports
+    are done, takes pieces from the back (:meth:`result`), so on two cores the reading is split between both in
+    whatever proportion the imports leave, with no tuning. Pieces that may hold Walras objects (their bytes name
+    ``walras.dev/v1``) come first in the queue, so the child, which validates first, is the one that pays for the
+    validator's start-up (the CEL grammar). The queue is two indices in shared memory, taken under a lock (one byte
+    passed through a pipe). The child sends one message, a format byte then the body:
 
     ======  ===================================================================================================
     byte    body
     ======  ===================================================================================================
-    ``m``   ``marshal`` of the snapshot's five lists of objects (Nodes, Pods, pools, jobs, profiles)
+    ``m``   ``marshal`` of ``[[piece index, {snapshot field: objects}], ...]`` for the pieces it decoded
     ``p``   ``pickle`` of the same, when marshal cannot write a value (a YAML timestamp or binary)
-    ``e``   a user error (``ValueError``: the file and object named), UTF-8, raised here as it would be in-process
+    ``e``   it met a user error (it stops, and so does this process)
     ======  ===================================================================================================
 
-    Anything else (the child crashed or was killed, a bug in the reader) makes :meth:`result` return ``None`` and the
-    caller reads the manifests itself, so a bug keeps its traceback. No read-ahead (:meth:`start` returns ``None``)
-    where there is no ``os.fork``, where torch is already imported (nothing to overlap: in-process callers such as
-    the tests), where other threads run (forking them is unsafe), or with ``WALRAS_READ_AHEAD=0``.
+    Route table of :meth:`result`: every piece decoded, by either process -> the snapshot; a user error on either side
+    (``e``, or a ``ValueError`` here), a child that crashed or was killed, or a bug in the reader (a piece missing)
+    -> ``None``, and the caller reads the manifests itself with
+    :func:`~walras.planner.manifests.load_manifests`, which gives the error message of a sequential read (a
+    piece's YAML line numbers count from its start) and a bug its traceback. No read-ahead (:meth:`start` returns
+    ``None``) where there is no ``os.fork``, where torch is already imported (an in-process caller such as the
+    tests: nothing to overlap), where other threads run (forking them is unsafe), for a path that does not exist
+    (the caller's read reports it), or with ``WALRAS_READ_AHEAD=0``.
     """
 
     pid: int
     fd: int
+    files: list[Any]
+    pieces: list[tuple[int, bytes]]
+    #: the order pieces are taken in (indices into ``pieces``): the child from the front, this process from the back
+    order: list[int]
+    #: shared memory: front, back (positions in ``order``), failed (a user error was met), each an int64
+    board: Any
+    #: the lock: a pipe holding one byte while nobody holds it
+    lock: tuple[int, int]
+    validate: bool
+
+    @classmethod
+    def prepare(cls, files: list[str], *, validate: bool) -> ReadAhead | None:
+        """The shared queue of ``files``' pieces, before any process takes one (``pid`` -1, ``fd`` -1; :meth:`start`
+        forks the child); ``None`` for a path that does not exist or holds no manifest file."""
+        import mmap
+        import os
+
+        from walras.planner.manifests import split_manifests
+
+        try:
+            found, pieces = split_manifests(files)
+        except (ValueError, OSError):
+            return None
+        order = sorted(range(len(pieces)), key=lambda k: (b"walras.dev/v1" not in pieces[k][1], k))
+        board = mmap.mmap(-1, 24)  # anonymous and shared with the forked child
+        _BOARD.pack_into(board, 0, 0, len(order), 0)
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"\0")
+        return cls(-1, -1, found, pieces, order, board, (read_end, write_end), validate)
 
     @classmethod
     def start(cls, files: list[str], *, validate: bool) -> ReadAhead | None:
@@ -151,72 +190,136 @@ class ReadAhead:
         if (not hasattr(os, "fork") or "torch" in sys.modules or threading.active_count() != 1
                 or os.environ.get("WALRAS_READ_AHEAD") == "0"):
             return None
+        ahead = cls.prepare(files, validate=validate)
+        if ahead is None:
+            return None
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (covered by tests/test_cli_plan_read_ahead.py in a subprocess)
             os.close(read_end)
             status = 1
             try:
-                _child(files, validate, write_end)
+                _child(ahead, write_end)
                 status = 0
             finally:
                 os._exit(status)
         os.close(write_end)
-        return cls(pid, read_end)
+        ahead.pid, ahead.fd = pid, read_end
+        return ahead
+
+    def take(self, front: bool) -> int | None:
+        """The index of the next piece to decode (from the front of the queue or its back), or ``None`` when none
+        is left or a user error was met."""
+        import os
+
+        os.read(self.lock[0], 1)
+        try:
+            lo, hi, failed = _BOARD.unpack_from(self.board)
+            if failed or lo >= hi:
+                return None
+            if front:
+                _BOARD.pack_into(self.board, 0, lo + 1, hi, failed)
+                return self.order[lo]
+            _BOARD.pack_into(self.board, 0, lo, hi - 1, failed)
+            return self.order[hi - 1]
+        finally:
+            os.write(self.lock[1], b"\0")
+
+    def fail(self) -> None:
+        """Stop both processes taking pieces (a user error was met: the caller's sequential read reports it)."""
+        import os
+
+        os.read(self.lock[0], 1)
+        try:
+            lo, hi, _ = _BOARD.unpack_from(self.board)
+            _BOARD.pack_into(self.board, 0, lo, hi, 1)
+        finally:
+            os.write(self.lock[1], b"\0")
+
+    def decode(self, index: int) -> Any:
+        """The snapshot of piece ``index`` (``ValueError`` for a user error)."""
+        from walras.planner.manifests import load_piece
+
+        k, data = self.pieces[index]
+        return load_piece(self.files[k], data, validate=self.validate)
 
     def result(self) -> Any:
-        """The child's :class:`~walras.planner.model.Snapshot`; ``ValueError`` for a user error it found; ``None``
-        where it sent nothing usable (the caller reads the manifests itself)."""
+        """Decode pieces from the back of the queue until none is left, then join them with the child's: the
+        :class:`~walras.planner.model.Snapshot` of every file; ``None`` where the caller must read the manifests
+        itself (route table in the class)."""
         import marshal
         import os
         import pickle
 
+        from walras.planner.manifests import KINDS, join_snapshots
         from walras.planner.model import Snapshot
 
+        done: dict[int, Any] = {}
+        failed = False
+        while (index := self.take(front=False)) is not None:
+            try:
+                done[index] = self.decode(index)
+            except ValueError:
+                self.fail()
+                failed = True
+                break
         with os.fdopen(self.fd, "rb", closefd=False) as pipe:
             data = pipe.read()
         tag, body = data[:1], memoryview(data)[1:]
-        if tag == b"e":
-            raise ValueError(bytes(body).decode())
-        if tag not in (b"m", b"p"):
+        if failed or tag not in (b"m", b"p"):
             return None
-        fields = marshal.loads(body) if tag == b"m" else pickle.loads(body)
-        return Snapshot(**{name: tuple(objs) for name, objs in fields.items()})
+        for index, fields in marshal.loads(body) if tag == b"m" else pickle.loads(body):
+            done[index] = Snapshot(**{name: tuple(fields[name]) for name in KINDS.values()})
+        if sorted(done) != list(range(len(self.pieces))):
+            return None
+        return join_snapshots([done[k] for k in range(len(self.pieces))], self.files, len(self.files))
 
     def close(self) -> None:
-        """Close the pipe and reap the child (killed first if it is still running)."""
+        """Close the pipes and the shared memory, reap the child (killed first if it is still running)."""
         import contextlib
         import os
         import signal
 
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
+        for fd in (self.fd, *self.lock):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.board.close()
+        if self.pid > 0:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
 
 
-def _child(files: list[str], validate: bool, fd: int) -> None:  # pragma: no cover - runs in the forked child
-    """The read-ahead child's work (:class:`ReadAhead`): load, validate, write one message to ``fd``."""
+_BOARD = struct.Struct("qqq")
+
+
+def _child(ahead: ReadAhead, fd: int) -> None:
+    """The read-ahead child's work (:class:`ReadAhead`): decode pieces from the front of the queue until none is
+    left, write one message to ``fd`` and close it."""
     import gc
     import marshal
     import os
     import pickle
 
     gc.disable()  # the process exits right after: nothing to collect
-    from walras.planner.manifests import KINDS, load_manifests  # no torch: walras.planner imports build_plan lazily
+    from walras.planner.manifests import KINDS
 
-    try:
-        snapshot = load_manifests(files, validate=validate)
-    except ValueError as exc:
-        message = b"e" + str(exc).encode()
-    else:
-        fields = {name: list(getattr(snapshot, name)) for name in KINDS.values()}
+    results: list[list[Any]] = []
+    message = b""
+    while (index := ahead.take(front=True)) is not None:
         try:
-            message = b"m" + marshal.dumps(fields)
+            snap = ahead.decode(index)
         except ValueError:
-            message = b"p" + pickle.dumps(fields, protocol=pickle.HIGHEST_PROTOCOL)
+            ahead.fail()
+            message = b"e"
+            break
+        results.append([index, {name: list(getattr(snap, name)) for name in KINDS.values()}])
+    if not message:
+        try:
+            message = b"m" + marshal.dumps(results)
+        except ValueError:
+            message = b"p" + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(message)
     while view:
         view = view[os.write(fd, view):]

@@ -532,7 +532,12 @@ def read_file(path: Path) -> list[Any]:
 
     ``ValueError`` naming the file for malformed input. A path given by name is decoded by its suffix too; any other
     suffix is read as YAML (which also accepts most JSON)."""
-    data = path.read_bytes()
+    return decode(path, path.read_bytes())
+
+
+def decode(path: Path, data: bytes) -> list[Any]:
+    """The documents in ``data``, the contents (or a piece, :func:`split_manifests`) of the file ``path``, decoded by
+    its suffix as :func:`read_file` says."""
     if path.suffix == ".json":
         try:
             loaded = json.loads(data)
@@ -555,21 +560,73 @@ def load_manifests(paths: str | Path | Iterable[str | Path], *, validate: bool =
     """
     if isinstance(paths, str | Path):
         paths = [paths]
-    documents: list[Any] = []
     files = _files(paths)
     if not files:
         raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in paths)}")
-    for path in files:
-        loaded = read_file(path)
-        snap = parse_documents(loaded, str(path))
-        for field in KINDS.values():
-            documents.extend(getattr(snap, field))
-        if validate:
-            _validate(path, [*snap.pools, *snap.jobs, *snap.profiles])
-    if not documents:
-        raise ValueError(f"no Node, Pod, ResourcePool, FungibleJob or ColocationProfile in {len(files)} file(s) "
+    return join_snapshots((load_piece(path, path.read_bytes(), validate=validate) for path in files), paths,
+                          len(files))
+
+
+def join_snapshots(parts: Iterable[Snapshot], paths: Iterable[str | Path], n_files: int) -> Snapshot:
+    """The snapshot of ``parts`` in their order (what :func:`load_manifests` returns for the files they came from);
+    ``ValueError`` when they hold no object at all."""
+    fields: dict[str, list[Mapping[str, Any]]] = {field: [] for field in KINDS.values()}
+    for part in parts:
+        for field, objs in fields.items():
+            objs.extend(getattr(part, field))
+    if not any(fields.values()):
+        raise ValueError(f"no Node, Pod, ResourcePool, FungibleJob or ColocationProfile in {n_files} file(s) "
                          f"under {', '.join(str(p) for p in paths)}")
-    return parse_documents(documents)
+    return Snapshot(**{field: tuple(objs) for field, objs in fields.items()})
+
+
+#: The size of the pieces :func:`split_manifests` cuts YAML files into (a piece ends at a document boundary).
+PIECE_BYTES = 256 * 1024
+
+#: A line that starts a YAML document (``---`` alone or followed by a space), where a stream can be cut.
+_DOCUMENT_START = re.compile(rb"^---(?=[ \t\r\n]|$)", re.MULTILINE)
+
+
+def split_manifests(paths: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[tuple[int, bytes]]]:
+    """The files under ``paths`` (as :func:`load_manifests` finds them) and their contents cut into pieces of about
+    :data:`PIECE_BYTES`, each ``(file index, bytes)``, in stream order; :func:`load_piece` decodes one.
+
+    A YAML file is cut only before a line that starts a document (``---``), which YAML forbids inside any scalar
+    (block or quoted: a ``---`` line at column 0 ends it), so every piece is a whole YAML stream of whole documents
+    and the pieces' documents, in order, are the file's. A file with a directive (a line starting ``%``, which
+    belongs to the document after it), a byte-order mark, or JSON is one piece. Decoding the pieces one by one gives
+    the same objects as :func:`read_file`; only error messages may differ (a line number counts from the piece's
+    start), so a caller that meets an error reads the files again with :func:`load_manifests` for the message."""
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    files = _files(paths)
+    if not files:
+        raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in paths)}")
+    pieces: list[tuple[int, bytes]] = []
+    for k, path in enumerate(files):
+        data = path.read_bytes()
+        if path.suffix == ".json" or len(data) <= PIECE_BYTES or data.startswith(b"\xef\xbb\xbf") or (
+                data.startswith(b"%") or b"\n%" in data):
+            pieces.append((k, data))
+            continue
+        start = 0
+        while len(data) - start > PIECE_BYTES:
+            cut = _DOCUMENT_START.search(data, start + PIECE_BYTES)
+            if cut is None:
+                break
+            pieces.append((k, data[start:cut.start()]))
+            start = cut.start()
+        pieces.append((k, data[start:]))
+    return files, pieces
+
+
+def load_piece(path: Path, data: bytes, *, validate: bool = True) -> Snapshot:
+    """The objects of one piece of :func:`split_manifests` (``path``: its file, which decides the decoder and names
+    errors), validated as :func:`load_manifests` validates a file's."""
+    snap = parse_documents(decode(path, data), str(path))
+    if validate:
+        _validate(path, [*snap.pools, *snap.jobs, *snap.profiles])
+    return snap
 
 
 def _validate(path: Path, objects: Iterable[Mapping[str, Any]]) -> None:
