@@ -35,6 +35,20 @@ def test_plan_outputs_json_yaml_and_table(cluster_dir: Path, capsys: pytest.Capt
     assert "POOL" in table and "ALLOCATION" in table and "ml/transformer" in table
 
 
+def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) -> None:
+    """``walras plan -o json`` writes with orjson: the same values as the standard library's ``json.dumps`` of
+    ``Plan.to_dict`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
+    from walras.cli.plan import plan_json
+    from walras.planner import build_plan, load_manifests
+
+    plan = build_plan(load_manifests([cluster_dir]))
+    compact = plan_json(plan)
+    assert b"\n" not in compact
+    assert json.loads(compact) == json.loads(json.dumps(plan.to_dict()))
+    assert json.loads(plan_json(plan, 3)) == json.loads(compact)
+    assert plan_json(plan, 3).startswith(b'{\n   "')
+
+
 @pytest.mark.parametrize("unbound", [False, True])
 def test_emitted_pods_fed_back_give_no_action(cluster_dir: Path, tmp_path: Path, unbound: bool,
                                               capsys: pytest.CaptureFixture[str]) -> None:
