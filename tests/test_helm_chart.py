@@ -937,6 +937,76 @@ def test_two_releases_install_into_a_real_api_server(control_plane: Any, tmp_pat
                             env_kubeconfig, "--wait=false"], capture_output=True, text=True, timeout=120, check=False)
 
 
+#: High availability: two operator replicas electing a leader through the Lease, the chart's own kube-scheduler (two
+#: leader-elected replicas) with the mutual TLS it requires, and a PodDisruptionBudget that allows evicting both.
+HA_VALUES = {**SCHEDULER_VALUES, "operator.replicas": "2", "scheduler.replicas": "2",
+             "podDisruptionBudget.enabled": "true", "podDisruptionBudget.maxUnavailable": "2"}
+
+@pytest.mark.parametrize("values", [{}, HA_VALUES], ids=["defaults", "ha"])
+def test_install_and_uninstall_on_a_real_api_server_leave_only_what_the_docs_say(control_plane: Any,
+                                                                                 values: dict[str, str],
+                                                                                 tmp_path: Path) -> None:
+    """``helm install`` into kube-apiserver v1.36 with the default and the HA values: every rendered object is
+    accepted and present; ``helm uninstall`` then leaves nothing of the release but what docs/install.md section 7
+    says: the CRDs (Helm never deletes ``crds/``) and the operator's Lease (the operator creates it; none runs here, as
+    there is no kubelet); the namespace holds only what it held before the install (what kube-controller-manager puts
+in every namespace; Events aside)."""
+    cp = control_plane
+    release = "ha" if values else "plain"
+    ns = f"helm-{release}"
+    kubeconfig = str(cp.kubeconfig)
+    template = helm("template", release, str(CHART), "--namespace", ns, *set_args(values))
+    assert template.returncode == 0, template.stderr
+    rendered = [doc for doc in yaml.safe_load_all(template.stdout) if doc]
+    for obj in rendered:  # the release namespace where the chart leaves it implicit (kube-system is explicit)
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"):
+            obj["metadata"].setdefault("namespace", ns)
+    (tmp_path / "rendered.yaml").write_text(yaml.safe_dump_all(rendered))
+    expected = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in rendered)
+    assert "Deployment/" + f"{release}-walras" in expected
+    if values:
+        assert {"PodDisruptionBudget/ha-walras", "Deployment/ha-walras-scheduler"} <= set(expected)
+
+    def present() -> list[str]:
+        out = cp.kubectl("get", "-f", str(tmp_path / "rendered.yaml"), "--ignore-not-found", "-o", "json")
+        return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in json.loads(out.stdout or "{}").get("items", []))
+
+    def namespace_contents() -> set[tuple[str, str]]:
+        kinds = cp.kubectl("api-resources", "--verbs=list", "--namespaced", "-o", "name").stdout.split()
+        kinds = [k for k in kinds if k not in ("events", "events.events.k8s.io")]
+        items = json.loads(cp.kubectl("get", ",".join(kinds), "-n", ns, "-o", "json").stdout)["items"]
+        return {(o["kind"], o["metadata"]["name"]) for o in items}
+
+    cp.kubectl("create", "namespace", ns)
+    try:
+        # what the namespace holds before the install (kube-controller-manager fills a new namespace in a moment)
+        deadline = time.monotonic() + 60
+        while ("ServiceAccount", "default") not in (before := namespace_contents()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(1.0)
+        before = namespace_contents()
+        out = subprocess.run([require("helm"), "install", release, str(CHART), "--namespace", ns,
+                              "--kubeconfig", kubeconfig, "--timeout", "60s", *set_args(values)],
+                             capture_output=True, text=True, timeout=180, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert present() == expected
+        out = subprocess.run([require("helm"), "uninstall", release, "--namespace", ns, "--kubeconfig", kubeconfig,
+                              "--wait", "--timeout", "60s"], capture_output=True, text=True, timeout=120, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert present() == []
+        # the Deployments' ReplicaSets and Pods go through the garbage collector, a moment after the uninstall
+        deadline = time.monotonic() + 60
+        while (left := namespace_contents() - before) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert left == set()
+        crds = {c["metadata"]["name"] for c in cp.get("crds")["items"]}
+        assert {"fungiblejobs.walras.dev", "resourcepools.walras.dev", "colocationprofiles.walras.dev"} <= crds
+    finally:
+        subprocess.run([require("helm"), "uninstall", release, "--namespace", ns, "--kubeconfig", kubeconfig,
+                        "--ignore-not-found"], capture_output=True, text=True, timeout=120, check=False)
+        cp.kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_pod_disruption_budget_is_off_by_default_and_never_blocks_the_leader() -> None:
     """Only the Lease holder is Ready and a budget counts Ready pods: a budget below the replica count would never
     allow evicting the leader, so it is off by default and refused below ``operator.replicas``."""
