@@ -10,6 +10,7 @@ import copy
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.planner import Plan, Snapshot, build_plan
@@ -41,6 +42,12 @@ def both(snapshot: Snapshot, previous: Plan | None, options: PlanOptions = REUSE
     fresh = build_plan(snapshot, previous, options=replace(options, reuse=False))
     assert comparable(reused) == comparable(fresh)
     assert check_plan(cluster_from(snapshot), reused) == []
+    assert [(p.namespace, p.job, p.name) for p in reused.pods] == sorted((p.namespace, p.job, p.name)
+                                                                         for p in reused.pods)
+    for name, pool in reused.pools.items():  # the pool counts, counted here from the plan's pods
+        live = [p for p in reused.pods if p.pool == name and p.node is not None and p.action not in ("delete", "evict")]
+        assert pool.pods_planned == len(live)
+        assert pool.pods_bound == sum(p.exists and p.action in ("keep", "resize") for p in live)
     if previous is not None:
         assert comparable(previous) == before
     return reused
@@ -128,6 +135,23 @@ def changed(snapshot: Snapshot, change: tuple[str, int, int]) -> Snapshot:
         node = _written(nodes[which % len(nodes)])
         node["spec"] = {"unschedulable": True}
         nodes[which % len(nodes)] = node
+    elif kind == "not-ready":  # NotReady since 1970: with a clock, its pods are lost (past the grace period)
+        node = _written(nodes[which % len(nodes)])
+        node["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                         "lastTransitionTime": "1970-01-01T00:00:00Z"}]
+        nodes[which % len(nodes)] = node
+    elif kind == "foreign-pod":  # a pod Walras does not manage takes GPUs and cpu on a node
+        node = nodes[which % len(nodes)]["metadata"]["name"]
+        pods.append({"kind": "Pod", "metadata": {"name": f"foreign-{_rv()}", "namespace": "other",
+                                                 "uid": f"uid-{_rv()}", "resourceVersion": _rv()},
+                     "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {
+                         "nvidia.com/gpu": str(1 + amount % 4), "cpu": "4"}}}]},
+                     "status": {"phase": "Running"}})
+    elif kind == "job-cpu" and jobs:  # a job asks another cpu per pod: its pods resize; 64 fits no node
+        job = _written(jobs[which % len(jobs)])
+        job["spec"]["resources"] = {**job["spec"]["resources"], "cpu": ("1", "2", "4", "64")[amount % 4]}
+        job["metadata"]["generation"] += 1
+        jobs[which % len(jobs)] = job
     elif kind == "add-node":
         node = _written(nodes[which % len(nodes)])
         node["metadata"].update(name=f"node-new-{_rv()}", uid=f"uid-{_rv()}")
@@ -135,7 +159,8 @@ def changed(snapshot: Snapshot, change: tuple[str, int, int]) -> Snapshot:
     return Snapshot(tuple(nodes), tuple(pods), snapshot.pools, tuple(jobs), snapshot.profiles)
 
 
-CHANGES = st.tuples(st.sampled_from(["scale", "delete-job", "add-job", "delete-pod", "fail-pod", "cordon", "add-node"]),
+CHANGES = st.tuples(st.sampled_from(["scale", "delete-job", "add-job", "delete-pod", "fail-pod", "cordon", "add-node",
+                                     "not-ready", "foreign-pod", "job-cpu", "none"]),
                     st.integers(0, 200), st.integers(0, 6))
 
 
@@ -182,3 +207,71 @@ def test_pods_created_then_pending_then_bound_plan_alike_with_and_without_reuse(
     third = both(bound, second)
     assert {p.action for p in third.pods} == {"keep"}
     assert any(job.phase == "Running" for job in third.jobs.values())
+
+
+def _steady(clock: float | None, size: tuple[int, int, int, int] = (40, 4, 12, 3)) -> tuple[Snapshot, Plan]:
+    """A cluster whose pods run where the first plan put them, and the plan of it (built with reuse)."""
+    snap = cluster(*size)
+    options = PlanOptions(now=clock)
+    first = build_plan(snap, options=options)
+    snapshot = applied(snap, first)
+    return snapshot, build_plan(snapshot, first, options=options)
+
+
+@pytest.mark.parametrize("clock", [None, 1_000_000.0])
+def test_each_reused_phase_sees_the_change_it_depends_on(clock: float | None) -> None:
+    """One change at a time from a steady state, each of which some phase's reuse key must see (the same number of
+    pods with one of them changed; a job's requests changing under running pods, then too large for any node; a pod
+    Walras does not manage; a node NotReady), with the unchanged re-plan between them reusing everything."""
+    snapshot, previous = _steady(clock)
+    steps = [("none", 0, 0), ("fail-pod", 5, 0), ("none", 0, 0), ("job-cpu", 1, 2), ("job-cpu", 1, 3),
+             ("job-cpu", 1, 0), ("foreign-pod", 3, 3), ("not-ready", 2, 0), ("none", 0, 0), ("scale", 4, 5)]
+    for t, change in enumerate(steps):
+        snapshot = changed(snapshot, change)
+        options = PlanOptions(now=None if clock is None else clock + 60.0 * (t + 1))
+        previous = both(snapshot, previous, options)
+        snapshot = applied(snapshot, previous)
+    assert any(job.failures for job in previous.jobs.values())
+
+
+def test_pods_of_a_node_are_lost_once_its_grace_period_passes_with_nothing_else_changed() -> None:
+    """The same cluster planned twice: a node NotReady for 100 s, then for 400 s (past the 300 s grace): the second
+    plan must force-delete its pods although no pod or node object changed (the lifecycle phase's reuse needs every
+    node safe at the plan's clock)."""
+    clock = 1_000_000.0
+    snapshot, previous = _steady(clock)
+    nodes = list(snapshot.nodes)
+    node = _written(nodes[0])
+    node["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": "1970-01-12T13:45:00Z"}]
+    nodes[0] = node  # NotReady since clock - 100 s
+    snapshot = Snapshot(tuple(nodes), snapshot.pods, snapshot.pools, snapshot.jobs, snapshot.profiles)
+    on = [p for p in previous.pods if p.node == node["metadata"]["name"]]
+    assert on
+    previous = both(snapshot, previous, PlanOptions(now=clock))
+    assert not any(p.reason.startswith("NodeLost") for p in previous.pods)
+    later = both(snapshot, previous, PlanOptions(now=clock + 300.0))
+    assert {p.name for p in later.pods if p.reason.startswith("NodeLost")} == {p.name for p in on}
+
+
+def test_a_pool_filled_by_foreign_pods_is_no_longer_offered_to_jobs_without_pods_there() -> None:
+    """Pods Walras does not manage take every free GPU of one pool: the jobs that run nothing there can no longer be
+    offered it, which only a fresh count of what the pool's nodes can host shows (the placement request is
+    otherwise the steady one)."""
+    snapshot, previous = _steady(None, (8, 2, 6, 2))
+    used: dict[str, float] = {}
+    for p in previous.pods:
+        if p.node is not None and p.action != "delete":
+            used[p.node] = used.get(p.node, 0.0) + float(p.requests.get("nvidia.com/gpu", "0"))
+    pods = list(snapshot.pods)
+    for node in snapshot.nodes:
+        name = node["metadata"]["name"]
+        free = 4 - used.get(name, 0.0)
+        if node["metadata"]["labels"]["pool"] == "p1" and free > 0:
+            pods.append({"kind": "Pod", "metadata": {"name": f"filler-{name}", "namespace": "other",
+                                                     "uid": f"uid-{_rv()}", "resourceVersion": _rv()},
+                         "spec": {"nodeName": name, "containers": [{"name": "c", "resources": {
+                             "requests": {"nvidia.com/gpu": f"{free:g}"}}}]},
+                         "status": {"phase": "Running"}})
+    full = Snapshot(snapshot.nodes, tuple(pods), snapshot.pools, snapshot.jobs, snapshot.profiles)
+    plan = both(full, previous)
+    assert any(c.reason == "MarketRepriced" for job in plan.jobs.values() for c in job.conditions)

@@ -10,12 +10,14 @@ it is Ready and not cordoned; a job's pods may go to the usable nodes its templa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from walras.planner.cluster import PODS, Cluster, Constraints, Node
+from walras.planner.reuse import frozen, recorded, same_items
 
 #: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
 EPS = 1e-9
@@ -95,8 +97,25 @@ class NodeTable:
         ]
 
 
-def node_table(cluster: Cluster) -> NodeTable:
-    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there."""
+def node_table(cluster: Cluster, memo: Mapping[str, Any] | None = None,
+               record: MutableMapping[str, Any] | None = None) -> NodeTable:
+    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there. With
+    ``memo`` (the previous plan's phase records, :mod:`.reuse`), a cluster with the same node and pod objects in the
+    same order as the previous plan's table was built from gets that table (its arrays shared read-only, ``used``
+    copied: later phases reserve in it); ``record`` receives this plan's."""
+    before = recorded(memo, "capacity")
+    if before is not None and same_items(before[0], cluster.nodes) and same_items(before[1], cluster.pods):
+        t: NodeTable = before[2]
+        return NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used.copy(), t.usable)
+    table = _node_table(cluster)
+    if record is not None:
+        shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
+                           frozen(table.used.copy()), frozen(table.usable))
+        record["capacity"] = (cluster.nodes, cluster.pods, shared)
+    return table
+
+
+def _node_table(cluster: Cluster) -> NodeTable:
     names = [n.name for n in cluster.nodes]
     index = {name: k for k, name in enumerate(names)}
     # Pods repeat a few request mappings (the translation shares equal ones): each distinct mapping is read once

@@ -214,7 +214,7 @@ def _apply(pod: Pod, pp: PodPlan, j: int, k: int, node: int, gain: float, before
     vec = table.vector(pod_vector(template, spec, target.spec.resource, spec.demand))
     table.add(node, vec)
     outcome.walras_count[node] += 1
-    taken = observed.names.setdefault(key, set())
+    taken = observed.taken(key)
     base = pod_base(spec.name, target.name)
     counter = 0
     while f"{base}-{counter}" in taken:

@@ -276,6 +276,12 @@ class Plan:
     #: Each job's pod plans as listed, in name order, and their counts, reused by the next plan's status phase where
     #: they are the same objects (see walras.planner.status).
     _statuses: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Per kind (pods, nodes, jobs): the uids and resourceVersions the translation read, in order, with its sorted
+    #: result, reused whole by the next plan when they are the same (see walras.planner.translate).
+    _sequences: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: Per phase: what it computed and the inputs it was computed from, reused by the next plan's phase where those
+    #: inputs are unchanged (the reuse table of docs/planner.md; walras.planner.reuse).
+    _phases: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def prices(self) -> dict[str, float]:

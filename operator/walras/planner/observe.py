@@ -13,13 +13,16 @@ wants any more (with why). Pure bookkeeping over the typed cluster; the reconcil
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.objects import Objects
+from walras.planner.reuse import array_key, frozen, recorded, same_items
 
 
 @dataclass
@@ -30,8 +33,18 @@ class Observed:
     pending: list[list[list[Pod]]]
     surplus: list[tuple[Pod, str]] = field(default_factory=list)  # (pod, why) for pods of no wanted replica
     frozen: list[Pod] = field(default_factory=list)
-    names: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # every pod name each job has
+    names: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # every pod name each job has (read-only)
     walras_count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # managed pods per node
+    #: The names each job has once this plan's new pods are named (:meth:`taken`); :attr:`names` is shared.
+    own: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def taken(self, key: tuple[str, str]) -> set[str]:
+        """The pod names job ``key`` has, as a set this plan adds its new pods' names to (a copy of its
+        :attr:`names` entry, made on first use: the entry may be shared with the previous plan)."""
+        own = self.own.get(key)
+        if own is None:
+            own = self.own[key] = set(self.names.get(key, ()))
+        return own
 
     def counts(self, which: str) -> np.ndarray:
         rows = self.running if which == "running" else self.pending
@@ -39,7 +52,35 @@ class Observed:
         return np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
 
 
-def observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
+def _signature(objects: Objects, table: NodeTable) -> tuple[Any, ...]:
+    """Everything :func:`observe` reads besides the pods: node names (in index order), pool names and which pool
+    holds each node, each job row's key and usable pools, the invalid jobs."""
+    jobs = objects.jobs
+    usable = np.array([info.pools for info in jobs], dtype=bool).reshape(len(jobs), len(objects.pools))
+    return (table.names, [p.name for p in objects.pools], array_key(objects.pool_of_node),
+            [info.key for info in jobs], array_key(usable), objects.invalid_jobs)
+
+
+def observe(cluster: Cluster, objects: Objects, table: NodeTable, memo: Mapping[str, Any] | None = None,
+            record: MutableMapping[str, Any] | None = None) -> Observed:
+    """The :class:`Observed` of ``cluster`` (see the module docstring). With ``memo`` (the previous plan's phase
+    records, :mod:`.reuse`), a cluster with the same pod objects in the same order, read against an equal
+    :func:`_signature`, gets the previous plan's lists (shared read-only; ``walras_count`` copied); ``record``
+    receives this plan's."""
+    before = recorded(memo, "observe")
+    signature = _signature(objects, table) if before is not None or record is not None else None
+    if before is not None and same_items(before[0], cluster.pods) and before[1] == signature:
+        was: Observed = before[2]
+        out = Observed(was.running, was.pending, was.surplus, was.frozen, was.names, was.walras_count.copy())
+    else:
+        out = _observe(cluster, objects, table)
+    if record is not None:
+        frozen(out.walras_count)  # shared with the next plan (which copies it)
+        record["observe"] = (cluster.pods, signature, out)
+    return out
+
+
+def _observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
     m = len(objects.pools)
     row_of = {info.key: i for i, info in enumerate(objects.jobs)}
     pool_index = objects.pool_index

@@ -87,13 +87,17 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
         cluster = source
     else:
         memo = previous._pod_memo if previous is not None and opts.reuse else None
-        cluster = cluster_from(source, memo, plan._pod_memo)
-    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace)
+        sequences = previous._sequences if previous is not None and opts.reuse else None
+        cluster = cluster_from(source, memo, plan._pod_memo, sequences, plan._sequences)
+    phases = previous._phases if previous is not None and opts.reuse else None
+    record = plan._phases
+    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, memo=phases,
+                   record=record)
     cluster = life.cluster
-    table = node_table(cluster)
+    table = node_table(cluster, phases, record)
     objects = build_objects(cluster, table, plan)
-    observed = observe(cluster, objects, table)
-    resizes = plan_resizes(objects, observed, table)
+    observed = observe(cluster, objects, table, phases, record)
+    resizes = plan_resizes(objects, observed, table, phases, record)
     templates = [info.job.template for info in objects.jobs]
     masks: dict[Constraints, np.ndarray] = {}
     for template in templates:
@@ -105,7 +109,8 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
         plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
     outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,
-                         device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations)
+                         device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations,
+                         memo=phases, record=record)
     actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes,
                         memo=previous._kept if previous is not None and opts.reuse else None, record=plan._kept)
     moved = migrate(objects, observed, outcome, actions, templates, admitted, previous, plan, now=opts.now,
@@ -113,15 +118,21 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                               market.seconds, market.device, outcome.rounds, market.eps)
-    job_statuses(objects, outcome, actions, resizes, plan, previous,
-                 memo=previous._statuses if previous is not None and opts.reuse else None, record=plan._statuses)
-    pool_statuses(objects, outcome, actions, plan, previous)
+    counted = job_statuses(objects, outcome, actions, resizes, plan, previous,
+                           memo=previous._statuses if previous is not None and opts.reuse else None,
+                           record=plan._statuses)
+    pool_statuses(objects, outcome, actions, plan, previous, counted)
     conclude(life, objects, actions, moved, plan, previous)
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
         job = plan.jobs.get(key)
         if job is not None and not job.pods:
             job.pods = sorted(plans, key=_name)
     for key in sorted(actions.pods):
-        plan.pods.extend(sorted(actions.pods[key], key=_name))
+        plans = actions.pods[key]
+        job = plan.jobs.get(key)
+        # a valid job's pods are listed in name order already (the status phase sorted them, lifecycle.conclude
+        # re-sorted those it added to)
+        in_order = job is not None and key in counted and len(job.pods) == len(plans)
+        plan.pods.extend(job.pods if in_order and job is not None else sorted(plans, key=_name))
     plan.seconds = time.perf_counter() - started
     return plan

@@ -172,7 +172,7 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
                 out.pods[key].append(PodPlan(info.spec.namespace, held.name, info.spec.name, pool.name, node, requests,
                                              dict(requests), verb, True))
             elif node is not None:
-                taken = observed.names.setdefault(key, set())
+                taken = observed.taken(key)
                 base = stems.get(row) or stems.setdefault(row, pod_base(info.spec.name, pool.name))
                 while f"{base}-{counter[row]}" in taken:
                     counter[row] += 1

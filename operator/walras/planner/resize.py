@@ -11,8 +11,10 @@ node has left on every resource; where it does not, the pod keeps its resources 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from walras.planner.cluster import Pod
 from walras.planner.objects import Objects
 from walras.planner.observe import Observed
 from walras.planner.quantity import format_quantity, parse_quantity
+from walras.planner.reuse import recorded
 from walras.planner.spec import JobSpec, PoolSpec
 
 #: The resources Kubernetes can change in a running pod (in-place resize, KEP-1287: cpu and memory only).
@@ -110,9 +113,33 @@ def resize_target(job: JobSpec, pool: PoolSpec, pod: Pod) -> ResizeTarget | None
     return _target(job, pool, pod.first)
 
 
-def plan_resizes(objects: Objects, observed: Observed, table: NodeTable) -> Resizes:
+def _inputs(objects: Objects) -> tuple[list[tuple[Any, ...]], list[tuple[str, str]]]:
+    """What :func:`resize_target` reads of the jobs (per row) and pools."""
+    return ([(info.spec.resources, info.spec.resource_text, info.spec.demand) for info in objects.jobs],
+            [(pool.spec.resource, pool.spec.policy) for pool in objects.pools])
+
+
+def plan_resizes(objects: Objects, observed: Observed, table: NodeTable, memo: Mapping[str, Any] | None = None,
+                 record: MutableMapping[str, Any] | None = None) -> Resizes:
     """Decide every running pod's resize and reserve the increases in ``table`` (before placement, so new pods see
-    the resized amounts)."""
+    the resized amounts). With ``memo`` (the previous plan's phase records, :mod:`.reuse`): when the previous plan
+    resized nothing, blocked nothing and deferred nothing, and this plan's running pods are the same lists (the
+    observe phase reused them, so the same pods in the same job rows and pools) and each row's job asks the same
+    resources and demand of the same pool resources and policies, nothing is resized now either (no pod's target
+    changed, and the node room is read only for a resize); ``record`` receives this plan's when it is empty."""
+    before = recorded(memo, "resize")
+    inputs = _inputs(objects) if before is not None or record is not None else None
+    if before is not None and before[0] is observed.running and before[1] == inputs:
+        if record is not None:
+            record["resize"] = before
+        return Resizes()
+    out = _plan_resizes(objects, observed, table)
+    if record is not None and not (out.done or out.blocked or out.later):
+        record["resize"] = (observed.running, inputs)
+    return out
+
+
+def _plan_resizes(objects: Objects, observed: Observed, table: NodeTable) -> Resizes:
     out = Resizes()
     memo: dict[tuple[int, int, tuple[_Items, _Items]], ResizeTarget | None] = {}
     for row, info in enumerate(objects.jobs):

@@ -21,8 +21,10 @@ reported on the job with the reason (:mod:`.status`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from walras.planner.objects import Objects
 from walras.planner.observe import Observed
 from walras.planner.placement import Batch, Placed, Warn, place_batch
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
+from walras.planner.reuse import array_key, recorded
 
 
 @dataclass
@@ -66,28 +69,24 @@ class Outcome:
         return out
 
 
-def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndarray:
+def _sellable(objects: Objects, observed: Observed, table: NodeTable, memo: Mapping[str, Any] | None = None,
+              record: MutableMapping[str, Any] | None = None) -> np.ndarray:
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
-    kept replicas use there."""
+    kept replicas use there. With ``memo`` (the previous plan's phase records, :mod:`.reuse`), the per-pool sums over
+    the kept replicas are the previous plan's when the running pods are the same lists (the observe phase reused
+    them) on the same nodes and each pool has the same usable nodes and priced resource; ``record`` receives this
+    plan's."""
     m = len(objects.pools)
     out = np.zeros(m)
-    index = table.index
-    # One pass over the running pods: per pool, the priced resource its kept replicas use on its usable nodes
-    # (summed in row order, then pod order, as a per-pool pass would).
-    in_pool = np.zeros(len(table.names), dtype=np.int64) - 1
-    for j, pool in enumerate(objects.pools):
-        in_pool[pool.usable] = j
-    usable_in = in_pool.tolist()
     resources = [pool.spec.resource for pool in objects.pools]
-    kept = [0.0] * m
-    for row in observed.running:
-        for j, pods in enumerate(row):
-            if not pods:
-                continue
-            resource = resources[j]
-            for pod in pods:
-                if pod.node is not None and usable_in[index[pod.node]] == j:
-                    kept[j] += pod.requests.get(resource, 0.0)
+    key = (table.names, resources, [array_key(pool.usable) for pool in objects.pools])
+    before = recorded(memo, "sellable")
+    if before is not None and before[0] is observed.running and before[1] == key:
+        kept: list[float] = before[2]
+    else:
+        kept = _kept(objects, observed, table, resources)
+    if record is not None:
+        record["sellable"] = (observed.running, key, kept)
     for j, pool in enumerate(objects.pools):
         c = table.column.get(pool.spec.resource)
         if c is None or pool.usable.size == 0:
@@ -97,6 +96,28 @@ def _sellable(objects: Objects, observed: Observed, table: NodeTable) -> np.ndar
         used = float(table.used[pool.usable, c].sum())
         out[j] = max(base - (used - kept[j]), 0.0)
     return out
+
+
+def _kept(objects: Objects, observed: Observed, table: NodeTable, resources: list[str]) -> list[float]:
+    """Per pool, the priced resource its kept replicas (running pods on its usable nodes) use."""
+    m = len(objects.pools)
+    index = table.index
+    # One pass over the running pods: per pool, the priced resource its kept replicas use on its usable nodes
+    # (summed in row order, then pod order, as a per-pool pass would).
+    in_pool = np.zeros(len(table.names), dtype=np.int64) - 1
+    for j, pool in enumerate(objects.pools):
+        in_pool[pool.usable] = j
+    usable_in = in_pool.tolist()
+    kept = [0.0] * m
+    for row in observed.running:
+        for j, pods in enumerate(row):
+            if not pods:
+                continue
+            resource = resources[j]
+            for pod in pods:
+                if pod.node is not None and usable_in[index[pod.node]] == j:
+                    kept[j] += pod.requests.get(resource, 0.0)
+    return kept
 
 
 def _room(objects: Objects, table: NodeTable) -> np.ndarray:
@@ -115,23 +136,46 @@ def _room(objects: Objects, table: NodeTable) -> np.ndarray:
 
 
 def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.ndarray], table: NodeTable,
-              walras_count: np.ndarray) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
+              walras_count: np.ndarray, memo: Mapping[str, Any] | None = None,
+              record: MutableMapping[str, Any] | None = None) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
     """``(n, m)``: how many more pods of job i pool j's nodes can take now (room on every resource and slots); and
     the (job, pool) pairs where no pod of the job can ever run, with why: ``NoEligibleNode`` (no usable node admits
-    the template) or ``TooLarge`` (no admitted node's allocatable holds the pod's requests)."""
+    the template) or ``TooLarge`` (no admitted node's allocatable holds the pod's requests).
+
+    Jobs with the same admitted mask and pod vector have the same answer in a pool: one evaluation per distinct
+    (mask, vector) pair. With ``memo`` (the previous plan's phase records, :mod:`.reuse`): a job's pod vector is the
+    previous plan's when its template and requested resources are the same objects (the translation memo's), its
+    demand is equal and the resources are the same; the evaluations are the previous plan's when the node table
+    (allocatable, requested), the Walras pods per node, and each pool's usable nodes, degree limit and priced resource
+    are equal (an evaluation reads nothing else but its mask and vector, which are its key). ``record`` receives this
+    plan's."""
     n, m = len(objects.jobs), len(objects.pools)
     out = np.zeros((n, m), dtype=np.int64)
     never: dict[tuple[int, int], str] = {}
     in_pool = np.array([info.pools for info in objects.jobs], dtype=bool).reshape(n, m)
-    vectors: dict[tuple[int, str], bytes] = {}  # the pod vector of job i for a priced resource, computed once
+    state = (table.resources, array_key(table.alloc), array_key(table.used), array_key(walras_count),
+             [(array_key(p.usable), p.spec.degree_limit, p.spec.resource) for p in objects.pools])
+    before = recorded(memo, "hostable")
+    caches: list[dict[tuple[bytes, bytes], tuple[int, str | None]]] = (
+        [dict(c) for c in before[1]] if before is not None and before[0] == state else [{} for _ in range(m)])
+    known = before[2] if before is not None and before[0][0] == table.resources else {}
+    # (job key, priced resource) -> (template, resources, demand, the pod vector's bytes), computed once
+    vectors: dict[tuple[tuple[str, str], str], tuple[JobTemplate, Any, float, bytes]] = {}
+    masks: dict[int, bytes] = {}  # id(mask) -> its bytes (the masks are alive for the whole call)
 
     def _vector_bytes(i: int, resource: str) -> bytes:
-        got = vectors.get((i, resource))
+        info = objects.jobs[i]
+        got = vectors.get((info.key, resource))
         if got is None:
-            info = objects.jobs[i]
-            got = vectors[(i, resource)] = table.vector(
-                pod_vector(templates[i], info.spec, resource, info.spec.demand)).tobytes()
-        return got
+            template, spec = templates[i], info.spec
+            was = known.get((info.key, resource))
+            if was is not None and was[0] is template and was[1] is spec.resources and was[2] == spec.demand:
+                got = was
+            else:
+                got = (template, spec.resources, spec.demand,
+                       table.vector(pod_vector(template, spec, resource, spec.demand)).tobytes())
+            vectors[(info.key, resource)] = got
+        return got[3]
 
     for j, pool in enumerate(objects.pools):
         nodes = pool.usable
@@ -140,14 +184,17 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
         slots = np.full(nodes.size, 1 << 30, dtype=np.int64) if pool.spec.degree_limit is None else np.maximum(
             pool.spec.degree_limit - walras_count[nodes], 0)
         alloc = table.alloc[nodes]
-        # Jobs with the same admitted mask and pod vector have the same answer: one evaluation per distinct pair.
-        cache: dict[tuple[int, bytes], tuple[int, str | None]] = {}
+        cache = caches[j]
         for i in np.flatnonzero(in_pool[:, j]).tolist():
-            key = (id(admitted[i]), _vector_bytes(i, pool.spec.resource))
+            mask = admitted[i]
+            mask_bytes = masks.get(id(mask))
+            if mask_bytes is None:
+                mask_bytes = masks[id(mask)] = mask.tobytes()
+            key = (mask_bytes, _vector_bytes(i, pool.spec.resource))
             hit = cache.get(key)
             if hit is None:
                 vec = np.frombuffer(key[1])
-                ok = admitted[i][nodes]
+                ok = mask[nodes]
                 why: str | None = None
                 if not ok.any():
                     why = "NoEligibleNode"
@@ -157,6 +204,8 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
             out[i, j] = hit[0]
             if hit[1] is not None:
                 never[(i, j)] = hit[1]
+    if record is not None:
+        record["hostable"] = (state, caches, vectors)
     return out, never
 
 
@@ -175,7 +224,6 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
     existing pods always stay; ``dropped`` counts the replicas that found no pool with room).
     """
-    n = shares.shape[0]
     total_share = shares.sum(axis=1)
     have = existing.sum(axis=1)
     rounded = np.floor(total_share + 0.5).astype(np.int64)
@@ -187,9 +235,8 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     zero = (weights.sum(axis=1) <= 0) & (totals > 0)
     totals[zero] = 0  # nothing to split by (no share, nothing exists): no replicas
     target = largest_remainder_rows(weights, totals)
-    for i in range(n):
-        if have[i] and not np.array_equal(target[i], existing[i]):
-            target[i] = split_replicas(target[i], existing[i])
+    for i in np.flatnonzero((have > 0) & (target != existing).any(axis=1)).tolist():
+        target[i] = split_replicas(target[i], existing[i])
     if columns is not None:
         demand, room, running, offered = columns
         target = fit_columns(target, shares, demand, room, running, np.minimum(existing, target), offered, dropped)
@@ -198,8 +245,10 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
 
 def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate], admitted: list[np.ndarray],
                table: NodeTable, previous: Plan | None, plan: Plan, warn: Warn, *, device: str, max_rounds: int,
-               market_iterations: int) -> Outcome:
-    """Run the rounds described in the module docstring; return the last one."""
+               market_iterations: int, memo: Mapping[str, Any] | None = None,
+               record: MutableMapping[str, Any] | None = None) -> Outcome:
+    """Run the rounds described in the module docstring; return the last one. ``memo`` and ``record``: the previous
+    plan's phase records and this plan's (:mod:`.reuse`; :func:`_hostable`, :func:`_sellable`)."""
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     replicas = np.array([info.spec.replicas for info in jobs], dtype=np.int64)
@@ -207,7 +256,7 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
     running = observed.counts("running").reshape(n, m)
     pending = observed.counts("pending").reshape(n, m)
     existing = running + pending
-    hostable, never = _hostable(objects, templates, admitted, table, observed.walras_count)
+    hostable, never = _hostable(objects, templates, admitted, table, observed.walras_count, memo, record)
     cap = running + hostable
     A = np.zeros((n, m))
     for i, info in enumerate(jobs):
@@ -217,7 +266,7 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
     for i, j in zip(*np.nonzero((A > 0) & (cap == 0)), strict=True):
         blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
     D = np.repeat((np.maximum(replicas, 1) * per_replica)[:, None], m, axis=1) if n else np.zeros((0, m))
-    R = _sellable(objects, observed, table)
+    R = _sellable(objects, observed, table, memo, record)
     room = _room(objects, table)
     elastic = np.array([info.spec.elastic for info in jobs], dtype=bool)
     low = np.array([info.spec.min_replicas for info in jobs], dtype=np.int64)

@@ -10,7 +10,7 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from operator import attrgetter, is_
 
 import numpy as np
@@ -45,18 +45,23 @@ def _first_few(items: list[str], shown: int = 5) -> str:
     return "; ".join(items[:shown]) + ("; ..." if len(items) > shown else "")
 
 
-PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool]]
+PoolCounts = tuple[tuple[str, int, int], ...]
+"""Per pool (in first-seen order): the pods planned there (live, with a node) and those bound (existing, kept or
+resized)."""
+PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool, PoolCounts]]
 """Per job: its pod plans as the reconcile phase listed them (by identity), those plans in name order, and what
 :func:`_pod_counts` found in them. A plan records its own (:attr:`walras.planner.model.Plan._statuses`)."""
 
 
 def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: Resizes, plan: Plan,
-                 previous: Plan | None, *, memo: PodsMemo | None = None, record: PodsMemo | None = None) -> None:
+                 previous: Plan | None, *, memo: PodsMemo | None = None,
+                 record: PodsMemo | None = None) -> dict[tuple[str, str], PoolCounts]:
     """Fill every valid job's :class:`JobPlan` and its events. With ``memo`` (the previous plan's record), a job
     whose pod plans are the same objects in the same order as then (the reconcile phase reuses unchanged jobs' ``keep``
     plans, :mod:`.reconcile`) takes their name order and counts from it instead of sorting and counting them again:
     the rest of its status (prices, allocation, conditions) is recomputed, since it depends on the whole market.
-    ``record`` receives this plan's."""
+    ``record`` receives this plan's. Returns each valid job's pods planned and bound per pool (for
+    :func:`pool_statuses`)."""
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     prices = outcome.market.prices if outcome.market.prices.size == m else np.zeros(m)
@@ -94,6 +99,7 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         for i, j, t in zip(rows.tolist(), cols.tolist(), wanted_all[rows, cols].tolist(), strict=True):
             wanted_rows[i][names[j]] = int(t)
     no_pods: tuple[PodPlan, ...] = ()
+    per_pool: dict[tuple[str, str], PoolCounts] = {}
     for i, info in enumerate(jobs):
         key = keys[i]
         jp = plan.jobs[key]
@@ -112,14 +118,16 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         listed = actions.pods.get(key, no_pods)
         before = memo.get(key) if memo else None
         if before is not None and len(before[0]) == len(listed) and all(map(is_, before[0], listed)):
-            _, ordered, live, resized, bound = before
+            _, ordered, live, resized, bound, pools = before
             jp.pods = list(ordered)
         else:
             jp.pods = sorted(listed, key=_name)
             ordered = tuple(jp.pods)
             live, resized, bound = _pod_counts(ordered)
+            pools = _pool_counts(ordered)
+        per_pool[key] = pools
         if record is not None:
-            record[key] = (tuple(listed), ordered, live, resized, bound)
+            record[key] = (tuple(listed), ordered, live, resized, bound, pools)
         _conditions(jp, key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
                     sum(rows_target[i]), rows_offered[i], (live, resized, bound))
         old = previous.jobs.get(key) if previous is not None else None
@@ -129,6 +137,23 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
                 "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
                 f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
                 f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
+    return per_pool
+
+
+def _pool_counts(pods: Sequence[PodPlan]) -> PoolCounts:
+    """Of a job's pod plans, per pool: the live ones with a node (planned), and those of them that exist and are
+    kept or resized (bound)."""
+    planned: dict[str, int] = {}
+    bound: dict[str, int] = {}
+    for p in pods:
+        action = p.action
+        if action == "delete" or action == "evict" or p.node is None:
+            continue
+        at = p.pool
+        planned[at] = planned.get(at, 0) + 1
+        if p.exists and (action == "keep" or action == "resize"):
+            bound[at] = bound.get(at, 0) + 1
+    return tuple((at, count, bound.get(at, 0)) for at, count in planned.items())
 
 
 def _pod_counts(pods: Sequence[PodPlan]) -> tuple[int, int, bool]:
@@ -197,9 +222,8 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
         detail = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
         jp.conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
                                        f"not offered in {detail}; the market priced the job without it"))
-    usable = [names[j] for j in range(len(names)) if offered[j]]
     structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
-    if replicas > 0 and usable and len(structural) == len(usable):
+    if replicas > 0 and structural and len(structural) == sum(offered):
         jp.phase = "Unschedulable"
         message = "no pod of this job can run in its pools: " + "; ".join(
             f"pool {pool!r}: {_WHY[why]}" for pool, why in structural)
@@ -225,21 +249,20 @@ def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, 
         jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
 
 
-def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Plan, previous: Plan | None) -> None:
-    """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change."""
+def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Plan, previous: Plan | None,
+                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> None:
+    """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change.
+    ``counted``: what :func:`job_statuses` returned for the same ``actions`` (the jobs' pods per pool, counted
+    there); the pods of other jobs are counted here."""
     table = outcome.table
     prices = outcome.market.prices
     planned: dict[str, int] = {}
     bound: dict[str, int] = {}
-    for plans in actions.pods.values():
-        for p in plans:
-            action = p.action
-            if action == "delete" or action == "evict" or p.node is None:
-                continue
-            at = p.pool
-            planned[at] = planned.get(at, 0) + 1
-            if p.exists and (action == "keep" or action == "resize"):
-                bound[at] = bound.get(at, 0) + 1
+    for key, plans in actions.pods.items():
+        pools = counted.get(key) if counted is not None else None
+        for at, count, held in pools if pools is not None else _pool_counts(plans):
+            planned[at] = planned.get(at, 0) + count
+            bound[at] = bound.get(at, 0) + held
     for j, pool in enumerate(objects.pools):
         pp = plan.pools[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from datetime import datetime
 from functools import lru_cache
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, TypeVar
 
 from walras.planner.cluster import (
@@ -346,9 +346,11 @@ def profile_from(obj: Mapping[str, Any]) -> Profile:
 
 
 def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
-              expected: type[T], memo: Mapping[str, tuple[str, Any]], out: PodMemo | None) -> list[T]:
+              expected: type[T], memo: Mapping[str, tuple[str, Any]], out: PodMemo | None,
+              entries: list[tuple[str, Any]] | None = None) -> list[T]:
     """``translate`` over ``objs`` (None results dropped), reusing ``memo``'s translation of an object whose memo key
-    and resourceVersion are there and recording this call's in ``out`` (a reused entry as the same tuple)."""
+    and resourceVersion are there and recording this call's in ``out`` (a reused entry as the same tuple) and, in
+    input order, in ``entries``."""
     result: list[T] = []
     append = result.append
     prefix = f"{kind}/" if kind else ""
@@ -372,46 +374,103 @@ def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[
             entry = (rv, item)
         if out is not None:
             out[key] = entry
+        if entries is not None:
+            entries.append(entry)
         append(entry[1])
     return result
 
 
+#: The translations of one kind in one call, recorded for the next plan (see :func:`_translated`): the kind's
+#: objects' uids and resourceVersions in input order, their memo entries in that order, and the result (sorted).
+KindSequence = tuple[list[str], list[str], list[tuple[str, Any]], tuple[Any, ...]]
+SequenceMemo = MutableMapping[str, KindSequence]
+
+
+_METADATA, _UID, _RESOURCE_VERSION = itemgetter("metadata"), itemgetter("uid"), itemgetter("resourceVersion")
+
+
+def _identities(objs: list[Any] | tuple[Any, ...]) -> tuple[list[str], list[str]] | None:
+    """Every object's ``metadata.uid`` and ``metadata.resourceVersion`` in input order, or None unless each object is
+    a plain dict whose metadata is a dict with both as non-empty strings (the API server's objects always are)."""
+    try:
+        metas = list(map(_METADATA, objs))
+        uids = list(map(_UID, metas))
+        rvs = list(map(_RESOURCE_VERSION, metas))
+    except (KeyError, TypeError, IndexError):
+        return None
+    for values in (uids, rvs):  # C-level passes: every value a str, none empty
+        if values and (set(map(type, values)) != {str} or not all(values)):
+            return None
+    return uids, rvs
+
+
+def _translated(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
+                expected: type[T], order: Callable[[Any], Any], memo: Mapping[str, tuple[str, Any]] | None,
+                out: PodMemo | None, sequences: Mapping[str, KindSequence] | None,
+                record: SequenceMemo | None) -> list[T]:
+    """The objects of one kind translated and sorted by ``order``. Whole-sequence reuse first: when ``sequences``
+    (the previous plan's record) holds this kind with the same uids and resourceVersions in the same order, every
+    object's translation is the memo's (same uid and resourceVersion, same content) and so is the sorted result, which
+    is returned as it was, without a memo lookup per object or a sort; otherwise :func:`_memoised` per object.
+    ``record`` receives this call's sequence when every object had a uid and a resourceVersion and translated."""
+    objs = objs if type(objs) is tuple or type(objs) is list else tuple(objs)
+    ids = _identities(objs) if (sequences is not None or record is not None) else None
+    if ids is not None and sequences is not None:
+        hit = sequences.get(kind)
+        if hit is not None and hit[0] == ids[0] and hit[1] == ids[1]:
+            if out is not None:
+                prefix = f"{kind}/" if kind else ""
+                out.update(zip([prefix + uid for uid in ids[0]] if prefix else ids[0], hit[2], strict=True))
+            if record is not None:
+                record[kind] = hit
+            return list(hit[3])
+    entries: list[tuple[str, Any]] | None = [] if ids is not None and record is not None else None
+    items = _memoised(objs, kind, translate, expected, memo or {}, out, entries)
+    items.sort(key=order)
+    if ids is not None and entries is not None and record is not None and len(entries) == len(objs):
+        record[kind] = (ids[0], ids[1], entries, tuple(items))
+    return items
+
+
 def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-              out: PodMemo | None = None) -> list[Pod]:
+              out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
+              record: SequenceMemo | None = None) -> list[Pod]:
     """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
-    translations by (uid, resourceVersion) and records this call's in ``out``."""
+    translations by (uid, resourceVersion) and records this call's in ``out`` (and the whole sequence, see
+    :func:`_translated`)."""
     shapes: PodShapes = {}
-    pods = _memoised(objs, "", lambda obj: pod_from(obj, shapes), Pod, memo or {}, out)
-    pods.sort(key=attrgetter("namespace", "name"))
-    return pods
+    return _translated(objs, "", lambda obj: pod_from(obj, shapes), Pod, attrgetter("namespace", "name"), memo,
+                       out, sequences, record)
 
 
 def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-               out: PodMemo | None = None) -> list[Node]:
+               out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
+               record: SequenceMemo | None = None) -> list[Node]:
     """Nodes in name order; reuses ``memo``'s translations by (uid, resourceVersion) and records this call's in
-    ``out``."""
-    nodes = _memoised(objs, "Node", node_from, Node, memo or {}, out)
-    nodes.sort(key=attrgetter("name"))
-    return nodes
+    ``out`` (and the whole sequence, see :func:`_translated`)."""
+    return _translated(objs, "Node", node_from, Node, attrgetter("name"), memo, out, sequences, record)
 
 
 def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-              out: PodMemo | None = None) -> list[Job]:
+              out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
+              record: SequenceMemo | None = None) -> list[Job]:
     """FungibleJobs in (namespace, name) order; reuses ``memo``'s translations by (uid, resourceVersion) and records
-    this call's in ``out``."""
-    jobs = _memoised(objs, "FungibleJob", job_from, Job, memo or {}, out)
-    jobs.sort(key=attrgetter("namespace", "name"))
-    return jobs
+    this call's in ``out`` (and the whole sequence, see :func:`_translated`)."""
+    return _translated(objs, "FungibleJob", job_from, Job, attrgetter("namespace", "name"), memo, out, sequences,
+                       record)
 
 
 def cluster_from(snapshot: Snapshot, memo: Mapping[str, tuple[str, Any]] | None = None,
-                 out: PodMemo | None = None) -> Cluster:
+                 out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
+                 record: SequenceMemo | None = None) -> Cluster:
     """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring): pods, nodes and
-    jobs reuse ``memo``'s translations (the previous plan's) and this call's are recorded in ``out``."""
+    jobs reuse ``memo``'s translations (the previous plan's) and this call's are recorded in ``out``; a kind whose
+    uids and resourceVersions are those of ``sequences`` (the previous plan's record) in the same order reuses the
+    whole sorted result, and ``record`` receives this call's sequences."""
     return Cluster(
-        nodes=tuple(nodes_from(snapshot.nodes, memo, out)),
-        pods=tuple(pods_from(snapshot.pods, memo, out)),
+        nodes=tuple(nodes_from(snapshot.nodes, memo, out, sequences, record)),
+        pods=tuple(pods_from(snapshot.pods, memo, out, sequences, record)),
         pools=tuple(sorted(map(pool_from, snapshot.pools), key=lambda p: p.name)),
-        jobs=tuple(jobs_from(snapshot.jobs, memo, out)),
+        jobs=tuple(jobs_from(snapshot.jobs, memo, out, sequences, record)),
         profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
     )
