@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from operator import attrgetter, is_
@@ -63,9 +63,10 @@ class Actions:
     unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
 
 
-KeptMemo = dict[tuple[tuple[str, str], str], tuple[tuple[Pod, ...], list[PodPlan]]]
+KeptMemo = dict[tuple[tuple[str, str], str], tuple[tuple[Pod, ...], list[PodPlan], list[Pod]]]
 """The ``keep`` plans of each (job key, pool name) whose running pods were all kept: the pods (by identity) and their
-plans, in name order. A plan records its own (:attr:`walras.planner.model.Plan._kept`) for the next one."""
+plans, in name order, and the observe phase's list of those pods (when the next plan's is the same list object, its
+name order is this one). A plan records its own (:attr:`walras.planner.model.Plan._kept`) for the next one."""
 
 
 def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: Resizes, table: NodeTable,
@@ -114,19 +115,22 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             pending = observed.pending[row][j]
             if not running and not pending:
                 continue
-            kept = sorted(running, key=_name)
+            group = (key, pool.name)
+            previous = memo.get(group) if memo else None
+            # the same running list as the previous plan's (the observe phase reused it): its name order too
+            same = previous is not None and previous[2] is running
+            kept: Sequence[Pod] = previous[0] if same and previous is not None else sorted(running, key=_name)
             want = int(targets[row][j])
             if (kept and len(kept) <= want and info.spec.migration is None
                     and not (done and any((pod.namespace, pod.name) in done for pod in kept))):
                 # every running pod kept as it is: the previous plan's keep plans when they are the same pods
-                group = (key, pool.name)
-                previous = memo.get(group) if memo else None
-                if previous is not None and len(previous[0]) == len(kept) and all(map(is_, previous[0], kept)):
+                if previous is not None and (same or (len(previous[0]) == len(kept)
+                                                      and all(map(is_, previous[0], kept)))):
                     reused = previous[1]
                 else:
                     reused = [keep(pod, job_name, pool.name) for pod in kept]
                 if record is not None:
-                    record[group] = (tuple(kept), reused)
+                    record[group] = (tuple(kept), reused, running)
                 plans.extend(reused)
             else:
                 for q, pod in enumerate(kept):
@@ -153,33 +157,38 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
     rendered: dict[tuple[int, str, float], dict[str, str]] = {}  # (row, priced resource, amount) -> requests text
     for batch, placed, existing in outcome.batches:
         pool = pools[batch.pool]
+        priced = pool.spec.resource
         counter: dict[int, int] = defaultdict(int)
         stems: dict[int, str] = {}
+        last = -1  # the row the per-row values below are for (a batch lists each row's pods together)
         for q, (row, k, got) in enumerate(zip(batch.rows, placed.node.tolist(), placed.amount.tolist(),
                                               strict=True)):
-            info = objects.jobs[row]
-            key = info.key
+            if row != last:
+                last = row
+                info = objects.jobs[row]
+                spec = info.spec
+                key = info.key
             node = table.names[k] if k >= 0 else None
             held = existing[q]
-            amount = float(got) if k >= 0 else info.spec.demand
-            text = rendered.get((row, pool.spec.resource, amount))
+            amount = float(got) if k >= 0 else spec.demand
+            text = rendered.get((row, priced, amount))
             if text is None:
-                text = rendered[(row, pool.spec.resource, amount)] = {**info.spec.resource_text,
-                                                  pool.spec.resource: format_quantity(amount)}
-            requests = dict(text)
+                text = rendered[(row, priced, amount)] = {**spec.resource_text, priced: format_quantity(amount)}
             if held is not None:
                 verb: PodAction = "bind" if node is not None else "keep"
-                out.pods[key].append(PodPlan(info.spec.namespace, held.name, info.spec.name, pool.name, node, requests,
-                                             dict(requests), verb, True))
+                out.pods[key].append(PodPlan(spec.namespace, held.name, spec.name, pool.name, node, dict(text),
+                                             dict(text), verb, True))
             elif node is not None:
                 taken = observed.taken(key)
-                base = stems.get(row) or stems.setdefault(row, pod_base(info.spec.name, pool.name))
-                while f"{base}-{counter[row]}" in taken:
-                    counter[row] += 1
-                name = f"{base}-{counter[row]}"
+                base = stems.get(row) or stems.setdefault(row, pod_base(spec.name, pool.name))
+                n = counter[row]
+                while f"{base}-{n}" in taken:
+                    n += 1
+                name = f"{base}-{n}"
+                counter[row] = n
                 taken.add(name)
-                out.pods[key].append(PodPlan(info.spec.namespace, name, info.spec.name, pool.name, node, requests,
-                                             dict(requests), "create", False))
+                out.pods[key].append(PodPlan(spec.namespace, name, spec.name, pool.name, node, dict(text),
+                                             dict(text), "create", False))
             if node is not None:
                 out.placed[key][pool.name] += 1
             elif not batch.optional[q]:
