@@ -11,7 +11,7 @@ it is Ready and not cordoned; a job's pods may go to the usable nodes its templa
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ class NodeTable:
     alloc: np.ndarray
     used: np.ndarray
     usable: np.ndarray  # bool (K,)
+    #: :meth:`admitted` once computed per constraints (read-only masks; a table reused for the same nodes keeps them).
+    masks: dict[Constraints, np.ndarray] = field(default_factory=dict)
 
     @property
     def free(self) -> np.ndarray:
@@ -81,12 +83,18 @@ class NodeTable:
         return np.maximum(counts, 0).astype(np.int64)
 
     def admitted(self, constraints: Constraints) -> np.ndarray:
-        """Usable nodes a pod with ``constraints`` may be placed on (bool mask)."""
+        """Usable nodes a pod with ``constraints`` may be placed on (bool mask, read-only)."""
+        got = self.masks.get(constraints)
+        if got is not None:
+            return got
         if constraints == Constraints():
             plain = np.array([not any(t.effect in ("NoSchedule", "NoExecute") for t in n.taints) for n in self.nodes],
                              dtype=bool)
-            return self.usable & plain
-        return self.usable & np.array([constraints.admits(n) for n in self.nodes], dtype=bool)
+            got = self.usable & plain
+        else:
+            got = self.usable & np.array([constraints.admits(n) for n in self.nodes], dtype=bool)
+        self.masks[constraints] = frozen(got)
+        return got
 
     def over_committed(self) -> list[tuple[str, str, float, float]]:
         """``(node, resource, requested, allocatable)`` for every pair where requests exceed allocatable."""
@@ -106,11 +114,17 @@ def node_table(cluster: Cluster, memo: Mapping[str, Any] | None = None,
     before = recorded(memo, "capacity")
     if before is not None and same_items(before[0], cluster.nodes) and same_items(before[1], cluster.pods):
         t: NodeTable = before[2]
-        return NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used.copy(), t.usable)
+        table = NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used.copy(), t.usable,
+                          dict(t.masks))
+        if record is not None:  # the same arrays, with this plan's masks
+            record["capacity"] = (cluster.nodes, cluster.pods, NodeTable(t.nodes, t.names, t.index, t.resources,
+                                                                          t.column, t.alloc, t.used, t.usable,
+                                                                          table.masks))
+        return table
     table = _node_table(cluster)
     if record is not None:
         shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
-                           frozen(table.used.copy()), frozen(table.usable))
+                           frozen(table.used.copy()), frozen(table.usable), table.masks)  # masks: this plan's too
         record["capacity"] = (cluster.nodes, cluster.pods, shared)
     return table
 

@@ -153,6 +153,8 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
     if before is not None and same_items(before[0], cluster.pods) and same_items(before[1], cluster.nodes):
         pods: Sequence[Pod] = cluster.pods  # nothing lost or leaving: the pods as they are
         tallies: Mapping[ObjectKey, Tally] = before[2]
+        if record is not None:
+            record["lifecycle"] = before
     else:
         pods, by_job = _pass(cluster, nodes, safe, evicting, now, grace, out)
         tallies = {key: _tally(group) for key, group in by_job.items()}

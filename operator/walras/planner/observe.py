@@ -46,10 +46,18 @@ class Observed:
             own = self.own[key] = set(self.names.get(key, ()))
         return own
 
+    #: :meth:`counts` once computed (read-only arrays; shared with the next plan's Observed when it reuses the lists).
+    tallies: dict[str, np.ndarray] = field(default_factory=dict)
+
     def counts(self, which: str) -> np.ndarray:
-        rows = self.running if which == "running" else self.pending
-        m = len(rows[0]) if rows else 0
-        return np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
+        """Pods per (job row, pool) of ``running`` or ``pending`` (read-only)."""
+        got = self.tallies.get(which)
+        if got is None:
+            rows = self.running if which == "running" else self.pending
+            m = len(rows[0]) if rows else 0
+            got = np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
+            self.tallies[which] = frozen(got)
+        return got
 
 
 def _signature(objects: Objects, table: NodeTable) -> tuple[Any, ...]:
@@ -71,7 +79,8 @@ def observe(cluster: Cluster, objects: Objects, table: NodeTable, memo: Mapping[
     signature = _signature(objects, table) if before is not None or record is not None else None
     if before is not None and same_items(before[0], cluster.pods) and before[1] == signature:
         was: Observed = before[2]
-        out = Observed(was.running, was.pending, was.surplus, was.frozen, was.names, was.walras_count.copy())
+        out = Observed(was.running, was.pending, was.surplus, was.frozen, was.names, was.walras_count.copy(),
+                       tallies=dict(was.tallies))
     else:
         out = _observe(cluster, objects, table)
     if record is not None:

@@ -24,8 +24,9 @@ lifecycle (post)      phases Complete/Failed/Suspended, failure and migration co
 Time enters only through ``PlanOptions.now`` (docs/lifecycle.md). Pure and deterministic: no I/O, no process-global
 state (the market restores any torch setting it touches), objects in name order, ties broken by index. ``previous``
 warm-starts the prices, lends its per-pool placement proposals to pools whose request is unchanged
-(:mod:`.placement`), and its pod translations to pods whose uid and resourceVersion are unchanged
-(:mod:`.translate`).
+(:mod:`.placement`), its pod translations to pods whose uid and resourceVersion are unchanged
+(:mod:`.translate`), and each phase's result to the phase whose inputs are unchanged (:mod:`.reuse`; the reuse table
+of docs/planner.md).
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class PlanOptions:
     and cooldown of migrations); None means no clock: no node is lost by time, no backoff is measured, nothing
     migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
     a node may be NotReady before its pods are force-deleted and re-planned. ``reuse``: reuse ``previous``'s
-    memoised work for what did not change (translations, kept pods' plans; see the module docstring); False
-    recomputes it all and gives an equal plan (tests/test_planner_reuse.py compares the two)."""
+    memoised work for what did not change (translations, each phase's result whose inputs are unchanged, kept pods'
+    plans; see the module docstring); False recomputes it all and gives an equal plan (tests/test_planner_reuse.py
+    compares the two)."""
 
     device: str = "cpu"
     max_rounds: int = 3

@@ -163,7 +163,12 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
     vectors: dict[tuple[tuple[str, str], str], tuple[JobTemplate, Any, float, bytes]] = {}
     masks: dict[int, bytes] = {}  # id(mask) -> its bytes (the masks are alive for the whole call)
 
+    by_row: dict[tuple[int, str], bytes] = {}
+
     def _vector_bytes(i: int, resource: str) -> bytes:
+        done = by_row.get((i, resource))
+        if done is not None:
+            return done
         info = objects.jobs[i]
         got = vectors.get((info.key, resource))
         if got is None:
@@ -175,6 +180,7 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
                 got = (template, spec.resources, spec.demand,
                        table.vector(pod_vector(template, spec, resource, spec.demand)).tobytes())
             vectors[(info.key, resource)] = got
+        by_row[(i, resource)] = got[3]
         return got[3]
 
     for j, pool in enumerate(objects.pools):
