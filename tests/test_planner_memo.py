@@ -5,7 +5,6 @@ no more new pods in a pool than it has room for (so one market round suffices wh
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -331,26 +330,3 @@ def test_status_agrees_with_placement_when_a_job_grows_in_a_full_pool() -> None:
             assert scheduled.status == "False" and scheduled.reason == "InsufficientCapacity", key
         else:
             assert scheduled.status == "True", key
-
-
-def test_a_translated_pod_is_the_pod_its_constructor_builds() -> None:
-    """pod_from sets a Pod's fields in one step instead of through the frozen dataclass's ``__init__``: the result
-    has exactly the dataclass's fields, equals the pod built through ``__init__``, and stays
-    frozen."""
-    raw = {"kind": "Pod", "metadata": {"name": "a", "namespace": "ml", "uid": "u-1", "resourceVersion": "7",
-                                       "deletionTimestamp": "2026-11-28T00:00:00Z",
-                                       "labels": {LABEL_JOB: "j", LABEL_POOL: "p0", LABEL_MANAGED: "true"}},
-           "spec": {"nodeName": "n000", "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]},
-           "status": {"phase": "Running", "startTime": "2026-11-27T23:00:00Z", "reason": "x"}}
-    (pod,) = cluster_from(Snapshot(pods=(raw,))).pods
-    assert set(vars(pod)) == {f.name for f in dataclasses.fields(Pod)}
-    built = Pod(**{f.name: getattr(pod, f.name) for f in dataclasses.fields(Pod)})
-    assert pod == built and dataclasses.replace(pod) == pod
-    assert (pod.job, pod.pool, pod.node, pod.terminating, pod.phase, pod.uid) == ("j", "p0", "n000", True, "Running",
-                                                                                  "u-1")
-    try:
-        pod.name = "b"  # type: ignore[misc]
-    except dataclasses.FrozenInstanceError:
-        pass
-    else:
-        raise AssertionError("a translated pod must stay frozen")

@@ -252,33 +252,20 @@ def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | N
         if shapes is not None and key is not None and _plain(key):
             shapes[key] = shape
     requests, first = shape
-    return _pod({
-        "namespace": str(meta.get("namespace") or "default"),
-        "name": name,
-        "node": node if isinstance(node, str) and node else None,
-        "requests": requests,
-        "phase": str(status.get("phase") or "Pending"),
-        "terminating": bool(meta.get("deletionTimestamp")),
-        "job": str(job) if managed else None,
-        "pool": str(pool) if managed and isinstance(pool, str) else None,
-        "first": first,
-        "uid": str(meta.get("uid") or ""),
-        "assumed": False,
-        "started": timestamp(status.get("startTime")),
-        "reason": str(status.get("reason") or ""),
-    })
-
-
-_new = object.__new__
-
-
-def _pod(fields: dict[str, Any]) -> Pod:
-    """``Pod(**fields)`` for a mapping of every field of :class:`Pod`, its fields set in one step: the frozen
-    dataclass's ``__init__`` sets each through ``object.__setattr__``, ~8x slower over the 18,688 pods a cold plan of
-    the bench cluster reads (tests/test_planner_memo.py checks the two are equal)."""
-    pod = _new(Pod)
-    pod.__dict__.update(fields)
-    return pod
+    return Pod(
+        namespace=str(meta.get("namespace") or "default"),
+        name=name,
+        node=node if isinstance(node, str) and node else None,
+        requests=requests,
+        phase=str(status.get("phase") or "Pending"),
+        terminating=bool(meta.get("deletionTimestamp")),
+        job=str(job) if managed else None,
+        pool=str(pool) if managed and isinstance(pool, str) else None,
+        first=first,
+        uid=str(meta.get("uid") or ""),
+        started=timestamp(status.get("startTime")),
+        reason=str(status.get("reason") or ""),
+    )
 
 
 def constraints_from(pod_spec: Mapping[str, Any]) -> Constraints:
