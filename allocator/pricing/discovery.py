@@ -252,7 +252,15 @@ class PriceDiscovery:
             # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
             # pools > 0": one reduction instead of two n x m boolean temporaries
             reach = a_rows if all_open else a_rows[:, open_pools]
-            served = xp.amax(reach, axis=1) > 0 if reach.shape[1] else xp.zeros_like(doomed)
+            if not reach.shape[1]:
+                served = xp.zeros_like(doomed)
+            elif is_tensor(reach):
+                served = xp.amax(reach, axis=1) > 0
+            else:
+                # numpy reduces a short last axis row by row (67 ms at 10^6 x 4); the compiled one-pass comparison
+                # with zero (non-negative rows differ from zero exactly where some entry is positive) takes 6 ms
+                reach = np.ascontiguousarray(reach)
+                served = kernels.rows_differ(reach, np.zeros(reach.shape, dtype=reach.dtype))
             return doomed & ~served
 
         bad_rows: Array | None = None
@@ -435,14 +443,14 @@ class PriceDiscovery:
     def _presolve(self, prob: Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
         """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
 
-        The sample is drawn with replacement by numpy's generator seeded with 0 (deterministic, the same on both
-        routes); capacities and ``eps``
+        The sample is drawn with replacement by :func:`presolve_sample` (deterministic, the same on both routes);
+        capacities and ``eps``
         scale with the sample fraction ``k / n``, and the pairs' ``y = Delta (R - r)`` are rescaled by ``n / k`` to
         the full market's curvature.
         """
         n = prob.a.shape[0]
         k = max(min(n // 10, self.presolve_jobs), min(1_000, n))
-        idx = index_like(np.sort(np.random.default_rng(0).choice(n, size=k, replace=False)), prob.a)
+        idx = index_like(presolve_sample(n, k), prob.a)
         frac = k / n
         sub = Problem(
             a=prob.a[idx],
@@ -465,7 +473,13 @@ class PriceDiscovery:
     def _initial_prices(prob: Problem, group: Any) -> np.ndarray:
         """Eq. (17); under sharding the per-rank sums are all-reduced first."""
         if group is None:
-            return as_numpy(astype(initial_prices(prob.utility, prob.a, prob.capacity, prob.demand), "float64"))
+            # in float64 on both routes: float32 sums in another order (numpy's against torch's) would start the
+            # two routes' runs from prices a few ulps apart, which a float32 run can amplify
+            wide = _torch().float64 if is_tensor(prob.a) else np.float64
+            util = prob.utility.to(device_of(prob.a) if is_tensor(prob.a) else None, wide)
+            d = None if prob.demand is None else astype(prob.demand, "float64")
+            p0 = initial_prices(util, astype(prob.a, "float64"), astype(prob.capacity, "float64"), d)
+            return as_numpy(p0)
         import torch.distributed as dist
 
         torch = _torch()
@@ -494,6 +508,16 @@ class PriceDiscovery:
         if bool((cap <= 0).any()) and bool((cap > 0).any()):
             p = torch.where(cap > 0, p, p[cap > 0].max())
         return p.clamp_min(0).cpu().numpy()
+
+
+def presolve_sample(n: int, k: int) -> np.ndarray:
+    """``k`` job indices in ``[0, n)`` drawn with replacement for the presolve: the 32-bit outputs of the Mersenne
+    Twister seeded with 0, modulo ``n`` (``n < 2^32``). These are the draws of ``torch.randint(n, (k,))`` on a CPU
+    generator seeded with 0, the sampler of the torch-only implementation: both routes, and the releases before the
+    numpy route, solve the same sample (which job sample is drawn changes the full-size evaluations a presolve leaves,
+    2 to 3 on 004 Sec. 6.2 at 10^6 jobs)."""
+    raw = np.random.RandomState(0).randint(0, 2**32, size=k, dtype=np.uint32)
+    return raw.astype(np.int64) % n
 
 
 @contextlib.contextmanager
