@@ -134,8 +134,10 @@ def solve_rows(runs: int, n: int, judged: bool, floor: dict[str, float], say: An
             f"{sec / warm:.2f} | {median([j['startup_seconds'] for j in js]):.4f} | "
             f"{median([j['import_seconds'] or float('nan') for j in js]):.2f} | {rss:.0f} | {'; '.join(marks)} |")
     torch_floor = floor.get("import torch", float("nan"))
-    say(f"\nLoad average after: {loadavg()}. The floor of any process that imports torch is `import torch`: "
-        f"{torch_floor:.2f} s median in the table above, measured in the same minutes.\n")
+    say(f"\nLoad average after: {loadavg()}. `walras solve` on a CPU machine runs the numpy route of "
+        "`allocator.pricing` and does not import torch; a process that does (`--device cuda`, or the torch route) "
+        f"pays at least `import torch`: {torch_floor:.2f} s median in the table above, measured in the same "
+        "minutes.\n")
 
 
 _FIRST = (
@@ -345,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             plan_rows(runs, args.quick, say)
         flush(sections[k + 1:])
-    say("Thread policy: every CPU solve runs on one torch intra-op thread (`allocator.pricing.threads`; the "
-        "measurements behind it are in the pricing page's \"Threads\" section).\n")
+    say("Thread policy: CPU solves run on the numpy route, single-threaded (the compiled hull walk and numpy); a "
+        "torch-route CPU solve runs on one torch intra-op thread (`allocator.pricing.threads`; the measurements "
+        "behind it are in the pricing page's \"Threads\" section).\n")
     flush([])
     if writes:
         print(f"wrote {OUTPUT}")

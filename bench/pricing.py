@@ -32,7 +32,7 @@ import torch
 
 from allocator import pricing, utilities
 from allocator.pricing import kernels
-from allocator.pricing.problem import prepare
+from allocator.pricing.problem import Route, prepare
 from bench._machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -400,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"\nLoad average after: {loadavg()}.\n")
 
     # D. Thread policy.
-    say("### Threads: one against two torch threads, same process, alternating\n")
-    say(f"Load average before: {loadavg()}. `PriceDiscovery(threads=k).solve` on the Sec. 6.2 instance, "
+    say("### Threads (torch route): one against two torch threads, same process, alternating\n")
+    say(f"Load average before: {loadavg()}. `PriceDiscovery(threads=k, backend='torch').solve` on the Sec. 6.2 "
+        "instance (the numpy route, the CPU default, is single-threaded), "
         f"median of {runs} alternating runs each (wall clock).\n")
     ratios: list[float] = []
     say("| n | utility | 1 thread s | 2 threads s | 2 / 1 |")
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[int, list[float]] = {1: [], 2: []}
             for _ in range(runs):
                 for k in (1, 2):
-                    cfg = pricing.PriceDiscovery(device="cpu", threads=k)
+                    cfg = pricing.PriceDiscovery(device="cpu", threads=k, backend="torch")
                     t0 = time.perf_counter()
                     cfg.solve(a_t, r_t, u_t)
                     times[k].append(time.perf_counter() - t0)
@@ -435,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "004 (4-core CPU) |")
     say("|---|---|---|---|---|---|---|---|")
     a, r = section_62(big)
-    at = torch.from_numpy(a)
+    at = a  # numpy input: the default CPU route (no torch in the solve)
     for spec, target, paper in (("log", "<= 0.5 s", "3.9 s, 11 it."), ("target:0.2:1,2", "<= 1.5 s", "11 s, 21 it.")):
         u = utilities.from_spec(spec, big, seed=0)
         sec, res = median_time(lambda u=u: pricing.solve(at, r, u, device="cpu"), runs)
@@ -493,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         am, rm = section_64(mid, m)
         u = utilities.Log()
         p = pricing.PriceDiscovery(device="cpu")._initial_prices(
-            prepare(am, rm, u, None, torch.device("cpu"), torch.float32), None
+            prepare(am, rm, u, None, Route("numpy", "cpu", "float32")), None
         )
         th, _ = median_time(lambda am=am, rm=rm, p=p, u=u: pricing.dual_evaluation(am, rm, u, p, device="cpu"), runs)
         if m <= 16:
@@ -512,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     a_w = a.copy()
     rows = rng.choice(big, big // 100, replace=False)
     a_w[rows] *= rng.uniform(0.8, 1.2, (rows.size, 4)).astype(np.float32)
-    a_wt = torch.from_numpy(a_w)
+    a_wt = a_w
     cold_s, cold = median_time(lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu"), runs)
     warm_s, warm = median_time(
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
@@ -521,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     # result), built outside the timed call.
     inc_times, inc = [], None
     for _ in range(runs):
-        seed = pricing.solve(torch.from_numpy(a), r, utilities.Log(), device="cpu", prices=log_res.prices)
+        seed = pricing.solve(a, r, utilities.Log(), device="cpu", prices=log_res.prices)
         t0 = time.perf_counter()
         inc = pricing.solve(a_wt, r, utilities.Log(), device="cpu", previous=seed)
         inc_times.append(time.perf_counter() - t0)
