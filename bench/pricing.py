@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from allocator import pricing, utilities
 from allocator.pricing import kernels
@@ -65,7 +64,10 @@ def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
 
 def median_cpu_one_thread(fn: Callable[[], Any], runs: int) -> float:
     """Median process CPU time of ``fn`` with one torch thread: on a loaded machine this is far less inflated than
-    wall time with several threads (their barriers wait for descheduled peers), so it is reported next to it."""
+    wall time with several threads (their barriers wait for descheduled peers), so it is reported next to it. (The
+    numpy route, the CPU default, is single-threaded whatever torch's setting.)"""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -109,8 +111,8 @@ def rss_subprocess(n: int, spec: str) -> float:
 
 
 def rss_baseline() -> float:
-    """Peak RSS (MiB) of a fresh process that only imports numpy, torch and ``allocator.pricing``."""
-    return _fresh_process_rss("import numpy, torch\nfrom allocator import pricing, utilities\n")
+    """Peak RSS (MiB) of a fresh process that only imports numpy and ``allocator.pricing`` (no torch: the CPU route)."""
+    return _fresh_process_rss("import numpy\nfrom allocator import pricing, utilities\n")
 
 
 #: Runs argv[1:] (the ``walras`` command) as a child and prints its wall time, peak RSS (``RUSAGE_CHILDREN``: this
@@ -148,8 +150,8 @@ _FIRST = (
     "import json, sys, time\n"
     "t0 = time.perf_counter()\n"
     "from allocator import pricing, utilities\n"
-    "from bench.pricing import section_62\n"
     "t1 = time.perf_counter()\n"
+    "from bench.pricing import section_62\n"
     "a, r = section_62(int(sys.argv[1]))\n"
     "calls = []\n"
     "for _ in range(5):\n"
@@ -194,6 +196,8 @@ def resalloc_module() -> Any | None:
 def resalloc_solve(fungible: Any, a: np.ndarray, r: np.ndarray, spec: str, eps_per_job: float) -> tuple[float, float]:
     """Solve with resalloc (its L-BFGS, its default ``max_iter`` 50) to the per-job tolerance ``eps_per_job``; returns
     (wall seconds, utility of its feasible allocation, computed in float64 by us from its allocation)."""
+    import torch
+
     n = a.shape[0]
     at = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
     rt = torch.as_tensor(r, dtype=torch.float32)
@@ -202,7 +206,7 @@ def resalloc_solve(fungible: Any, a: np.ndarray, r: np.ndarray, spec: str, eps_p
     else:
         target, weights = spec.split(":")[1], utilities.from_spec(spec, n, seed=0).weight  # type: ignore[attr-defined]
         util = fungible.utilities.TargetPriority(
-            torch.full((n, 1), float(target)), weights.to(torch.float32).reshape(n, 1)
+            torch.full((n, 1), float(target)), torch.as_tensor(weights, dtype=torch.float32).reshape(n, 1)
         )
     t0 = time.perf_counter()
     problem = fungible.AllocationProblem(at, rt, util)
@@ -285,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-runs-large", type=int, default=None,
                     help="resalloc runs at n >= 10^6 (default --runs; each takes minutes on a loaded machine)")
     args = ap.parse_args(argv)
+    import torch  # the resalloc baseline and the torch-route rows; the package's CPU route does not import it
+
     quick, runs = args.quick, args.runs
     big = 100_000 if quick else 1_000_000
 
