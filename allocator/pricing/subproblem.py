@@ -152,7 +152,10 @@ def solve_hull(
             cn = as_numpy(c).astype(an.dtype, copy=False)
             if cn.shape[0] > 1 and cn.strides[0] == 0:
                 cn = cn[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
-            cn = np.ascontiguousarray(cn)
+            if not (cn.flags.c_contiguous and cn.flags.writeable):
+                # a broadcast view is read-only, and the JIT route compiles a separate signature for read-only
+                # arrays (seconds, inside the solve): the kernels take writable C-contiguous arrays only
+                cn = np.array(cn, order="C")
             family, w, q = fast
             # parameters in the working dtype, as the vectorised walk uses them (a float32 quotient w / alpha rounds
             # as it does there, so a job at a vertex is reported at the same vertex)
