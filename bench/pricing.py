@@ -223,7 +223,7 @@ def objective(a: np.ndarray, x: np.ndarray, spec: str, n: int) -> float:
     if spec == "log":
         return float(np.log(t).sum())
     u = utilities.from_spec(spec, n, seed=0)
-    w = u.weight.double().numpy()  # type: ignore[attr-defined]
+    w = np.asarray(u.weight, dtype=np.float64)  # type: ignore[attr-defined]
     return float((w * np.minimum(t - float(spec.split(":")[1]), 0.0)).sum())
 
 
@@ -288,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cvxpy-timeout", type=float, default=150.0)
     ap.add_argument("--baseline-runs-large", type=int, default=None,
                     help="resalloc runs at n >= 10^6 (default --runs; each takes minutes on a loaded machine)")
+    ap.add_argument("--output", type=Path, default=OUT, help=f"where a full run writes its page (default {OUT})")
     args = ap.parse_args(argv)
     import torch  # the resalloc baseline and the torch-route rows; the package's CPU route does not import it
 
@@ -457,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             log_res = res
         else:
             tp_default = res
-            w_tp = u.weight.numpy()  # type: ignore[attr-defined]
+            w_tp = np.asarray(u.weight)  # type: ignore[attr-defined]
             tp_paper_eps = pricing.solve(at, r, u, device="cpu", eps=1e-3 * big)
     say(f"\nLog: {two:.1%} of jobs use two pools, {slack:.1%} have slack (004: ~17 %, ~18 %).\n")
     say("Target-priority, share of jobs at the target 0.2 (004 Sec. 6.2: \"over 95%\", \"virtually all\" of the "
@@ -618,8 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + ".\n")
     if quick:  # a smoke run is not the page's measurement (as in bench.cli): printed only
         return 0
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines) + "\n")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n")
     return 0
 
 
