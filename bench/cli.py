@@ -1,5 +1,6 @@
 """The ``walras`` command line from a cold start (issue 20): fresh processes as a user runs them, against warm calls
-in this process, with the floors that no command can go below (the interpreter, ``import numpy``, ``import torch``).
+in this process, with the floors that no command can go below (the interpreter, ``import numpy``; ``import torch``
+for a command on the torch route).
 
 Usage::
 
@@ -277,7 +278,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
     imports = median([c["imports"] for c in cold])
     ahead = all(c["read_ahead"] for c in cold)
     meanwhile = "; the read-ahead child reads meanwhile" if ahead else ""
-    say(f"| imports (walras.planner; torch through the market){meanwhile} | {imports:.2f} | - |")
+    say(f"| imports (walras.planner and its market: numpy, no torch on the CPU){meanwhile} | {imports:.2f} | - |")
     names = {"read": ("wait for the read-ahead child + decode its message" if ahead else
                       "read YAML + validate (CRD schema, CEL)"),
              "plan": "build_plan", "to_dict": "Plan.to_dict", "dumps": "json.dumps (compact)"}
