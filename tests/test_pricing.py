@@ -448,8 +448,9 @@ def test_target_priority_default_tolerance_holds_against_highs() -> None:
         ({"dtype": "int32"}, r"dtype"),
     ],
 )
-def test_bad_input_raises_value_error(kwargs, match) -> None:  # type: ignore[no-untyped-def]
-    args = {"throughput": [[1.0, 2.0], [3.0, 1.0]], "capacity": [1.0, 1.0], "utility": U.Log()}
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_input_raises_value_error(kwargs, match, backend) -> None:  # type: ignore[no-untyped-def]
+    args = {"throughput": [[1.0, 2.0], [3.0, 1.0]], "capacity": [1.0, 1.0], "utility": U.Log(), "backend": backend}
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         pricing.solve(args.pop("throughput"), args.pop("capacity"), args.pop("utility"), **args)
