@@ -42,10 +42,10 @@ def _driver_present() -> bool:
     return True
 
 
-@pytest.mark.skipif(_driver_present(), reason="the check is for machines without an NVIDIA driver")
 def test_imports_and_cpu_solves_do_not_load_torch() -> None:
     """After each import and after CPU solves that go through every stage (presolve, recovery, repair, the closed-pool
-    prices, the planner's market, the CLI), torch is not in ``sys.modules``."""
+    prices, the planner's market, the CLI), torch is not in ``sys.modules``. The solves name the CPU (``device="cpu"``):
+    "auto" imports torch where an NVIDIA driver is present (the test below)."""
     seen = _fresh(
         """
 import json, sys
@@ -60,16 +60,17 @@ steps["import walras.planner.plan"] = "torch" in sys.modules
 from allocator import pricing
 from walras.cli.solve import synthetic
 a, r = synthetic(20000, 4, 0)
-res = pricing.solve(a.astype(np.float32), r, U.Log())
+res = pricing.solve(a.astype(np.float32), r, U.Log(), device="cpu")
 assert res.converged and res.presolve_evaluations > 0 and res.device == "cpu"
 rng = np.random.default_rng(0)
 b = rng.uniform(0.1, 1.0, (60, 3))
-res = pricing.solve(b, [5.0, 0.0, 8.0], U.TargetPriority(0.4, rng.choice([1.0, 2.0], 60)), dtype="float64")
+res = pricing.solve(b, [5.0, 0.0, 8.0], U.TargetPriority(0.4, rng.choice([1.0, 2.0], 60)), dtype="float64",
+                    device="cpu")
 assert res.status in ("optimal", "stalled", "max_iter")
-res = pricing.solve(b, [5.0, 3.0, 8.0], U.Linear(), demand=rng.uniform(0.5, 2, (60, 3)))
-cold = pricing.solve(b, [5.0, 3.0, 8.0], U.Log())
-again = pricing.solve(b * 1.01, [5.0, 3.0, 8.0], U.Log(), previous=cold)
-pricing.dual_evaluation(b, [5.0, 3.0, 8.0], U.Log(), [1.0, 1.0, 1.0])
+res = pricing.solve(b, [5.0, 3.0, 8.0], U.Linear(), demand=rng.uniform(0.5, 2, (60, 3)), device="cpu")
+cold = pricing.solve(b, [5.0, 3.0, 8.0], U.Log(), device="cpu")
+again = pricing.solve(b * 1.01, [5.0, 3.0, 8.0], U.Log(), previous=cold, device="cpu")
+pricing.dual_evaluation(b, [5.0, 3.0, 8.0], U.Log(), [1.0, 1.0, 1.0], device="cpu")
 steps["pricing.solve (cpu)"] = "torch" in sys.modules
 from walras.planner.market import solve_market
 from walras.planner.spec import UtilitySpec
@@ -77,7 +78,7 @@ specs = [UtilitySpec("log"), UtilitySpec("target-priority", target=0.5), Utility
 solve_market(b[:12], np.array([3.0, 2.0, 4.0]), specs, [1.0] * 12, np.ones((12, 3)), None)
 steps["solve_market"] = "torch" in sys.modules
 from walras.cli import main
-main(["solve", "--jobs", "3000", "--json", "--no-progress"])
+main(["solve", "--jobs", "3000", "--json", "--no-progress", "--device", "cpu"])
 steps["walras solve"] = "torch" in sys.modules
 print(json.dumps(steps))
 """
@@ -93,15 +94,19 @@ print(json.dumps(steps))
 
 
 def test_auto_device_decides_without_torch_where_there_is_no_driver() -> None:
-    """``cuda_available`` imports torch only when a driver is present; it then asks torch."""
+    """``cuda_available`` imports torch only when a driver is present; it then asks torch. A solve with the default
+    device runs where the route table says: CUDA when torch sees a device, else the CPU (numpy, no torch)."""
     seen = _fresh(
-        "import json, sys\nfrom allocator.pricing import cuda_available\n"
-        "ok = cuda_available()\nprint(json.dumps([ok, 'torch' in sys.modules]))"
+        "import json, sys\nfrom allocator import pricing, utilities\n"
+        "ok = pricing.cuda_available()\nafter = 'torch' in sys.modules\n"
+        "res = pricing.solve([[1.0, 2.0], [2.0, 1.0]], [1.0, 1.0], utilities.Log())\n"
+        "print(json.dumps([ok, after, res.device, res.status, 'torch' in sys.modules]))"
     )
     if _driver_present():
-        assert seen == [torch.cuda.is_available(), True]
+        cuda = torch.cuda.is_available()
+        assert seen == [cuda, True, "cuda" if cuda else "cpu", "optimal", True]
     else:
-        assert seen == [False, False]
+        assert seen == [False, False, "cpu", "optimal", False]
 
 
 def test_route_table(monkeypatch: pytest.MonkeyPatch) -> None:
