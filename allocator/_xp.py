@@ -9,9 +9,10 @@ and boolean indexing (``x[idx]``, ``x[idx] = v``), ``x[:, None]``, and the funct
 conversion, the scatter-add of resource usage, the row-wise gather, the index of the true entries, the move to numpy,
 and the conversions between the two.
 
-Which library an array belongs to is its type: nothing here imports torch. A torch tensor can only exist once some
-caller imported torch, so :func:`is_tensor` looks torch up in ``sys.modules``; :func:`torch` imports it for the routes
-that need it (:func:`allocator.pricing.problem.resolve_route` is the route table).
+Which library an array belongs to is its type, and importing this module does not import torch. A torch tensor can
+only exist once some caller imported torch, so :func:`is_tensor` looks torch up in ``sys.modules``; :func:`torch`
+imports it on first use, for the routes that need it (:func:`allocator.pricing.problem.resolve_route` is the route
+table).
 """
 
 from __future__ import annotations
