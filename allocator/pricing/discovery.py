@@ -245,8 +245,12 @@ class PriceDiscovery:
         def infeasible_rows(idx: Array | None) -> Array:
             a_rows = prob.a if idx is None else prob.a[idx]
             util = prob.utility if idx is None else prob.utility.take(idx)
-            u0 = util.value(zeros(a_rows.shape[0], like=a_rows))
-            doomed = xp.isneginf(u0)
+            k = a_rows.shape[0]
+            if util.n_jobs is None and k > 1:
+                # every parameter is shared (the protocol's ``n_jobs is None``): one value at zero for all jobs
+                doomed = xp.broadcast_to(xp.isneginf(util.value(zeros(1, like=a_rows))), (k,))
+            else:
+                doomed = xp.isneginf(util.value(zeros(k, like=a_rows)))
             if not bool(doomed.any()):
                 return doomed
             # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
