@@ -1,8 +1,9 @@
 """Vectorised utility functions of throughput for price discovery (paper 004, Sec. 2.2 and Sec. 4.2).
 
 Every utility here is a *concave, nondecreasing* function ``u_i(t)`` of a job's throughput ``t >= 0``, with
-per-job parameters held as torch tensors (a 0-d tensor is shared by all jobs, a 1-d tensor of length ``n`` gives one
-value per job). The families are
+per-job parameters held as float64 arrays (a 0-d array is shared by all jobs, a 1-d array of length ``n`` gives one
+value per job): numpy arrays, or torch tensors on the torch route of :mod:`allocator.pricing` (the code is written
+once for both, :mod:`allocator._xp`). The families are
 
 ========================  =============================================================  ==============================
 class                     ``u_i(t)``                                                     spec string
@@ -19,7 +20,7 @@ class                     ``u_i(t)``                                            
 The protocol
 ------------
 The price-discovery engine (:mod:`allocator.pricing`) touches a utility only through the :class:`Utility` protocol.
-To add a utility, write a class with these members, all vectorised over jobs (tensors of shape ``(k,)`` where ``k``
+To add a utility, write a class with these members, all vectorised over jobs (arrays of shape ``(k,)`` where ``k``
 is the number of jobs the object currently describes):
 
 ``value(t)``
@@ -32,16 +33,17 @@ is the number of jobs the object currently describes):
     hull segment. ``alpha`` may be 0 (free resource); ``gamma <= delta`` always. For strictly concave ``u`` this is
     eq. (15), ``clip((u')^{-1}(alpha), gamma, delta)``; for target-priority it is eq. (16).
 ``take(index)``
-    the same utility restricted to the jobs ``index`` (a long tensor), in that order.
+    the same utility restricted to the jobs ``index`` (an int64 array), in that order.
 ``to(device, dtype)``
-    a copy with its tensors on ``device`` in floating dtype ``dtype``.
+    a copy with its arrays on ``device`` in floating dtype ``dtype`` (a numpy dtype: numpy arrays; a torch dtype
+    or a CUDA device: torch tensors).
 ``n_jobs``
     the number of jobs with their own parameters, or ``None`` if every parameter is shared.
 
 Concavity is required: the subproblem solver walks the segments of the convex cost ``c(t)`` left to right and stops
 at the first segment whose maximiser lies left of its right end, which is a global maximiser exactly when
 ``u - c`` is concave. :class:`UtilityBase` supplies ``take``/``to``/``n_jobs`` for classes whose parameters are
-tensor attributes listed in ``_params``.
+array attributes listed in ``_params``.
 
 Spec strings
 ------------
@@ -66,8 +68,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import torch
-from torch import Tensor
+
+from allocator._xp import Array, as_numpy, convert, flatnonzero, fsum, index_like, is_tensor, namespace, zeros
 
 __all__ = [
     "AlphaFair",
@@ -87,36 +89,36 @@ ArrayLike = Any
 
 @runtime_checkable
 class Utility(Protocol):
-    """What the price-discovery engine needs from a utility (see the module docstring)."""
+    """What the price-discovery engine needs from a utility (see the module docstring). Arrays are numpy arrays on
+    the CPU route and torch tensors on the torch route (:mod:`allocator._xp`); ``to`` moves a utility between them."""
 
     @property
     def n_jobs(self) -> int | None: ...
 
-    def value(self, t: Tensor) -> Tensor: ...
+    def value(self, t: Array) -> Array: ...
 
-    def derivative(self, t: Tensor) -> Tensor: ...
+    def derivative(self, t: Array) -> Array: ...
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor: ...
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array: ...
 
-    def take(self, index: Tensor) -> Utility: ...
+    def take(self, index: Array) -> Utility: ...
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Utility: ...
+    def to(self, device: Any = None, dtype: Any = None) -> Utility: ...
 
 
-def as_param(name: str, value: ArrayLike, *, positive: bool = False, nonnegative: bool = False) -> Tensor:
-    """Convert a scalar or 1-d array of per-job parameters to a float64 tensor, validating it.
+def as_param(name: str, value: ArrayLike, *, positive: bool = False, nonnegative: bool = False) -> Array:
+    """Convert a scalar or 1-d array of per-job parameters to a float64 array, validating it (a numpy array; a
+    float64 tensor on the input's device when ``value`` is a torch tensor).
 
     Raises ``ValueError`` naming ``name`` and the first offending job index when a value is NaN/inf, or not
     positive (``positive=True``) / negative (``nonnegative=True``).
     """
-    if isinstance(value, Tensor):
-        tensor = value.detach().to(dtype=torch.float64)
-    else:
-        tensor = torch.as_tensor(np.asarray(value, dtype=np.float64))
-    if tensor.ndim > 1:
-        raise ValueError(f"{name} must be a scalar or a 1-d array of per-job values, got shape {tuple(tensor.shape)}")
-    flat = tensor.reshape(-1)
-    bad = ~torch.isfinite(flat)
+    arr = value.detach().double() if is_tensor(value) else np.array(value, dtype=np.float64)
+    if arr.ndim > 1:
+        raise ValueError(f"{name} must be a scalar or a 1-d array of per-job values, got shape {tuple(arr.shape)}")
+    xp = namespace(arr)
+    flat = arr.reshape(-1)
+    bad = ~xp.isfinite(flat)
     what = "finite"
     if positive:
         bad |= flat <= 0
@@ -125,23 +127,24 @@ def as_param(name: str, value: ArrayLike, *, positive: bool = False, nonnegative
         bad |= flat < 0
         what = "finite and non-negative"
     if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0, 0])
-        where = f"{name}[{i}] (job {i})" if tensor.ndim == 1 else name
+        i = int(flatnonzero(bad)[0])
+        where = f"{name}[{i}] (job {i})" if arr.ndim == 1 else name
         raise ValueError(f"{where} = {float(flat[i])!r}: must be {what}")
-    return tensor
+    return arr
 
 
-def _clip(t: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
-    # torch.clamp with tensor bounds; NaN-free as long as lo <= hi and t is not NaN.
-    return torch.minimum(torch.maximum(t, lo), hi)
+def _clip(t: Array, lo: Array, hi: Array) -> Array:
+    # clip with array bounds; NaN-free as long as lo <= hi and t is not NaN.
+    xp = namespace(t)
+    return xp.minimum(xp.maximum(t, lo), hi)
 
 
 class UtilityBase:
-    """Shared plumbing: per-job tensor parameters named in ``_params`` support ``take``, ``to`` and ``n_jobs``."""
+    """Shared plumbing: per-job array parameters named in ``_params`` support ``take``, ``to`` and ``n_jobs``."""
 
     _params: tuple[str, ...] = ()
 
-    def _with(self, changes: dict[str, Tensor]) -> Any:
+    def _with(self, changes: dict[str, Array]) -> Any:
         new = copy.copy(self)
         new.__dict__.update(changes)
         return new
@@ -153,23 +156,25 @@ class UtilityBase:
             raise ValueError(f"{type(self).__name__}: per-job parameters have different lengths {sorted(sizes)}")
         return sizes.pop() if sizes else None
 
-    def take(self, index: Tensor) -> Any:
+    def take(self, index: Array) -> Any:
         changes = {}
         for p in self._params:
             v = getattr(self, p)
             if v.ndim == 1:
-                changes[p] = v.index_select(0, index.to(v.device))
+                changes[p] = v[index_like(index, v)]
         return self._with(changes) if changes else self
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> Any:
-        changes = {p: getattr(self, p).to(device=device, dtype=dtype) for p in self._params}
+    def to(self, device: Any = None, dtype: Any = None) -> Any:
+        """A copy with its parameters in ``dtype`` on ``device``: numpy arrays for a numpy dtype (or name) on the CPU,
+        torch tensors for a torch dtype or a device other than ``"cpu"`` (:func:`allocator._xp.convert`)."""
+        changes = {p: convert(getattr(self, p), device, dtype) for p in self._params}
         return self._with(changes)
 
     #: Family code of the compiled hull walk (:mod:`allocator.pricing.numba_kernels`) and the attribute holding its
-    #: second per-job parameter; ``None`` (user-defined utilities) keeps the subproblem on the torch path.
+    #: second per-job parameter; ``None`` (user-defined utilities) keeps the subproblem on the vectorised path.
     _kernel_family: int | None = None
     _kernel_param: str | None = None
-    weight: Tensor  #: per-job weights ``w_i`` (every built-in family has them)
+    weight: Array  #: per-job weights ``w_i`` (every built-in family has them)
 
     def kernel_spec(self) -> tuple[int, np.ndarray, np.ndarray] | None:
         """``(family, w, q)`` for the compiled CPU hull walk: weights and the family's parameter as float64 arrays of
@@ -177,10 +182,10 @@ class UtilityBase:
         if self._kernel_family is None:
             return None
 
-        def flat(x: Tensor | None) -> np.ndarray:
+        def flat(x: Array | None) -> np.ndarray:
             if x is None:
                 return np.zeros(1)
-            return np.ascontiguousarray(x.detach().cpu().double().numpy().reshape(-1))
+            return np.ascontiguousarray(as_numpy(x).astype(np.float64).reshape(-1))
 
         q = getattr(self, self._kernel_param) if self._kernel_param is not None else None
         return self._kernel_family, flat(self.weight), flat(q)
@@ -199,7 +204,7 @@ class UtilityBase:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-def _weight(weight: ArrayLike) -> Tensor:
+def _weight(weight: ArrayLike) -> Array:
     return as_param("weight", weight, positive=True)
 
 
@@ -212,15 +217,15 @@ class Linear(UtilityBase):
         self.weight = _weight(weight)
         self._params = ("weight",)
 
-    def value(self, t: Tensor) -> Tensor:
+    def value(self, t: Array) -> Array:
         return self.weight * t
 
-    def derivative(self, t: Tensor) -> Tensor:
-        return self.weight.expand_as(t) if self.weight.ndim == 0 else self.weight.clone()
+    def derivative(self, t: Array) -> Array:
+        return self.weight * namespace(t).ones_like(t)
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         # Linear net utility (w - alpha) t: right end when w > alpha, left end otherwise.
-        return torch.where(self.weight > alpha, delta, gamma)
+        return namespace(alpha).where(self.weight > alpha, delta, gamma)
 
 
 class Log(UtilityBase):
@@ -232,15 +237,18 @@ class Log(UtilityBase):
         self.weight = _weight(weight)
         self._params = ("weight",)
 
-    def value(self, t: Tensor) -> Tensor:
-        return self.weight * torch.log(t)
+    def value(self, t: Array) -> Array:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.weight * namespace(t).log(t)
 
-    def derivative(self, t: Tensor) -> Tensor:
-        return self.weight / t
+    def derivative(self, t: Array) -> Array:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.weight / t
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         # eq. (15): u'(t) = w / t = alpha  ->  t = w / alpha (inf when alpha = 0), projected on [gamma, delta].
-        return _clip(self.weight / alpha, gamma, delta)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _clip(self.weight / alpha, gamma, delta)
 
 
 class Power(UtilityBase):
@@ -256,27 +264,33 @@ class Power(UtilityBase):
         pt = as_param("p", p)
         bad = (pt == 0) | (pt > 1)
         if bool(bad.any()):
-            i = int(torch.nonzero(bad.reshape(-1))[0, 0])
+            i = int(flatnonzero(bad.reshape(-1))[0])
             where = f"p[{i}] (job {i})" if pt.ndim == 1 else "p"
             raise ValueError(f"{where} = {float(pt.reshape(-1)[i])!r}: power utility needs p in (0, 1] or p < 0")
         self.p = pt
         self.weight = _weight(weight)
         self._params = ("p", "weight")
 
-    def value(self, t: Tensor) -> Tensor:
-        return self.weight * torch.sign(self.p) * torch.pow(t, self.p)
+    def value(self, t: Array) -> Array:
+        xp = namespace(t)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self.weight * xp.sign(self.p) * xp.pow(t, self.p)
 
-    def derivative(self, t: Tensor) -> Tensor:
-        return self.weight * torch.abs(self.p) * torch.pow(t, self.p - 1)
+    def derivative(self, t: Array) -> Array:
+        xp = namespace(t)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self.weight * xp.abs(self.p) * xp.pow(t, self.p - 1)
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         # u'(t) = w |p| t^(p-1) = alpha  ->  t = (alpha / (w |p|))^(1/(p-1)); p = 1 is linear.
+        xp = namespace(alpha)
         p = self.p
         linear = p == 1
-        expo = 1.0 / torch.where(linear, torch.full_like(p, -1.0), p - 1)
-        t = torch.pow(alpha / (self.weight * torch.abs(p)), expo)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            expo = 1.0 / xp.where(linear, -1.0, p - 1)
+            t = xp.pow(alpha / (self.weight * xp.abs(p)), expo)
         if bool(linear.any()):
-            t = torch.where(linear, torch.where(self.weight > alpha, delta, gamma), t)
+            t = xp.where(linear, xp.where(self.weight > alpha, delta, gamma), t)
         return _clip(t, gamma, delta)
 
 
@@ -294,25 +308,30 @@ class AlphaFair(UtilityBase):
         self.weight = _weight(weight)
         self._params = ("alpha", "weight")
 
-    def value(self, t: Tensor) -> Tensor:
+    def value(self, t: Array) -> Array:
+        xp = namespace(t)
         a = self.alpha
         is_log = a == 1
-        one_minus = torch.where(is_log, torch.ones_like(a), 1 - a)
-        power = torch.pow(t, one_minus) / one_minus
-        if bool(is_log.any()):
-            power = torch.where(is_log, torch.log(t), power)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            one_minus = xp.where(is_log, 1.0, 1 - a)
+            power = xp.pow(t, one_minus) / one_minus
+            if bool(is_log.any()):
+                power = xp.where(is_log, xp.log(t), power)
         return self.weight * power
 
-    def derivative(self, t: Tensor) -> Tensor:
-        return self.weight * torch.pow(t, -self.alpha)
+    def derivative(self, t: Array) -> Array:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return self.weight * namespace(t).pow(t, -self.alpha)
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         # u'(t) = w t^(-a) = alpha  ->  t = (w / alpha)^(1/a); a = 0 is linear.
+        xp = namespace(alpha)
         a = self.alpha
         linear = a == 0
-        t = torch.pow(self.weight / alpha, 1.0 / torch.where(linear, torch.ones_like(a), a))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            t = xp.pow(self.weight / alpha, 1.0 / xp.where(linear, 1.0, a))
         if bool(linear.any()):
-            t = torch.where(linear, torch.where(self.weight > alpha, delta, gamma), t)
+            t = xp.where(linear, xp.where(self.weight > alpha, delta, gamma), t)
         return _clip(t, gamma, delta)
 
 
@@ -327,54 +346,57 @@ class TargetPriority(UtilityBase):
         self.weight = _weight(weight)
         self._params = ("target", "weight")
 
-    def value(self, t: Tensor) -> Tensor:
-        return self.weight * torch.clamp(t - self.target, max=0.0)
+    def value(self, t: Array) -> Array:
+        return self.weight * namespace(t).clip(t - self.target, None, 0.0)
 
-    def derivative(self, t: Tensor) -> Tensor:
+    def derivative(self, t: Array) -> Array:
         # Supergradient: w below the target, 0 at or above it.
-        return torch.where(t < self.target, self.weight, torch.zeros_like(self.weight))
+        return namespace(t).where(t < self.target, self.weight, 0.0)
 
     def gap_scale(self, n: int) -> float:
         """``sum_i w_i t_des_i``: job ``i``'s utility ranges over ``[-w_i t_des_i, 0]`` (zero throughput to the target),
         so a gap of ``1e-3 w_i t_des_i`` per job is the paper's 0.1 % accuracy in throughput (004 Sec. 5 states
         ``1e-3 n`` for utilities of order one per job; this utility is of order ``w t_des`` per job)."""
-        return float((self.weight * self.target).expand(n).sum()) if n else 0.0
+        scale = self.weight * self.target
+        return fsum(namespace(scale).broadcast_to(scale, (n,))) if n else 0.0
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         # eq. (16): climb to the target (or as far as allowed) only when the marginal value w beats the price slope.
-        return torch.where(self.weight > alpha, _clip(self.target.expand_as(gamma), gamma, delta), gamma)
+        return namespace(alpha).where(self.weight > alpha, _clip(self.target, gamma, delta), gamma)
 
 
-def initial_prices(utility: Utility, throughput: Tensor, capacity: Tensor, demand: Tensor | None = None) -> Tensor:
+def initial_prices(utility: Utility, throughput: Array, capacity: Array, demand: Array | None = None) -> Array:
     """Initial prices of eq. (17), generalised to demands.
 
     Every job gets the same share ``x_ij = R_j / D_j`` of each pool (``D_j = sum_i d_ij``, so the shares use exactly
     the capacity), rows scaled down when ``1^T x_i > 1`` (the ``kappa`` of Sec. 5). The price of pool ``j`` is the
     sensitivity of the total utility to its capacity, ``p_j = (1/R_j) sum_i u_i'(a_i^T x_i) a_ij x_ij`` (which is
-    ``(1/n) sum_i u_i'(t_i) a_ij`` for unit demands). Pools with ``R_j = 0`` get the largest other price.
+    ``(1/n) sum_i u_i'(t_i) a_ij`` for unit demands). Pools with ``R_j = 0`` get the largest other price. Arrays of
+    either library (:mod:`allocator._xp`); the result is in the throughputs' library and dtype.
     """
+    xp = namespace(throughput)
     n, m = throughput.shape
     if n == 0:
-        return torch.zeros(m, dtype=throughput.dtype, device=throughput.device)
+        return zeros(m, like=throughput)
     if demand is None:
-        total = torch.full((m,), float(n), dtype=throughput.dtype, device=throughput.device)
+        total = xp.full_like(capacity, float(n))
     elif demand.ndim == 1:
-        total = demand.sum().expand(m)
+        total = demand.sum() * xp.ones_like(capacity)
     else:
-        total = demand.sum(0)
-    share = torch.where(total > 0, capacity / total.clamp_min(1e-30), torch.zeros_like(capacity))
-    x = share.expand(n, m)
-    rowsum = x.sum(1)
-    scale = 1.0 / rowsum.clamp_min(1.0)
-    t = (throughput * x).sum(1) * scale
+        total = xp.sum(demand, axis=0)
+    share = xp.where(total > 0, capacity / xp.clip(total, 1e-30, None), 0.0)
+    x = xp.broadcast_to(share, (n, m))
+    rowsum = xp.sum(x, axis=1)
+    scale = 1.0 / xp.clip(rowsum, 1.0, None)
+    t = xp.sum(throughput * x, axis=1) * scale
     du = utility.derivative(t)
-    du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
-    weighted = (du * scale).unsqueeze(1) * throughput * x
-    p = weighted.sum(0) / capacity.clamp_min(1e-30)
-    p = torch.where(capacity > 0, p, torch.zeros_like(p))
+    du = xp.where(xp.isfinite(du), du, 0.0)
+    weighted = (du * scale)[:, None] * throughput * x
+    p = xp.sum(weighted, axis=0) / xp.clip(capacity, 1e-30, None)
+    p = xp.where(capacity > 0, p, 0.0)
     if bool((capacity <= 0).any()) and bool((capacity > 0).any()):
-        p = torch.where(capacity > 0, p, p[capacity > 0].max())
-    return p.clamp_min(0)
+        p = xp.where(capacity > 0, p, xp.amax(p[capacity > 0]))
+    return xp.clip(p, 0.0, None)
 
 
 def _parse_float(text: str, what: str, spec: str) -> float:

@@ -1,5 +1,6 @@
 """The ``walras`` command line from a cold start (issue 20): fresh processes as a user runs them, against warm calls
-in this process, with the floors that no command can go below (the interpreter, ``import numpy``, ``import torch``).
+in this process, with the floors that no command can go below (the interpreter, ``import numpy``; ``import torch``
+for a command on the torch route).
 
 Usage::
 
@@ -134,8 +135,10 @@ def solve_rows(runs: int, n: int, judged: bool, floor: dict[str, float], say: An
             f"{sec / warm:.2f} | {median([j['startup_seconds'] for j in js]):.4f} | "
             f"{median([j['import_seconds'] or float('nan') for j in js]):.2f} | {rss:.0f} | {'; '.join(marks)} |")
     torch_floor = floor.get("import torch", float("nan"))
-    say(f"\nLoad average after: {loadavg()}. The floor of any process that imports torch is `import torch`: "
-        f"{torch_floor:.2f} s median in the table above, measured in the same minutes.\n")
+    say(f"\nLoad average after: {loadavg()}. `walras solve` on a CPU machine runs the numpy route of "
+        "`allocator.pricing` and does not import torch; a process that does (`--device cuda`, or the torch route) "
+        f"pays at least `import torch`: {torch_floor:.2f} s median in the table above, measured in the same "
+        "minutes.\n")
 
 
 _FIRST = (
@@ -275,7 +278,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
     imports = median([c["imports"] for c in cold])
     ahead = all(c["read_ahead"] for c in cold)
     meanwhile = "; the read-ahead child reads meanwhile" if ahead else ""
-    say(f"| imports (walras.planner; torch through the market){meanwhile} | {imports:.2f} | - |")
+    say(f"| imports (walras.planner and its market: numpy, no torch on the CPU){meanwhile} | {imports:.2f} | - |")
     names = {"read": ("wait for the read-ahead child + decode its message" if ahead else
                       "read YAML + validate (CRD schema, CEL)"),
              "plan": "build_plan", "to_dict": "Plan.to_dict", "dumps": "json.dumps (compact)"}
@@ -345,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             plan_rows(runs, args.quick, say)
         flush(sections[k + 1:])
-    say("Thread policy: every CPU solve runs on one torch intra-op thread (`allocator.pricing.threads`; the "
-        "measurements behind it are in the pricing page's \"Threads\" section).\n")
+    say("Thread policy: CPU solves run on the numpy route, single-threaded (the compiled hull walk and numpy); a "
+        "torch-route CPU solve runs on one torch intra-op thread (`allocator.pricing.threads`; the measurements "
+        "behind it are in the pricing page's \"Threads\" section).\n")
     flush([])
     if writes:
         print(f"wrote {OUTPUT}")

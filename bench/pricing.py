@@ -1,6 +1,6 @@
 """Benchmark for ``allocator.pricing`` (paper 004, Agrawal et al., price discovery): issue 2, section 5.
 
-Run ``python -m bench.pricing`` (full) or ``python -m bench.pricing --quick`` (smoke); writes
+Run ``python -m bench.pricing`` (full) or ``python -m bench.pricing --quick`` (smoke, printed only); the full run writes
 ``docs/bench/pricing.md``. Every timing is the median of 5 runs (``--runs``), wall clock, float32, the default
 tolerance, on the CPU with the package's thread policy, unless a row says otherwise.
 
@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from allocator import pricing, utilities
 from allocator.pricing import kernels
-from allocator.pricing.problem import prepare
+from allocator.pricing.problem import Route, prepare
 from bench._machine import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +64,10 @@ def median_time(fn: Callable[[], Any], runs: int) -> tuple[float, Any]:
 
 def median_cpu_one_thread(fn: Callable[[], Any], runs: int) -> float:
     """Median process CPU time of ``fn`` with one torch thread: on a loaded machine this is far less inflated than
-    wall time with several threads (their barriers wait for descheduled peers), so it is reported next to it."""
+    wall time with several threads (their barriers wait for descheduled peers), so it is reported next to it. (The
+    numpy route, the CPU default, is single-threaded whatever torch's setting.)"""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -109,8 +111,8 @@ def rss_subprocess(n: int, spec: str) -> float:
 
 
 def rss_baseline() -> float:
-    """Peak RSS (MiB) of a fresh process that only imports numpy, torch and ``allocator.pricing``."""
-    return _fresh_process_rss("import numpy, torch\nfrom allocator import pricing, utilities\n")
+    """Peak RSS (MiB) of a fresh process that only imports numpy and ``allocator.pricing`` (no torch: the CPU route)."""
+    return _fresh_process_rss("import numpy\nfrom allocator import pricing, utilities\n")
 
 
 #: Runs argv[1:] (the ``walras`` command) as a child and prints its wall time, peak RSS (``RUSAGE_CHILDREN``: this
@@ -148,8 +150,8 @@ _FIRST = (
     "import json, sys, time\n"
     "t0 = time.perf_counter()\n"
     "from allocator import pricing, utilities\n"
-    "from bench.pricing import section_62\n"
     "t1 = time.perf_counter()\n"
+    "from bench.pricing import section_62\n"
     "a, r = section_62(int(sys.argv[1]))\n"
     "calls = []\n"
     "for _ in range(5):\n"
@@ -194,6 +196,8 @@ def resalloc_module() -> Any | None:
 def resalloc_solve(fungible: Any, a: np.ndarray, r: np.ndarray, spec: str, eps_per_job: float) -> tuple[float, float]:
     """Solve with resalloc (its L-BFGS, its default ``max_iter`` 50) to the per-job tolerance ``eps_per_job``; returns
     (wall seconds, utility of its feasible allocation, computed in float64 by us from its allocation)."""
+    import torch
+
     n = a.shape[0]
     at = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
     rt = torch.as_tensor(r, dtype=torch.float32)
@@ -202,7 +206,7 @@ def resalloc_solve(fungible: Any, a: np.ndarray, r: np.ndarray, spec: str, eps_p
     else:
         target, weights = spec.split(":")[1], utilities.from_spec(spec, n, seed=0).weight  # type: ignore[attr-defined]
         util = fungible.utilities.TargetPriority(
-            torch.full((n, 1), float(target)), weights.to(torch.float32).reshape(n, 1)
+            torch.full((n, 1), float(target)), torch.as_tensor(weights, dtype=torch.float32).reshape(n, 1)
         )
     t0 = time.perf_counter()
     problem = fungible.AllocationProblem(at, rt, util)
@@ -219,7 +223,7 @@ def objective(a: np.ndarray, x: np.ndarray, spec: str, n: int) -> float:
     if spec == "log":
         return float(np.log(t).sum())
     u = utilities.from_spec(spec, n, seed=0)
-    w = u.weight.double().numpy()  # type: ignore[attr-defined]
+    w = np.asarray(u.weight, dtype=np.float64)  # type: ignore[attr-defined]
     return float((w * np.minimum(t - float(spec.split(":")[1]), 0.0)).sum())
 
 
@@ -284,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cvxpy-timeout", type=float, default=150.0)
     ap.add_argument("--baseline-runs-large", type=int, default=None,
                     help="resalloc runs at n >= 10^6 (default --runs; each takes minutes on a loaded machine)")
+    ap.add_argument("--output", type=Path, default=OUT, help=f"where a full run writes its page (default {OUT})")
     args = ap.parse_args(argv)
+    import torch  # the resalloc baseline and the torch-route rows; the package's CPU route does not import it
+
     quick, runs = args.quick, args.runs
     big = 100_000 if quick else 1_000_000
 
@@ -400,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"\nLoad average after: {loadavg()}.\n")
 
     # D. Thread policy.
-    say("### Threads: one against two torch threads, same process, alternating\n")
-    say(f"Load average before: {loadavg()}. `PriceDiscovery(threads=k).solve` on the Sec. 6.2 instance, "
+    say("### Threads (torch route): one against two torch threads, same process, alternating\n")
+    say(f"Load average before: {loadavg()}. `PriceDiscovery(threads=k, backend='torch').solve` on the Sec. 6.2 "
+        "instance (the numpy route, the CPU default, is single-threaded), "
         f"median of {runs} alternating runs each (wall clock).\n")
     ratios: list[float] = []
     say("| n | utility | 1 thread s | 2 threads s | 2 / 1 |")
@@ -413,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[int, list[float]] = {1: [], 2: []}
             for _ in range(runs):
                 for k in (1, 2):
-                    cfg = pricing.PriceDiscovery(device="cpu", threads=k)
+                    cfg = pricing.PriceDiscovery(device="cpu", threads=k, backend="torch")
                     t0 = time.perf_counter()
                     cfg.solve(a_t, r_t, u_t)
                     times[k].append(time.perf_counter() - t0)
@@ -435,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "004 (4-core CPU) |")
     say("|---|---|---|---|---|---|---|---|")
     a, r = section_62(big)
-    at = torch.from_numpy(a)
+    at = a  # numpy input: the default CPU route (no torch in the solve)
     for spec, target, paper in (("log", "<= 0.5 s", "3.9 s, 11 it."), ("target:0.2:1,2", "<= 1.5 s", "11 s, 21 it.")):
         u = utilities.from_spec(spec, big, seed=0)
         sec, res = median_time(lambda u=u: pricing.solve(at, r, u, device="cpu"), runs)
@@ -450,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             log_res = res
         else:
             tp_default = res
-            w_tp = u.weight.numpy()  # type: ignore[attr-defined]
+            w_tp = np.asarray(u.weight)  # type: ignore[attr-defined]
             tp_paper_eps = pricing.solve(at, r, u, device="cpu", eps=1e-3 * big)
     say(f"\nLog: {two:.1%} of jobs use two pools, {slack:.1%} have slack (004: ~17 %, ~18 %).\n")
     say("Target-priority, share of jobs at the target 0.2 (004 Sec. 6.2: \"over 95%\", \"virtually all\" of the "
@@ -493,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         am, rm = section_64(mid, m)
         u = utilities.Log()
         p = pricing.PriceDiscovery(device="cpu")._initial_prices(
-            prepare(am, rm, u, None, torch.device("cpu"), torch.float32), None
+            prepare(am, rm, u, None, Route("numpy", "cpu", "float32")), None
         )
         th, _ = median_time(lambda am=am, rm=rm, p=p, u=u: pricing.dual_evaluation(am, rm, u, p, device="cpu"), runs)
         if m <= 16:
@@ -512,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     a_w = a.copy()
     rows = rng.choice(big, big // 100, replace=False)
     a_w[rows] *= rng.uniform(0.8, 1.2, (rows.size, 4)).astype(np.float32)
-    a_wt = torch.from_numpy(a_w)
+    a_wt = a_w
     cold_s, cold = median_time(lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu"), runs)
     warm_s, warm = median_time(
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
@@ -521,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     # result), built outside the timed call.
     inc_times, inc = [], None
     for _ in range(runs):
-        seed = pricing.solve(torch.from_numpy(a), r, utilities.Log(), device="cpu", prices=log_res.prices)
+        seed = pricing.solve(a, r, utilities.Log(), device="cpu", prices=log_res.prices)
         t0 = time.perf_counter()
         inc = pricing.solve(a_wt, r, utilities.Log(), device="cpu", previous=seed)
         inc_times.append(time.perf_counter() - t0)
@@ -609,8 +617,10 @@ def main(argv: list[str] | None = None) -> int:
         "threads at a load average above 2 can be 10-100x the quiet ones; the 1-thread CPU columns are the steadier "
         "measure there). Verdicts compare the wall-time median with the target. Load average at the end: "
         + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + ".\n")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text("\n".join(lines) + "\n")
+    if quick:  # a smoke run is not the page's measurement (as in bench.cli): printed only
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n")
     return 0
 
 

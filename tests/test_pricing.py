@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import cvxpy as cp
 import numpy as np
@@ -209,6 +210,10 @@ def _reference(a, d, r, family, params):  # type: ignore[no-untyped-def]
 
 FAMILIES = ["linear", "log", "power", "power_neg", "alpha", "target"]
 
+#: The array routes of allocator.pricing (allocator.pricing.problem.resolve_route): the core correctness tests run on
+#: both; "torch" is the CUDA / distributed route, forced here on the CPU.
+BACKENDS = ["numpy", "torch"]
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("demand_kind", ["scalar", "vector"])
@@ -223,24 +228,34 @@ def test_agrees_with_cvxpy_clarabel(family: str, demand_kind: str) -> None:
         r = rng.uniform(0.05, 0.3, m) * n
         params = {"weight": rng.choice([1.0, 2.0], n), "target": rng.uniform(0.1, 0.6, n)}
         optimum, ref_prices = _reference(a, d, r, family, params)
-        res = pricing.solve(a, r, _our_utility(family, n, params), demand=d, dtype="float64", eps=1e-5 * n)
-        tol = 1e-4 * max(1.0, abs(optimum))
-        # the bounds bracket the optimum, and the returned gap bounds the true suboptimality
-        assert res.dual_value >= optimum - tol
-        assert res.utility_value <= optimum + tol
-        assert optimum - res.utility_value <= res.gap + tol
-        # the allocation is feasible and its utility is the reported lower bound
-        x = res.allocation
-        dd = np.broadcast_to(d if d.ndim == 2 else d[:, None], (n, m))
-        assert (x >= 0).all() and (x.sum(1) <= 1 + 1e-9).all()
-        assert ((dd * x).sum(0) <= r * (1 + 1e-9)).all()
-        t = (a * x).sum(1)
-        assert np.allclose(t, res.throughputs, atol=1e-9)
-        # the dual value at our prices is optimal to 1e-3 per job (004's accuracy target)
-        assert res.dual_value - optimum <= 1e-3 * n
-        if family in ("log", "power", "power_neg", "alpha"):
-            # strictly concave utilities: unique optimal throughputs, prices agree with Clarabel's duals
-            assert res.prices == pytest.approx(ref_prices, rel=2e-2, abs=2e-3 * max(1.0, ref_prices.max()))
+        for backend in BACKENDS:
+            _check_against_reference(a, d, r, family, params, optimum, ref_prices, backend)
+
+
+def _check_against_reference(  # type: ignore[no-untyped-def]
+    a, d, r, family, params, optimum, ref_prices, backend
+) -> None:
+    n, m = a.shape
+    res = pricing.solve(
+        a, r, _our_utility(family, n, params), demand=d, dtype="float64", eps=1e-5 * n, backend=backend
+    )
+    tol = 1e-4 * max(1.0, abs(optimum))
+    # the bounds bracket the optimum, and the returned gap bounds the true suboptimality
+    assert res.dual_value >= optimum - tol
+    assert res.utility_value <= optimum + tol
+    assert optimum - res.utility_value <= res.gap + tol
+    # the allocation is feasible and its utility is the reported lower bound
+    x = res.allocation
+    dd = np.broadcast_to(d if d.ndim == 2 else d[:, None], (n, m))
+    assert (x >= 0).all() and (x.sum(1) <= 1 + 1e-9).all()
+    assert ((dd * x).sum(0) <= r * (1 + 1e-9)).all()
+    t = (a * x).sum(1)
+    assert np.allclose(t, res.throughputs, atol=1e-9)
+    # the dual value at our prices is optimal to 1e-3 per job (004's accuracy target)
+    assert res.dual_value - optimum <= 1e-3 * n
+    if family in ("log", "power", "power_neg", "alpha"):
+        # strictly concave utilities: unique optimal throughputs, prices agree with Clarabel's duals
+        assert res.prices == pytest.approx(ref_prices, rel=2e-2, abs=2e-3 * max(1.0, ref_prices.max()))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -255,9 +270,11 @@ def test_primal_recovery_on_small_instances(family: str, seed: int) -> None:
     r = rng.uniform(0.05, 0.3, m) * n
     params = {"weight": rng.choice([1.0, 2.0], n), "target": rng.uniform(0.1, 0.6, n)}
     optimum, _ = _reference(a, d, r, family, params)
-    res = pricing.solve(a, r, _our_utility(family, n, params), demand=d, dtype="float64", eps=1e-5 * n)
-    assert (optimum - res.utility_value) / n <= 1e-3
-    assert res.dual_value >= optimum - 1e-6 * max(1.0, abs(optimum))  # the dual bound holds
+    for backend in BACKENDS:
+        u = _our_utility(family, n, params)
+        res = pricing.solve(a, r, u, demand=d, dtype="float64", eps=1e-5 * n, backend=backend)
+        assert (optimum - res.utility_value) / n <= 1e-3, backend
+        assert res.dual_value >= optimum - 1e-6 * max(1.0, abs(optimum)), backend  # the dual bound holds
 
 
 # ------------------------------------------------------------------------------------------- property tests
@@ -279,12 +296,13 @@ def _random_problem(seed: int, n: int, m: int, vector_demand: bool):  # type: ig
     m=st.integers(1, 6),
     family=st.sampled_from(["linear", "target", "power", "alpha", "log"]),
     vector_demand=st.booleans(),
+    backend=st.sampled_from(BACKENDS),
 )
-def test_invariants(seed, n, m, family, vector_demand) -> None:  # type: ignore[no-untyped-def]
+def test_invariants(seed, n, m, family, vector_demand, backend) -> None:  # type: ignore[no-untyped-def]
     a, d, r = _random_problem(seed, n, m, vector_demand)
     params = {"weight": np.ones(n), "target": np.full(n, 0.3)}
     u = _our_utility(family, n, params)
-    res = pricing.solve(a, r, u, demand=d, dtype="float64", max_iter=60)
+    res = pricing.solve(a, r, u, demand=d, dtype="float64", max_iter=60, backend=backend)
     x = res.allocation
     dd = np.broadcast_to(d if d.ndim == 2 else d[:, None], (n, m))
     assert np.isfinite(x).all()
@@ -346,7 +364,7 @@ def test_section_62_statistics_target_priority() -> None:
     # Column scaling (Sec. 5) leaves some jobs a little short of 0.2: count "reached" within 2 %.
     reached = t >= 0.2 * (1 - 2e-2)
     assert reached.mean() > 0.95  # "over 95% of the jobs"
-    high = u.weight.numpy() == 2.0  # type: ignore[attr-defined]
+    high = np.asarray(u.weight) == 2.0  # type: ignore[attr-defined]
     # 004: "virtually all of the high priority jobs"; measured here: 96 % (see docs/bench/pricing.md)
     assert reached[high].mean() > 0.95
     assert reached[high].mean() > reached[~high].mean()
@@ -362,7 +380,7 @@ def test_section_62_target_priority_at_the_default_tolerance(n: int) -> None:
     (allocator.pricing.repair)."""
     a, r = _section_62(n)
     u = U.from_spec("target:0.2:1,2", n, seed=0)
-    w = u.weight.numpy()  # type: ignore[attr-defined]
+    w = np.asarray(u.weight)  # type: ignore[attr-defined]
     res = pricing.solve(a, r, u, device="cpu")
     assert res.converged
     assert res.eps == pytest.approx(1e-3 * float((0.2 * w).sum()))
@@ -430,8 +448,9 @@ def test_target_priority_default_tolerance_holds_against_highs() -> None:
         ({"dtype": "int32"}, r"dtype"),
     ],
 )
-def test_bad_input_raises_value_error(kwargs, match) -> None:  # type: ignore[no-untyped-def]
-    args = {"throughput": [[1.0, 2.0], [3.0, 1.0]], "capacity": [1.0, 1.0], "utility": U.Log()}
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_input_raises_value_error(kwargs, match, backend) -> None:  # type: ignore[no-untyped-def]
+    args = {"throughput": [[1.0, 2.0], [3.0, 1.0]], "capacity": [1.0, 1.0], "utility": U.Log(), "backend": backend}
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         pricing.solve(args.pop("throughput"), args.pop("capacity"), args.pop("utility"), **args)
@@ -445,15 +464,16 @@ def test_log_target_needs_positive_targets() -> None:
 # ------------------------------------------------------------------------------------ infeasible / degenerate
 
 
-def test_job_that_can_run_nowhere_with_log_is_reported_infeasible() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_job_that_can_run_nowhere_with_log_is_reported_infeasible(backend: str) -> None:
     a = np.array([[1.0, 2.0], [0.0, 0.0], [2.0, 1.0]])
-    res = pricing.solve(a, [1.0, 1.0], U.Log(), dtype="float64")
+    res = pricing.solve(a, [1.0, 1.0], U.Log(), dtype="float64", backend=backend)  # type: ignore[arg-type]
     assert res.status == "infeasible" and not res.converged
     assert res.infeasible_jobs.tolist() == [1]
     assert res.utility_value == -math.inf and "job 1" in res.message
     assert (res.allocation[1] == 0).all() and np.isfinite(res.allocation).all()
     # the other two jobs are solved: each gets its best pool
-    ref = pricing.solve(a[[0, 2]], [1.0, 1.0], U.Log(), dtype="float64")
+    ref = pricing.solve(a[[0, 2]], [1.0, 1.0], U.Log(), dtype="float64", backend=backend)  # type: ignore[arg-type]
     assert np.allclose(res.allocation[[0, 2]], ref.allocation)
 
 
@@ -464,17 +484,18 @@ def test_all_zero_row_with_finite_utility_gets_nothing() -> None:
     assert res.utility_value == pytest.approx(-0.5)
 
 
-def test_zero_capacity_pool_and_empty_problem() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_capacity_pool_and_empty_problem(backend: Any) -> None:
     rng = np.random.default_rng(3)
     a = rng.uniform(0.1, 1, (2000, 3))
-    res = pricing.solve(a, [400.0, 0.0, 200.0], U.Log(), dtype="float64")
+    res = pricing.solve(a, [400.0, 0.0, 200.0], U.Log(), dtype="float64", backend=backend)
     assert res.converged
     assert np.abs(res.allocation[:, 1]).max() == 0.0
     # the closed pool is priced so that no job would want it at the returned allocation
     assert res.prices[1] >= (a[:, 1] / res.throughputs).max() - 1e-9
-    empty = pricing.solve(np.zeros((0, 3)), [1.0, 1.0, 1.0], U.Log())
+    empty = pricing.solve(np.zeros((0, 3)), [1.0, 1.0, 1.0], U.Log(), backend=backend)
     assert empty.status == "empty" and empty.allocation.shape == (0, 3)
-    none = pricing.solve(a, [0.0, 0.0, 0.0], U.Log(), dtype="float64")
+    none = pricing.solve(a, [0.0, 0.0, 0.0], U.Log(), dtype="float64", backend=backend)
     assert none.status == "infeasible" and none.infeasible_jobs.size == 2000
 
 
@@ -584,10 +605,11 @@ def _same_result(x: pricing.PricingResult, y: pricing.PricingResult) -> None:
         np.testing.assert_allclose(x.allocation, y.allocation, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("family", "dtype"), [("log", "float32"), ("target", "float32"), ("alpha", "float32"), ("alpha", "float64")]
 )
-def test_incremental_resolve_equals_a_warm_start_from_the_same_prices(family: str, dtype: str) -> None:
+def test_incremental_resolve_equals_a_warm_start_from_the_same_prices(family: str, dtype: str, backend: Any) -> None:
     """``previous=`` re-solves only the changed jobs at the first evaluation and is otherwise the warm start from the
     previous prices: the same result (reference: the full warm-started solve)."""
     n = 5_000
@@ -599,16 +621,16 @@ def test_incremental_resolve_equals_a_warm_start_from_the_same_prices(family: st
         "target": lambda: U.TargetPriority(0.2, weights),
         "alpha": lambda: U.AlphaFair(2.0, weights),
     }[family]
-    first = pricing.solve(a, r, make(), device="cpu", dtype=dtype)
+    first = pricing.solve(a, r, make(), device="cpu", dtype=dtype, backend=backend)
     b, rows = _perturbed(a, 0.01, seed=1)
-    reference = pricing.solve(b, r, make(), device="cpu", dtype=dtype, prices=first.prices)
-    again = pricing.solve(b, r, make(), device="cpu", dtype=dtype, previous=first)
+    reference = pricing.solve(b, r, make(), device="cpu", dtype=dtype, backend=backend, prices=first.prices)
+    again = pricing.solve(b, r, make(), device="cpu", dtype=dtype, backend=backend, previous=first)
     assert again.resolved_jobs == rows.size and reference.resolved_jobs is None
     _same_result(again, reference)
     # a chain: the new result seeds the next re-solve, with other rows changed
     c, rows2 = _perturbed(b, 0.02, seed=2)
-    reference2 = pricing.solve(c, r, make(), device="cpu", dtype=dtype, prices=again.prices)
-    third = pricing.solve(c, r, make(), device="cpu", dtype=dtype, previous=again)
+    reference2 = pricing.solve(c, r, make(), device="cpu", dtype=dtype, backend=backend, prices=again.prices)
+    third = pricing.solve(c, r, make(), device="cpu", dtype=dtype, backend=backend, previous=again)
     assert third.resolved_jobs == rows2.size
     _same_result(third, reference2)
 
@@ -632,24 +654,25 @@ def test_incremental_resolve_detects_changed_weights_demands_and_shared_paramete
     _same_result(moved, pricing.solve(a, r, U.TargetPriority(0.25), device="cpu", prices=base.prices))
 
 
-def test_incremental_state_is_consumed_once_and_checked() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_incremental_state_is_consumed_once_and_checked(backend: Any) -> None:
     n = 2_000
     a, r = _section_62(n, seed=5)
-    first = pricing.solve(a, r, U.Log(), device="cpu")
+    first = pricing.solve(a, r, U.Log(), device="cpu", backend=backend)
     b, rows = _perturbed(a, 0.01, seed=6)
-    one = pricing.solve(b, r, U.Log(), device="cpu", previous=first)
+    one = pricing.solve(b, r, U.Log(), device="cpu", backend=backend, previous=first)
     assert one.resolved_jobs == rows.size
-    two = pricing.solve(b, r, U.Log(), device="cpu", previous=first)  # state already moved to ``one``
+    two = pricing.solve(b, r, U.Log(), device="cpu", backend=backend, previous=first)  # state already moved to ``one``
     assert two.resolved_jobs is None
     _same_result(one, two)
     # the caller mutating its array after a solve does not fool the change detection (private copies)
     c = b.copy()
-    base = pricing.solve(c, r, U.Log(), device="cpu")
+    base = pricing.solve(c, r, U.Log(), device="cpu", backend=backend)
     c[0] *= 1.5
-    after = pricing.solve(c, r, U.Log(), device="cpu", previous=base)
+    after = pricing.solve(c, r, U.Log(), device="cpu", backend=backend, previous=base)
     assert after.resolved_jobs == 1
     with pytest.raises(ValueError, match="pools"):
-        pricing.solve(a[:, :3], r[:3], U.Log(), device="cpu", previous=one)
+        pricing.solve(a[:, :3], r[:3], U.Log(), device="cpu", backend=backend, previous=one)
 
 
 # ------------------------------------------------------------------------------------------------ identical jobs
@@ -687,7 +710,8 @@ def test_markets_of_identical_jobs_close_the_gap_through_classes_of_tied_jobs() 
 # ------------------------------------------------------------------------------------------------ precision
 
 
-def test_a_float32_run_that_stalls_continues_in_float64() -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float32_run_that_stalls_continues_in_float64(backend: Any) -> None:
     """Below float32's resolution of the dual (here eps = 1e-9 n on a log market: float32 stalls near 7 eps) the
     float32 line search stops making progress; the run then continues in float64 from its best prices and closes the
     gap. Without escalation it cannot: its float32 cuts leave the cutting-plane step (``allocator.pricing.bundle``)
@@ -695,7 +719,7 @@ def test_a_float32_run_that_stalls_continues_in_float64() -> None:
     n = 2000
     a, r = _section_62(n, seed=1)
     eps = 1e-9 * n
-    cfg = pricing.PriceDiscovery(eps=eps, dtype="float32", max_iter=400, device="cpu")
+    cfg = pricing.PriceDiscovery(eps=eps, dtype="float32", max_iter=400, device="cpu", backend=backend)
     stuck = replace(cfg, escalate=False).solve(a, r, U.Log())
     assert not stuck.converged and stuck.iterations <= 400
     # the status says why it stopped: the limit, or no progress left before it
@@ -706,7 +730,7 @@ def test_a_float32_run_that_stalls_continues_in_float64() -> None:
     assert res.converged and res.gap <= eps and res.iterations <= 400
     assert res.dtype == "float64" and "continued in float64" in res.message
     assert [h.iteration for h in res.history] == list(range(1, res.iterations + 1))
-    exact = pricing.solve(a, r, U.Log(), device="cpu", dtype="float64", eps=eps)
+    exact = pricing.solve(a, r, U.Log(), device="cpu", dtype="float64", eps=eps, backend=backend)
     assert abs(res.utility_value - exact.utility_value) <= 2 * eps
 
 

@@ -22,7 +22,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from allocator import pricing
 from allocator import utilities as U
 from allocator.pricing.oracle import DualOracle
-from allocator.pricing.problem import prepare
+from allocator.pricing.problem import Route, prepare
 from allocator.pricing.recovery import recover_allocation
 from allocator.pricing.subproblem import Subsolution
 
@@ -182,5 +182,5 @@ def test_recovered_allocations_are_feasible_and_the_certificate_honest(seed: int
 def test_the_prices_of_the_kink_market_are_optimal() -> None:
     """The premise of the tests above, checked by DualOracle: g(P_KINK) equals U* = 0 (strong duality, 004 Sec. 3)."""
     util = U.TargetPriority(TARGET_KINK, W_KINK)
-    prob = prepare(A_KINK, R_KINK, util, None, torch.device("cpu"), torch.float64)
+    prob = prepare(A_KINK, R_KINK, util, None, Route("torch", "cpu", "float64"))
     assert DualOracle(prob)(P_KINK).dual == pytest.approx(0.0, abs=1e-12)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import cvxpy as cp
 import numpy as np
 import pytest
-import torch
 
 from allocator import pricing
 from allocator import utilities as U
@@ -22,7 +21,7 @@ from allocator.pricing.bundle import CuttingPlanes
 from allocator.pricing.discovery import PriceDiscovery
 from allocator.pricing.lbfgs import LBFGSRun
 from allocator.pricing.oracle import DualOracle
-from allocator.pricing.problem import prepare
+from allocator.pricing.problem import Route, prepare
 
 
 def section_62(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +57,7 @@ def optimum(a: np.ndarray, r: np.ndarray, u: U.UtilityBase) -> float:
     n, m = a.shape
     x = cp.Variable((n, m), nonneg=True)
     t = cp.sum(cp.multiply(a, x), axis=1)
-    w = np.broadcast_to(u.weight.double().numpy(), (n,))
+    w = np.broadcast_to(np.asarray(u.weight, dtype=np.float64), (n,))
     if isinstance(u, U.Log):
         objective = cp.sum(cp.multiply(w, cp.log(t)))
     elif isinstance(u, U.Linear):
@@ -66,7 +65,7 @@ def optimum(a: np.ndarray, r: np.ndarray, u: U.UtilityBase) -> float:
     elif isinstance(u, U.Power):
         objective = cp.sum(cp.multiply(w, cp.power(t, float(u.p))))
     else:
-        target = np.broadcast_to(u.target.double().numpy(), (n,))
+        target = np.broadcast_to(np.asarray(u.target, dtype=np.float64), (n,))
         objective = cp.sum(cp.multiply(w, cp.minimum(t - target, 0)))
     problem = cp.Problem(cp.Maximize(objective), [cp.sum(x, axis=1) <= 1, cp.sum(x, axis=0) <= r])
     problem.solve(solver=cp.CLARABEL)
@@ -83,7 +82,7 @@ def check_certified(res: pricing.PricingResult, a: np.ndarray, r: np.ndarray, u:
     assert (x >= 0).all() and (x.sum(1) <= 1 + 1e-6).all()
     assert (x.sum(0) <= r * (1 + 1e-6)).all()  # capacity never exceeded
     t = (a.astype(np.float32).astype(np.float64) * x).sum(1)
-    value = float(u.to("cpu", torch.float64).value(torch.from_numpy(t)).sum())
+    value = float(u.to("cpu", np.float64).value(t).sum())
     assert value == pytest.approx(res.utility_value, rel=1e-5, abs=1e-6)
     assert res.utility_value <= best + tol  # a feasible allocation: at most U*
     assert res.dual_value >= best - 1e-5 * max(1.0, abs(best))  # the dual bound holds (float32 evaluations)
@@ -121,10 +120,10 @@ def test_the_reported_instance_needs_a_job_on_three_pools() -> None:
 
 
 def _run(a: np.ndarray, r: np.ndarray, u: U.UtilityBase, *, cutting_planes: bool, max_iter: int) -> LBFGSRun:
-    prob = prepare(a, r, u, None, torch.device("cpu"), torch.float64)
+    prob = prepare(a, r, u, None, Route("numpy", "cpu", "float64"))
     run = LBFGSRun(PriceDiscovery(), DualOracle(prob), 1e-3 * a.shape[0], max_iter)
     run.cutting_planes = cutting_planes
-    run.optimise(U.initial_prices(u, prob.a, prob.capacity).double().numpy())
+    run.optimise(np.asarray(U.initial_prices(u, prob.a, prob.capacity), dtype=np.float64))
     return run
 
 

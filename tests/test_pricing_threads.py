@@ -42,7 +42,7 @@ def _instance(n: int = 2000) -> tuple[np.ndarray, np.ndarray]:
 def test_cpu_solve_runs_on_one_thread_and_restores_the_count(monkeypatch: pytest.MonkeyPatch, two_threads: Any) -> None:
     seen = _recording(monkeypatch)
     a, r = _instance()
-    res = pricing.solve(a, r, U.Log(), device="cpu")
+    res = pricing.solve(a, r, U.Log(), device="cpu", backend="torch")
     assert res.converged and seen and set(seen) == {1}
     assert torch.get_num_threads() == 2
 
@@ -51,17 +51,17 @@ def test_threads_override_is_used(monkeypatch: pytest.MonkeyPatch, two_threads: 
     torch.set_num_threads(1)
     seen = _recording(monkeypatch)
     a, r = _instance()
-    pricing.PriceDiscovery(device="cpu", threads=2).solve(a, r, U.Log())
+    pricing.PriceDiscovery(device="cpu", threads=2, backend="torch").solve(a, r, U.Log())
     assert set(seen) == {2} and torch.get_num_threads() == 1
     with pytest.raises(ValueError, match="threads must be at least 1"):
-        pricing.PriceDiscovery(device="cpu", threads=0).solve(a, r, U.Log())
+        pricing.PriceDiscovery(device="cpu", threads=0, backend="torch").solve(a, r, U.Log())
 
 
 def test_count_is_restored_when_the_solve_raises(two_threads: Any) -> None:
     a, r = _instance()
     a[5, 1] = -1.0
     with pytest.raises(ValueError, match=r"throughput\[5, 1\]"):
-        pricing.solve(a, r, U.Log(), device="cpu")
+        pricing.solve(a, r, U.Log(), device="cpu", backend="torch")
     assert torch.get_num_threads() == 2
 
 

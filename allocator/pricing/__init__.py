@@ -23,13 +23,19 @@ jobs first solve a seeded random sample of the jobs from eq. (17) and start from
 (:class:`PriceDiscovery`, "presolve"), which leaves two to four full-size evaluations on 004 Sec. 6.2 instead of 13.
 The thread policy of CPU solves is :mod:`allocator.pricing.threads`.
 
+Routes (:func:`~allocator.pricing.problem.resolve_route`): CPU solves run on numpy arrays and never import torch;
+CUDA devices, torch tensor inputs, ``backend="torch"`` and distributed solves run on torch tensors. The array code is
+written once for both (:mod:`allocator._xp`); the numpy route exists because importing torch (3.2-3.8 s on this
+project's 2-core machine) costs more than a 10^6-job solve.
+
 Scale-out: the dual function is a sum over jobs, so :func:`solve_distributed` shards jobs over the processes of a
 ``torch.distributed`` group and all-reduces resource usage, dual and primal sums every evaluation; the price update
 is replicated identically on every rank.
 
 Modules, one job each:
 
-- :mod:`~allocator.pricing.problem`: the problem's data, input validation and conversion, change detection;
+- :mod:`~allocator.pricing.problem`: the route table, the problem's data, input validation and conversion, change
+  detection;
 - :mod:`~allocator.pricing.subproblem`: the per-job subproblem (hull walk, all-pairs reference), Sec. 4;
 - :mod:`~allocator.pricing.kernels`: the compiled CPU kernels and their loading routes (ahead of time or just in
   time; :mod:`~allocator.pricing.numba_kernels` is their source, :mod:`~allocator.pricing.aot` the AOT build);
@@ -40,11 +46,11 @@ Modules, one job each:
   over-used (instead of scaling its whole column, Sec. 5);
 - :mod:`~allocator.pricing.lbfgs`: the projected L-BFGS price update and stopping rule, Alg. 2;
 - :mod:`~allocator.pricing.bundle`: the cutting-plane price step for nonsmooth duals;
-- :mod:`~allocator.pricing.threads`: torch threads of a CPU solve;
+- :mod:`~allocator.pricing.threads`: torch threads of a torch-route CPU solve;
 - :mod:`~allocator.pricing.result`: the result types;
 - :mod:`~allocator.pricing.discovery`: the driver (presolve, escalation, incremental re-solves) and entry points.
 
-``import allocator.pricing`` loads torch and numpy, not scipy or numba: the kernels load on the first solve (outside
+``import allocator.pricing`` loads numpy, not torch, scipy or numba: the kernels load on the first solve (outside
 its clock) or when :func:`load_kernels` is called, the LP solver when a recovery first needs it.
 """
 
@@ -53,18 +59,21 @@ from __future__ import annotations
 from allocator.pricing.discovery import PriceDiscovery, default_eps, solve, solve_distributed
 from allocator.pricing.kernels import load as load_kernels
 from allocator.pricing.oracle import dual_evaluation
-from allocator.pricing.problem import resolve_device, resolve_dtype
+from allocator.pricing.problem import Route, cuda_available, resolve_device, resolve_dtype, resolve_route
 from allocator.pricing.result import IterationRecord, PricingResult
 
 __all__ = [
     "IterationRecord",
     "PriceDiscovery",
     "PricingResult",
+    "Route",
+    "cuda_available",
     "default_eps",
     "dual_evaluation",
     "load_kernels",
     "resolve_device",
     "resolve_dtype",
+    "resolve_route",
     "solve",
     "solve_distributed",
 ]

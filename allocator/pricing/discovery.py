@@ -3,28 +3,42 @@ float64 escalation, incremental re-solves) and the entry points :func:`solve` an
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from allocator._xp import (
+    Array,
+    as_numpy,
+    asarray_like,
+    astype,
+    copy,
+    device_of,
+    equal,
+    flatnonzero,
+    index_like,
+    is_tensor,
+    namespace,
+    zeros,
+)
+from allocator._xp import torch as _torch
 from allocator.pricing import kernels
 from allocator.pricing.lbfgs import LBFGSRun
 from allocator.pricing.oracle import DualOracle, Evaluation
 from allocator.pricing.problem import (
     ArrayLike,
     Problem,
+    Route,
     changed_rows,
     first_bad,
     prepare,
-    resolve_device,
-    resolve_dtype,
-    to_tensor,
+    resolve_route,
+    to_array,
     validate_throughput,
 )
 from allocator.pricing.repair import Repair, shed_overuse
@@ -88,8 +102,12 @@ class PriceDiscovery:
     max_line_search: int = 12
     armijo: float = 1e-4
     max_ratio: float = 1.5
-    device: torch.device | str | None = None
-    dtype: torch.dtype | str | None = None
+    #: the device (``None`` or ``"auto"``: CUDA when the machine has it, else the CPU), the working dtype and the
+    #: array backend (``None``, ``"numpy"`` or ``"torch"``): the route table of
+    #: :func:`allocator.pricing.problem.resolve_route`
+    device: Any = None
+    dtype: Any = None
+    backend: Literal["numpy", "torch"] | None = None
     record_history: bool = True
     recover: bool = True
     presolve_min_jobs: int = 5_000
@@ -98,7 +116,8 @@ class PriceDiscovery:
     #: evaluations stops and continues in float64 from its best prices, with the evaluations it has left: near the
     #: optimum, float32 dual values differ by less than their rounding noise and the line search stalls.
     escalate: bool = True
-    #: torch intra-op threads of a solve; ``None``: the policy of :mod:`allocator.pricing.threads` (one on the CPU)
+    #: torch intra-op threads of a torch-route solve; ``None``: the policy of :mod:`allocator.pricing.threads` (one
+    #: on the CPU); the numpy route is single-threaded
     threads: int | None = None
     #: called with each dual evaluation's :class:`IterationRecord` as it happens (progress reports of long solves;
     #: needs ``record_history``); not called by the presolve
@@ -118,10 +137,12 @@ class PriceDiscovery:
         """Run price discovery; with ``group`` (a ``torch.distributed`` group) the rows are this rank's shard.
         ``previous``: see :func:`solve`.
 
+        The route (numpy on the CPU, torch on CUDA, in a ``torch.distributed`` group, for tensor inputs or with
+        ``backend="torch"``) is :func:`allocator.pricing.problem.resolve_route`; both run this same code. Torch-route
         CPU solves run on the torch thread count of :mod:`allocator.pricing.threads` (one, or ``threads``; the
-        process-wide count is restored on return). The solve runs under ``torch.inference_mode()``: no autograd
-        bookkeeping per operation (about 10 % of a 10^4-job solve, which is per-op overhead bound); every result is
-        returned as numpy, so no inference tensor leaves this method.
+        process-wide count is restored on return) and under ``torch.inference_mode()``: no autograd bookkeeping per
+        operation (about 10 % of a 10^4-job solve, which is per-op overhead bound); every result is returned as
+        numpy, so no inference tensor leaves this method.
         """
         # One-time costs of the process (kernel loading, compilation) are paid before the clock starts.
         startup = 0.0 if kernels.loaded() is not None else kernels.load().seconds
@@ -130,14 +151,14 @@ class PriceDiscovery:
             numel = int(np.prod(np.shape(throughput)))
         except ValueError:  # ragged input: prepare reports it
             numel = 0
-        dev = resolve_device(self.device, throughput, capacity)
-        with intra_op_threads(numel, dev, self.threads), torch.inference_mode():
+        route = resolve_route(self.device, self.dtype, self.backend, (throughput, capacity), group)
+        with intra_op_threads(numel, route.device, self.threads, route.backend), _array_mode(route):
             res = self._solve(throughput, capacity, utility, demand, prices, group, start, previous)
             res.startup_seconds = startup
             left = (200 if self.max_iter is None else int(self.max_iter)) - res.iterations
             if not (res._precision_stall and self.escalate and group is None and left > 0):
                 return res
-            wide = replace(self, dtype=torch.float64, max_iter=left)
+            wide = replace(self, dtype="float64", max_iter=left)
             more = wide._solve(throughput, capacity, utility, demand, res.prices, group, start, None)
             if not more.converged and more.gap >= res.gap:
                 res.message += f" (a float64 continuation of {more.iterations} evaluations did not narrow the gap)"
@@ -168,16 +189,16 @@ class PriceDiscovery:
     ) -> PricingResult:
         if self.method not in ("hull", "pairs"):
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
-        dev = resolve_device(self.device, throughput, capacity)
-        dtype = resolve_dtype(self.dtype)
+        route = resolve_route(self.device, self.dtype, self.backend, (throughput, capacity), group)
         if previous is not None and not isinstance(previous, PricingResult):
             raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
         state = previous._reuse if previous is not None and group is None and self.method == "hull" else None
-        prob = prepare(throughput, capacity, utility, demand, dev, dtype, check_throughput=state is None)
-        rows: Tensor | None = None  # rows to solve again in an incremental re-solve (None: no reuse)
+        prob = prepare(throughput, capacity, utility, demand, route, check_throughput=state is None)
+        xp = namespace(prob.a)
+        rows: Array | None = None  # rows to solve again in an incremental re-solve (None: no reuse)
         if state is not None:
             rows = changed_rows(state, prob)
-            if rows is not None and not torch.equal(state.capacity > 0, prob.capacity > 0):
+            if rows is not None and not equal(state.capacity > 0, prob.capacity > 0):
                 rows = None  # pools opened or closed: the masked problem changed everywhere
             # unchanged rows equal rows validated by the previous solve
             validate_throughput(prob.a, rows)
@@ -187,9 +208,10 @@ class PriceDiscovery:
         if group is not None:
             import torch.distributed as dist
 
+            torch = _torch()
             buf = torch.tensor([float(n), u_scale], dtype=torch.float64)
             if dist.get_backend(group) == "nccl":
-                buf = buf.to(dev)
+                buf = buf.to(route.device)
             dist.all_reduce(buf, group=group)
             n_total, u_scale = int(buf[0].item()), float(buf[1].item())
         eps = EPS_RELATIVE * (u_scale if n_total > 0 else 1.0) if self.eps is None else float(self.eps)
@@ -200,11 +222,12 @@ class PriceDiscovery:
             raise ValueError(f"max_iter must be at least 1, got {self.max_iter!r}")
         p0_given: np.ndarray | None = None
         if prices is not None:
-            p0t = to_tensor("prices", prices, torch.device("cpu"), torch.float64)
+            given = as_numpy(prices) if is_tensor(prices) else prices
+            p0t = to_array("prices", given, Route("numpy", "cpu", "float64"))
             if p0t.shape != (m,):
                 raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
-            first_bad("prices", ~torch.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
-            p0_given = p0t.numpy().copy()
+            first_bad("prices", ~np.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
+            p0_given = p0t.copy()
         if previous is not None:
             if previous.prices.shape != (m,):
                 raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
@@ -219,52 +242,65 @@ class PriceDiscovery:
         open_pools = prob.capacity > 0
         all_open = bool(open_pools.all())
 
-        def infeasible_rows(idx: Tensor | None) -> Tensor:
-            a_rows = prob.a if idx is None else prob.a.index_select(0, idx)
+        def infeasible_rows(idx: Array | None) -> Array:
+            a_rows = prob.a if idx is None else prob.a[idx]
             util = prob.utility if idx is None else prob.utility.take(idx)
-            u0 = util.value(torch.zeros(a_rows.shape[0], dtype=dtype, device=dev))
-            doomed = torch.isneginf(u0)
+            k = a_rows.shape[0]
+            if util.n_jobs is None and k > 1:
+                # every parameter is shared (the protocol's ``n_jobs is None``): one value at zero for all jobs
+                doomed = xp.broadcast_to(xp.isneginf(util.value(zeros(1, like=a_rows))), (k,))
+            else:
+                doomed = xp.isneginf(util.value(zeros(k, like=a_rows)))
             if not bool(doomed.any()):
                 return doomed
             # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
             # pools > 0": one reduction instead of two n x m boolean temporaries
             reach = a_rows if all_open else a_rows[:, open_pools]
-            served = reach.amax(dim=1) > 0 if reach.shape[1] else torch.zeros_like(doomed)
+            if not reach.shape[1]:
+                served = xp.zeros_like(doomed)
+            elif is_tensor(reach):
+                served = xp.amax(reach, axis=1) > 0
+            else:
+                # numpy reduces a short last axis row by row (67 ms at 10^6 x 4); the compiled one-pass comparison
+                # with zero (non-negative rows differ from zero exactly where some entry is positive) takes 6 ms
+                reach = np.ascontiguousarray(reach)
+                served = kernels.rows_differ(reach, np.zeros(reach.shape, dtype=reach.dtype))
             return doomed & ~served
 
-        bad_rows: Tensor | None = None
+        bad_rows: Array | None = None
         if rows is None or bool(infeasible_rows(rows).any()):
             bad_rows = infeasible_rows(None)
             rows = None if bool(bad_rows.any()) else rows
         infeasible = (
-            np.zeros(0, dtype=np.int64) if bad_rows is None else torch.nonzero(bad_rows).squeeze(1).cpu().numpy()
+            np.zeros(0, dtype=np.int64) if bad_rows is None else np.flatnonzero(as_numpy(bad_rows))
         )
-        keep: Tensor | None = None
+        keep: Array | None = None
         if infeasible.size:
             assert bad_rows is not None
-            keep = torch.nonzero(~bad_rows).squeeze(1)
+            keep = flatnonzero(~bad_rows)
             prob = Problem(
-                a=prob.a.index_select(0, keep),
+                a=prob.a[keep],
                 capacity=prob.capacity,
-                demand=None if prob.demand is None else prob.demand.index_select(0, keep),
+                demand=None if prob.demand is None else prob.demand[keep],
                 utility=prob.utility.take(keep),
             )
         # Degenerate pools with zero capacity: nobody may use them; solve without them and price each at the
         # largest marginal value any job would get from it, u_i'(t_i) a_ij / d_ij, so that no job wants it.
         a_raw = prob.a
-        closed = (prob.capacity <= 0).cpu().numpy()
+        closed = as_numpy(prob.capacity <= 0)
         if closed.any() and not closed.all():
-            mask = torch.as_tensor(~closed, device=dev).to(dtype)
+            mask = asarray_like(~closed, prob.a)
             prob = Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
         evaluator = DualOracle(prob, method=self.method, group=group)
-        a_copy: Tensor | None = None  # the private copy of the throughputs kept for the next incremental solve
+        a_copy: Array | None = None  # the private copy of the throughputs kept for the next incremental solve
         if previous is not None and state is not None and rows is not None and keep is None:
             # consume the previous state: its buffers are patched in place and move to this result
             previous._reuse = None
             evaluator.reuse = (state, rows)
-            a_copy = state.a.index_copy_(0, rows, a_raw.index_select(0, rows))
+            state.a[rows] = a_raw[rows]
+            a_copy = state.a
         run = LBFGSRun(self, evaluator, eps, max_iter)
-        run.low_precision = self.escalate and dtype == torch.float32 and group is None
+        run.low_precision = self.escalate and route.dtype == "float32" and group is None
         presolved = 0
         if p0_given is not None:
             p0 = p0_given
@@ -312,7 +348,7 @@ class PriceDiscovery:
                 message += " (the cutting-plane model of g is minimised at the prices: no price step is left)"
         sol, scale = best_e.subsolution(), best_e.scale
         if closed.any() and not closed.all():
-            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, dev, dtype, group)
+            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, route, group)
         if best_e.recovered is not None:
             x, t = best_e.recovered.allocation, best_e.recovered.throughputs
             usage = best_e.recovered.usage
@@ -322,20 +358,20 @@ class PriceDiscovery:
         else:
             x = sol.dense(m, scale[:m])
             t = best_e.feasible_throughputs()
-            usage = best_e.usage * best_e.scale[:m].double().cpu().numpy()
+            usage = best_e.usage * best_e.scale[:m]
         if keep is not None:
-            x_full = torch.zeros((n, m), dtype=dtype, device=dev)
-            x_full.index_copy_(0, keep, x)
-            t_full = torch.zeros(n, dtype=dtype, device=dev)
-            t_full.index_copy_(0, keep, t)
+            x_full = zeros((n, m), like=x)
+            x_full[keep] = x
+            t_full = zeros(n, like=t)
+            t_full[keep] = t
             x, t = x_full, t_full
         primal, dual = best_e.primal, best_d.dual
         if status == "infeasible":
             primal, dual, gap = -math.inf, -math.inf, math.inf
         return PricingResult(
             prices=best_p,
-            allocation=x.cpu().numpy(),
-            throughputs=t.cpu().numpy(),
+            allocation=as_numpy(x),
+            throughputs=as_numpy(t),
             usage=usage,
             utility_value=primal,
             dual_value=dual,
@@ -346,8 +382,8 @@ class PriceDiscovery:
             status=status,
             message=message,
             seconds=time.perf_counter() - start,
-            device=str(dev),
-            dtype=str(dtype).replace("torch.", ""),
+            device=route.device,
+            dtype=route.dtype,
             infeasible_jobs=infeasible.astype(np.int64),
             history=run.history,
             presolve_evaluations=presolved,
@@ -355,12 +391,12 @@ class PriceDiscovery:
             _precision_stall=run.precision_stall and not converged,
             _reuse=(
                 Reuse(
-                    a=a_raw.clone() if a_copy is None else a_copy,
-                    demand=None if prob.demand is None else prob.demand.clone(),
+                    a=copy(a_raw) if a_copy is None else a_copy,
+                    demand=None if prob.demand is None else copy(prob.demand),
                     utility=prob.utility,
                     prices=best_d.prices.copy(),
                     sol=best_d.subsolution(),
-                    capacity=prob.capacity.clone(),
+                    capacity=copy(prob.capacity),
                     r_local=best_d.r_local,
                     net_local=best_d.net_local,
                     u_local=best_d.u_local,
@@ -377,28 +413,31 @@ class PriceDiscovery:
         prices: np.ndarray,
         closed: np.ndarray,
         throughput: ArrayLike,
-        keep: Tensor | None,
-        dev: torch.device,
-        dtype: torch.dtype,
+        keep: Array | None,
+        route: Route,
         group: Any,
     ) -> np.ndarray:
-        a = to_tensor("throughput", throughput, dev, dtype)
+        """Prices of the closed pools (capacity 0): the largest marginal value ``u_i'(t_i) a_ij / d_ij`` any job would
+        get from the pool at the feasible throughputs, so that no job wants it."""
+        a = to_array("throughput", throughput, route)
+        xp = namespace(a)
         if keep is not None:
-            a = a.index_select(0, keep)
+            a = a[keep]
         t_feas = ev.recovered.throughputs if ev.recovered is not None else ev.feasible_throughputs()
         du = prob.utility.derivative(t_feas)
-        du = torch.where(torch.isfinite(du), du, torch.zeros_like(du)).unsqueeze(1)
+        du = xp.where(xp.isfinite(du), du, 0.0)[:, None]
         d = prob.demand
-        per = a if d is None else a / (d.unsqueeze(1) if d.ndim == 1 else d)
-        value = (du * per).amax(0) if per.shape[0] else torch.zeros(per.shape[1], dtype=dtype, device=dev)
+        per = a if d is None else a / (d[:, None] if d.ndim == 1 else d)
+        value = xp.amax(du * per, axis=0) if per.shape[0] else zeros(per.shape[1], like=a)
         if group is not None:
             import torch.distributed as dist
 
-            buf = value.double().to(dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+            torch = _torch()
+            buf = value.double().to(route.device if dist.get_backend(group) == "nccl" else torch.device("cpu"))
             dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
             value = buf
         out = prices.copy()
-        out[closed] = value.double().cpu().numpy()[closed]
+        out[closed] = as_numpy(astype(value, "float64"))[closed]
         return out
 
     #: Evaluations allowed to the presolve; its best prices are used even when its own gap is still open (markets
@@ -408,25 +447,26 @@ class PriceDiscovery:
     def _presolve(self, prob: Problem, eps: float) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray], int]:
         """Prices and L-BFGS pairs from the market of a random sample of jobs (see the class docstring).
 
-        The sample is drawn with replacement by a generator seeded with 0 (deterministic); capacities and ``eps``
+        The sample is drawn with replacement by :func:`presolve_sample` (deterministic, the same on both routes);
+        capacities and ``eps``
         scale with the sample fraction ``k / n``, and the pairs' ``y = Delta (R - r)`` are rescaled by ``n / k`` to
         the full market's curvature.
         """
         n = prob.a.shape[0]
         k = max(min(n // 10, self.presolve_jobs), min(1_000, n))
-        gen = torch.Generator().manual_seed(0)
-        idx = torch.randint(n, (k,), generator=gen).to(prob.a.device)
+        idx = index_like(presolve_sample(n, k), prob.a)
         frac = k / n
         sub = Problem(
-            a=prob.a.index_select(0, idx),
+            a=prob.a[idx],
             capacity=prob.capacity * frac,
-            demand=None if prob.demand is None else prob.demand.index_select(0, idx),
+            demand=None if prob.demand is None else prob.demand[idx],
             utility=prob.utility.take(idx),
         )
         cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1, on_evaluation=None)
         run = LBFGSRun(cfg, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
         run.cutting_planes = False  # approximate prices and curvature pairs are what the presolve is for
-        with intra_op_threads(sub.a.numel(), sub.a.device, self.threads):
+        backend = "torch" if is_tensor(sub.a) else "numpy"
+        with intra_op_threads(sub.a.shape[0] * sub.a.shape[1], device_of(sub.a), self.threads, backend):
             run.optimise(self._initial_prices(sub, None))
         p = run.best_dual[0]
         if not np.all(np.isfinite(p)):
@@ -437,9 +477,16 @@ class PriceDiscovery:
     def _initial_prices(prob: Problem, group: Any) -> np.ndarray:
         """Eq. (17); under sharding the per-rank sums are all-reduced first."""
         if group is None:
-            return initial_prices(prob.utility, prob.a, prob.capacity, prob.demand).double().cpu().numpy()
+            # in float64 on both routes: float32 sums in another order (numpy's against torch's) would start the
+            # two routes' runs from prices a few ulps apart, which a float32 run can amplify
+            wide = _torch().float64 if is_tensor(prob.a) else np.float64
+            util = prob.utility.to(device_of(prob.a) if is_tensor(prob.a) else None, wide)
+            d = None if prob.demand is None else astype(prob.demand, "float64")
+            p0 = initial_prices(util, astype(prob.a, "float64"), astype(prob.capacity, "float64"), d)
+            return as_numpy(p0)
         import torch.distributed as dist
 
+        torch = _torch()
         # p_j = (1/R_j) sum_i u'(t_i) a_ij x_ij with x_ij = R_j / D_j: all-reduce D_j, then the sums.
         n, m = prob.a.shape
         d = prob.demand
@@ -467,6 +514,28 @@ class PriceDiscovery:
         return p.clamp_min(0).cpu().numpy()
 
 
+def presolve_sample(n: int, k: int) -> np.ndarray:
+    """``k`` job indices in ``[0, n)`` drawn with replacement for the presolve: the 32-bit outputs of the Mersenne
+    Twister seeded with 0, modulo ``n`` (``n < 2^32``). These are the draws of ``torch.randint(n, (k,))`` on a CPU
+    generator seeded with 0, the sampler of the torch-only implementation: both routes, and the releases before the
+    numpy route, solve the same sample (which job sample is drawn changes the full-size evaluations a presolve leaves,
+    2 to 3 on 004 Sec. 6.2 at 10^6 jobs)."""
+    raw = np.random.RandomState(0).randint(0, 2**32, size=k, dtype=np.uint32)
+    return raw.astype(np.int64) % n
+
+
+@contextlib.contextmanager
+def _array_mode(route: Route) -> Iterator[None]:
+    """The numerical mode of a solve: numpy's floating-point warnings off (``log 0``, ``w / 0`` and ``inf - inf`` are
+    part of the method: eqs. 1, 15), and on the torch route ``torch.inference_mode()`` (no autograd bookkeeping)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if route.backend == "torch":
+            with _torch().inference_mode():
+                yield
+        else:
+            yield
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Public entry points
 
@@ -480,14 +549,16 @@ def solve(
     eps: float | None = None,
     prices: ArrayLike | None = None,
     max_iter: int | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | str | None = None,
+    device: Any = None,
+    dtype: Any = None,
     previous: PricingResult | None = None,
+    backend: Literal["numpy", "torch"] | None = None,
 ) -> PricingResult:
     """Discover optimal pool prices and a near-optimal allocation (Alg. 2 of 004 with the demands of its Sec. 7.1).
 
     Args:
-        throughput: ``(n, m)`` throughputs ``a_ij >= 0`` (numpy array or torch tensor).
+        throughput: ``(n, m)`` throughputs ``a_ij >= 0`` (numpy array or torch tensor; a tensor selects the torch
+            route).
         capacity: ``(m,)`` capacities ``R_j >= 0``.
         utility: a :class:`allocator.utilities.Utility` for the ``n`` jobs (e.g. ``utilities.Log()``).
         demand: ``None`` (1), a scalar, ``(n,)`` per-job or ``(n, m)`` per-job-and-pool demands ``d > 0``.
@@ -495,7 +566,9 @@ def solve(
             for target-priority utilities).
         prices: ``(m,)`` initial prices (warm start); default eq. (17).
         max_iter: limit on dual evaluations (default 200).
-        device: torch device; default the input tensor's device, else CUDA when available, else CPU.
+        device: ``None``/``"auto"`` (default): the input tensor's device, else CUDA when the machine has it
+            (decided without importing torch where there is no NVIDIA driver), else the CPU; or a device name
+            (``"cpu"``, ``"cuda"``, ``"cuda:1"``) or a ``torch.device``.
         dtype: float32 (default) or float64. A float32 run whose gap stays open (float32 noise near the optimum
             stalls the line search) continues in float64 from its best prices (``PriceDiscovery.escalate``); the
             result then says so in ``message`` and has ``dtype == "float64"``.
@@ -510,11 +583,14 @@ def solve(
             The reuse state moves from ``previous`` to the new result (its buffers are updated in place, so a chain
             of re-solves copies nothing): a result seeds one incremental re-solve, a second one with the same
             ``previous`` starts from its prices with a full evaluation.
+        backend: ``None`` (the route table of :func:`allocator.pricing.problem.resolve_route`: numpy on the CPU,
+            torch on CUDA, for tensor inputs and in distributed runs), ``"numpy"`` or ``"torch"`` (forced; the torch
+            route also runs on the CPU). Both routes run the same code and return the same result up to rounding.
 
     Returns:
         A :class:`PricingResult`. Raises ``ValueError`` on malformed input, naming the job/pool index and field.
     """
-    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype, backend=backend)
     return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, previous=previous)
 
 
@@ -528,8 +604,8 @@ def solve_distributed(
     eps: float | None = None,
     prices: ArrayLike | None = None,
     max_iter: int | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | str | None = None,
+    device: Any = None,
+    dtype: Any = None,
 ) -> PricingResult:
     """Price discovery with jobs sharded over the processes of a ``torch.distributed`` group.
 
@@ -544,5 +620,5 @@ def solve_distributed(
     if not dist.is_available() or not dist.is_initialized():
         raise ValueError("solve_distributed needs an initialised torch.distributed process group")
     grp = group if group is not None else dist.group.WORLD
-    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype)
+    cfg = PriceDiscovery(eps=eps, max_iter=max_iter, device=device, dtype=dtype, backend="torch")
     return cfg.solve(throughput, capacity, utility, demand=demand, prices=prices, group=grp)

@@ -1,65 +1,188 @@
-"""Problem data and input handling: validation and conversion of throughputs, capacities, demands and utility
-(:func:`prepare`), device and dtype resolution, and the change detection of an incremental re-solve
-(:func:`changed_rows`). The problem is eq. (4) of 004 with the per-job demands of its Sec. 7.1."""
+"""Problem data and input handling: the route table (which array library and device a solve runs on,
+:func:`resolve_route`), validation and conversion of throughputs, capacities, demands and utility (:func:`prepare`),
+and the change detection of an incremental re-solve (:func:`changed_rows`). The problem is eq. (4) of 004 with the
+per-job demands of its Sec. 7.1.
+
+Routes (:func:`resolve_route`; the array code is the same for both, :mod:`allocator._xp`):
+
+==========  ====================================================================  ================================
+route       when                                                                  arrays
+==========  ====================================================================  ================================
+``torch``   ``backend="torch"``; or a ``torch.distributed`` group (``group=``);   torch tensors on the device: the
+            or a torch tensor among the inputs; or a device other than ``"cpu"``  input tensor's, the one given, or
+            (e.g. ``"cuda"``); or ``device=None``/``"auto"`` on a machine with    ``"cuda"`` (auto with CUDA),
+            CUDA (:func:`cuda_available`)                                         else ``"cpu"``
+``numpy``   otherwise: CPU solves of numpy (or list) inputs                       numpy arrays; torch is never
+                                                                                  imported
+==========  ====================================================================  ================================
+
+``backend="numpy"`` with a condition of the torch route other than auto-detected CUDA is a ``ValueError``.
+:func:`cuda_available` decides "auto" without importing torch where no NVIDIA driver is installed: torch is imported
+(to ask ``torch.cuda.is_available()``) only when it is installed *and* a driver is present
+(``/proc/driver/nvidia/version`` or a loadable ``libcuda``). Importing torch costs 3.2-3.8 s on this project's 2-core
+machine, more than a 10^6-job solve (docs/design-choices.md).
+"""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.util
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from allocator._xp import (
+    FLOATS,
+    Array,
+    as_numpy,
+    device_of,
+    dtype_name,
+    equal,
+    flatnonzero,
+    is_tensor,
+    is_torch_dtype,
+    namespace,
+    torch,
+)
 from allocator.pricing.result import Reuse
 from allocator.utilities import Utility, UtilityBase
 
-__all__ = ["Problem", "changed_rows", "prepare", "resolve_device", "resolve_dtype", "to_tensor", "validate_throughput"]
+__all__ = [
+    "Backend",
+    "Problem",
+    "Route",
+    "changed_rows",
+    "cuda_available",
+    "prepare",
+    "resolve_device",
+    "resolve_dtype",
+    "resolve_route",
+    "to_array",
+    "validate_throughput",
+]
 
 ArrayLike = Any
+Backend = Literal["numpy", "torch"]
 
 
-def resolve_device(device: torch.device | str | None, *inputs: Any) -> torch.device:
-    """``device=None``: the device of a torch tensor input, else CUDA when available, else CPU."""
-    if device is not None:
-        return torch.device(device)
-    for x in inputs:
-        if isinstance(x, Tensor):
-            return x.device
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """Whether a CUDA device can be used, deciding without importing torch where there is no NVIDIA driver: torch
+    must be installed (``importlib.util.find_spec``) and a driver present (``/proc/driver/nvidia/version``, or
+    ``libcuda.so.1`` loadable); only then is torch imported and ``torch.cuda.is_available()`` asked. Cached per
+    process."""
+    if importlib.util.find_spec("torch") is None:
+        return False
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            return False
+    return bool(torch().cuda.is_available())
 
 
-def resolve_dtype(dtype: torch.dtype | str | np.dtype | type | None) -> torch.dtype:
-    """``None`` -> float32; accepts torch dtypes, numpy dtypes and the names float32/float64."""
+@dataclass(frozen=True)
+class Route:
+    """Where a solve runs: the array ``backend`` (``"numpy"`` or ``"torch"``), the ``device`` (``"cpu"``,
+    ``"cuda"``, ``"cuda:1"``) and the working ``dtype`` (``"float32"`` or ``"float64"``)."""
+
+    backend: Backend
+    device: str
+    dtype: str
+
+    def array_dtype(self) -> Any:
+        """The working dtype as the backend's dtype object."""
+        return getattr(torch(), self.dtype) if self.backend == "torch" else np.dtype(self.dtype)
+
+    def with_dtype(self, dtype: str) -> Route:
+        return Route(self.backend, self.device, dtype)
+
+    def to_utility(self, utility: Utility) -> Utility:
+        """``utility`` with its parameters on this route (numpy arrays, or tensors on the device)."""
+        if self.backend == "torch":
+            return utility.to(device=torch().device(self.device), dtype=self.array_dtype())
+        return utility.to(device="cpu", dtype=self.array_dtype())
+
+
+def _device_name(device: Any) -> str | None:
+    """``None`` for "auto" (``None`` or ``"auto"``), else the device as a string (``torch.device`` accepted)."""
+    if device is None:
+        return None
+    name = str(device)
+    return None if name == "auto" else name
+
+
+def resolve_route(
+    device: Any = None, dtype: Any = None, backend: str | None = None, inputs: tuple[Any, ...] = (), group: Any = None
+) -> Route:
+    """The route of a solve (the table in the module docstring): backend, device and working dtype."""
+    if backend not in (None, "numpy", "torch"):
+        raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
+    dt = resolve_dtype(dtype)
+    name = _device_name(device)
+    tensor = next((x for x in inputs if is_tensor(x)), None)
+    why = (
+        "a torch.distributed group"
+        if group is not None
+        else "a torch tensor input"
+        if tensor is not None
+        else f"device {name!r}"
+        if name not in (None, "cpu") or is_torch_dtype(dtype)
+        else None
+    )
+    if backend == "numpy":
+        if why is not None:
+            raise ValueError(f"backend='numpy' runs on the CPU with numpy arrays; {why} needs backend='torch'")
+        return Route("numpy", "cpu", dt)
+    if why is None and backend is None:
+        if name is None and cuda_available():
+            return Route("torch", "cuda", dt)
+        return Route("numpy", "cpu", dt)
+    if name is None:
+        name = device_of(tensor) if tensor is not None else ("cuda" if cuda_available() else "cpu")
+    return Route("torch", str(torch().device(name)), dt)
+
+
+def resolve_device(device: Any = None, *inputs: Any) -> str:
+    """The device a solve with these arguments runs on (``"cpu"``, ``"cuda"``, ...), by :func:`resolve_route`."""
+    return resolve_route(device, None, None, inputs).device
+
+
+def resolve_dtype(dtype: Any) -> str:
+    """``None`` -> ``"float32"``; accepts torch dtypes, numpy dtypes and the names float32/float64."""
     if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        out = dtype
-    else:
-        name = np.dtype(dtype).name
-        out = {"float32": torch.float32, "float64": torch.float64}.get(name)  # type: ignore[assignment]
-        if out is None:
-            raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    if out not in (torch.float32, torch.float64):
+        return "float32"
+    try:
+        name = dtype_name(dtype)
+    except TypeError:
+        raise ValueError(f"dtype must be float32 or float64, got {dtype!r}") from None
+    if name not in FLOATS:
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    return out
+    return name
 
 
-def to_tensor(name: str, x: ArrayLike, device: torch.device, dtype: torch.dtype) -> Tensor:
-    if isinstance(x, Tensor):
-        t = x.detach()
-    else:
-        arr = np.asarray(x)
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
-            raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
-        t = torch.from_numpy(np.ascontiguousarray(arr))
-    return t.to(device=device, dtype=dtype)
+def to_array(name: str, x: ArrayLike, route: Route) -> Array:
+    """``x`` as an array of ``route`` (its backend, device and dtype); ``ValueError`` for non-numeric input. No copy
+    where ``x`` already is one."""
+    if is_tensor(x):
+        if route.backend != "torch":
+            raise ValueError(f"{name} is a torch tensor: it needs the torch route (backend='torch')")
+        return x.detach().to(device=route.device, dtype=route.array_dtype())
+    arr = np.asarray(x)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        raise ValueError(f"{name} must be numeric, got dtype {arr.dtype}")
+    if route.backend == "torch":
+        return torch().from_numpy(np.asarray(arr, order="C")).to(device=route.device, dtype=route.array_dtype())
+    return np.asarray(arr, dtype=route.array_dtype())
 
 
-def first_bad(name: str, bad: Tensor, values: Tensor, rule: str) -> None:
+def first_bad(name: str, bad: Array, values: Array, rule: str) -> None:
     if bool(bad.any()):
-        idx = tuple(int(v) for v in torch.nonzero(bad)[0])
-        val = float(values[idx])
+        idx = tuple(int(v) for v in np.argwhere(as_numpy(bad))[0])
+        val = float(as_numpy(values)[idx])
         where = f"{name}[{', '.join(map(str, idx))}]"
         if name in ("throughput", "demand") and len(idx) >= 1:
             who = f"job {idx[0]}" + (f", pool {idx[1]}" if len(idx) == 2 else "")
@@ -72,9 +195,9 @@ def first_bad(name: str, bad: Tensor, values: Tensor, rule: str) -> None:
 
 @dataclass
 class Problem:
-    a: Tensor  # (n, m)
-    capacity: Tensor  # (m,)
-    demand: Tensor | None  # None, (n,) or (n, m)
+    a: Array  # (n, m)
+    capacity: Array  # (m,)
+    demand: Array | None  # None, (n,) or (n, m)
     utility: Utility
 
 
@@ -83,12 +206,13 @@ def prepare(
     capacity: ArrayLike,
     utility: Utility,
     demand: ArrayLike | None,
-    device: torch.device,
-    dtype: torch.dtype,
+    route: Route,
     check_throughput: bool = True,
 ) -> Problem:
-    """Validate and convert the inputs (``check_throughput=False``: the caller validates the throughputs)."""
-    a = to_tensor("throughput", throughput, device, dtype)
+    """Validate and convert the inputs to ``route`` (``check_throughput=False``: the caller validates the
+    throughputs)."""
+    a = to_array("throughput", throughput, route)
+    xp = namespace(a)
     if a.ndim != 2:
         raise ValueError(f"throughput must be a 2-d array (jobs x pools), got shape {tuple(a.shape)}")
     n, m = a.shape
@@ -96,18 +220,18 @@ def prepare(
         raise ValueError("throughput has no columns: there must be at least one pool")
     if check_throughput:
         validate_throughput(a)
-    cap = to_tensor("capacity", capacity, device, dtype)
+    cap = to_array("capacity", capacity, route)
     if cap.ndim != 1 or cap.shape[0] != m:
         raise ValueError(f"capacity has shape {tuple(cap.shape)} but throughput has {m} pools: expected ({m},)")
-    first_bad("capacity", ~torch.isfinite(cap) | (cap < 0), cap, "finite and non-negative")
-    d: Tensor | None = None
+    first_bad("capacity", ~xp.isfinite(cap) | (cap < 0), cap, "finite and non-negative")
+    d: Array | None = None
     if demand is not None:
-        d = to_tensor("demand", demand, device, dtype)
+        d = to_array("demand", demand, route)
         if d.ndim == 0:
-            d = d.expand(n)
-        if d.shape not in ((n,), (n, m)):
+            d = d * xp.ones_like(a[:, 0])
+        if tuple(d.shape) not in ((n,), (n, m)):
             raise ValueError(f"demand has shape {tuple(d.shape)}: expected a scalar, ({n},) or ({n}, {m})")
-        first_bad("demand", ~torch.isfinite(d) | (d <= 0), d, "finite and positive")
+        first_bad("demand", ~xp.isfinite(d) | (d <= 0), d, "finite and positive")
         if d.ndim == 1 and bool((d == 1).all()):
             d = None
     if not isinstance(utility, Utility):
@@ -115,49 +239,62 @@ def prepare(
     nu = utility.n_jobs
     if nu is not None and nu != n:
         raise ValueError(f"utility has parameters for {nu} jobs but throughput has {n} rows (jobs)")
-    return Problem(a=a, capacity=cap, demand=d, utility=utility.to(device=device, dtype=dtype))
+    return Problem(a=a, capacity=cap, demand=d, utility=route.to_utility(utility))
 
 
-def validate_throughput(a: Tensor, rows: Tensor | None = None) -> None:
+def validate_throughput(a: Array, rows: Array | None = None) -> None:
     """``ValueError`` naming the first NaN, infinite or negative throughput (only ``rows`` are scanned when given:
     the others are known to be valid; the message then still names the first bad entry of the whole matrix)."""
-    sub = a if rows is None else a.index_select(0, rows)
-    if sub.numel() == 0:
+    sub = a if rows is None else a[rows]
+    if sub.size == 0 if not is_tensor(sub) else sub.numel() == 0:
         return
-    # One reduction pass without n x m temporaries: min and max propagate NaN, so ``lo >= 0 and hi < inf`` holds
-    # exactly when every entry is finite and non-negative. The full scan that names the entry runs only on failure.
-    lo, hi = torch.aminmax(sub)
-    if not (bool(lo >= 0) and bool(hi < torch.inf)):
-        first_bad("throughput", ~torch.isfinite(a) | (a < 0), a, "finite and non-negative")
+    # Reductions without n x m temporaries: min and max propagate NaN, so ``lo >= 0 and hi < inf`` holds exactly
+    # when every entry is finite and non-negative. The full scan that names the entry runs only on failure.
+    if is_tensor(sub):
+        lo, hi = torch().aminmax(sub)
+    else:
+        lo, hi = sub.min(), sub.max()
+    if not (bool(lo >= 0) and bool(hi < np.inf)):
+        xp = namespace(a)
+        first_bad("throughput", ~xp.isfinite(a) | (a < 0), a, "finite and non-negative")
 
 
 def _same(x: Any, y: Any) -> bool:
-    if isinstance(x, Tensor) or isinstance(y, Tensor):
-        return isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and bool(torch.equal(x, y))
+    arrays = (np.ndarray,)
+    if is_tensor(x) or is_tensor(y) or isinstance(x, arrays) or isinstance(y, arrays):
+        return tuple(np.shape(x)) == tuple(np.shape(y)) and equal(x, y)
     return bool(x == y)
 
 
-def changed_rows(state: Reuse, prob: Problem) -> Tensor | None:
+def changed_rows(state: Reuse, prob: Problem) -> Array | None:
     """Rows of ``prob`` whose subproblem may differ from the one ``state`` solved (throughputs, demands or utility
-    parameters changed), or ``None`` when nothing can be reused (other shapes, dtype or device, another utility
-    family or a changed shared parameter; utilities outside :class:`allocator.utilities.UtilityBase`)."""
+    parameters changed), or ``None`` when nothing can be reused (other shapes, dtype, route or device, another
+    utility family or a changed shared parameter; utilities outside :class:`allocator.utilities.UtilityBase`)."""
     a, old = prob.a, state.a
-    if a.shape != old.shape or a.dtype != old.dtype or a.device != old.device:
+    if (
+        is_tensor(a) != is_tensor(old)
+        or a.shape != old.shape
+        or a.dtype != old.dtype
+        or device_of(a) != device_of(old)
+    ):
         return None
-    if a.device.type == "cpu":
+    xp = namespace(a)
+    if device_of(a) == "cpu":
         from allocator.pricing.kernels import rows_differ
 
-        changed = torch.from_numpy(rows_differ(a.contiguous().numpy(), old.contiguous().numpy()))
+        mask = rows_differ(np.ascontiguousarray(as_numpy(a)), np.ascontiguousarray(as_numpy(old)))
+        changed = torch().from_numpy(mask) if is_tensor(a) else mask
     else:
-        changed = (a != old).any(dim=1)
+        changed = xp.any(a != old, axis=1)
     d, od = prob.demand, state.demand
     if d is not None or od is not None:
-        one = torch.ones((), dtype=a.dtype, device=a.device)  # ``None`` means a demand of 1 for every job
-        d_, od_ = (one if d is None else d), (one if od is None else od)
+        # ``None`` means a demand of 1 for every job
+        d_: Any = 1.0 if d is None else d
+        od_: Any = 1.0 if od is None else od
         if d is not None and od is not None and d.shape != od.shape:
             return None
         diff = d_ != od_
-        changed |= diff if diff.ndim == 1 else diff.any(dim=1)
+        changed = changed | (diff if diff.ndim == 1 else xp.any(diff, axis=1))
     u, ou = prob.utility, state.utility
     if type(u) is not type(ou) or not isinstance(u, UtilityBase):
         return None
@@ -166,10 +303,11 @@ def changed_rows(state: Reuse, prob: Problem) -> Tensor | None:
         return None
     for name, value in mine.items():
         other = theirs[name]
-        if name in u._params and isinstance(value, Tensor) and isinstance(other, Tensor) and value.ndim == 1:
+        per_job = name in u._params and getattr(value, "ndim", 0) == 1 and getattr(other, "ndim", 0) == 1
+        if per_job and is_tensor(value) == is_tensor(other):
             if other.shape != value.shape:
                 return None
-            changed |= value != other
+            changed = changed | (value != other)
         elif not _same(value, other):
             return None
-    return torch.nonzero(changed).squeeze(1)
+    return flatnonzero(changed)

@@ -48,9 +48,22 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from allocator._xp import (
+    Array,
+    arange,
+    as_numpy,
+    asarray_like,
+    astype,
+    copy,
+    dtype_name,
+    finfo_eps,
+    flatnonzero,
+    fsum,
+    namespace,
+    pick,
+    repeat,
+)
 from allocator.pricing.subproblem import Subsolution
 from allocator.utilities import Utility
 
@@ -69,8 +82,8 @@ MAX_SCAN = 200_000
 class Recovery:
     """A feasible allocation recovered at one price vector."""
 
-    allocation: Tensor  #: (n, m)
-    throughputs: Tensor  #: (n,)
+    allocation: Array  #: (n, m)
+    throughputs: Array  #: (n,)
     usage: np.ndarray  #: (m,) float64
     utility: float  #: exact sum of utilities of ``allocation``
     tied_jobs: int  #: jobs whose split was decided by the LP
@@ -89,7 +102,7 @@ def split_jobs(sol: Subsolution, m: int) -> int:
     return int(inside.sum())
 
 
-def _multipliers(sol: Subsolution, utility: Utility, a: Tensor, c: Tensor) -> Tensor:
+def _multipliers(sol: Subsolution, utility: Utility, a: Array, c: Array) -> Array:
     """``lambda_i``: a multiplier that supports job ``i``'s subproblem optimum at its throughput ``t_i`` (eq. 11).
 
     ``t_i`` maximises ``u_i - c_i`` exactly when some ``lambda`` lies both in the supergradient of ``u_i`` at ``t_i``,
@@ -107,51 +120,55 @@ def _multipliers(sol: Subsolution, utility: Utility, a: Tensor, c: Tensor) -> Te
     pool at positive prices, and the job was taken for untied; its pools are now found at a slope in
     ``[s_l, min(w_i, s_r)]``.
     """
+    xp = namespace(sol.t)
     span = sol.a_hi - sol.a_lo
     inside = (sol.x_hi > 0) & (sol.x_hi < 1) & (span > 0)
-    seg = (sol.c_hi - sol.c_lo) / torch.where(span > 0, span, torch.ones_like(span))
+    seg = (sol.c_hi - sol.c_lo) / xp.where(span > 0, span, 1.0)
     du = utility.derivative(sol.t)
-    du = torch.where(torch.isfinite(du), du, torch.zeros_like(du))
+    du = xp.where(xp.isfinite(du), du, 0.0)
     vertex = ~inside & (sol.t > 0)
     if not bool(vertex.any()):
-        return torch.where(inside, seg, du)
-    idx = torch.nonzero(vertex).squeeze(1)
-    t = sol.t.index_select(0, idx)
-    ct = sol.cost().index_select(0, idx)
-    av, cv = a.index_select(0, idx), c.index_select(0, idx)
-    near = 1e-9 * t.clamp_min(1e-300)
-    dx = t.unsqueeze(1) - av
-    left = (dx > near.unsqueeze(1)) & (av >= 0)
-    right = (dx < -near.unsqueeze(1)) & (av > 0)
-    safe = torch.where(left | right, dx, torch.ones_like(dx))
-    chord = (ct.unsqueeze(1) - cv) / safe
-    from_left = torch.where(left, chord, -math.inf)
-    from_right = torch.where(right, chord, math.inf)
-    s_l = torch.maximum(from_left.amax(1), ct / t)  # the origin is a point left of every t > 0
-    s_r = from_right.amin(1)
-    j_l, j_r = from_left.argmax(1, keepdim=True), from_right.argmin(1, keepdim=True)
-    from_origin = from_left.amax(1) < ct / t
-    a_l = torch.where(from_origin, torch.zeros_like(t), av.gather(1, j_l).squeeze(1))
-    c_l = torch.where(from_origin, torch.zeros_like(t), cv.gather(1, j_l).squeeze(1))
-    a_r, c_r = av.gather(1, j_r).squeeze(1), cv.gather(1, j_r).squeeze(1)
-    has_r = torch.isfinite(s_r)
-    over = torch.where(has_r, (c_r - c_l) / torch.where(has_r, a_r - a_l, torch.ones_like(a_r)), math.inf)
+        return xp.where(inside, seg, du)
+    idx = flatnonzero(vertex)
+    t = sol.t[idx]
+    ct = sol.cost()[idx]
+    av, cv = a[idx], c[idx]
+    near = 1e-9 * xp.clip(t, 1e-300, None)
+    dx = t[:, None] - av
+    left = (dx > near[:, None]) & (av >= 0)
+    right = (dx < -near[:, None]) & (av > 0)
+    safe = xp.where(left | right, dx, 1.0)
+    chord = (ct[:, None] - cv) / safe
+    from_left = xp.where(left, chord, -math.inf)
+    from_right = xp.where(right, chord, math.inf)
+    s_l = xp.maximum(xp.amax(from_left, axis=1), ct / t)  # the origin is a point left of every t > 0
+    s_r = xp.amin(from_right, axis=1)
+    j_l, j_r = xp.argmax(from_left, axis=1), xp.argmin(from_right, axis=1)
+    from_origin = xp.amax(from_left, axis=1) < ct / t
+    a_l = xp.where(from_origin, 0.0, pick(av, j_l))
+    c_l = xp.where(from_origin, 0.0, pick(cv, j_l))
+    a_r, c_r = pick(av, j_r), pick(cv, j_r)
+    has_r = xp.isfinite(s_r)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        over = xp.where(has_r, (c_r - c_l) / xp.where(has_r, a_r - a_l, 1.0), math.inf)
     util = utility.take(idx)
     d_right = util.derivative(t * (1 + 1e-7))
     d_left = util.derivative(t * (1 - 1e-7))
-    lo = torch.maximum(torch.where(torch.isfinite(d_right), d_right, s_l), s_l)
-    hi = torch.minimum(torch.where(torch.isfinite(d_left), d_left, s_r), s_r)
-    lam_v = torch.where(lo <= hi, torch.minimum(torch.maximum(over, lo), hi), 0.5 * (lo + hi))
-    lam_v = torch.where(torch.isfinite(lam_v), lam_v, du.index_select(0, idx))
-    out = torch.where(inside, seg, du)
-    return out.index_copy(0, idx, lam_v)
+    lo = xp.maximum(xp.where(xp.isfinite(d_right), d_right, s_l), s_l)
+    hi = xp.minimum(xp.where(xp.isfinite(d_left), d_left, s_r), s_r)
+    with np.errstate(invalid="ignore"):
+        lam_v = xp.where(lo <= hi, xp.minimum(xp.maximum(over, lo), hi), 0.5 * (lo + hi))
+    lam_v = xp.where(xp.isfinite(lam_v), lam_v, du[idx])
+    out = xp.where(inside, seg, du)
+    out[idx] = lam_v
+    return out
 
 
 #: Breakpoints of the piecewise-linear model of a strictly concave u_i, as multiples of the subproblem throughput.
 _BREAKS = np.array([0.0, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0, 1.001, 1.005, 1.01, 1.02, 1.05])
 
 
-def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tensor) -> tuple[np.ndarray, np.ndarray]:
+def _pieces(utility: Utility, t: Array, mu: Array, affine: Array, t_hi: Array) -> tuple[np.ndarray, np.ndarray]:
     """Concave piecewise-linear model of each tied job's utility: ``(slopes, lengths)``, both ``(k, P)``.
 
     Affine jobs get one piece ``[0, t_hi]`` of slope ``mu``; the others the chords of ``u`` between the breakpoints
@@ -161,12 +178,12 @@ def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tenso
     """
     k = t.shape[0]
     npc = _BREAKS.size - 1
-    tt = t.double().cpu().numpy()
-    pts = torch.as_tensor(np.outer(tt, _BREAKS), dtype=t.dtype, device=t.device)  # (k, P + 1)
-    util_rep = utility.take(torch.arange(k, device=t.device).repeat_interleave(npc + 1)) if k else utility
-    vals = util_rep.value(pts.reshape(-1)).reshape(k, npc + 1).double().cpu().numpy()
-    dvals = util_rep.derivative(pts.reshape(-1)).reshape(k, npc + 1).double().cpu().numpy()
-    p64 = pts.double().cpu().numpy()
+    tt = as_numpy(astype(t, "float64"))
+    pts = asarray_like(np.outer(tt, _BREAKS), t)  # (k, P + 1)
+    util_rep = utility.take(repeat(arange(k, like=t), npc + 1)) if k else utility
+    vals = as_numpy(astype(util_rep.value(pts.reshape(-1)), "float64")).reshape(k, npc + 1)
+    dvals = as_numpy(astype(util_rep.derivative(pts.reshape(-1)), "float64")).reshape(k, npc + 1)
+    p64 = as_numpy(astype(pts, "float64"))
     lengths = np.diff(p64, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         slopes = np.diff(vals, axis=1) / lengths
@@ -196,12 +213,12 @@ def _pieces(utility: Utility, t: Tensor, mu: Tensor, affine: Tensor, t_hi: Tenso
         lengths[row, k_last] = lengths[row, k_last] * cur / prev
         slopes[row, k_last] = prev
         lengths[flat] = 0.0
-    aff = affine.cpu().numpy()
+    aff = as_numpy(affine)
     if aff.any():
         slopes[aff] = 0.0
         lengths[aff] = 0.0
-        slopes[aff, 0] = mu.double().cpu().numpy()[aff]
-        lengths[aff, 0] = t_hi.double().cpu().numpy()[aff]
+        slopes[aff, 0] = as_numpy(astype(mu, "float64"))[aff]
+        lengths[aff, 0] = as_numpy(astype(t_hi, "float64"))[aff]
     return slopes, np.maximum(lengths, 0.0)
 
 
@@ -407,9 +424,9 @@ def _split_lp(
 
 
 def recover_allocation(
-    a: Tensor,
-    c: Tensor,
-    demand: Tensor | None,
+    a: Array,
+    c: Array,
+    demand: Array | None,
     capacity: np.ndarray,
     sol: Subsolution,
     utility: Utility,
@@ -440,33 +457,37 @@ def recover_allocation(
     n, m = a.shape
     if n == 0 or split_jobs(sol, m) > max_scan:
         return None
-    dtype, device = a.dtype, a.device
+    xp = namespace(a)
+    single = dtype_name(a.dtype) != "float64"
     lam = _multipliers(sol, utility, a, c)
     t = sol.t
     # mu_i: the marginal value of throughput just below t_i (left derivative), the LP's objective weight.
     mu = utility.derivative(t * (1 - 1e-7))
-    mu = torch.where(torch.isfinite(mu), mu, lam)
-    rho = lam.unsqueeze(1) * a - c  # reduced value of each pool at the multiplier
-    best = rho.amax(1).clamp_min(0.0)
-    scale = (torch.maximum(lam.abs(), mu.abs()) * a.amax(1)).clamp_min(c.amax(1)).clamp_min(1e-30)
-    tol = (rtol + (0.0 if dtype == torch.float64 else 1e-4)) * scale
-    cand = (rho >= (best - tol).unsqueeze(1)) & (a > 0)
-    n_cand = cand.sum(1)
+    mu = xp.where(xp.isfinite(mu), mu, lam)
+    rho = lam[:, None] * a - c  # reduced value of each pool at the multiplier
+    best = xp.clip(xp.amax(rho, axis=1), 0.0, None)
+    scale = xp.maximum(xp.maximum(xp.abs(lam), xp.abs(mu)) * xp.amax(a, axis=1), xp.amax(c, axis=1))
+    scale = xp.clip(scale, 1e-30, None)
+    tol = (rtol + (1e-4 if single else 0.0)) * scale
+    cand = (rho >= (best - tol)[:, None]) & (a > 0)
+    n_cand = xp.sum(cand, axis=1)
     slack_ok = best <= tol  # zero throughput (the origin) is on the supporting line as well
     # Is u_i affine from t_i on, as far as the largest candidate throughput t_hi reaches?  Then the throughput level
     # is free too. The test is on [t_i, reach]: ``reach`` is where u, at slope mu, gains what it gains up to t_hi: t_hi
     # for a truly affine u, the target for a target-priority job whose candidates reach past it (eq. 2; such a job at a
     # hull vertex below its target, or at zero throughput, is indifferent up to the target at a kink of g, and the
     # subproblem solver reports one end, rarely the one the market needs: 004 Sec. 6.2, three jobs).
-    t_hi = torch.where(cand, a, torch.zeros_like(a)).amax(1)
-    gain = utility.value(t_hi) - utility.value(t)
-    reach = torch.where(mu > 0, t + gain.clamp_min(0.0) / torch.where(mu > 0, mu, torch.ones_like(mu)), t_hi)
-    reach = torch.minimum(torch.maximum(reach, t), t_hi)
-    # ``lin_gap`` is a utility, as ``tol`` is (a reduced value): the test is not scaled by ``t_hi`` (that let a log
-    # job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole recovery).
-    lin_gap = utility.value(reach) - utility.value(t) - mu * (reach - t)
-    affine = torch.isfinite(lin_gap) & (lin_gap.abs() <= tol) & (reach > t)
-    t_hi = torch.where(affine, reach, t_hi)
+    t_hi = xp.amax(xp.where(cand, a, 0.0), axis=1)
+    with np.errstate(invalid="ignore"):
+        gain = utility.value(t_hi) - utility.value(t)
+        reach = xp.where(mu > 0, t + xp.clip(gain, 0.0, None) / xp.where(mu > 0, mu, 1.0), t_hi)
+        reach = xp.minimum(xp.maximum(reach, t), t_hi)
+        # ``lin_gap`` is a utility, as ``tol`` is (a reduced value): the test is not scaled by ``t_hi`` (that let a
+        # log job pass for affine at rtol 1e-3 and the LP leave it at zero throughput, u = -inf, losing the whole
+        # recovery).
+        lin_gap = utility.value(reach) - utility.value(t) - mu * (reach - t)
+        affine = xp.isfinite(lin_gap) & (xp.abs(lin_gap) <= tol) & (reach > t)
+    t_hi = xp.where(affine, reach, t_hi)
     tied = (n_cand >= 2) | (affine & (n_cand >= 1)) | (slack_ok & (n_cand >= 1) & (t > 0))
     k_jobs = int(tied.sum())
     if k_jobs == 0:
@@ -474,30 +495,30 @@ def recover_allocation(
 
     # Fixed jobs: their subproblem allocation, column-scaled among themselves if they alone over-use a pool.
     x_sub = sol.dense(m)
-    x_fixed = torch.where(tied.unsqueeze(1), torch.zeros_like(x_sub), x_sub)
+    x_fixed = xp.where(tied[:, None], 0.0, x_sub)
     if demand is None:
-        dd = torch.ones_like(a)
+        dd = xp.ones_like(a)
     elif demand.ndim == 1:
-        dd = demand.unsqueeze(1).expand(n, m)
+        dd = xp.broadcast_to(demand[:, None], (n, m))
     else:
         dd = demand
-    used = (dd * x_fixed).sum(0, dtype=torch.float64).cpu().numpy()
+    used = as_numpy(xp.sum(astype(dd * x_fixed, "float64"), axis=0))
     col = np.ones(m)
     over = used > capacity
     col[over] = capacity[over] / used[over]
-    x_fixed = x_fixed * torch.as_tensor(col, dtype=dtype, device=device)
+    x_fixed = x_fixed * asarray_like(col, a)
     remaining = np.maximum(capacity - used * col, 0.0)
 
-    idx = torch.nonzero(tied).squeeze(1)
-    cand_t = cand.index_select(0, idx).cpu().numpy()
-    a_t = a.index_select(0, idx).double().cpu().numpy()
-    d_t = dd.index_select(0, idx).double().cpu().numpy()
+    idx = flatnonzero(tied)
+    cand_t = as_numpy(cand[idx])
+    a_t = as_numpy(astype(a[idx], "float64"))
+    d_t = as_numpy(astype(dd[idx], "float64"))
     slopes, lengths = _pieces(
         utility.take(idx),
-        t.index_select(0, idx),
-        mu.index_select(0, idx),
-        affine.index_select(0, idx),
-        t_hi.index_select(0, idx),
+        t[idx],
+        mu[idx],
+        affine[idx],
+        t_hi[idx],
     )
     # Classes of identical tied jobs: the LP below is over classes, weighted by their sizes.
     key = np.hstack([cand_t.astype(np.float64), a_t, d_t, slopes, lengths])
@@ -521,18 +542,18 @@ def recover_allocation(
 
     def finish(x_jobs: np.ndarray) -> Recovery | None:
         """The full allocation: the fixed jobs' rows and the tied jobs' ``x_jobs``, with its exact utility."""
-        x = x_fixed.clone()
-        x.index_copy_(0, idx, torch.as_tensor(x_jobs, dtype=dtype, device=device))
+        x = copy(x_fixed)
+        x[idx] = asarray_like(x_jobs, a)
         # Casting to the working dtype may round a column a hair above its capacity: scale it back.
-        usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
+        usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
         over = usage > capacity
         if over.any():
             fix = np.ones(m)
-            fix[over] = capacity[over] / usage[over] * (1 - 4 * float(torch.finfo(dtype).eps))
-            x = x * torch.as_tensor(fix, dtype=dtype, device=device)
-            usage = (dd * x).sum(0, dtype=torch.float64).cpu().numpy()
-        thr = (a * x).sum(1)
-        value = float(utility.value(thr).sum(dtype=torch.float64))
+            fix[over] = capacity[over] / usage[over] * (1 - 4 * finfo_eps(a))
+            x = x * asarray_like(fix, a)
+            usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
+        thr = xp.sum(a * x, axis=1)
+        value = fsum(utility.value(thr))
         if not np.isfinite(value):
             return None
         return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k_jobs, classes=k)

@@ -31,9 +31,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from allocator._xp import (
+    Array,
+    arange,
+    as_numpy,
+    asarray_like,
+    astype,
+    copy,
+    finfo_eps,
+    flatnonzero,
+    fsum,
+    full,
+    namespace,
+    numel,
+)
 from allocator.pricing.problem import Problem
 from allocator.pricing.subproblem import Subsolution
 from allocator.utilities import Log, Utility
@@ -48,43 +60,46 @@ BISECTION_STEPS = 60
 class Repair:
     """A feasible allocation obtained by shedding each over-used pool's excess at least utility cost."""
 
-    x_lo: Tensor  #: (n,) new time fraction on ``sol.j_lo``
-    x_hi: Tensor  #: (n,) new time fraction on ``sol.j_hi``
-    throughputs: Tensor  #: (n,)
+    x_lo: Array  #: (n,) new time fraction on ``sol.j_lo``
+    x_hi: Array  #: (n,) new time fraction on ``sol.j_hi``
+    throughputs: Array  #: (n,)
     usage: np.ndarray  #: (m,) float64, ``<= capacity``
     utility: float  #: ``sum_i u_i(throughputs_i)``
     pools: int  #: pools repaired
 
 
-def _slot_demand(prob: Problem, j: Tensor, rows: Tensor) -> Tensor:
+def _slot_demand(prob: Problem, j: Array, rows: Array) -> Array:
     """Demand ``d_ij`` of job ``rows`` on pools ``j`` (1 without demands)."""
     d = prob.demand
     if d is None:
-        return torch.ones(rows.shape[0], dtype=prob.a.dtype, device=prob.a.device)
+        return full((rows.shape[0],), 1.0, like=prob.a)
     if d.ndim == 1:
-        return d.index_select(0, rows)
-    return d.index_select(0, rows).gather(1, j.unsqueeze(1)).squeeze(1)
+        return d[rows]
+    return d[rows, j]
 
 
-def _any_affine(util: Utility, t: Tensor, lo: Tensor) -> bool:
+def _any_affine(util: Utility, t: Array, lo: Array) -> bool:
     """Whether some job's utility is affine on its cut range ``[lo, t]`` (``lo < t``): the chord equals the left
     derivative at ``t`` times the length, to a relative 1e-6 (target-priority below its target, linear pieces)."""
+    xp = namespace(t)
     span = t - lo
     ok = span > 0
     if not bool(ok.any()):
         return False
     u_t, u_lo = util.value(t), util.value(lo)
     du = util.derivative(t - 1e-7 * span)
-    gap = (u_t - u_lo - du * span).abs()
-    scale = (du.abs() * span).clamp_min(1e-300)
-    return bool((ok & torch.isfinite(gap) & (gap <= 1e-6 * scale)).any())
+    with np.errstate(invalid="ignore", over="ignore"):
+        gap = xp.abs(u_t - u_lo - du * span)
+        scale = xp.clip(xp.abs(du) * span, 1e-300, None)
+        return bool((ok & xp.isfinite(gap) & (gap <= 1e-6 * scale)).any())
 
 
-def _freed(util: Utility, lam: float, t: Tensor, lo: Tensor, a: Tensor, d: Tensor) -> tuple[Tensor, float]:
+def _freed(util: Utility, lam: float, t: Array, lo: Array, a: Array, d: Array) -> tuple[Array, float]:
     """New throughputs of the pool's jobs at multiplier ``lam`` and the pool usage they free."""
-    alpha = (lam * d / a).to(t.dtype)
-    t_new = torch.minimum(torch.maximum(util.argmax(alpha, lo, t), lo), t)
-    return t_new, float((d.double() * (t - t_new).double() / a.double()).sum())
+    xp = namespace(t)
+    alpha = astype(lam * d / a, t.dtype)
+    t_new = xp.minimum(xp.maximum(util.argmax(alpha, lo, t), lo), t)
+    return t_new, fsum(astype(d, "float64") * (astype(t, "float64") - astype(t_new, "float64")) / astype(a, "float64"))
 
 
 def shed_overuse(prob: Problem, sol: Subsolution, usage: np.ndarray, capacity: np.ndarray) -> Repair | None:
@@ -95,9 +110,11 @@ def shed_overuse(prob: Problem, sol: Subsolution, usage: np.ndarray, capacity: n
         # Log utility has no affine piece: every pool would take the uniform scaling below, i.e. Sec. 5's column
         # scaling, which the caller already has.
         return None
+    xp = namespace(sol.t)
     m = prob.a.shape[1]
-    t = sol.t.clone()
-    x_lo, x_hi = sol.x_lo.clone(), sol.x_hi.clone()
+    eps = finfo_eps(prob.a)
+    t = copy(sol.t)
+    x_lo, x_hi = copy(sol.x_lo), copy(sol.x_hi)
     used = usage.astype(np.float64).copy()
     for j in over[np.argsort(-(usage[over] - capacity[over]) / np.maximum(capacity[over], 1e-300))]:
         excess = used[j] - capacity[j]
@@ -106,17 +123,17 @@ def shed_overuse(prob: Problem, sol: Subsolution, usage: np.ndarray, capacity: n
         # the jobs on pool j (a job holds at most one of its two slots there): fraction, throughput, demand
         on_lo = (sol.j_lo == int(j)) & (x_lo > 0)
         on_hi = (sol.j_hi == int(j)) & (x_hi > 0)
-        rows = torch.nonzero(on_lo | on_hi).squeeze(1)
-        if rows.numel() == 0:
+        rows = flatnonzero(on_lo | on_hi)
+        if numel(rows) == 0:
             continue
-        lo_side = on_lo.index_select(0, rows)
-        xs = torch.where(lo_side, x_lo.index_select(0, rows), x_hi.index_select(0, rows))
-        a = torch.where(lo_side, sol.a_lo.index_select(0, rows), sol.a_hi.index_select(0, rows))
-        d = _slot_demand(prob, torch.full_like(rows, int(j)), rows)
-        ts = t.index_select(0, rows)
-        lo = torch.clamp(ts - a * xs, min=0.0)
+        lo_side = on_lo[rows]
+        xs = xp.where(lo_side, x_lo[rows], x_hi[rows])
+        a = xp.where(lo_side, sol.a_lo[rows], sol.a_hi[rows])
+        d = _slot_demand(prob, full(rows.shape, int(j), like=rows), rows)
+        ts = t[rows]
+        lo = xp.clip(ts - a * xs, 0.0, None)
         util = prob.utility.take(rows)
-        total = float((d.double() * xs.double()).sum())
+        total = fsum(astype(d, "float64") * astype(xs, "float64"))
         if excess >= total:  # the pool must be emptied (no capacity left for these jobs)
             t_new, freed = lo, total
         elif not _any_affine(util, ts, lo):
@@ -149,39 +166,40 @@ def shed_overuse(prob: Problem, sol: Subsolution, usage: np.ndarray, capacity: n
                 theta = (excess - kept) / (freed - kept)
                 t_new = t_keep - theta * (t_keep - t_new)
                 freed = kept + theta * (freed - kept)
-        x_new = torch.clamp(xs - (ts - t_new) / a, min=0.0)
-        x_lo.index_copy_(0, rows, torch.where(lo_side, x_new, x_lo.index_select(0, rows)))
-        x_hi.index_copy_(0, rows, torch.where(lo_side, x_hi.index_select(0, rows), x_new))
-        t.index_copy_(0, rows, t_new)
+        x_new = xp.clip(xs - (ts - t_new) / a, 0.0, None)
+        x_lo[rows] = xp.where(lo_side, x_new, x_lo[rows])
+        x_hi[rows] = xp.where(lo_side, x_hi[rows], x_new)
+        t[rows] = t_new
         used[j] -= freed
         if used[j] > capacity[j]:  # not enough freed (rounding of the working dtype): scale the rest (Sec. 5)
-            f = capacity[j] / used[j] * (1 - 4 * float(torch.finfo(prob.a.dtype).eps))
-            x_lo.copy_(torch.where(sol.j_lo == int(j), x_lo * f, x_lo))
-            x_hi.copy_(torch.where(sol.j_hi == int(j), x_hi * f, x_hi))
+            f = float(capacity[j] / used[j] * (1 - 4 * eps))
+            x_lo = xp.where(sol.j_lo == int(j), x_lo * f, x_lo)
+            x_hi = xp.where(sol.j_hi == int(j), x_hi * f, x_hi)
             used[j] *= f
     # exact usage of the repaired allocation; a pool the working dtype's rounding left a hair above its capacity is
     # scaled back as in Sec. 5 (by a few ulps)
     final = _usage(prob, sol, x_lo, x_hi)
     over_after = final > capacity
     if over_after.any():
-        f = np.ones(m + 1)
-        f[:m][over_after] = capacity[over_after] / final[over_after] * (1 - 4 * float(torch.finfo(prob.a.dtype).eps))
-        ft = torch.as_tensor(f, dtype=x_lo.dtype, device=x_lo.device)
-        x_lo = x_lo * ft.index_select(0, sol.j_lo)
-        x_hi = x_hi * ft.index_select(0, sol.j_hi)
+        f_all = np.ones(m + 1)
+        f_all[:m][over_after] = capacity[over_after] / final[over_after] * (1 - 4 * eps)
+        ft = asarray_like(f_all, x_lo)
+        x_lo = x_lo * ft[sol.j_lo]
+        x_hi = x_hi * ft[sol.j_hi]
         final = _usage(prob, sol, x_lo, x_hi)
-    t = torch.clamp(sol.a_lo * x_lo + sol.a_hi * x_hi, min=0.0)
-    value = float(prob.utility.value(t).sum(dtype=torch.float64))
+    t = xp.clip(sol.a_lo * x_lo + sol.a_hi * x_hi, 0.0, None)
+    value = fsum(prob.utility.value(t))
     return Repair(x_lo=x_lo, x_hi=x_hi, throughputs=t, usage=final, utility=value, pools=int(over.size))
 
 
-def _usage(prob: Problem, sol: Subsolution, x_lo: Tensor, x_hi: Tensor) -> np.ndarray:
+def _usage(prob: Problem, sol: Subsolution, x_lo: Array, x_hi: Array) -> np.ndarray:
     """Usage per pool (float64) of the allocation with fractions ``x_lo``, ``x_hi`` on ``sol``'s pools."""
+    xp = namespace(x_lo)
     m = prob.a.shape[1]
     out = np.zeros(m)
-    every = torch.arange(x_lo.shape[0], device=x_lo.device)
+    every = arange(x_lo.shape[0], like=x_lo)
     for jj, x in ((sol.j_lo, x_lo), (sol.j_hi, x_hi)):
         ok = jj < m
-        d = _slot_demand(prob, jj.clamp(max=m - 1), every)
-        out += np.bincount(jj[ok].cpu().numpy(), weights=(x * d)[ok].double().cpu().numpy(), minlength=m)[:m]
+        d = _slot_demand(prob, xp.clip(jj, None, m - 1), every)
+        out += np.bincount(as_numpy(jj[ok]), weights=as_numpy(astype((x * d)[ok], "float64")), minlength=m)[:m]
     return out

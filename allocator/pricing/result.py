@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from torch import Tensor
 
+from allocator._xp import Array
 from allocator.pricing.subproblem import Subsolution
 from allocator.utilities import Utility
 
@@ -38,13 +38,13 @@ class Reuse:
     the evaluated problem (a private copy of the throughputs, after closed pools were masked), the utility it was
     solved with, and the subsolution at ``prices`` (the best dual prices, where a warm start begins)."""
 
-    a: Tensor
-    demand: Tensor | None
+    a: Array
+    demand: Array | None
     utility: Utility
     prices: np.ndarray
     sol: Subsolution
-    capacity: Tensor
-    r_local: Tensor | None  #: the sums of the evaluation at ``prices`` (see :class:`Evaluation`)
+    capacity: Array
+    r_local: np.ndarray | None  #: the sums of the evaluation at ``prices`` (see :class:`Evaluation`)
     net_local: float
     u_local: float
 

@@ -22,10 +22,10 @@ and ``c_i`` is the lower convex hull of the points ``(0, 0)`` and ``(a_ij, c_ij)
     utility on every chord; kept as an independent reference and for the hull-vs-pairs benchmark.
 
 On CPU, for the built-in utility families, :func:`solve_hull` runs the same walk compiled, one job at a time
-(:mod:`allocator.pricing.kernels`): the torch walk costs a few dozen tensor operations per evaluation whatever ``n``
-is, which dominates small markets (10^4 jobs: about 3.5x slower than the compiled walk on this project's 2-core
-machine, 1 thread). The torch walk remains the path on CUDA and for user-defined utilities, and the reference the
-compiled walk is tested against.
+(:mod:`allocator.pricing.kernels`): the vectorised walk costs a few dozen array operations per evaluation whatever
+``n`` is, which dominates small markets (10^4 jobs: about 3.5x slower than the compiled walk on this project's 2-core
+machine, 1 thread). The vectorised walk (numpy or torch, :mod:`allocator._xp`) remains the path on CUDA and for
+user-defined utilities, and the reference the compiled walk is tested against.
 
 Both return a :class:`Subsolution`: the optimal ``t`` and the (at most two, Sec. 4.1) pools used, as a left and a
 right vertex of the active segment with their time fractions (pool index ``m`` stands for "none": the origin or the
@@ -37,9 +37,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from allocator._xp import (
+    Array,
+    arange,
+    as_numpy,
+    asarray_like,
+    device_of,
+    flatnonzero,
+    full,
+    is_tensor,
+    namespace,
+    pick,
+    repeat,
+)
+from allocator._xp import torch as _torch
 from allocator.utilities import Utility
 
 __all__ = ["Subsolution", "solve_hull", "solve_pairs"]
@@ -47,213 +59,229 @@ __all__ = ["Subsolution", "solve_hull", "solve_pairs"]
 
 @dataclass
 class Subsolution:
-    """Optimal solutions of all job subproblems at one price vector (all tensors have shape ``(n,)``).
+    """Optimal solutions of all job subproblems at one price vector (all arrays have shape ``(n,)``, numpy arrays or
+    torch tensors as the problem's).
 
     Job ``i`` runs a fraction ``x_lo[i]`` of its time on pool ``j_lo[i]`` and ``x_hi[i]`` on pool ``j_hi[i]``
     (index ``m`` = unused, fraction 0); ``a_*`` and ``c_*`` are the throughputs and costs ``p_j d_ij`` of those
     pools, so ``t = a_lo x_lo + a_hi x_hi`` and ``c(t) = c_lo x_lo + c_hi x_hi``.
     """
 
-    t: Tensor
-    j_lo: Tensor
-    x_lo: Tensor
-    a_lo: Tensor
-    c_lo: Tensor
-    j_hi: Tensor
-    x_hi: Tensor
-    a_hi: Tensor
-    c_hi: Tensor
+    t: Array
+    j_lo: Array
+    x_lo: Array
+    a_lo: Array
+    c_lo: Array
+    j_hi: Array
+    x_hi: Array
+    a_hi: Array
+    c_hi: Array
 
-    def cost(self) -> Tensor:
+    FIELDS = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
+
+    def cost(self) -> Array:
         """``c_i(t_i)``: what each job pays at the prices of this evaluation."""
         return self.x_lo * self.c_lo + self.x_hi * self.c_hi
 
-    def dense(self, m: int, scale: Tensor | None = None) -> Tensor:
+    def rows(self, index: Array) -> Subsolution:
+        """The solutions of the jobs ``index``, in that order."""
+        return Subsolution(*(getattr(self, name)[index] for name in self.FIELDS))
+
+    def dense(self, m: int, scale: Array | None = None) -> Array:
         """The allocation as an ``n x m`` matrix, each column multiplied by ``scale`` (``(m,)``) when given."""
         n = self.t.shape[0]
-        if self.t.device.type == "cpu":
+        if device_of(self.t) == "cpu":
             from allocator.pricing.kernels import dense_fill
 
-            s = np.ones(m) if scale is None else scale.detach().double().cpu().numpy()
-            out = dense_fill(
-                self.j_lo.numpy(),
-                self.x_lo.numpy(),
-                self.j_hi.numpy(),
-                self.x_hi.numpy(),
-                s,
-                m,
-                self.x_lo.numpy().dtype,
-            )
-            return torch.from_numpy(out)
-        x = torch.zeros((n, m + 1), dtype=self.t.dtype, device=self.t.device)
+            s = np.ones(m) if scale is None else as_numpy(scale).astype(np.float64)
+            x_lo = as_numpy(self.x_lo)
+            out = dense_fill(as_numpy(self.j_lo), x_lo, as_numpy(self.j_hi), as_numpy(self.x_hi), s, m, x_lo.dtype)
+            return _torch().from_numpy(out) if is_tensor(self.t) else out
+        x = _torch().zeros((n, m + 1), dtype=self.t.dtype, device=self.t.device)
         x.scatter_add_(1, self.j_lo.unsqueeze(1), self.x_lo.unsqueeze(1))
         x.scatter_add_(1, self.j_hi.unsqueeze(1), self.x_hi.unsqueeze(1))
-        return x[:, :m] if scale is None else x[:, :m] * scale
+        return x[:, :m] if scale is None else x[:, :m] * asarray_like(as_numpy(scale)[:m], x)
 
 
-def _assemble(a: Tensor, c: Tensor, t: Tensor, j_lo: Tensor, j_hi: Tensor) -> Subsolution:
+def _assemble(a: Array, c: Array, t: Array, j_lo: Array, j_hi: Array) -> Subsolution:
     """The full :class:`Subsolution` from each job's optimal ``t`` and the two ends ``j_lo``, ``j_hi`` of its active
     segment (index ``m``: the origin or none). Throughputs and costs of the ends are gathered once here, so the hull
-    walk only carries three ``(n,)`` tensors; ``x_hi = (t - a_lo) / (a_hi - a_lo)``, ``x_lo = 1 - x_hi`` when the left
+    walk only carries three ``(n,)`` arrays; ``x_hi = (t - a_lo) / (a_hi - a_lo)``, ``x_lo = 1 - x_hi`` when the left
     end is a pool (Sec. 4.1: a point of the segment is a convex combination of its ends)."""
+    xp = namespace(a)
     m = a.shape[1]
-    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    if c.shape[0] != a.shape[0]:
+        c = xp.broadcast_to(c, a.shape)
     lo_ok = j_lo < m
     hi_ok = j_hi < m
-    lo_idx = j_lo.clamp(max=m - 1).unsqueeze(1)
-    hi_idx = j_hi.clamp(max=m - 1).unsqueeze(1)
-    a_lo = torch.where(lo_ok, a.gather(1, lo_idx).squeeze(1), zero)
-    c_lo = torch.where(lo_ok, c.gather(1, lo_idx).squeeze(1), zero)
-    a_hi = torch.where(hi_ok, a.gather(1, hi_idx).squeeze(1), zero)
-    c_hi = torch.where(hi_ok, c.gather(1, hi_idx).squeeze(1), zero)
+    lo_idx = xp.clip(j_lo, None, m - 1)
+    hi_idx = xp.clip(j_hi, None, m - 1)
+    a_lo = xp.where(lo_ok, pick(a, lo_idx), 0.0)
+    c_lo = xp.where(lo_ok, pick(c, lo_idx), 0.0)
+    a_hi = xp.where(hi_ok, pick(a, hi_idx), 0.0)
+    c_hi = xp.where(hi_ok, pick(c, hi_idx), 0.0)
     span = a_hi - a_lo
-    x_hi = torch.where(hi_ok & (span > 0), (t - a_lo) / torch.where(span > 0, span, torch.ones_like(span)), zero)
-    x_lo = torch.where(lo_ok, 1 - x_hi, zero)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x_hi = xp.where(hi_ok & (span > 0), (t - a_lo) / xp.where(span > 0, span, 1.0), 0.0)
+    x_lo = xp.where(lo_ok, 1 - x_hi, 0.0)
     return Subsolution(t=t, j_lo=j_lo, x_lo=x_lo, a_lo=a_lo, c_lo=c_lo, j_hi=j_hi, x_hi=x_hi, a_hi=a_hi, c_hi=c_hi)
 
 
 def solve_hull(
-    a: Tensor, c: Tensor, utility: Utility, *, a_pos: Tensor | None = None, compiled: bool | None = None
+    a: Array, c: Array, utility: Utility, *, a_pos: Array | None = None, compiled: bool | None = None
 ) -> Subsolution:
     """Solve every job's subproblem by walking the lower convex hull of ``(0,0), (a_ij, c_ij)`` (see module doc).
 
-    ``a`` and ``c`` are ``n x m`` (throughputs and costs ``p_j d_ij``), ``utility`` describes the ``n`` jobs.
-    ``a_pos`` (optional, ``a > 0``) can be passed precomputed since it does not depend on the prices.
-    The walk records only ``t`` and the segment ends per job; :func:`_assemble` derives the rest once at the end.
+    ``a`` and ``c`` are ``n x m`` (throughputs and costs ``p_j d_ij``; ``c`` may have one row shared by all jobs),
+    ``utility`` describes the ``n`` jobs. ``a_pos`` (optional, ``a > 0``) can be passed precomputed since it does not
+    depend on the prices. The walk records only ``t`` and the segment ends per job; :func:`_assemble` derives the rest
+    once at the end.
 
-    On CPU, for the built-in utility families (``utility.kernel_spec()``), the same walk runs compiled, one job at a
-    time (:mod:`allocator.pricing.kernels`), unless ``compiled=False``; ``compiled=True`` requires it. The torch walk
-    below is the path everywhere else (CUDA, user-defined utilities).
+    On CPU (numpy arrays, or CPU tensors), for the built-in utility families (``utility.kernel_spec()``), the same
+    walk runs compiled, one job at a time (:mod:`allocator.pricing.kernels`), unless ``compiled=False``;
+    ``compiled=True`` requires it. The vectorised walk below is the path everywhere else (CUDA, user-defined
+    utilities).
     """
-    if compiled is not False and a.device.type == "cpu":
+    if compiled is not False and device_of(a) == "cpu":
         spec = getattr(utility, "kernel_spec", None)
         fast = spec() if spec is not None else None
         if fast is not None:
             from allocator.pricing.kernels import walk
 
-            an = a.detach().contiguous().numpy()
-            c = c.detach().to(a.dtype)
-            if c.shape[0] > 1 and c.stride(0) == 0:
-                c = c[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
-            cn = c.contiguous().numpy()
+            an = np.ascontiguousarray(as_numpy(a))
+            cn = as_numpy(c).astype(an.dtype, copy=False)
+            if cn.shape[0] > 1 and cn.strides[0] == 0:
+                cn = cn[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
+            if not (cn.flags.c_contiguous and cn.flags.writeable):
+                # a broadcast view is read-only, and the JIT route compiles a separate signature for read-only
+                # arrays (seconds, inside the solve): the kernels take writable C-contiguous arrays only
+                cn = np.array(cn, order="C")
             family, w, q = fast
-            # parameters in the working dtype, as the torch walk uses them (a float32 quotient w / alpha rounds as
-            # it does there, so a job at a vertex is reported at the same vertex)
+            # parameters in the working dtype, as the vectorised walk uses them (a float32 quotient w / alpha rounds
+            # as it does there, so a job at a vertex is reported at the same vertex)
             fields = walk(an, cn, family, w.astype(an.dtype), q.astype(an.dtype))
-            names = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
-            return Subsolution(**{name: torch.from_numpy(v) for name, v in zip(names, fields)})
+            if is_tensor(a):
+                fields = tuple(_torch().from_numpy(v) for v in fields)
+            return Subsolution(*fields)
     if compiled:
-        raise ValueError("compiled=True needs a CPU tensor and a utility with a compiled form (kernel_spec)")
+        raise ValueError("compiled=True needs CPU arrays and a utility with a compiled form (kernel_spec)")
+    xp = namespace(a)
     n, m = a.shape
-    dtype, device = a.dtype, a.device
-    inf = torch.tensor(float("inf"), dtype=dtype, device=device)
+    if c.shape[0] != n:
+        c = xp.broadcast_to(c, (n, m))
+    inf = float("inf")
     if a_pos is None:
         a_pos = a > 0
     # Step 0 from the origin: the most efficient pool, slope c/a (pools with a = 0 are never used).
-    slope = torch.where(a_pos, c / a, inf)
-    s, k = slope.min(dim=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = xp.where(a_pos, c / a, inf)
+    k = xp.argmin(slope, axis=1)
+    s = pick(slope, k)
     del slope
     has = s < inf
-    kk = k.unsqueeze(1)
-    na = a.gather(1, kk).squeeze(1)
-    zero = torch.zeros((), dtype=dtype, device=device)
+    na = pick(a, k)
     # Rows that cannot run anywhere (all a = 0): alpha = inf makes every argmax return gamma = 0.
-    t = utility.argmax(s, torch.zeros_like(s), torch.where(has, na, zero))
+    t = utility.argmax(s, xp.zeros_like(s), xp.where(has, na, 0.0))
     done = (~has) | (t < na)
-    j_lo = torch.full((n,), m, dtype=torch.long, device=device)
-    j_hi = torch.where(has, k, j_lo)
+    j_lo = full((n,), m, like=k)
+    j_hi = xp.where(has, k, j_lo)
     if m == 1 or bool(done.all()):
         return _assemble(a, c, t, j_lo, j_hi)
     t_out = t
     # Continue with the jobs still climbing: their current vertex is the pool just reached.
-    keep = torch.nonzero(~done).squeeze(1)
+    keep = flatnonzero(~done)
     active = keep
-    a_act = a.index_select(0, keep)
-    c_act = c.index_select(0, keep)
-    cur_a = na.index_select(0, keep)
-    cur_c = c_act.gather(1, k.index_select(0, keep).unsqueeze(1)).squeeze(1)
-    cur_j = k.index_select(0, keep)
+    a_act = a[keep]
+    c_act = c[keep]
+    cur_a = na[keep]
+    cur_j = k[keep]
+    cur_c = pick(c_act, cur_j)
     util = utility.take(keep)
     for _ in range(1, m):
-        da = a_act - cur_a.unsqueeze(1)
-        slope = torch.where(da > 0, (c_act - cur_c.unsqueeze(1)) / da, inf)
+        da = a_act - cur_a[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slope = xp.where(da > 0, (c_act - cur_c[:, None]) / da, inf)
         del da
-        s, k = slope.min(dim=1)
+        k = xp.argmin(slope, axis=1)
+        s = pick(slope, k)
         del slope
         has = s < inf
-        kk = k.unsqueeze(1)
-        na = torch.where(has, a_act.gather(1, kk).squeeze(1), cur_a)
-        t = util.argmax(torch.where(has, s, zero), cur_a, na)
-        t = torch.where(has, t, cur_a)
+        na = xp.where(has, pick(a_act, k), cur_a)
+        t = util.argmax(xp.where(has, s, 0.0), cur_a, na)
+        t = xp.where(has, t, cur_a)
         done = (~has) | (t < na)
         # Jobs at their last vertex use that pool fully; otherwise the segment (cur, next) is active.
-        t_out.index_copy_(0, active, t)
-        j_lo.index_copy_(0, active, torch.where(has, cur_j, torch.full_like(k, m)))
-        j_hi.index_copy_(0, active, torch.where(has, k, cur_j))
+        t_out[active] = t
+        j_lo[active] = xp.where(has, cur_j, m)
+        j_hi[active] = xp.where(has, k, cur_j)
         if bool(done.all()):
             break
-        sel = torch.nonzero(~done).squeeze(1)
-        active = active.index_select(0, sel)
-        a_act = a_act.index_select(0, sel)
-        c_act = c_act.index_select(0, sel)
-        cur_a = na.index_select(0, sel)
-        cur_j = k.index_select(0, sel)
-        cur_c = c_act.gather(1, cur_j.unsqueeze(1)).squeeze(1)
+        sel = flatnonzero(~done)
+        active = active[sel]
+        a_act = a_act[sel]
+        c_act = c_act[sel]
+        cur_a = na[sel]
+        cur_j = k[sel]
+        cur_c = pick(c_act, cur_j)
         util = util.take(sel)
     return _assemble(a, c, t_out, j_lo, j_hi)
 
 
-def pair_indices(m: int, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
-    """Index pairs ``(v, w)`` over points ``0..m`` where ``m`` is the origin: all ``m (m + 1) / 2`` chords."""
-    lo, hi = torch.triu_indices(m + 1, m + 1, offset=1, device=device)
-    return lo, hi
+def pair_indices(m: int, like: Array) -> tuple[Array, Array]:
+    """Index pairs ``(v, w)`` over points ``0..m`` where ``m`` is the origin: all ``m (m + 1) / 2`` chords (row-major
+    order), in ``like``'s library and device."""
+    if is_tensor(like):
+        lo, hi = _torch().triu_indices(m + 1, m + 1, offset=1, device=like.device)
+        return lo, hi
+    lo_np, hi_np = np.triu_indices(m + 1, k=1)
+    return lo_np.astype(np.int64), hi_np.astype(np.int64)
 
 
-def solve_pairs(a: Tensor, c: Tensor, utility: Utility) -> Subsolution:
+def solve_pairs(a: Array, c: Array, utility: Utility) -> Subsolution:
     """Solve every job's subproblem by enumerating all ``m (m + 1) / 2`` chords (Alg. 1 as written, see module doc)."""
+    xp = namespace(a)
     n, m = a.shape
-    dtype, device = a.dtype, a.device
-    zcol = torch.zeros((n, 1), dtype=dtype, device=device)
-    a1 = torch.cat([a, zcol], dim=1)  # point m is the origin
-    c1 = torch.cat([c, zcol], dim=1)
-    lo, hi = pair_indices(m, device)
+    if c.shape[0] != n:
+        c = xp.broadcast_to(c, (n, m))
+    zcol = xp.zeros_like(a[:, :1])
+    a1 = xp.concat([a, zcol], axis=1)  # point m is the origin
+    c1 = xp.concat([c, zcol], axis=1)
+    lo, hi = pair_indices(m, a)
     av, aw = a1[:, lo], a1[:, hi]
     cv, cw = c1[:, lo], c1[:, hi]
     swap = av > aw
-    a_l, a_r = torch.where(swap, aw, av), torch.where(swap, av, aw)
-    c_l, c_r = torch.where(swap, cw, cv), torch.where(swap, cv, cw)
-    j_l = torch.where(swap, hi.expand(n, -1), lo.expand(n, -1))
-    j_r = torch.where(swap, lo.expand(n, -1), hi.expand(n, -1))
-    valid = a_r > a_l
-    span = torch.where(valid, a_r - a_l, torch.ones_like(a_r))
-    slope = torch.where(valid, (c_r - c_l) / span, torch.zeros_like(span))
+    a_l, a_r = xp.where(swap, aw, av), xp.where(swap, av, aw)
+    c_l, c_r = xp.where(swap, cw, cv), xp.where(swap, cv, cw)
     npairs = lo.shape[0]
-    flat = torch.arange(n, device=device).repeat_interleave(npairs)
+    j_l = xp.where(swap, xp.broadcast_to(hi, (n, npairs)), xp.broadcast_to(lo, (n, npairs)))
+    j_r = xp.where(swap, xp.broadcast_to(lo, (n, npairs)), xp.broadcast_to(hi, (n, npairs)))
+    valid = a_r > a_l
+    span = xp.where(valid, a_r - a_l, 1.0)
+    slope = xp.where(valid, (c_r - c_l) / span, 0.0)
+    flat = repeat(arange(n, like=a), npairs)
     util = utility.take(flat) if utility.n_jobs is not None else utility
     t = util.argmax(slope.reshape(-1), a_l.reshape(-1), a_r.reshape(-1)).reshape(n, npairs)
-    net = util.value(t.reshape(-1)).reshape(n, npairs) - (c_l + slope * (t - a_l))
-    ninf = torch.tensor(float("-inf"), dtype=dtype, device=device)
-    net = torch.where(valid, torch.nan_to_num(net, nan=float("-inf")), ninf)
-    best = net.argmax(dim=1, keepdim=True)
-    anyv = valid.any(dim=1)
-    zero = torch.zeros(n, dtype=dtype, device=device)
-    none = torch.full((n,), m, dtype=torch.long, device=device)
+    with np.errstate(invalid="ignore"):
+        net = util.value(t.reshape(-1)).reshape(n, npairs) - (c_l + slope * (t - a_l))
+    net = xp.where(valid, xp.nan_to_num(net, nan=-np.inf), -np.inf)
+    best = xp.argmax(net, axis=1)
+    anyv = xp.any(valid, axis=1)
 
-    def pick(x: Tensor) -> Tensor:
-        return x.gather(1, best).squeeze(1)
+    def choose(x: Array) -> Array:
+        return pick(x, best)
 
-    tb, al, ar, cl, cr = pick(t), pick(a_l), pick(a_r), pick(c_l), pick(c_r)
-    jl, jr = pick(j_l), pick(j_r)
-    frac_hi = torch.where(anyv, (tb - al) / pick(span), zero)
-    frac_lo = torch.where(anyv & (jl < m), 1 - frac_hi, zero)
+    tb, al, ar, cl, cr = choose(t), choose(a_l), choose(a_r), choose(c_l), choose(c_r)
+    jl, jr = choose(j_l), choose(j_r)
+    frac_hi = xp.where(anyv, (tb - al) / choose(span), 0.0)
+    frac_lo = xp.where(anyv & (jl < m), 1 - frac_hi, 0.0)
     return Subsolution(
-        t=torch.where(anyv, tb, zero),
-        j_lo=torch.where(anyv, jl, none),
+        t=xp.where(anyv, tb, 0.0),
+        j_lo=xp.where(anyv, jl, m),
         x_lo=frac_lo,
-        a_lo=torch.where(anyv & (jl < m), al, zero),
-        c_lo=torch.where(anyv & (jl < m), cl, zero),
-        j_hi=torch.where(anyv, jr, none),
+        a_lo=xp.where(anyv & (jl < m), al, 0.0),
+        c_lo=xp.where(anyv & (jl < m), cl, 0.0),
+        j_hi=xp.where(anyv, jr, m),
         x_hi=frac_hi,
-        a_hi=torch.where(anyv, ar, zero),
-        c_hi=torch.where(anyv, cr, zero),
+        a_hi=xp.where(anyv, ar, 0.0),
+        c_hi=xp.where(anyv, cr, 0.0),
     )

@@ -1,4 +1,5 @@
-"""Thread policy of a CPU solve: how many torch intra-op threads a solve uses, applied for the solve only.
+"""Thread policy of a CPU solve on the torch route: how many torch intra-op threads a solve uses, applied for the
+solve only (the numpy route, the default on the CPU, is single-threaded and sets nothing).
 
 Measured (``python -m bench.pricing``, section "Threads"; docs/bench/pricing.md) on this project's 2-core machine,
 004 Sec. 6.2 instances, one against two threads alternating in one process:
@@ -24,30 +25,41 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import torch
+from typing import Any
 
 __all__ = ["POLICY", "intra_op_threads", "solve_threads"]
 
 #: One line for benchmark headers.
-POLICY = "1 torch intra-op thread per CPU solve (allocator.pricing.threads), caller's count restored after"
+POLICY = (
+    "numpy route: single-threaded (compiled hull walk, numpy); torch route: 1 torch intra-op thread per CPU solve "
+    "(allocator.pricing.threads), caller's count restored after"
+)
 
-def solve_threads(numel: int, device: torch.device, threads: int | None = None) -> int | None:
-    """The intra-op thread count for a solve of ``numel`` throughput entries on ``device``: ``threads`` when given,
-    else 1 on the CPU (the policy above); ``None`` leaves torch's setting alone (CUDA solves)."""
+
+def solve_threads(numel: int, device: Any, threads: int | None = None) -> int | None:
+    """The intra-op thread count for a torch solve of ``numel`` throughput entries on ``device`` (a name or a
+    ``torch.device``): ``threads`` when given, else 1 on the CPU (the policy above); ``None`` leaves torch's setting
+    alone (CUDA solves)."""
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         return int(threads)
     del numel  # measured: the count that wins does not depend on the size up to 4 * 10^6 entries
-    return 1 if device.type == "cpu" else None
+    return 1 if str(device).split(":")[0] == "cpu" else None
 
 
 @contextmanager
-def intra_op_threads(numel: int, device: torch.device, threads: int | None = None) -> Iterator[None]:
-    """Run the block with :func:`solve_threads` intra-op threads; restore the caller's count after."""
-    before = torch.get_num_threads()
+def intra_op_threads(numel: int, device: Any, threads: int | None = None, backend: str = "torch") -> Iterator[None]:
+    """Run the block with :func:`solve_threads` intra-op threads; restore the caller's count after. The numpy route
+    (``backend="numpy"``) has no thread pool to set: its compiled walk and numpy operations run on the calling
+    thread; ``threads`` is only validated there, and torch is not imported."""
     want = solve_threads(numel, device, threads)
+    if backend != "torch":
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
     change = want is not None and want != before
     if change:
         torch.set_num_threads(want)  # type: ignore[arg-type]

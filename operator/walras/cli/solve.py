@@ -47,7 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--output", metavar="FILE.npz", help="write prices and allocation")
     parser.add_argument("--eps", type=float, default=None, help="duality-gap tolerance (default 1e-3 n)")
     parser.add_argument("--max-iter", type=int, default=None, help="limit on dual evaluations (default 200)")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--device", default=None,
+                        help="cpu (numpy, no torch), cuda or cuda:N (torch), or auto (default: cuda when the machine "
+                             "has an NVIDIA driver and torch sees a device, else cpu)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.add_argument("--plot", metavar="FILE", default=None,
@@ -58,9 +60,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def check_device(device: str | None) -> None:
-    """:class:`UsageError` for a torch device this machine does not have (``--device cuda`` without CUDA)."""
-    if device is None or device == "cpu":
+    """:class:`UsageError` for a device this machine does not have (``--device cuda`` without CUDA). ``cpu`` and
+    ``auto`` (or none) need no check, and torch is imported only where a CUDA device is named and a driver is present
+    (:func:`allocator.pricing.cuda_available`), so ``walras solve`` on a CPU machine never imports it."""
+    if device is None or device in ("cpu", "auto"):
         return
+    if not pricing.cuda_available():
+        raise UsageError(f"--device {device}: this machine has no CUDA device (no NVIDIA driver or torch without "
+                         "CUDA; use --device cpu)")
     import torch
 
     try:

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from allocator import pricing, utilities
+from allocator._xp import Array, convert_index, flatnonzero, index_like, namespace, numel
 from walras.planner.spec import UtilitySpec
 
 #: Markets with at most this many usable (job, pool) cells get the primal polish of :func:`polish_allocation`
@@ -29,51 +28,51 @@ class MixedUtility:
     """A :class:`allocator.utilities.Utility` whose job ``i`` uses family ``family[i]`` (an index into ``parts``).
 
     ``parts[f]`` describes the jobs of family ``f`` in their order; ``row[i]`` is job i's row within its part.
+    ``family`` and ``row`` are int64 arrays: numpy on the CPU route of :func:`allocator.pricing.solve`, torch tensors
+    on its torch route (:meth:`to` moves them with the parts).
     """
 
-    def __init__(self, family: Tensor, row: Tensor, parts: Sequence[utilities.Utility]) -> None:
+    def __init__(self, family: Array, row: Array, parts: Sequence[utilities.Utility]) -> None:
         self.family = family
         self.row = row
         self.parts = list(parts)
-        self._members = [torch.nonzero(family == f).squeeze(1) for f in range(len(self.parts))]
+        self._members = [flatnonzero(family == f) for f in range(len(self.parts))]
 
     @property
     def n_jobs(self) -> int:
         return int(self.family.shape[0])
 
-    def _apply(self, name: str, *args: Tensor) -> Tensor:
-        out = torch.empty_like(args[0])
+    def _apply(self, name: str, *args: Array) -> Array:
+        out = namespace(args[0]).empty_like(args[0])
         for f, part in enumerate(self.parts):
             idx = self._members[f]
-            if idx.numel() == 0:
+            if numel(idx) == 0:
                 continue
-            sub = part.take(self.row.index_select(0, idx).to(part_device(part)))
-            out[idx] = getattr(sub, name)(*(a.index_select(0, idx) for a in args))
+            sub = part.take(self.row[idx])
+            out[idx] = getattr(sub, name)(*(a[idx] for a in args))
         return out
 
-    def value(self, t: Tensor) -> Tensor:
+    def value(self, t: Array) -> Array:
         return self._apply("value", t)
 
-    def derivative(self, t: Tensor) -> Tensor:
+    def derivative(self, t: Array) -> Array:
         return self._apply("derivative", t)
 
-    def argmax(self, alpha: Tensor, gamma: Tensor, delta: Tensor) -> Tensor:
+    def argmax(self, alpha: Array, gamma: Array, delta: Array) -> Array:
         return self._apply("argmax", alpha, gamma, delta)
 
-    def take(self, index: Tensor) -> MixedUtility:
-        index = index.to(self.family.device)
-        return MixedUtility(self.family.index_select(0, index), self.row.index_select(0, index), self.parts)
+    def take(self, index: Array) -> MixedUtility:
+        index = index_like(index, self.family)
+        return MixedUtility(self.family[index], self.row[index], self.parts)
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> MixedUtility:
-        dev = self.family.device if device is None else torch.device(device)
-        return MixedUtility(self.family.to(dev), self.row.to(dev), [p.to(dev, dtype) for p in self.parts])
-
-
-def part_device(part: utilities.Utility) -> torch.device:
-    for value in vars(part).values():
-        if isinstance(value, Tensor):
-            return value.device
-    return torch.device("cpu")
+    def to(self, device: Any = None, dtype: Any = None) -> MixedUtility:
+        """A copy on ``device`` in ``dtype`` (the library follows :func:`allocator._xp.convert`: a numpy dtype on the
+        CPU gives numpy arrays, a torch dtype or a CUDA device torch tensors)."""
+        return MixedUtility(
+            convert_index(self.family, device, dtype),
+            convert_index(self.row, device, dtype),
+            [p.to(device, dtype) for p in self.parts],
+        )
 
 
 def build_utility(specs: Sequence[UtilitySpec], weights: Sequence[float]) -> MixedUtility:
@@ -108,13 +107,13 @@ def build_utility(specs: Sequence[UtilitySpec], weights: Sequence[float]) -> Mix
         else:
             t = np.array([specs[i].target for i in members] or [1.0], dtype=np.float64)
             parts.append(utilities.TargetPriority(t, weight=w))
-    return MixedUtility(torch.from_numpy(family), torch.from_numpy(row), parts)
+    return MixedUtility(family, row, parts)
 
 
 def utility_values(specs: Sequence[UtilitySpec], weights: Sequence[float], t: np.ndarray) -> np.ndarray:
     """``u_i(t_i)`` for every job, in float64 (what the JobPlan reports)."""
-    mixed = build_utility(specs, weights).to("cpu", torch.float64)
-    return mixed.value(torch.as_tensor(t, dtype=torch.float64)).numpy()
+    mixed = build_utility(specs, weights).to("cpu", np.float64)
+    return np.asarray(mixed.value(np.asarray(t, dtype=np.float64)))
 
 
 @dataclass
@@ -177,7 +176,7 @@ def solve_market(
             device=device,
         )
     utility = build_utility(specs, weights)
-    # pricing.solve runs a CPU solve on one torch thread and restores the caller's setting (allocator.pricing.threads).
+    # pricing.solve runs a CPU solve on the numpy route (no torch), a CUDA one on torch (allocator.pricing.problem).
     result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
     allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
     tol = float(result.eps)  # the allocator's own tolerance (1e-3 n for log, scaled per job for target-priority)
@@ -187,7 +186,7 @@ def solve_market(
     if not converged and int(np.count_nonzero(throughput > 0)) <= POLISH_CELLS and math.isfinite(dual):
         polished = polish_allocation(throughput, capacity, utility, demand, allocation, target=dual - tol / 2)
         if polished is not None:
-            value = float(utility.to("cpu", torch.float64).value(torch.from_numpy(_rates(throughput, polished))).sum())
+            value = float(utility.to("cpu", np.float64).value(_rates(throughput, polished)).sum())
             if value > primal:
                 allocation, primal = polished, value
                 throughputs = _rates(throughput, polished)
@@ -227,7 +226,7 @@ def _solve(
         prices=prices,
         max_iter=max_iter,
         device=device,
-        dtype=torch.float64,
+        dtype="float64",
         eps=eps,
     )
 
@@ -259,15 +258,15 @@ def polish_allocation(
     cells = np.flatnonzero(throughput.ravel() > 0)
     if cells.size == 0:
         return None
-    u64 = utility.to("cpu", torch.float64)
+    u64 = utility.to("cpu", np.float64)
     rows, cols = np.divmod(cells, m)
     a = throughput.ravel()[cells]
 
     def objective(z: np.ndarray) -> tuple[float, np.ndarray]:
         t = np.bincount(rows, weights=a * z, minlength=n)
-        tt = torch.from_numpy(t)
-        value = float(u64.value(tt).sum())
-        grad = u64.derivative(tt).numpy()[rows] * a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = float(u64.value(t).sum())
+            grad = np.asarray(u64.derivative(t))[rows] * a
         return -value, -np.nan_to_num(grad, nan=0.0, posinf=1e12, neginf=-1e12)
 
     z0 = np.clip(start.ravel()[cells], 0.0, 1.0)
