@@ -5,7 +5,7 @@ Each sub-command module defines ``add_parser(subparsers) -> argparse.ArgumentPar
 line on stderr with exit status 2.
 
 Only the chosen sub-command's module is imported: ``walras --help`` and ``walras --version`` import no sub-command
-(their dependencies - torch, the solvers, kopf, the Kubernetes client, aiohttp - take seconds to import), so the
+(their dependencies - numpy, the solvers, kopf, the Kubernetes client, aiohttp - take up to seconds to import), so the
 top-level help lists each command with the one-line summary kept in :data:`COMMANDS`
 (``tests/test_cli_help.py`` checks it equals the module's own ``help=``).
 
@@ -25,7 +25,7 @@ debugging).
 A sub-command module that sets ``EXIT_WITHOUT_TEARDOWN = True`` (``walras plan``) ends the process as soon as its
 status is known when :func:`main` runs as the program (no ``argv`` given: the console script, ``python -m walras``):
 stdout and stderr are flushed and ``os._exit`` skips the interpreter's teardown, which for ``walras plan`` on 20,000
-pods spends 0.3-0.7 s freeing objects and torch's modules that the exiting process no longer needs (no ``atexit``
+pods spends 0.3-0.7 s freeing objects and modules that the exiting process no longer needs (no ``atexit``
 handler runs). Called with ``argv`` (tests, other Python code), :func:`main` always returns.
 """
 

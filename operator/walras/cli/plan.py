@@ -144,8 +144,8 @@ class ReadAhead:
     -> ``None``, and the caller reads the manifests itself with
     :func:`~walras.planner.manifests.load_manifests`, which gives the error message of a sequential read (a
     piece's YAML line numbers count from its start) and a bug its traceback. No read-ahead (:meth:`start` returns
-    ``None``) where there is no ``os.fork``, where torch is already imported (an in-process caller such as the
-    tests: nothing to overlap), where other threads run (forking them is unsafe), for a path that does not exist
+    ``None``) where there is no ``os.fork``, where the planner is already imported (an in-process caller such as
+    the tests: nothing to overlap), where other threads run (forking them is unsafe), for a path that does not exist
     (the caller's read reports it), or with ``WALRAS_READ_AHEAD=0``.
     """
 
@@ -187,7 +187,7 @@ class ReadAhead:
         import os
         import threading
 
-        if (not hasattr(os, "fork") or "torch" in sys.modules or threading.active_count() != 1
+        if (not hasattr(os, "fork") or "walras.planner.plan" in sys.modules or threading.active_count() != 1
                 or os.environ.get("WALRAS_READ_AHEAD") == "0"):
             return None
         ahead = cls.prepare(files, validate=validate)
@@ -346,8 +346,9 @@ def run(args: argparse.Namespace) -> int:
 
     import yaml
 
-    # Reading and validating the manifests (seconds for 20,000 pods) overlaps importing the planner (torch: seconds
-    # too) in a forked reader process where that is possible (see ReadAhead); otherwise it runs here after the imports.
+    # Reading and validating the manifests (seconds of CPU for 20,000 pods) is shared with a forked reader process
+    # that starts while this one imports the planner, where that is possible (see ReadAhead); otherwise it runs here
+    # after the imports.
     ahead = ReadAhead.start(args.files, validate=args.validate)
     try:
         from walras.planner import build_plan, load_manifests
@@ -356,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         # built without the cyclic collector and then frozen with everything alive (gc.freeze), so no collection
         # during planning walks them again; what the planner allocates afterwards is collected as usual. Validated
         # here (no read-ahead), one collection first frees the validator's cyclic garbage; read ahead, the child
-        # made that garbage, and a collection here would only walk torch's modules (0.3 s).
+        # made most of that garbage, and a collection here would walk every imported module for little.
         gc.disable()
         try:
             snapshot = ahead.result() if ahead is not None else None

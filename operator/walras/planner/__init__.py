@@ -1,8 +1,10 @@
 """The planner: a pure function from a cluster snapshot to a plan (no Kubernetes client, no I/O).
 
-``build_plan`` is imported on first use (PEP 562): it brings the market and torch (seconds), while the manifest
-reader and the model do not, so ``walras.planner.manifests`` and ``walras.planner.schema`` load without torch
-(``walras plan`` reads its manifests in a process that never imports it, see :class:`walras.cli.plan.ReadAhead`).
+``build_plan`` is imported on first use (PEP 562): it brings the market, numpy, the compiled kernels and the
+placement policies (about 0.5 s), while the manifest reader and the model do not, so ``walras.planner.manifests``
+and ``walras.planner.schema`` load without them (``walras plan`` starts reading its manifests in a child process
+while the parent imports the planner, see :class:`walras.cli.plan.ReadAhead`). On a CPU machine neither imports
+torch (:mod:`allocator.pricing`'s route table).
 """
 
 from typing import TYPE_CHECKING, Any
