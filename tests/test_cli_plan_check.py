@@ -49,6 +49,31 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     assert plan_json(plan, 3).startswith(b'{\n   "')
 
 
+def test_plan_pauses_the_collector_and_restores_it(cluster_dir: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``walras plan`` runs with the cyclic collector paused (a one-shot command: its objects live until it ends) and
+    leaves the caller's setting as it found it, also after a user error."""
+    import gc
+
+    from walras.cli import plan as plan_cli
+
+    seen: list[bool] = []
+    real = plan_cli.render
+    monkeypatch.setattr(plan_cli, "render", lambda plan: (seen.append(gc.isenabled()), real(plan))[1])
+    assert gc.isenabled()
+    assert main(["plan", "-f", str(cluster_dir)]) == 0
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        assert main(["plan", "-f", str(cluster_dir)]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert main(["plan", "-f", str(cluster_dir / "missing.yaml")]) == 2
+    assert gc.isenabled()
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("unbound", [False, True])
 def test_emitted_pods_fed_back_give_no_action(cluster_dir: Path, tmp_path: Path, unbound: bool,
                                               capsys: pytest.CaptureFixture[str]) -> None:
