@@ -280,7 +280,7 @@ def test_a_pool_filled_by_foreign_pods_is_no_longer_offered_to_jobs_without_pods
 def test_an_unchanged_cluster_reuses_each_phase_plan_after_plan() -> None:
     """A reused result is recorded again, so the plan after next still finds it: re-planning an unchanged cluster
     twice reuses the same objects each time (the translation's sorted pods, the lifecycle's tallies, the node
-    table's arrays and masks, observe's lists)."""
+    table's arrays, masks and label columns, observe's lists)."""
     snapshot, previous = _steady(None)
     second = both(snapshot, previous)
     third = both(snapshot, second)
@@ -289,5 +289,6 @@ def test_an_unchanged_cluster_reuses_each_phase_plan_after_plan() -> None:
     assert third._sequences[""][3] is previous._sequences[""][3]
     assert third._phases["lifecycle"][2] is previous._phases["lifecycle"][2]
     assert third._phases["capacity"][2].alloc is previous._phases["capacity"][2].alloc
-    assert third._phases["capacity"][2].masks and not third._phases["capacity"][2].alloc.flags.writeable
+    assert third._phases["capacity"][2].masks and third._phases["capacity"][2].labels
+    assert not third._phases["capacity"][2].alloc.flags.writeable
     assert third._phases["observe"][2].running is previous._phases["observe"][2].running

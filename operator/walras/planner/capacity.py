@@ -37,6 +37,8 @@ class NodeTable:
     usable: np.ndarray  # bool (K,)
     #: :meth:`admitted` once computed per constraints (read-only masks; a table reused for the same nodes keeps them).
     masks: dict[Constraints, np.ndarray] = field(default_factory=dict)
+    #: Each label key's values over the nodes, once read (:func:`walras.planner.objects.select`; kept like masks).
+    labels: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def free(self) -> np.ndarray:
@@ -115,16 +117,17 @@ def node_table(cluster: Cluster, memo: Mapping[str, Any] | None = None,
     if before is not None and same_items(before[0], cluster.nodes) and same_items(before[1], cluster.pods):
         t: NodeTable = before[2]
         table = NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used.copy(), t.usable,
-                          dict(t.masks))
-        if record is not None:  # the same arrays, with this plan's masks
+                          dict(t.masks), dict(t.labels))
+        if record is not None:  # the same arrays, with this plan's masks and label columns
             record["capacity"] = (cluster.nodes, cluster.pods, NodeTable(t.nodes, t.names, t.index, t.resources,
                                                                           t.column, t.alloc, t.used, t.usable,
-                                                                          table.masks))
+                                                                          table.masks, table.labels))
         return table
     table = _node_table(cluster)
     if record is not None:
         shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
-                           frozen(table.used.copy()), frozen(table.usable), table.masks)  # masks: this plan's too
+                           frozen(table.used.copy()), frozen(table.usable), table.masks,
+                           table.labels)  # masks and label columns: this plan's too
         record["capacity"] = (cluster.nodes, cluster.pods, shared)
     return table
 

@@ -71,6 +71,7 @@ def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.nda
         if column is None:
             column = np.empty(len(table.nodes), dtype=object)
             column[:] = [n.labels.get(key) for n in table.nodes]
+            column.setflags(write=False)
             if columns is not None:
                 columns[key] = column
         mask &= column == value
@@ -81,7 +82,7 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
     """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
     out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
     profiles: dict[str, ProfileSpec] = {}
-    columns: dict[str, np.ndarray] = {}
+    columns = table.labels  # each label key's values over the nodes, kept with the table (read-only)
     for obj in cluster.profiles:
         if obj.spec is None:
             plan.profiles[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
@@ -151,6 +152,7 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
                      target=job_spec.utility.target)
         plan.jobs[job.key] = jp
         ok = np.zeros(m, dtype=bool)
+        usable_any = False
         problems: list[str] = []
         for pool_name, value in sorted(job_spec.throughput.items()):
             j = index.get(pool_name)
@@ -174,13 +176,14 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
                     _warn(plan, "ColocationProfile", "", info.profile.name, "MissingType", message)
                     continue
             ok[j] = True
+            usable_any = True
         for problem in problems:
             _warn(plan, "FungibleJob", namespace, name, "PoolUnusable", problem)
         if problems:
             jp.conditions.append(Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems)))
         else:
             jp.conditions.append(Condition("PoolsValid", "True", "PoolsValid", ""))
-        if not ok.any():
+        if not usable_any:
             jp.phase = "Unschedulable"
             message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
             jp.conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
