@@ -390,8 +390,8 @@ _METADATA, _UID, _RESOURCE_VERSION = itemgetter("metadata"), itemgetter("uid"), 
 
 
 def _identities(objs: list[Any] | tuple[Any, ...]) -> tuple[list[str], list[str]] | None:
-    """Every object's ``metadata.uid`` and ``metadata.resourceVersion`` in input order, or None unless each object is
-    a plain dict whose metadata is a dict with both as non-empty strings (the API server's objects always are)."""
+    """Every object's ``metadata.uid`` and ``metadata.resourceVersion`` in input order, or None unless every object
+    has both, as non-empty strings (the API server's objects always do; a manifest file's may not)."""
     try:
         metas = list(map(_METADATA, objs))
         uids = list(map(_UID, metas))
