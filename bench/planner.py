@@ -16,8 +16,10 @@ Scenarios (each timed ``--repeat`` times, median reported):
   every pod, node and job whose uid and resourceVersion did not change, and the ``keep`` plans of every job's pods
   in a pool that are unchanged and all kept; the grown job has a new resourceVersion). As in the operator, the
   objects alive once the steady plan is stored (that plan, the cluster) are frozen out of the cyclic garbage
-  collector's reach first (``gc.freeze``; ``walras.operator.controller.Controller.settle_gc`` after each plan), so
-  the collections inside the warm plan do not walk them.
+  collector's reach first (``gc.freeze``; ``walras.operator.controller.Controller.settle_gc`` after each plan).
+
+Every plan runs with the cyclic collector paused, as the operator's controller runs them
+(``Controller.planned_without_gc``); it runs again between plans.
 
 Each row gives the wall-clock median and the median CPU time of the process (``time.process_time``): on a shared
 machine the second is the steadier of the two.
@@ -178,11 +180,16 @@ CPU: dict[int, float] = {}  # id(result plan) -> median CPU seconds of its scena
 
 def timed(fn: Any, repeat: int) -> tuple[float, list[float], Any]:
     """Run ``fn`` ``repeat`` times: median wall seconds, every run's wall seconds, the last result (its median CPU
-    seconds in :data:`CPU`)."""
+    seconds in :data:`CPU`). Each run plans with the cyclic collector paused, as the operator's controller plans
+    (``Controller.planned_without_gc``), which is part of the timed call."""
     times, cpu, result = [], [], None
     for _ in range(repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
-        result = fn()
+        gc.disable()
+        try:
+            result = fn()
+        finally:
+            gc.enable()
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     CPU[id(result)] = statistics.median(cpu)
@@ -250,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         "Every plan is checked by `walras.planner.invariants.check_plan` (node fit on every resource, no double "
         "binding, no duplicate or lost pod). The process freezes its start-up objects out of the garbage "
         "collector first, as `walras run` does, and the steady plan before the warm plans, as the operator's "
-        "controller does after each plan. Targets: issue 16 (2 cores).",
+        "controller does after each plan; each plan runs with the collector paused, as the controller runs them "
+        "(`Controller.planned_without_gc`). Targets: issue 16 (2 cores).",
         "The paper behind the market",
         "(004, Sec. 6) reports 10^6 jobs x 4 resources in 3.9 s on CPU, so at 1,000 jobs the market should be a",
         "small share of a plan.",

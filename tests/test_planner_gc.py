@@ -74,3 +74,34 @@ def test_the_controller_freezes_after_each_stored_plan_when_asked() -> None:
         assert _reconcile(False) == 0
     finally:
         gc.unfreeze()
+
+
+def _collector_during_plan(pause: bool, fail: bool = False) -> list[bool]:
+    seen: list[bool] = []
+
+    def planner(snapshot: Snapshot, previous: Plan | None, **_: Any) -> Plan:
+        seen.append(gc.isenabled())
+        if fail:
+            raise RuntimeError("planner bug")
+        return Plan()
+
+    controller = Controller(cast(KubeClient, _Client()), lambda: Snapshot(), planner,
+                            OperatorOptions(freeze_gc=False, pause_gc=pause), WalrasMetrics())
+    plan = asyncio.run(controller.reconcile())
+    assert (plan is None) == fail
+    return seen
+
+
+def test_the_controller_pauses_the_collector_while_it_plans_and_restores_it() -> None:
+    assert gc.isenabled()
+    assert _collector_during_plan(True) == [False]
+    assert gc.isenabled()
+    assert _collector_during_plan(True, fail=True) == [False]  # a planner that raises: reported, collector back on
+    assert gc.isenabled()
+    assert _collector_during_plan(False) == [True]
+    gc.disable()  # a process that runs without the collector keeps it off
+    try:
+        assert _collector_during_plan(True) == [False]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
