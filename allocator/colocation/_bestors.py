@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from allocator._colocation_kernel import bestors_dc
+
 from ._model import _Instance, _Limits, _validate
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -89,8 +91,6 @@ def bestors_table(
         return val
 
     if algorithm == "dc":
-        from allocator._colocation_kernel import bestors_dc
-
         if not limited:
             dprefix, mt, cp, big = prefix, np.zeros(m), np.zeros(m), 0.0
         costs, choice = bestors_dc(prefix, dprefix, mt, cp, float(big), limited, m)

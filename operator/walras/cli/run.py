@@ -237,10 +237,11 @@ def settle_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging()
     try:
-        import walras.planner.plan  # noqa: F401  (imported before the freeze so its modules are frozen too)
-        from allocator.pricing import load_kernels
+        from walras.planner.preload import preload
 
-        load_kernels()  # the compiled price-discovery kernels, once at start-up, not in the first plan
+        # what a first plan loads on first use (the LP solver, the compiled kernels of price discovery and of the
+        # placement policies), once at start-up and before the freeze, not in the first plan
+        preload()
         settle_gc()
         return asyncio.run(serve(args))
     except KeyboardInterrupt:
