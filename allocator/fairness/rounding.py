@@ -17,8 +17,11 @@ import numpy as np
 from ._model import FloatArray, Instance
 
 
-def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7) -> FloatArray:
-    """Round a feasible divisible allocation to integers without violating capacities (see module docstring)."""
+def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7, compiled: bool = True) -> FloatArray:
+    """Round a feasible divisible allocation to integers without violating capacities (see module docstring).
+
+    ``compiled``: the hand-back loop runs as one compiled call (:mod:`._rounding_kernel`), else as the Python
+    reference loop; both give the same result (``tests/test_fairness.py``)."""
     x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
     xi = np.floor(x + eps)
     # floor(x + eps) may round 2.9999999 up to 3: undo any such step that breaks a capacity.
@@ -26,29 +29,47 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7) -> Flo
     cap = inst.capacities
     target = x.sum(axis=1)
     frac = x - xi
-    cand: list[list[int]] = []
     for kk in np.flatnonzero((load > cap * (1 + 1e-12)).any(axis=1)):
         for ii in np.flatnonzero(xi[:, kk] > x[:, kk]):
             xi[ii, kk] -= 1
         load[kk] = xi[:, kk] @ inst.demands
-    for i in range(inst.n):
-        row = np.flatnonzero(frac[i] > eps)
-        cand.append([int(v) for v in row[np.argsort(-frac[i, row], kind="stable")]])
+    # each user's candidate servers: fractional remainder > eps, largest first, ties by server index
+    has = frac > eps
+    order = np.argsort(np.where(has, -frac, np.inf), axis=1, kind="stable")
+    n_cand = has.sum(axis=1)
     tot = xi.sum(axis=1)
-    heap: list[tuple[float, int]] = [(float(tot[i] / target[i]), i) for i in range(inst.n) if cand[i] and target[i] > 0]
+    limit = np.asarray(inst.max_tasks, dtype=np.float64) + eps
+    dem = np.ascontiguousarray(inst.demands, dtype=np.float64)
+    slack = np.ascontiguousarray(cap * (1 + 1e-12), dtype=np.float64)
+    if compiled:
+        from ._rounding_kernel import hand_back
+
+        load = np.ascontiguousarray(load, dtype=np.float64)
+        hand_back(xi, load, slack, dem, tot, np.broadcast_to(limit, tot.shape).copy(), target, order, n_cand)
+    else:
+        _hand_back_reference(xi, load, slack, dem, tot, limit, target, order, n_cand)
+    return xi
+
+
+def _hand_back_reference(xi: FloatArray, load: FloatArray, slack: FloatArray, dem: FloatArray, tot: FloatArray,
+                         limit: FloatArray, target: FloatArray, order: np.ndarray, n_cand: np.ndarray) -> None:
+    """The hand-back loop in Python (the reference of :func:`._rounding_kernel.hand_back`), in place on ``xi``."""
+    n = xi.shape[0]
+    cand = [[int(v) for v in order[i, : n_cand[i]]] for i in range(n)]
+    heap: list[tuple[float, int]] = [(float(tot[i] / target[i]), i) for i in range(n) if cand[i] and target[i] > 0]
     heapq.heapify(heap)
-    # The hand-back loop tries up to n x k single pods on r resources: plain Python floats beat numpy calls on
-    # r-vectors by an order of magnitude there, and give the same IEEE sums and comparisons.
+    # The loop tries up to n x k single pods on r resources: plain Python floats beat numpy calls on r-vectors by
+    # an order of magnitude there, and give the same IEEE sums and comparisons.
     load_l: list[list[float]] = load.tolist()
-    cap_l: list[list[float]] = (cap * (1 + 1e-12)).tolist()
-    dem_l: list[list[float]] = np.asarray(inst.demands, dtype=np.float64).tolist()
+    cap_l: list[list[float]] = slack.tolist()
+    dem_l: list[list[float]] = dem.tolist()
     tot_l: list[float] = tot.tolist()
-    limit = (np.asarray(inst.max_tasks, dtype=np.float64) + eps).tolist()
+    limit_l = np.broadcast_to(limit, tot.shape).tolist()
     target_l: list[float] = target.tolist()
-    nxt = [0] * inst.n  # next untried candidate of each user
+    nxt = [0] * n  # next untried candidate of each user
     while heap:
         _, i = heapq.heappop(heap)
-        if tot_l[i] + 1 > limit[i]:
+        if tot_l[i] + 1 > limit_l[i]:
             continue
         d = dem_l[i]
         options = cand[i]
@@ -66,4 +87,3 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7) -> Flo
                 break
         if placed and nxt[i] < len(options):
             heapq.heappush(heap, (tot_l[i] / target_l[i], i))
-    return xi
