@@ -220,35 +220,40 @@ def write_manifests(n_nodes: int, n_jobs: int, replicas: int) -> tuple[Path, dic
 
 _PHASES = (
     "import gc, json, resource, sys, time\n"
+    "gc.disable()\n"  # walras plan runs with the cyclic collector paused (walras.cli.plan.run)
     "t0 = time.perf_counter()\n"
-    "from walras.cli.plan import ReadAhead\n"
+    "from walras.cli.plan import ReadAhead, plan_json\n"
     "ahead = ReadAhead.start([sys.argv[1]], validate=True)\n"
     "from walras.planner import build_plan, load_manifests\n"
     "t1 = time.perf_counter()\n"
-    "gc.disable()\n"
+    "taken = [0]\n"
+    "if ahead is not None:\n"
+    "    decode = ahead.decode\n"
+    "    ahead.decode = lambda i: (taken.__setitem__(0, taken[0] + 1), decode(i))[1]\n"
     "snap = ahead.result() if ahead is not None else None\n"
     "if snap is None:\n"
     "    snap = load_manifests([sys.argv[1]])\n"
-    "    gc.collect()\n"
+    "pieces = len(ahead.pieces) if ahead is not None else 0\n"
     "if ahead is not None:\n"
     "    ahead.close()\n"
-    "gc.freeze()\n"
-    "gc.enable()\n"
     "t2 = time.perf_counter()\n"
     "plan = build_plan(snap)\n"
     "t3 = time.perf_counter()\n"
     "del snap\n"
     "d = plan.to_dict()\n"
     "t4 = time.perf_counter()\n"
-    "text = json.dumps(d, separators=(',', ':'))\n"
+    "import orjson\n"
+    "text = orjson.dumps(d)\n"
     "t5 = time.perf_counter()\n"
     "child = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
     "print(json.dumps({'imports': t1 - t0, 'read': t2 - t1, 'plan': t3 - t2, 'to_dict': t4 - t3, 'dumps': t5 - t4,"
-    " 'bytes': len(text), 'read_ahead': ahead is not None, 'child_cpu': child.ru_utime + child.ru_stime}))\n"
+    " 'bytes': len(text), 'read_ahead': ahead is not None, 'child_cpu': child.ru_utime + child.ru_stime,"
+    " 'taken': taken[0], 'pieces': pieces}))\n"
 )
 
 
 def plan_rows(runs: int, quick: bool, say: Any) -> None:
+    import orjson
     import yaml
     from walras.planner import build_plan, load_manifests
     from walras.planner.manifests import load_yaml
@@ -273,7 +278,8 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
     say(f"\nLoad average after: {loadavg()}.\n")
 
     split = max(2, runs // 2)  # the breakdown explains the whole-process rows above; fewer runs keep the bench short
-    say("Where a fresh process spends it (the same steps as `walras plan`, timed inside one fresh process per run, "
+    say("Where a fresh process spends it (the same steps as `walras plan`, collector paused, timed inside one "
+        "fresh process per run, "
         f"median of {split} runs), against the same steps warm in this process (median of runs 2-{split + 1}):\n")
     cold = [json.loads(fresh([sys.executable, "-c", _PHASES, str(folder)])["out"]) for _ in range(split)]
     warm: dict[str, list[float]] = {k: [] for k in ("read", "plan", "to_dict", "dumps")}
@@ -285,7 +291,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
         s2 = time.perf_counter()
         d = plan.to_dict()
         s3 = time.perf_counter()
-        json.dumps(d, separators=(",", ":"))
+        orjson.dumps(d)
         s4 = time.perf_counter()
         if k:
             for key, v in zip(warm, (s1 - s, s2 - s1, s3 - s2, s4 - s3), strict=True):
@@ -296,9 +302,10 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
     ahead = all(c["read_ahead"] for c in cold)
     meanwhile = "; the read-ahead child reads meanwhile" if ahead else ""
     say(f"| imports (walras.planner and its market: numpy, no torch on the CPU){meanwhile} | {imports:.2f} | - |")
-    names = {"read": ("wait for the read-ahead child + decode its message" if ahead else
-                      "read YAML + validate (CRD schema, CEL)"),
-             "plan": "build_plan", "to_dict": "Plan.to_dict", "dumps": "json.dumps (compact)"}
+    taken = f"{median([c['taken'] for c in cold]):.0f} of {cold[0]['pieces']}"
+    names = {"read": (f"read YAML + validate: this process takes pieces from the back of the shared queue ({taken} "
+                      "pieces, median), then joins the child's" if ahead else "read YAML + validate (CRD schema, CEL)"),
+             "plan": "build_plan", "to_dict": "Plan.to_dict", "dumps": "orjson.dumps (compact)"}
     for key, label in names.items():
         say(f"| {label} | {median([c[key] for c in cold]):.2f} | {median(warm[key]):.2f} |")
     child = (f" The read-ahead child (`walras.cli.plan.ReadAhead`: read YAML + validate, overlapping the imports) "
