@@ -56,7 +56,10 @@ def _through_pipe(files: list[str], *, before: Any = None) -> Any:
 
 
 def test_the_message_carries_the_snapshot(cluster_dir: Path, tmp_path: Path) -> None:
+    import gc
+
     assert _through_pipe([str(cluster_dir)]) == load_manifests([cluster_dir])
+    assert gc.isenabled()  # the child's work run in this process leaves the collector as it was
     # a value marshal cannot write (a YAML timestamp) goes by pickle
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "annotations": {"since": "x"}}}
     (tmp_path / "node.yaml").write_text(yaml.safe_dump(node).replace("since: x", "since: 2024-01-02"))

@@ -196,6 +196,9 @@ class ReadAhead:
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child (covered by tests/test_cli_plan_read_ahead.py in a subprocess)
+            import gc
+
+            gc.disable()  # the child exits right after its message: nothing to collect
             os.close(read_end)
             status = 1
             try:
@@ -297,12 +300,10 @@ _BOARD = struct.Struct("qqq")
 def _child(ahead: ReadAhead, fd: int) -> None:
     """The read-ahead child's work (:class:`ReadAhead`): decode pieces from the front of the queue until none is
     left, write one message to ``fd`` and close it."""
-    import gc
     import marshal
     import os
     import pickle
 
-    gc.disable()  # the process exits right after: nothing to collect
     from walras.planner.manifests import KINDS
 
     results: list[list[Any]] = []
