@@ -21,6 +21,22 @@ def _less(ra: float, ia: int, rb: float, ib: int) -> bool:
 
 
 @njit()
+def _sift_down(heap_r: np.ndarray, heap_i: np.ndarray, pos: int, size: int) -> None:
+    """Restore the heap order below ``pos`` (entries ``(heap_r, heap_i)``, ``size`` of them)."""
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            return
+        if child + 1 < size and _less(heap_r[child + 1], heap_i[child + 1], heap_r[child], heap_i[child]):
+            child += 1
+        if not _less(heap_r[child], heap_i[child], heap_r[pos], heap_i[pos]):
+            return
+        heap_r[pos], heap_r[child] = heap_r[child], heap_r[pos]
+        heap_i[pos], heap_i[child] = heap_i[child], heap_i[pos]
+        pos = child
+
+
+@njit()
 def hand_back(xi: np.ndarray, load: np.ndarray, cap: np.ndarray, dem: np.ndarray, tot: np.ndarray,
               limit: np.ndarray, target: np.ndarray, order: np.ndarray, n_cand: np.ndarray) -> None:
     """Hand the fractional pods back one at a time (``rounding`` module docstring), in place on ``xi`` (n x k),
@@ -36,21 +52,8 @@ def hand_back(xi: np.ndarray, load: np.ndarray, cap: np.ndarray, dem: np.ndarray
             heap_r[size] = tot[i] / target[i]
             heap_i[size] = i
             size += 1
-    # heapify
-    for start in range(size // 2 - 1, -1, -1):
-        pos = start
-        while True:
-            child = 2 * pos + 1
-            if child >= size:
-                break
-            if child + 1 < size and _less(heap_r[child + 1], heap_i[child + 1], heap_r[child], heap_i[child]):
-                child += 1
-            if _less(heap_r[child], heap_i[child], heap_r[pos], heap_i[pos]):
-                heap_r[pos], heap_r[child] = heap_r[child], heap_r[pos]
-                heap_i[pos], heap_i[child] = heap_i[child], heap_i[pos]
-                pos = child
-            else:
-                break
+    for start in range(size // 2 - 1, -1, -1):  # heapify
+        _sift_down(heap_r, heap_i, start, size)
     nxt = np.zeros(n, dtype=np.int64)
     while size > 0:
         i = heap_i[0]
@@ -58,19 +61,7 @@ def hand_back(xi: np.ndarray, load: np.ndarray, cap: np.ndarray, dem: np.ndarray
         if size > 0:  # the last entry to the root, sifted down
             heap_r[0] = heap_r[size]
             heap_i[0] = heap_i[size]
-            pos = 0
-            while True:
-                child = 2 * pos + 1
-                if child >= size:
-                    break
-                if child + 1 < size and _less(heap_r[child + 1], heap_i[child + 1], heap_r[child], heap_i[child]):
-                    child += 1
-                if _less(heap_r[child], heap_i[child], heap_r[pos], heap_i[pos]):
-                    heap_r[pos], heap_r[child] = heap_r[child], heap_r[pos]
-                    heap_i[pos], heap_i[child] = heap_i[child], heap_i[pos]
-                    pos = child
-                else:
-                    break
+            _sift_down(heap_r, heap_i, 0, size)
         if tot[i] + 1 > limit[i]:
             continue
         placed = False
