@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from walras.collector import paused
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.invariants import check_plan
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
@@ -185,11 +186,8 @@ def timed(fn: Any, repeat: int) -> tuple[float, list[float], Any]:
     times, cpu, result = [], [], None
     for _ in range(repeat):
         start, start_cpu = time.perf_counter(), time.process_time()
-        gc.disable()
-        try:
+        with paused():
             result = fn()
-        finally:
-            gc.enable()
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     CPU[id(result)] = statistics.median(cpu)

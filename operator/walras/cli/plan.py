@@ -10,8 +10,11 @@ their planned nodes (``--unbound``: left Pending, as extender mode creates them)
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,7 +169,6 @@ class ReadAhead:
         """The shared queue of ``files``' pieces, before any process takes one (``pid`` -1, ``fd`` -1; :meth:`start`
         forks the child); ``None`` for a path that does not exist or holds no manifest file."""
         import mmap
-        import os
 
         from walras.planner.manifests import split_manifests
 
@@ -184,7 +186,6 @@ class ReadAhead:
     @classmethod
     def start(cls, files: list[str], *, validate: bool) -> ReadAhead | None:
         """Fork the reader of ``files``; ``None`` where no read-ahead is done (see the class)."""
-        import os
         import threading
 
         if (not hasattr(os, "fork") or "walras.planner.plan" in sys.modules or threading.active_count() != 1
@@ -210,14 +211,19 @@ class ReadAhead:
         ahead.pid, ahead.fd = pid, read_end
         return ahead
 
+    @contextlib.contextmanager
+    def _board(self) -> Iterator[tuple[int, int, int]]:
+        """The queue's ``(front, back, failed)`` read under the lock, which is held until the block ends."""
+        os.read(self.lock[0], 1)
+        try:
+            yield _BOARD.unpack_from(self.board)
+        finally:
+            os.write(self.lock[1], b"\0")
+
     def take(self, front: bool) -> int | None:
         """The index of the next piece to decode (from the front of the queue or its back), or ``None`` when none
         is left or a user error was met."""
-        import os
-
-        os.read(self.lock[0], 1)
-        try:
-            lo, hi, failed = _BOARD.unpack_from(self.board)
+        with self._board() as (lo, hi, failed):
             if failed or lo >= hi:
                 return None
             if front:
@@ -225,19 +231,11 @@ class ReadAhead:
                 return self.order[lo]
             _BOARD.pack_into(self.board, 0, lo, hi - 1, failed)
             return self.order[hi - 1]
-        finally:
-            os.write(self.lock[1], b"\0")
 
     def fail(self) -> None:
         """Stop both processes taking pieces (a user error was met: the caller's sequential read reports it)."""
-        import os
-
-        os.read(self.lock[0], 1)
-        try:
-            lo, hi, _ = _BOARD.unpack_from(self.board)
+        with self._board() as (lo, hi, _):
             _BOARD.pack_into(self.board, 0, lo, hi, 1)
-        finally:
-            os.write(self.lock[1], b"\0")
 
     def decode(self, index: int) -> Any:
         """The snapshot of piece ``index`` (``ValueError`` for a user error)."""
@@ -251,7 +249,6 @@ class ReadAhead:
         :class:`~walras.planner.model.Snapshot` of every file; ``None`` where the caller must read the manifests
         itself (route table in the class)."""
         import marshal
-        import os
         import pickle
 
         from walras.planner.manifests import KINDS, join_snapshots
@@ -279,8 +276,6 @@ class ReadAhead:
 
     def close(self) -> None:
         """Close the pipes and the shared memory, reap the child (killed first if it is still running)."""
-        import contextlib
-        import os
         import signal
 
         for fd in (self.fd, *self.lock):
@@ -301,7 +296,6 @@ def _child(ahead: ReadAhead, fd: int) -> None:
     """The read-ahead child's work (:class:`ReadAhead`): decode pieces from the front of the queue until none is
     left, write one message to ``fd`` and close it."""
     import marshal
-    import os
     import pickle
 
     from walras.planner.manifests import KINDS
@@ -348,16 +342,11 @@ def run(args: argparse.Namespace) -> int:
     thousands of small dicts for 20,000 pods) and the plan allocate millions of objects that live until the command
     ends, and each full collection walks them all again. On the 5,000-node bench cluster the collector took 0.6-1.0 s
     of a 2.4-2.6 s plan and 0.2 s of ``Plan.to_dict`` (load ~2), while the peak RSS was the same without it (290 MiB:
-    a plan makes little cyclic garbage)."""
-    import gc
+    a plan makes little cyclic garbage; :func:`walras.collector.paused`)."""
+    from walras.collector import paused
 
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         return _run(args)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run(args: argparse.Namespace) -> int:

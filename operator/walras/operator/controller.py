@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from walras.collector import paused
 from walras.metrics import WalrasMetrics
 from walras.operator.kube import KubeClient, KubeError
 from walras.operator.translate import event_body, pod_manifest, resize_containers, stamp_conditions, status_patch
@@ -234,14 +235,9 @@ class Controller:
         cyclic garbage (tests/test_planner_gc.py: plans hold no reference cycles). The pause is process-wide (the
         collector has one switch), so for the plan's duration the event loop's own cyclic garbage waits too; it is
         collected once the collector runs again. Done here, by the process owner: the planner itself changes no
-        process state."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        process state (:func:`walras.collector.paused`)."""
+        with paused():
             return self.planner(*args, **kwargs)
-        finally:
-            if enabled:
-                gc.enable()
 
     @staticmethod
     def settle_gc() -> None:
