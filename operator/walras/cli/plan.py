@@ -154,6 +154,8 @@ class ReadAhead:
 
     pid: int
     fd: int
+    #: the paths given (files or directories) and the manifest files found under them
+    paths: list[str]
     files: list[Any]
     pieces: list[tuple[int, bytes]]
     #: the order pieces are taken in (indices into ``pieces``): the child from the front, this process from the back
@@ -181,7 +183,7 @@ class ReadAhead:
         _BOARD.pack_into(board, 0, 0, len(order), 0)
         read_end, write_end = os.pipe()
         os.write(write_end, b"\0")
-        return cls(-1, -1, found, pieces, order, board, (read_end, write_end), validate)
+        return cls(-1, -1, list(files), found, pieces, order, board, (read_end, write_end), validate)
 
     @classmethod
     def start(cls, files: list[str], *, validate: bool) -> ReadAhead | None:
@@ -272,7 +274,7 @@ class ReadAhead:
             done[index] = Snapshot(**{name: tuple(fields[name]) for name in KINDS.values()})
         if sorted(done) != list(range(len(self.pieces))):
             return None
-        return join_snapshots([done[k] for k in range(len(self.pieces))], self.files, len(self.files))
+        return join_snapshots([done[k] for k in range(len(self.pieces))], self.paths, len(self.files))
 
     def close(self) -> None:
         """Close the pipes and the shared memory, reap the child (killed first if it is still running)."""

@@ -484,6 +484,16 @@ KINDS = {
 }
 
 
+def _manifest_files(paths: str | Path | Iterable[str | Path]) -> tuple[list[str | Path], list[Path]]:
+    """``paths`` as a list, and the manifest files under them (:func:`_files`); ``ValueError`` where there is
+    none."""
+    named: list[str | Path] = [paths] if isinstance(paths, str | Path) else list(paths)
+    files = _files(named)
+    if not files:
+        raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in named)}")
+    return named, files
+
+
 def _files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
@@ -558,18 +568,14 @@ def load_manifests(paths: str | Path | Iterable[str | Path], *, validate: bool =
     Raises ``ValueError`` naming the file for a missing path, malformed YAML or JSON, an object that breaks its CRD's
     schema or rules (``validate``), or paths that hold no manifest at all.
     """
-    if isinstance(paths, str | Path):
-        paths = [paths]
-    files = _files(paths)
-    if not files:
-        raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in paths)}")
+    paths, files = _manifest_files(paths)
     return join_snapshots((load_piece(path, path.read_bytes(), validate=validate) for path in files), paths,
                           len(files))
 
 
 def join_snapshots(parts: Iterable[Snapshot], paths: Iterable[str | Path], n_files: int) -> Snapshot:
-    """The snapshot of ``parts`` in their order (what :func:`load_manifests` returns for the files they came from);
-    ``ValueError`` when they hold no object at all."""
+    """The snapshot of ``parts`` in their order (what :func:`load_manifests` returns for the ``n_files`` files under
+    ``paths`` they came from); ``ValueError`` when they hold no object at all."""
     fields: dict[str, list[Mapping[str, Any]]] = {field: [] for field in KINDS.values()}
     for part in parts:
         for field, objs in fields.items():
@@ -597,11 +603,7 @@ def split_manifests(paths: str | Path | Iterable[str | Path]) -> tuple[list[Path
     belongs to the document after it), a byte-order mark, or JSON is one piece. Decoding the pieces one by one gives
     the same objects as :func:`read_file`; only error messages may differ (a line number counts from the piece's
     start), so a caller that meets an error reads the files again with :func:`load_manifests` for the message."""
-    if isinstance(paths, str | Path):
-        paths = [paths]
-    files = _files(paths)
-    if not files:
-        raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in paths)}")
+    _, files = _manifest_files(paths)
     pieces: list[tuple[int, bytes]] = []
     for k, path in enumerate(files):
         data = path.read_bytes()
