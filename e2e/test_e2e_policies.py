@@ -96,10 +96,15 @@ def settled(cluster: Cluster) -> dict[tuple[str, str], list[dict[str, Any]]] | N
 
 
 def test_every_policy_places_and_binds_the_example_jobs(cluster: Cluster) -> None:
+    # Every example job exists before the operator starts, so its first plan (kopf starts the handlers once every
+    # index holds the initial listing) prices them together. Applied while it runs, the jobs reach it in bursts, and
+    # which of them runs then depends on the order they came in: a job that finds its pools full is not priced (the
+    # planner's offer filter, rounds.py) and pods that run stay where they are (in a planner simulation of the 64
+    # ways gpu.yaml's 7 jobs can arrive in bursts, 54 left one job or two with no pod; CI hit one such order).
+    for path in sorted((EXAMPLES / "jobs").glob("*.yaml")):
+        cluster.apply(path)
     operator = Operator(cluster, "direct").start()
     try:
-        for path in sorted((EXAMPLES / "jobs").glob("*.yaml")):
-            cluster.apply(path)
         try:
             planned = wait_until(lambda: settled(cluster), 120, "every example job bound to its planned nodes")
             if cluster.real:  # Running on the kubelet stand-in, no node over-committed, no pod rejected
