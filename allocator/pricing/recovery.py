@@ -20,9 +20,9 @@ a small linear program. This module
        subject to a_i^T x_i <= t_max_i,  1^T x_i <= 1,  x_ij >= 0 only on candidate pools,
                   sum_i d_ij x_ij <= R_j - (usage of the fixed jobs)_j
 
-   with HiGHS, where ``t_max_i`` is the subproblem throughput ``t_i`` when ``u_i`` is strictly concave there (the
-   throughput is unique, only the split is free) and the largest candidate throughput when ``u_i`` is affine on that
-   range (linear utilities, the linear part of target-priority).
+   with HiGHS (through its own bindings, :mod:`allocator._highs`), where ``t_max_i`` is the subproblem throughput
+   ``t_i`` when ``u_i`` is strictly concave there (the throughput is unique, only the split is free) and the largest
+   candidate throughput when ``u_i`` is affine on that range (linear utilities, the linear part of target-priority).
 
 Identical tied jobs (many copies of a few job types) are solved as weighted classes, so the LP's size is the number
 of distinct tied jobs, not of jobs.
@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from allocator._highs import solve_lp
 from allocator._xp import (
     Array,
     arange,
@@ -372,10 +373,6 @@ def _split_lp(
     k, m = a_t.shape
     if k == 0:
         return np.zeros((0, m))
-    # scipy (0.5 s to import) is loaded only when an LP is actually solved, not by ``import allocator.pricing``
-    import scipy.optimize
-    import scipy.sparse
-
     w = weight.astype(np.float64)
     rows, cols = np.nonzero(cand_t)
     nv = rows.size
@@ -386,30 +383,22 @@ def _split_lp(
     var = np.arange(nv)
     prow = np.repeat(np.arange(k), npc)
     pvar = nv + np.arange(k * npc)
-    a_eq = scipy.sparse.hstack(
-        [
-            scipy.sparse.csr_matrix((av, (rows, var)), shape=(k, nv)),
-            scipy.sparse.csr_matrix((-np.ones(k * npc), (prow, pvar - nv)), shape=(k, k * npc)),
-        ]
-    ).tocsr()
-    # Per tied job: time <= 1; per pool: usage <= the capacity the fixed jobs leave.
-    a_ub = scipy.sparse.vstack(
-        [
-            scipy.sparse.csr_matrix((np.ones(nv), (rows, var)), shape=(k, nv + k * npc)),
-            scipy.sparse.csr_matrix((dv * w[rows], (cols, var)), shape=(m, nv + k * npc)),
-        ]
-    ).tocsr()
-    b_ub = np.concatenate([np.ones(k), remaining])
-    bounds = np.zeros((nv + k * npc, 2))
-    bounds[:nv, 1] = np.inf
-    bounds[nv:, 1] = lengths.reshape(-1)
+    # Rows: per tied job a_i^T x_i - sum_k s_ik = 0 (k rows), then per tied job time <= 1 (k rows), then per pool
+    # usage <= the capacity the fixed jobs leave (m rows); as (row, column, value) triples, sorted into CSR.
+    r = np.concatenate([rows, prow, k + rows, 2 * k + cols])
+    c = np.concatenate([var, pvar, var, var])
+    v = np.concatenate([av, -np.ones(k * npc), np.ones(nv), dv * w[rows]])
+    order = np.argsort(r, kind="stable")
+    indptr = np.zeros(2 * k + m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=2 * k + m), out=indptr[1:])
+    lower = np.concatenate([np.zeros(k), np.full(k + m, -np.inf)])
+    upper = np.concatenate([np.zeros(k), np.ones(k), remaining])
+    col_upper = np.concatenate([np.full(nv, np.inf), lengths.reshape(-1)])
     try:
-        res = scipy.optimize.linprog(
-            obj, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(k), bounds=bounds, method="highs"
-        )
+        res = solve_lp(obj, indptr, c[order], v[order], lower, upper, np.zeros(nv + k * npc), col_upper)
     except ValueError:
         return None
-    if res.status != 0 or res.x is None:
+    if not res.optimal or res.x is None:
         return None
     xv = np.clip(res.x[:nv], 0.0, None)
     # Remove HiGHS' feasibility tolerance: rows (time) and columns (capacity) scaled back to exact feasibility.
