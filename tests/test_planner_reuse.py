@@ -10,13 +10,17 @@ import copy
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot, build_plan, rounds
 from walras.planner.invariants import check_plan
+from walras.planner.market import MarketResult, solve_market
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.plan import PlanOptions
+from walras.planner.reuse import frozen
+from walras.planner.spec import UtilitySpec
 from walras.planner.translate import cluster_from
 
 from bench.planner import cluster, grow_one_job, running
@@ -292,3 +296,165 @@ def test_an_unchanged_cluster_reuses_each_phase_plan_after_plan() -> None:
     assert third._phases["capacity"][2].masks and third._phases["capacity"][2].labels
     assert not third._phases["capacity"][2].alloc.flags.writeable
     assert third._phases["observe"][2].running is previous._phases["observe"][2].running
+
+
+@pytest.fixture
+def market_solves(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the market solves the rounds run (``walras.planner.rounds.solve_market``, called through
+    ``rounds._market``): one entry per call."""
+    calls: list[int] = []
+    solve = rounds.solve_market
+
+    def counted(*args: Any, **kwargs: Any) -> MarketResult:
+        calls.append(1)
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(rounds, "solve_market", counted)
+    return calls
+
+
+def _prices(plan: Plan) -> list[float]:
+    return [pool.price for _, pool in sorted(plan.pools.items())]
+
+
+def test_an_unchanged_market_reuses_the_previous_plans_result(market_solves: list[int]) -> None:
+    """Once the warm-started prices are a fixed point (a re-plan of the unchanged cluster returned the prices it
+    started from), the next re-plan's market has exactly the previous one's inputs, warm prices included: it takes the
+    previous result (no solve) and plans as the re-solve does (`both`: equal to the plan without reuse)."""
+    snapshot, previous = _steady(None)
+    second = both(snapshot, previous)
+    third = both(snapshot, second)
+    assert _prices(third) == _prices(second)  # the warm start at the second plan's prices returned them
+    market_solves.clear()
+    fourth = build_plan(snapshot, third, options=REUSE)
+    assert market_solves == []
+    assert comparable(fourth) == comparable(build_plan(snapshot, third, options=FRESH))
+    assert len(market_solves) == 1  # the plan without reuse solved
+    reused = fourth._phases["market"][2]
+    assert reused.prices is third._phases["market"][2].prices
+    assert not reused.prices.flags.writeable and not reused.allocation.flags.writeable
+    assert reused.seconds == 0.0 and fourth.solver.seconds == 0.0
+    market_solves.clear()
+    fifth = both(snapshot, fourth)  # the reused result was recorded again
+    assert len(market_solves) == 1 and fifth._phases["market"][2].prices is reused.prices
+
+
+def _job_written(snapshot: Snapshot, which: int, edit: Any) -> Snapshot:
+    """``snapshot`` with job ``which`` rewritten by ``edit(spec)`` (a new resourceVersion and generation)."""
+    jobs = list(snapshot.jobs)
+    job = _written(jobs[which])
+    edit(job["spec"])
+    job["metadata"]["generation"] += 1
+    jobs[which] = job
+    return Snapshot(snapshot.nodes, snapshot.pods, snapshot.pools, tuple(jobs), snapshot.profiles)
+
+
+def _faster(spec: dict[str, Any]) -> None:
+    pool = sorted(spec["throughput"])[0]
+    spec["throughput"] = {**spec["throughput"], pool: spec["throughput"][pool] * 1.5}
+
+
+def _heavier(spec: dict[str, Any]) -> None:
+    spec["utility"] = {**spec["utility"], "weight": 3.0}
+
+
+@pytest.mark.parametrize("change", ["throughput", "utility", "capacity", "new-job", "scale", "iterations"])
+def test_a_changed_market_input_solves_again(change: str, market_solves: list[int]) -> None:
+    """From a fixed point whose next unchanged re-plan solves nothing, each change of one market input (a job's
+    throughput in one pool; a job's utility weight alone; a pool's sellable capacity, by a cordoned node; a new job;
+    a job's replicas, hence its demand row; the solver's evaluation bound) solves the market again, and the plan equals
+    the plan without reuse."""
+    snapshot, previous = _steady(None)
+    for _ in range(2):
+        previous = build_plan(snapshot, previous, options=REUSE)
+    market_solves.clear()
+    build_plan(snapshot, previous, options=REUSE)
+    assert market_solves == []  # the fixed point: unchanged, nothing is solved
+    options = REUSE
+    if change == "throughput":
+        snapshot = _job_written(snapshot, 2, _faster)
+    elif change == "utility":
+        snapshot = _job_written(snapshot, 2, _heavier)
+    elif change == "capacity":
+        snapshot = changed(snapshot, ("cordon", 1, 0))
+    elif change == "new-job":
+        snapshot = changed(snapshot, ("add-job", 3, 2))
+    elif change == "scale":
+        snapshot = changed(snapshot, ("scale", 4, 5))
+    else:
+        options = PlanOptions(market_iterations=59)
+    market_solves.clear()
+    plan = build_plan(snapshot, previous, options=options)
+    assert len(market_solves) == plan.solver.rounds  # every round solved, the first one too
+    assert comparable(both(snapshot, previous, options)) == comparable(plan)
+
+
+def _stub_result(prices: np.ndarray) -> MarketResult:
+    return MarketResult(prices=prices, allocation=np.full((2, 3), 0.25), throughputs=np.ones(2), iterations=7,
+                        gap=0.5, primal=1.0, dual=1.5, converged=True, seconds=2.5, device="cpu")
+
+
+def test_the_market_memo_key_covers_every_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rounds._market`` with the previous call's record: no solve when every argument is equal (the recorded
+    result's values, 0 seconds, arrays read-only), a solve when any one argument differs."""
+    calls: list[tuple[Any, ...]] = []
+
+    def fake(*args: Any, **kwargs: Any) -> MarketResult:
+        calls.append((args, kwargs))
+        return _stub_result(np.array([1.0, 2.0, 3.0]) * len(calls))
+
+    monkeypatch.setattr(rounds, "solve_market", fake)
+    base: dict[str, Any] = {
+        "throughput": np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0]]), "capacity": np.array([4.0, 5.0, 6.0]),
+        "specs": [UtilitySpec("linear"), UtilitySpec("log")], "weights": [1.0, 1.0],
+        "demand": np.array([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]]), "warm": np.array([0.5, 0.25, 0.0]),
+        "device": "cpu", "max_iter": 60}
+
+    def call(args: dict[str, Any], memo: dict[str, Any] | None) -> tuple[MarketResult, dict[str, Any]]:
+        record: dict[str, Any] = {}
+        got = rounds._market(args["throughput"], args["capacity"], args["specs"], args["weights"], args["demand"],
+                             args["warm"], device=args["device"], max_iter=args["max_iter"], memo=memo,
+                             record=record)
+        return got, record
+
+    first, memo = call(base, None)
+    assert len(calls) == 1 and not first.prices.flags.writeable and not first.allocation.flags.writeable
+    same = {**base, "throughput": base["throughput"].copy(), "specs": [UtilitySpec("linear"), UtilitySpec("log")],
+            "warm": base["warm"].copy()}  # equal values, other objects
+    again, record = call(same, memo)
+    assert len(calls) == 1
+    assert again.prices is first.prices and again.iterations == 7 and again.seconds == 0.0
+    assert record["market"][2] is again
+    variants = {
+        "throughput": np.array([[1.0, 2.5, 0.0], [0.0, 1.0, 3.0]]),
+        "capacity": np.array([4.0, 5.0, 5.5]),
+        "specs": [UtilitySpec("linear"), UtilitySpec("log", weight=2.0)],
+        "weights": [1.0, 0.5],
+        "demand": np.array([[2.0, 2.0, 2.0], [1.0, 1.5, 1.0]]),
+        "warm": np.array([0.5, 0.25, 0.125]),
+        "device": "cuda",
+        "max_iter": 59,
+    }
+    for name, value in variants.items():
+        before = len(calls)
+        changed_result, _ = call({**base, name: value}, memo)
+        assert len(calls) == before + 1, name
+        assert changed_result.prices[0] == len(calls), name
+    call({**base, "warm": None}, memo)  # a cold start is not the warm start at any prices
+    assert len(calls) == len(variants) + 2
+    _, cold_memo = call({**base, "warm": None}, None)
+    call(base, cold_memo)
+    assert len(calls) == len(variants) + 4
+
+
+def test_a_read_only_warm_start_solves() -> None:
+    """Round 2 warm-starts at round 1's prices, which are read-only when round 1 was recorded or reused: the solver
+    must not write into the prices it starts from."""
+    throughput = np.array([[1.0, 2.0], [2.0, 1.0], [1.0, 1.0]])
+    demand = np.ones((3, 2))
+    capacity = np.array([1.0, 1.5])
+    specs = [UtilitySpec("log")] * 3
+    cold = solve_market(throughput, capacity, specs, [1.0] * 3, demand, None)
+    warm = frozen(cold.prices.copy())
+    again = solve_market(throughput, capacity * 0.5, specs, [1.0] * 3, demand, warm)
+    assert np.array_equal(warm, cold.prices) and np.all(np.isfinite(again.prices))

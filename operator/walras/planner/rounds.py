@@ -21,8 +21,8 @@ reported on the job with the reason (:mod:`.status`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -36,7 +36,8 @@ from walras.planner.objects import Objects
 from walras.planner.observe import Observed
 from walras.planner.placement import Batch, Placed, Warn, place_batch
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
-from walras.planner.reuse import array_key, recorded
+from walras.planner.reuse import array_key, frozen, recorded, same_items
+from walras.planner.spec import UtilitySpec
 
 
 @dataclass
@@ -288,8 +289,9 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
         for i, j in blocked:
             A_eff[i, j] = 0.0
         active = np.flatnonzero((replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
-        market = solve_market(A_eff[active], R, [jobs[i].spec.utility for i in active], [1.0] * active.size,
-                              D[active], warm, device=device, max_iter=market_iterations)
+        market = _market(A_eff[active], R, [jobs[i].spec.utility for i in active], [1.0] * active.size, D[active],
+                         warm, device=device, max_iter=market_iterations, memo=memo if rounds == 1 else None,
+                         record=record if rounds == 1 else None)
         X = np.zeros((n, m))
         X[active] = market.allocation
         fair_share = elastic[:, None] & fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (existing > 0))
@@ -406,3 +408,27 @@ def _report_market(plan: Plan, objects: Objects, market: MarketResult) -> None:
         plan.events.append(PlanEvent(
             "ResourcePool", "", first, "Warning", "SolverNotConverged",
             f"Price discovery stopped after {market.iterations} evaluations with a duality gap of {market.gap:.4g}."))
+
+
+def _market(throughput: np.ndarray, capacity: np.ndarray, specs: list[UtilitySpec], weights: Sequence[float],
+            demand: np.ndarray, warm: np.ndarray | None, *, device: str, max_iter: int,
+            memo: Mapping[str, Any] | None = None, record: MutableMapping[str, Any] | None = None) -> MarketResult:
+    """The market of one round (004, Alg. 2): :func:`.market.solve_market` of these arguments. With ``memo`` (the
+    previous plan's phase records, :mod:`.reuse`), the previous plan's result when every argument is equal (the
+    throughput, capacity and demand arrays and the warm prices by their bytes, a cold start only after a cold start;
+    the utility specs, the weights, the device and the evaluation bound), which the solve reads and nothing else: a
+    copy sharing its arrays, with 0 seconds (no solve ran in this plan). ``record`` receives this plan's arguments and
+    result, whose arrays are then read-only (shared with the next plan). The planner passes both in round 1 only:
+    later rounds re-price a capacity that placement feedback lowered."""
+    key = (array_key(throughput), array_key(capacity), array_key(demand), None if warm is None else array_key(warm),
+           tuple(weights), device, max_iter)
+    before = recorded(memo, "market")
+    if before is not None and before[0] == key and (same_items(before[1], specs) or before[1] == specs):
+        market: MarketResult = replace(before[2], seconds=0.0)
+    else:
+        market = solve_market(throughput, capacity, specs, weights, demand, warm, device=device, max_iter=max_iter)
+    if record is not None:
+        for array in (market.prices, market.allocation, market.throughputs):
+            frozen(array)
+        record["market"] = (key, specs, market)
+    return market
