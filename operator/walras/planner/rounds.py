@@ -255,7 +255,8 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
                market_iterations: int, memo: Mapping[str, Any] | None = None,
                record: MutableMapping[str, Any] | None = None) -> Outcome:
     """Run the rounds described in the module docstring; return the last one. ``memo`` and ``record``: the previous
-    plan's phase records and this plan's (:mod:`.reuse`; :func:`_hostable`, :func:`_sellable`)."""
+    plan's phase records and this plan's (:mod:`.reuse`; :func:`_hostable`, :func:`_sellable`, round 1's
+    :func:`_market`)."""
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     replicas = np.array([info.spec.replicas for info in jobs], dtype=np.int64)
