@@ -10,16 +10,20 @@ Routes, tried in this order (``WALRAS_DEGREE_KERNELS=aot|jit`` or :func:`load` `
 ========  ==========================================================  =============================================
 route     when                                                        cost of the first SEQ call in a process
 ========  ==========================================================  =============================================
-``aot``   the extension module ``allocator.degree._kernels_aot``      importing a shared library: first
-          exists and was built from the current kernel source         ``plan_pool`` call MEASURE_AOT (median of 5
-          (:func:`source_tag`): ``python -m allocator.degree.aot``    fresh processes); numba is not imported
+``aot``   the extension module ``allocator.degree._kernels_aot``      importing a shared library: the first
+          exists and was built from the current kernel source         ``plan_pool`` call took 0.002 s; numba is
+          (:func:`source_tag`): ``python -m allocator.degree.aot``    not imported
           (``make install`` and the operator image do it)
-``jit``   otherwise (a source checkout, an installed wheel)           importing numba and loading the kernels from
-                                                                      numba's on-disk cache: first ``plan_pool``
-                                                                      call MEASURE_JIT (median of 5 fresh
-                                                                      processes), several seconds more when there
-                                                                      is no cache (compilation)
+``jit``   otherwise (a source checkout, an installed wheel)           importing numba (0.3-0.5 s) and loading the
+                                                                      kernels from numba's on-disk cache: the first
+                                                                      ``plan_pool`` call took 1.04 s; 5.5-5.9 s
+                                                                      with no cache (compilation)
 ========  ==========================================================  =============================================
+
+Measured on this project's 2-core machine (load average 1.5-1.8): a fresh process imports ``allocator.degree``
+(0.2 s on either route) and times its first ``plan_pool`` call on a 5-job, 3-node instance; medians of 5 processes
+(3 for the compilation). On the 5,000-node bench cluster a fresh ``walras plan`` took 4.13 s with the extension and
+4.64 s without it (medians of 5 alternating runs, load average 1.3; docs/bench/degree.md).
 
 Both routes compile the same Python source with the same numba, so they compute the same values (the tests compare
 them element by element). The ahead-of-time functions do not check their arguments' dtypes: the callers pass
