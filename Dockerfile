@@ -23,15 +23,20 @@ COPY allocator ./allocator
 COPY operator ./operator
 COPY crds ./crds
 RUN pip install . && python -c "import torch, walras; assert torch.__version__.startswith('${TORCH_VERSION}')"
-# The price-discovery kernels compiled ahead of time (numba pycc, generic x86-64 code) into the installed package,
-# so that a fresh pod neither imports numba nor compiles for its first plan (allocator/pricing/kernels.py, route
-# "aot"); gcc is needed for this step only and stays in the build stage. The check fails the build when the module
-# does not load or was built from another kernel source.
+# The price-discovery and degree (SEQ) kernels compiled ahead of time (numba pycc, generic x86-64 code) into the
+# installed package, so that a fresh pod neither imports numba nor compiles for its first plan
+# (allocator/pricing/kernels.py and allocator/degree/kernels.py, route "aot"); gcc is needed for this step only and
+# stays in the build stage. The checks fail the build when a module does not load or was built from another kernel
+# source. They run from / so that `allocator` is the installed package (the runtime stage copies /opt/walras only),
+# not the source tree in the working directory /src.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
+    && cd / \
     && python -m allocator.pricing.aot \
-    && python -c "from allocator.pricing import kernels; k = kernels.load(); assert k.route == 'aot', k.route"
+    && python -m allocator.degree.aot \
+    && python -c "from allocator.pricing import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
+    && python -c "from allocator.degree import kernels; k = kernels.load(); assert k.route == 'aot', k.route"
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="walras" \
@@ -40,7 +45,7 @@ LABEL org.opencontainers.image.title="walras" \
 RUN groupadd --gid 10001 walras \
     && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin walras
 COPY --from=build /opt/walras /opt/walras
-# numba keeps the just-in-time kernels of allocator (colocation DP, degree SEQ, fairness fills; the pricing kernels
+# numba keeps the just-in-time kernels of allocator (colocation DP, fairness fills; the pricing and degree kernels
 # are compiled ahead of time above) in NUMBA_CACHE_DIR: the root filesystem is read-only, /tmp is the chart's
 # writable emptyDir (without a writable cache directory the kernels compile once per process instead, see
 # allocator/_jit.py).

@@ -24,9 +24,11 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	# The price-discovery kernels compiled ahead of time (allocator.pricing.aot, needs gcc); without them the
-	# kernels are JIT-compiled on first use (allocator.pricing.kernels route table).
+	# The price-discovery and degree (SEQ) kernels compiled ahead of time (allocator.pricing.aot,
+	# allocator.degree.aot, need gcc); without them the kernels are JIT-compiled on first use (the route tables of
+	# allocator.pricing.kernels and allocator.degree.kernels).
 	$(BIN)/python -m allocator.pricing.aot || echo "ahead-of-time kernels not built: the JIT route is used"
+	$(BIN)/python -m allocator.degree.aot || echo "ahead-of-time degree kernels not built: the JIT route is used"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,6 +11,10 @@ Offline: :func:`seq` (Algorithm 1, Theorem 4.4), :func:`seq_sparse`, :func:`seq_
 (Section IV-C), :func:`mdgt` / :func:`min_extra_degree` (dichotomic search), heuristics :func:`lcls`, :func:`lcbc`,
 :func:`obc` (Section VI-A). Online: :class:`OnlineSeq` (OSEQ, naive and incremental, Section V),
 :class:`OnlineSeqLeft`, :class:`OnlineBestConnection` (OBC).
+
+The compiled kernels of SEQ and OSEQ are loaded on first use, not on import, through the route table of
+:mod:`allocator.degree.kernels` (an extension module compiled ahead of time by ``python -m allocator.degree.aot``,
+else numba just in time).
 """
 
 from .heuristics import OnlineBestConnection, lcbc, lcls, obc

@@ -76,7 +76,7 @@ def _as_float_vector(values: Sequence[float] | FloatArray, name: str) -> FloatAr
     neg = np.flatnonzero(arr < 0)
     if neg.size:
         raise ValueError(f"{name}[{int(neg[0])}] = {arr[neg[0]]!r} is negative")
-    return arr
+    return np.ascontiguousarray(arr)  # the compiled kernels take C-contiguous arrays
 
 
 def as_instance(

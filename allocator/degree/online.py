@@ -13,7 +13,7 @@ Two implementations that must give the same allocation after every event:
   Lemma 5.4 the resumed run stays an augmented version of the old one until a server absorbs the difference, which
   on the Section VI instances (sum of demands = sum of capacities) happens near the end of the server order: the
   work is ``Theta(m)`` as the paper says, most resumed servers really change, and the resumed sweep is a compiled
-  kernel (:func:`allocator.degree._engine.sweep_kernel`). An event that reaches no server changes nothing.
+  kernel (:func:`allocator.degree.numba_kernels.sweep_kernel`). An event that reaches no server changes nothing.
 
 Both versions report ``last_changes``: ``N_j^t`` of Section III-A (new connection, disconnection or changed amount),
 at most 4 per server by Theorem 5.5 where its proof applies (Lemma 5.4 takes an interval ``[l, l + d]`` with
@@ -32,7 +32,8 @@ from typing import Literal
 
 import numpy as np
 
-from ._engine import Records, first_affected, list_delete, list_insert, rebuild_list, sweep_kernel
+from . import kernels
+from ._engine import Records, rebuild_list
 from .model import REL_TOL, FloatArray, IntArray, as_instance
 
 __all__ = ["OnlineSeq", "OnlineSeqLeft"]
@@ -142,7 +143,7 @@ class OnlineSeq:
         if key is None or self.method == "naive":
             j0 = 0
         else:
-            j0 = first_affected(key[0], key[1], rec.lo_v, rec.lo_r, rec.hi_v, rec.hi_r)
+            j0 = kernels.load().first_affected(key[0], key[1], rec.lo_v, rec.lo_r, rec.hi_v, rec.hi_r)
         rec.changes[:j0] = 0
         self.last_recomputed = self.m - j0
         if j0 == self.m:
@@ -152,7 +153,7 @@ class OnlineSeq:
         e = rebuild_list(
             j0, self._g_val[:n], self._g_id[:n], self._alive, rec, tol, self._V, self._I, self._P, self._mark
         )
-        sweep_kernel(
+        kernels.load().sweep_kernel(
             self._V, self._I, self._P, 0, e, self.capacities, self._dparam, j0, tol, 10 * tol, self._left,
             rec.off, rec.cnt, rec.a_ids, rec.a_amt, rec.lo_v, rec.lo_r, rec.hi_v, rec.hi_r, rec.sp_id, rec.sp_rem,
             rec.changes, self._mark, self._scratch,
@@ -180,7 +181,7 @@ class OnlineSeq:
             self._no_change()
             return
         self._listed[s] = True
-        list_insert(self._g_val, self._g_id, self._n_g, x, s)
+        kernels.load().list_insert(self._g_val, self._g_id, self._n_g, x, s)
         self._n_g += 1
         self._run((x, s))
 
@@ -226,7 +227,7 @@ class OnlineSeq:
             self._no_change()
             return
         self._listed[s] = False
-        list_delete(self._g_val, self._g_id, self._n_g, x, s)
+        kernels.load().list_delete(self._g_val, self._g_id, self._n_g, x, s)
         self._n_g -= 1
         self._run((x, s))
 

@@ -10,59 +10,36 @@ milliseconds for the kernels instead of numba's import and cache load (see the r
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from allocator import _aot
 
 __all__ = ["build"]
 
 
 def build(output_dir: str | os.PathLike[str] | None = None, *, verbose: bool = False) -> Path:
     """Compile the extension module into ``output_dir`` (default: this package) and return its path."""
-    os.environ.setdefault("NUMBA_DISABLE_PERFORMANCE_WARNINGS", "1")
-    import warnings
-
-    from numba.core.errors import NumbaPendingDeprecationWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", NumbaPendingDeprecationWarning)
-        from numba.pycc import CC
-
-    from allocator.pricing import numba_kernels
-
-    out = Path(output_dir) if output_dir is not None else Path(__file__).resolve().parent
-    out.mkdir(parents=True, exist_ok=True)
-    cc = CC("_kernels_aot")
-    cc.output_dir = str(out)
-    cc.verbose = verbose
     from allocator.pricing.kernels import source_tag
 
-    def source() -> int:
-        return 0
+    def exports() -> list[tuple[str, Callable[..., Any], str]]:
+        from allocator.pricing import numba_kernels
 
-    cc.export(f"source_{source_tag()}", "i8()")(source)  # marks the source this module was compiled from
-    for name, sigs in numba_kernels.SIGNATURES.items():
-        fn = getattr(numba_kernels, name).py_func
-        for suffix, sig in sigs:
-            cc.export(f"{name}_{suffix}", sig)(fn)
-    cc.compile()
-    found = sorted(out.glob("_kernels_aot*.so")) + sorted(out.glob("_kernels_aot*.pyd"))
-    if not found:
-        raise RuntimeError(f"numba.pycc wrote no _kernels_aot extension into {out}")
-    return found[-1]
+        return [
+            (f"{name}_{suffix}", getattr(numba_kernels, name).py_func, sig)
+            for name, sigs in numba_kernels.SIGNATURES.items()
+            for suffix, sig in sigs
+        ]
+
+    out = Path(output_dir) if output_dir is not None else Path(__file__).resolve().parent
+    return _aot.build("_kernels_aot", exports, source_tag(), out, verbose=verbose)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("output_dir", nargs="?", default=None, help="where to write the module (default: the package)")
-    ap.add_argument("--verbose", action="store_true")
-    args = ap.parse_args(argv)
-    start = time.perf_counter()
-    path = build(args.output_dir, verbose=args.verbose)
-    print(f"wrote {path} in {time.perf_counter() - start:.1f} s")
-    return 0
+    return _aot.main(argv, __doc__, build)
 
 
 if __name__ == "__main__":
