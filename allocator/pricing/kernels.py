@@ -26,8 +26,6 @@ them element by element). The wrappers below allocate the outputs and pick the k
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import os
 import time
 from collections.abc import Callable
@@ -35,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from allocator import _aot as _aot_route
 
 __all__ = [
     "AOT_MODULE",
@@ -75,18 +75,17 @@ def loaded() -> Kernels | None:
     return _loaded
 
 
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_kernels.py")
+
+
 def source_tag() -> str:
     """A digest of the kernels' source (:mod:`allocator.pricing.numba_kernels`, read as a file, not imported). The
     ahead-of-time module exports a function named ``source_<tag>``; a module built from another source is stale."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_kernels.py")
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    return _aot_route.source_tag(_SOURCE)
 
 
 def _aot() -> Callable[[str, np.dtype], Callable[..., Any]]:
-    mod = importlib.import_module(AOT_MODULE)
-    if not hasattr(mod, f"source_{source_tag()}"):
-        raise ImportError(f"{AOT_MODULE} was built from another version of allocator/pricing/numba_kernels.py")
+    mod = _aot_route.load(AOT_MODULE, source_tag(), "allocator/pricing/numba_kernels.py")
 
     def get(name: str, dtype: np.dtype) -> Callable[..., Any]:
         fn: Callable[..., Any] = getattr(mod, f"{name}_{_SUFFIX[dtype]}")
