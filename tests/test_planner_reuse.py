@@ -15,12 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.planner import Plan, Snapshot, build_plan, rounds
+from walras.planner import plan as plan_module
 from walras.planner.invariants import check_plan
 from walras.planner.market import MarketResult, solve_market
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.plan import PlanOptions
 from walras.planner.reuse import frozen
 from walras.planner.spec import UtilitySpec
+from walras.planner.status import job_statuses
 from walras.planner.translate import cluster_from
 
 from bench.planner import cluster, grow_one_job, running
@@ -458,3 +460,106 @@ def test_a_read_only_warm_start_solves() -> None:
     warm = frozen(cold.prices.copy())
     again = solve_market(throughput, capacity * 0.5, specs, [1.0] * 3, demand, warm)
     assert np.array_equal(warm, cold.prices) and np.all(np.isfinite(again.prices))
+
+
+def _status_inputs(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """The arguments the status phase got in a steady plan (a copy taken before it ran)."""
+    captured: list[tuple[Any, ...]] = []
+    real = plan_module.job_statuses
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        captured.append(copy.deepcopy(args))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_module, "job_statuses", spy)
+    _steady(None, (12, 3, 6, 3))
+    return captured[-1]
+
+
+def _statuses(inputs: tuple[Any, ...], edit: Any, memo: dict[Any, Any] | None) -> tuple[Any, dict[Any, Any]]:
+    """What the status phase writes (every job's status body and the plan's events) for a copy of ``inputs`` changed
+    by ``edit``, with the status memo ``memo``; and what it recorded."""
+    objects, outcome, actions, resizes, plan, previous = copy.deepcopy(inputs)
+    edit(objects, outcome, actions, resizes)
+    outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
+    record: dict[Any, Any] = {}
+    job_statuses(objects, outcome, actions, resizes, plan, previous, memo=memo, record=record)
+    body = plan.to_dict()
+    return (body["jobs"], body["events"]), record
+
+
+def _pods(actions: Any, key: tuple[str, str], edit: Any) -> None:
+    actions.pods[key] = [edit(k, p) for k, p in enumerate(actions.pods[key])]
+
+
+def _spec(objects: Any, **changes: Any) -> None:
+    objects.jobs[0].spec = replace(objects.jobs[0].spec, **changes)
+
+
+def _placed(actions: Any, key: tuple[str, str]) -> None:
+    pool = next(iter(actions.placed[key]))
+    actions.placed[key][pool] -= 1
+
+
+def _no_allocation(objects: Any, outcome: Any, actions: Any, resizes: Any) -> None:
+    outcome.target[0] = 0
+
+
+def _too_large(objects: Any, outcome: Any, actions: Any, resizes: Any) -> None:
+    """Job 0 offered one pool, where no pod of it fits (Unschedulable)."""
+    outcome.offered[0] = False
+    outcome.offered[0, 0] = True
+    outcome.blocked[(0, 0)] = "TooLarge"
+
+
+def _elastic_short(objects: Any, outcome: Any, actions: Any, resizes: Any) -> None:
+    outcome.below_min[0] = 1
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+#: Per input of a job's status that the memo keys on: a starting point and one change of that input alone.
+STATUS_INPUTS: dict[str, tuple[Any, Any]] = {
+    "spec.replicas": (_no_allocation, lambda o, out, a, r: _spec(o, replicas=0)),
+    "spec.replicas.min": (_elastic_short, lambda o, out, a, r: _spec(o, min_replicas=o.jobs[0].spec.min_replicas + 3)),
+    "placed": (_nothing, lambda o, out, a, r: _placed(a, o.jobs[0].key)),
+    "wanted": (_nothing, lambda o, out, a, r: out.target.__setitem__((0, int(np.argmax(out.target[0]))),
+                                                                     out.target[0].max() + 1)),
+    "offered": (_too_large, lambda o, out, a, r: out.offered.__setitem__((0, 1), True)),
+    "live": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key, lambda k, p: replace(p, action="delete"))),
+    "resized": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key,
+                                                     lambda k, p: replace(p, action="resize") if k == 0 else p)),
+    "bound": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key,
+                                                   lambda k, p: replace(p, action="bind") if k == 0 else p)),
+    "blocked pools": (_nothing, lambda o, out, a, r: out.blocked.__setitem__((0, 1), "NoRoom")),
+    "unplaced": (_nothing, lambda o, out, a, r: a.unplaced.__setitem__(o.jobs[0].key, {"p0": (1, "Fragmented")})),
+    "deferred": (_nothing, lambda o, out, a, r: a.deferred.__setitem__(o.jobs[0].key, 2)),
+    "resize blocked": (_nothing, lambda o, out, a, r: r.blocked.__setitem__(o.jobs[0].key, ["x-0"])),
+    "resize deferred": (_nothing, lambda o, out, a, r: r.later.__setitem__(o.jobs[0].key, ["x-0"])),
+    "below min": (_elastic_short, lambda o, out, a, r: out.below_min.__setitem__(0, 2)),
+    "allocation": (_nothing, lambda o, out, a, r: out.allocation.__setitem__(0, out.allocation[0][::-1].copy())),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATUS_INPUTS))
+def test_the_status_memo_key_covers_every_input(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The status phase given the record of the same inputs but one (``STATUS_INPUTS``): that input changes what it
+    writes (the job's status or events), and with the record it writes what it writes without one. With every input
+    the same, it takes the job's allocation text, conditions, phase and events from the record (the same objects)."""
+    inputs = _status_inputs(monkeypatch)
+    start, change = STATUS_INPUTS[name]
+    before, memo = _statuses(inputs, start, None)
+    again, record = _statuses(inputs, start, memo)
+    assert again == before
+    assert all(record[key][7] is memo[key][7] and record[key][9] is memo[key][9] for key in record)
+
+    def changed_input(*args: Any) -> None:
+        start(*args)
+        change(*args)
+
+    fresh, _ = _statuses(inputs, changed_input, None)
+    assert fresh != before, name
+    reused, _ = _statuses(inputs, changed_input, memo)
+    assert reused == fresh, name

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from operator import attrgetter, is_
+from typing import Any
 
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PodPlan
+from walras.planner.model import Condition, Plan, PlanEvent, PodPlan
 from walras.planner.objects import Objects
 from walras.planner.reconcile import Actions
 from walras.planner.resize import Resizes
@@ -48,20 +49,34 @@ def _first_few(items: list[str], shown: int = 5) -> str:
 PoolCounts = tuple[tuple[str, int, int], ...]
 """Per pool (in first-seen order): the pods planned there (live, with a node) and those bound (existing, kept or
 resized)."""
-PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool, PoolCounts]]
-"""Per job: its pod plans as the reconcile phase listed them (by identity), those plans in name order, and what
-:func:`_pod_counts` found in them. A plan records its own (:attr:`walras.planner.model.Plan._statuses`)."""
+Given = tuple[Any, ...]
+"""Everything :func:`_conditions` reads of one job (its inputs, see there), compared by value."""
+Concluded = tuple[tuple[Condition, ...], str, tuple[PlanEvent, ...]]
+"""What :func:`_conditions` returns: the conditions it adds, the phase, the events it raises."""
+PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool, PoolCounts,
+                                       dict[str, float], str, Given, Concluded]]
+"""Per job: its pod plans as the reconcile phase listed them (by identity), those plans in name order, what
+:func:`_pod_counts` and :func:`_pool_counts` found in them, its priced allocation with its text
+(:func:`allocation_text`), and :func:`_conditions`'s inputs with its result. A plan records its own
+(:attr:`walras.planner.model.Plan._statuses`)."""
 
 
 def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: Resizes, plan: Plan,
                  previous: Plan | None, *, memo: PodsMemo | None = None,
                  record: PodsMemo | None = None) -> dict[tuple[str, str], PoolCounts]:
     """Fill every valid job's :class:`JobPlan` and its events. With ``memo`` (the previous plan's record), a job
-    whose pod plans are the same objects in the same order as then (the reconcile phase reuses unchanged jobs' ``keep``
-    plans, :mod:`.reconcile`) takes their name order and counts from it instead of sorting and counting them again:
-    the rest of its status (prices, allocation, conditions) is recomputed, since it depends on the whole market.
-    ``record`` receives this plan's. Returns each valid job's pods planned and bound per pool (for
-    :func:`pool_statuses`)."""
+    takes from it, each part only where every input of that part is equal to what it was then:
+
+    - its pods' name order and counts, where its pod plans are the same objects in the same order as then (the
+      reconcile phase reuses unchanged jobs' ``keep`` plans, :mod:`.reconcile`);
+    - its allocation text, where its priced allocation (the non-zero entries of its row of X, rounded) is equal;
+    - its conditions, phase and the events they raise, where every input of :func:`_conditions` is equal (the job's
+      replicas and minimum, placed and wanted totals, pools offered, pod counts, the pools no longer offered with
+      why, what was unplaced, deferred, resize-blocked and resize-deferred, the replicas below its minimum).
+
+    The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
+    and the ``Planned`` event (which compares with the previous plan's replicas) for each job. ``record`` receives
+    this plan's. Returns each valid job's pods planned and bound per pool (for :func:`pool_statuses`)."""
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     prices = outcome.market.prices if outcome.market.prices.size == m else np.zeros(m)
@@ -83,7 +98,7 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
     utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
-    rows_target, rows_offered = wanted_all.tolist(), outcome.offered.tolist()
+    rows_target = wanted_all.tolist()
     demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
     utilities_l, priced_t_l, priced_cost_l = utilities.tolist(), priced_t.tolist(), priced_cost.tolist()
@@ -100,17 +115,22 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
             wanted_rows[i][names[j]] = int(t)
     no_pods: tuple[PodPlan, ...] = ()
     per_pool: dict[tuple[str, str], PoolCounts] = {}
+    offered_counts = outcome.offered.sum(axis=1).tolist() if n else []
+    blocked_by_row = outcome.blocked_by_row
+    below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
+    resize_blocked, resize_later = resizes.blocked, resizes.later
+    events = plan.events
     for i, info in enumerate(jobs):
         key = keys[i]
         jp = plan.jobs[key]
         spec = info.spec
         jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
-        jp.allocation = allocations[i]
-        jp.allocation_text = allocation_text(jp.allocation)
+        allocation = allocations[i]
+        jp.allocation = allocation
         jp.throughput_unit = spec.throughput_unit
         jp.wanted = wanted_rows[i]
-        jp.replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
+        jp.replicas = replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         jp.priced_throughput = priced_t_l[i]
         jp.priced_cost = priced_cost_l[i]
         jp.throughput = placed_t_l[i]
@@ -118,7 +138,7 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         listed = actions.pods.get(key, no_pods)
         before = memo.get(key) if memo else None
         if before is not None and len(before[0]) == len(listed) and all(map(is_, before[0], listed)):
-            _, ordered, live, resized, bound, pools = before
+            ordered, live, resized, bound, pools = before[1:6]
             jp.pods = list(ordered)
         else:
             jp.pods = sorted(listed, key=_name)
@@ -126,10 +146,19 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
             live, resized, bound = _pod_counts(ordered)
             pools = _pool_counts(ordered)
         per_pool[key] = pools
+        text = before[7] if before is not None and before[6] == allocation else allocation_text(allocation)
+        jp.allocation_text = text
+        blocked_pools = [(names[j], why) for j, why in blocked_by_row.get(i, ())]
+        given = (spec.replicas, spec.min_replicas, sum(replicas.values()), sum(rows_target[i]), offered_counts[i],
+                 live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
+                 resize_blocked.get(key), resize_later.get(key), below_min.get(i))
+        done = before[9] if before is not None and before[8] == given else _conditions(key, given)
+        conditions, jp.phase, raised = done
+        jp.conditions.extend(conditions)
+        if raised:
+            events.extend(raised)
         if record is not None:
-            record[key] = (tuple(listed), ordered, live, resized, bound, pools)
-        _conditions(jp, key, spec.replicas, spec.min_replicas, outcome, actions, resizes, plan, i, names,
-                    sum(rows_target[i]), rows_offered[i], (live, resized, bound))
+            record[key] = (tuple(listed), ordered, live, resized, bound, pools, allocation, text, given, done)
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
@@ -175,78 +204,81 @@ def _pod_counts(pods: Sequence[PodPlan]) -> tuple[int, int, bool]:
     return live, resized, bound
 
 
-def _conditions(jp: JobPlan, key: tuple[str, str], replicas: int, minimum: int, outcome: Outcome, actions: Actions,
-                resizes: Resizes, plan: Plan, i: int, names: list[str], wanted: int, offered: list[bool],
-                counts: tuple[int, int, bool]) -> None:
-    """The job's conditions and phase from what was placed (see the module docstring); ``counts``: the job's
-    :func:`_pod_counts`."""
-    warn = plan.events.append
+def _conditions(key: tuple[str, str], given: Given) -> Concluded:
+    """The conditions a job adds to its status, its phase, and the events they raise, from what was placed (see the
+    module docstring). ``given``, as :func:`job_statuses` builds it: the job's ``spec.replicas`` and
+    ``spec.replicas.min``, its placed and wanted replica totals, how many pools it is offered, its pods' live,
+    resized and bound counts (:func:`_pod_counts`), the pools no longer offered to it with why (in pool order), and
+    what was unplaced per pool, how many deletions were deferred, which pods' resizes are blocked and deferred, and
+    the replicas the fair share would give it below its minimum (None where these do not apply)."""
+    (replicas, minimum, placed, wanted, offered, live, resized, bound, blocked_pools, unplaced, deferred, blocked,
+     later, below_min) = given
+    conditions: list[Condition] = []
+    raised: list[PlanEvent] = []
+    warn = raised.append
     ns, name = key
-    live, resized, bound = counts
-    placed = sum(jp.replicas.values())
+    phase: str
     if resized:
-        jp.conditions.append(Condition(
+        conditions.append(Condition(
             "ResourcesCurrent", "False", "ResizeNeeded",
             f"{resized} running pod(s) get new requests/limits in place (pods/resize where the cluster serves it, "
             "else with the next pod)"))
-    blocked = resizes.blocked.get(key)
     if blocked:
         message = (f"{len(blocked)} running pod(s) keep their resources: the new ones do not fit on their node "
                    f"({_first_few(blocked)}); the next pod gets them")
-        jp.conditions.append(Condition("ResizeBlocked", "True", "NoRoomOnNode", message))
+        conditions.append(Condition("ResizeBlocked", "True", "NoRoomOnNode", message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", "ResizeBlocked", message))
-    later = resizes.later.get(key)
     if later:
         message = (f"{len(later)} running pod(s) keep resources that cannot change in place ({_first_few(later)}); "
                    "the change waits for the next pod")
-        jp.conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
+        conditions.append(Condition("ResizeDeferred", "True", "NotResizableInPlace", message))
         warn(PlanEvent("FungibleJob", ns, name, "Normal", "ResizeDeferred", message))
-    if i in outcome.below_min:
-        message = (f"the fair share gives {outcome.below_min[i]} replica(s), fewer than spec.replicas.min {minimum}; "
+    if below_min is not None:
+        message = (f"the fair share gives {below_min} replica(s), fewer than spec.replicas.min {minimum}; "
                    "no new pod is created until it reaches the minimum")
-        jp.conditions.append(Condition("MinimumReplicas", "False", "BelowMinimum", message))
+        conditions.append(Condition("MinimumReplicas", "False", "BelowMinimum", message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", "BelowMinimum", message))
-    if actions.deferred.get(key):
-        message = f"{actions.deferred[key]} surplus pod(s) wait for the next plan (churn budget of this plan spent)"
-        jp.conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
-    unplaced = actions.unplaced.get(key, {})
-    blocked_pools = [(names[j], why) for j, why in outcome.blocked_by_row.get(i, [])]
+    if deferred:
+        message = f"{deferred} surplus pod(s) wait for the next plan (churn budget of this plan spent)"
+        conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
+    unplaced = unplaced or {}
     reasons = [why for _, (_, why) in sorted(unplaced.items())] + [why for _, why in sorted(blocked_pools)]
     if unplaced:
         detail = "; ".join(f"{count} in pool {pool!r}: {_WHY.get(why, why)}" for pool, (count, why)
                            in sorted(unplaced.items()))
         message = f"{sum(c for c, _ in unplaced.values())} wanted replica(s) have no node: {detail}"
-        jp.conditions.append(Condition("ReplicasPlaceable", "False", reasons[0] or "NoRoom", message))
+        conditions.append(Condition("ReplicasPlaceable", "False", reasons[0] or "NoRoom", message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", "Unplaceable", message))
     if blocked_pools:
         detail = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
-        jp.conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
-                                       f"not offered in {detail}; the market priced the job without it"))
+        conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
+                                    f"not offered in {detail}; the market priced the job without it"))
     structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
-    if replicas > 0 and structural and len(structural) == sum(offered):
-        jp.phase = "Unschedulable"
+    if replicas > 0 and structural and len(structural) == offered:
+        phase = "Unschedulable"
         message = "no pod of this job can run in its pools: " + "; ".join(
             f"pool {pool!r}: {_WHY[why]}" for pool, why in structural)
-        jp.conditions.append(Condition("Schedulable", "False", structural[0][1], message))
+        conditions.append(Condition("Schedulable", "False", structural[0][1], message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", structural[0][1], message))
     elif replicas > 0 and wanted == 0:
-        jp.phase = "Pending"
+        phase = "Pending"
         if blocked_pools:
             reason = blocked_pools[0][1] if blocked_pools[0][1] != "NoRoom" else "InsufficientCapacity"
             message = "no replica of this job can be placed in its pools: " + "; ".join(
                 f"{pool!r} ({_WHY.get(why, why)})" for pool, why in blocked_pools)
         else:
             reason, message = "NoAllocation", "the market gives this job no replicas at current prices"
-        jp.conditions.append(Condition("Scheduled", "False", reason, message))
+        conditions.append(Condition("Scheduled", "False", reason, message))
     elif placed < wanted:
-        jp.phase = "Pending"
+        phase = "Pending"
         reason = next((r for r in reasons if r), "InsufficientCapacity")
-        jp.conditions.append(Condition("Scheduled", "False", reason,
-                                       f"{placed} of {wanted} wanted replica(s) placed"))
+        conditions.append(Condition("Scheduled", "False", reason,
+                                    f"{placed} of {wanted} wanted replica(s) placed"))
     else:
-        jp.phase = "Running" if live and bound else "Pending"
-        what = "running" if jp.phase == "Running" else "placed"
-        jp.conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
+        phase = "Running" if live and bound else "Pending"
+        what = "running" if phase == "Running" else "placed"
+        conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
+    return tuple(conditions), phase, tuple(raised)
 
 
 def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Plan, previous: Plan | None,
