@@ -273,8 +273,9 @@ class Plan:
     #: plan where the pods are the same objects (see walras.planner.reconcile). A plan's pod plans may therefore be
     #: shared with the plan before it: treat a returned plan as read-only.
     _kept: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    #: Each job's pod plans as listed, in name order, and their counts, reused by the next plan's status phase where
-    #: they are the same objects (see walras.planner.status).
+    #: Per job: its pod plans as listed, in name order, and their counts (reused by the next plan's status phase where
+    #: they are the same objects), its allocation text and its conditions, phase and warnings with the inputs they
+    #: were computed from (reused where those are equal; see walras.planner.status).
     _statuses: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: Per kind (pods, nodes, jobs): the uids and resourceVersions the translation read, in order, with its sorted
     #: result, reused whole by the next plan when they are the same (see walras.planner.translate).
