@@ -110,3 +110,20 @@ def test_running_elastic_pods_stay_and_the_plan_is_stable() -> None:
     smaller = [job("e", {"min": 1, "max": 6}, SATURATING)]
     shrunk = plan_of("fair", smaller, pods=pods, previous=again)
     assert sorted(p.action for p in shrunk.pods) == ["delete"] * 2 + ["keep"] * 6
+
+
+def test_an_elastic_job_whose_market_share_falls_to_zero_keeps_its_pods_and_stops_nothing() -> None:
+    """Issue 16, point 7: an elastic job in a fair pool whose pods run while the market gives it no share made the
+    rounding raise (``cannot distribute a total of 4 over shares that are all zero``) and the controller dropped the
+    whole plan. Now the plan is made: the fair mechanism decides the elastic job's pods (they stay), and the other
+    job, which arrived later and takes the market's whole pool, is planned too."""
+    elastic = job("e", {"min": 1, "max": 4}, {"type": "linear"})
+    first = plan_of("fair", [elastic], n_nodes=2)
+    pods = running(first)
+    assert created(first, "e") == 4
+    elastic["spec"]["throughput"] = {"a": 1e-6}  # linear and almost worthless next to the other job: no share
+    rich = job("f", {"count": 2}, {"type": "linear"})
+    again = plan_of("fair", [elastic, rich], n_nodes=2, pods=pods, previous=first)
+    assert again.jobs[("ml", "e")].allocation == {}  # the market gives it nothing
+    assert sorted(p.action for p in again.pods if p.job == "e") == ["keep"] * 4
+    assert created(again, "f") == 2
