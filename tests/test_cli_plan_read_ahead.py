@@ -210,7 +210,8 @@ def test_exit_now_flushes_what_was_written_and_keeps_the_status() -> None:
 def test_the_collector_stays_off_until_the_exit_of_walras_plan_as_a_program() -> None:
     """Run as the program (``main()`` without ``argv``), ``walras plan`` ends through ``exit_now`` with the cyclic
     collector still off: switched back on after the plan, the next allocation would set off a full collection of what
-    is still alive (0.23-0.27 s on 20,000 pods). Called with ``argv``, ``main`` leaves the collector as it was."""
+    is still alive (0.23-0.27 s on 20,000 pods). Called with ``argv``, or interrupted as the program (it then returns
+130), ``main`` leaves the collector as it was."""
     examples_dir = ROOT / "examples"
     code = (
         "import gc, os, sys\nimport walras.cli as cli\n"
@@ -222,6 +223,11 @@ def test_the_collector_stays_off_until_the_exit_of_walras_plan_as_a_program() ->
         "cli.exit_now = seen\n"
         f"cli.main(['plan', '-f', {str(examples_dir)!r}, '-o', 'json'])\n"
         "sys.stderr.write(f'collector on after main(argv): {gc.isenabled()}\\n')\n"
+        "import walras.cli.plan as plan\n"
+        "run, plan.run = plan.run, lambda args: (_ for _ in ()).throw(KeyboardInterrupt())\n"
+        "sys.argv = ['walras', 'plan', '-f', 'x']\n"
+        "sys.stderr.write(f'interrupted: {cli.main()}, collector on: {gc.isenabled()}\\n')\n"
+        "plan.run = run\n"
         f"sys.argv = ['walras', 'plan', '-f', {str(examples_dir)!r}, '-o', 'json']\n"
         "cli.main()\n"
     )
@@ -229,5 +235,6 @@ def test_the_collector_stays_off_until_the_exit_of_walras_plan_as_a_program() ->
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[-2:] == ["collector on after main(argv): True",
+    assert done.stderr.splitlines()[-3:] == ["collector on after main(argv): True",
+                                             "interrupted: 130, collector on: True",
                                              "collector on at exit: False, status 0"], done.stderr

@@ -65,6 +65,27 @@ def test_infeasible_and_unbounded_models_are_not_optimal() -> None:
     assert not got.optimal and got.x is None
 
 
+def test_non_finite_coefficients_and_nan_bounds_raise_value_error() -> None:
+    """Refused before HiGHS sees them: with presolve off, a NaN cost made HiGHS 1.16's simplex loop past its own time
+    limit (found by a review; scipy's linprog refuses the same inputs)."""
+    base = dict(cost=np.array([-1.0, -1.0]), indptr=np.array([0, 2]), indices=np.array([0, 1]),
+                values=np.array([1.0, 1.0]), row_lower=np.array([-np.inf]), row_upper=np.array([1.0]),
+                col_lower=np.zeros(2), col_upper=np.ones(2))
+    assert solve_lp(**base).optimal
+    for name, bad in (("cost", np.array([np.nan, -1.0])), ("cost", np.array([-np.inf, -1.0])),
+                      ("values", np.array([np.nan, 1.0])), ("row_upper", np.array([np.nan])),
+                      ("col_lower", np.array([0.0, np.nan]))):
+        with pytest.raises(ValueError, match=r"finite|NaN"):
+            solve_lp(**{**base, name: bad})
+
+
+def test_a_malformed_matrix_is_not_optimal_and_says_so() -> None:
+    for indices in (np.array([0, 5]), np.array([0, 0])):  # a column out of range; a duplicate entry in a row
+        got = solve_lp(np.array([-1.0, -1.0]), np.array([0, 2]), indices, np.array([1.0, 1.0]),
+                       np.array([-np.inf]), np.array([1.0]), np.zeros(2), np.ones(2))
+        assert (got.optimal, got.x, got.status) == (False, None, "model rejected by HiGHS")
+
+
 def test_inconsistent_shapes_raise_value_error() -> None:
     with pytest.raises(ValueError, match="inconsistent LP"):
         solve_lp(np.ones(2), np.array([0, 1]), np.array([0]), np.ones(1), np.zeros(2), np.ones(2), np.zeros(2),

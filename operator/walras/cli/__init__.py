@@ -104,24 +104,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(load=[command] if command in COMMANDS else [])
     args = parser.parse_args(args_list)
     exit_early = argv is None and getattr(args, "_exit_now", False)
+    collecting = gc.isenabled()
     if exit_early:
         # The process ends with os._exit: its cyclic garbage collector stays off until then. A sub-command that pauses
         # it for its work (walras plan) would otherwise switch it back on at the end, and the next allocation would
         # set off a full collection of everything still alive (0.23-0.27 s after walras plan on 20,000 pods).
         gc.disable()
     try:
-        status: int = args._run(args)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        message = describe(exc)
-        if message is None or os.environ.get("WALRAS_TRACEBACK") == "1":
-            raise
-        print(f"walras {args.command}: error: {message}", file=sys.stderr)
-        status = EXIT_USAGE
-    if exit_early:
-        exit_now(status)
-    return status
+        try:
+            status: int = args._run(args)
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:
+            message = describe(exc)
+            if message is None or os.environ.get("WALRAS_TRACEBACK") == "1":
+                raise
+            print(f"walras {args.command}: error: {message}", file=sys.stderr)
+            status = EXIT_USAGE
+        if exit_early:
+            exit_now(status)
+        return status
+    finally:  # reached only when the process goes on (an interrupt, a traceback, a replaced exit_now)
+        if exit_early and collecting:
+            gc.enable()
 
 
 def exit_now(status: int) -> None:
