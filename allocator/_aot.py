@@ -21,9 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["build", "load", "main", "source_tag"]
+T = TypeVar("T")
+
+__all__ = ["build", "choose", "load", "main", "requested", "source_tag"]
 
 
 def source_tag(path: str | os.PathLike[str]) -> str:
@@ -39,6 +41,29 @@ def load(module: str, tag: str, source: str) -> ModuleType:
     if not hasattr(mod, f"source_{tag}"):
         raise ImportError(f"{module} was built from another version of {source}")
     return mod
+
+
+def requested(route: str | None, env: str) -> str | None:
+    """The route a kernel table's ``load(route)`` asks for: ``route``, else the environment variable ``env``, else
+    None (whichever opens, ahead of time first). Raises ``ValueError`` for a route other than ``"aot"``/``"jit"``."""
+    want = route or os.environ.get(env) or None
+    if want not in (None, "aot", "jit"):
+        raise ValueError(f"kernel route must be 'aot' or 'jit', got {want!r}")
+    return want
+
+
+def choose(want: str | None, aot: Callable[[], T], jit: Callable[[], T]) -> tuple[str, T]:
+    """Open the route ``want`` (from :func:`requested`): ``(route, what its opener returned)``. With ``want`` None,
+    ``"aot"`` when ``aot()`` opens (it raises ``ImportError`` when the module is missing or stale), else ``"jit"``;
+    a forced route that cannot open raises ``ImportError``."""
+    if want == "jit":
+        return "jit", jit()
+    if want == "aot":
+        return "aot", aot()
+    try:
+        return "aot", aot()
+    except ImportError:
+        return "jit", jit()
 
 
 def build(

@@ -99,19 +99,11 @@ def load(route: str | None = None) -> Kernels:
     benchmarks compare them).
     """
     global _loaded
-    want = route or os.environ.get(ENV) or None
-    if want not in (None, "aot", "jit"):
-        raise ValueError(f"kernel route must be 'aot' or 'jit', got {want!r}")
+    want = _aot.requested(route, ENV)
     if _loaded is not None and (want is None or want == _loaded.route):
         return _loaded
     start = time.perf_counter()
-    if want is not None:
-        name, mod = want, _module(want)
-    else:
-        try:
-            name, mod = "aot", _module("aot")
-        except ImportError:
-            name, mod = "jit", _module("jit")
+    name, mod = _aot.choose(want, lambda: _module("aot"), lambda: _module("jit"))
     fns = {k: getattr(mod, k) for k in KERNELS}
     _loaded = Kernels(route=name, seconds=time.perf_counter() - start, **fns)
     return _loaded

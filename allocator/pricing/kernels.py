@@ -129,21 +129,11 @@ def load(route: str | None = None) -> Kernels:
     benchmarks compare them).
     """
     global _loaded
-    want = route or os.environ.get("WALRAS_PRICING_KERNELS") or None
-    if want not in (None, "aot", "jit"):
-        raise ValueError(f"kernel route must be 'aot' or 'jit', got {want!r}")
+    want = _aot_route.requested(route, "WALRAS_PRICING_KERNELS")
     if _loaded is not None and (want is None or want == _loaded.route):
         return _loaded
     start = time.perf_counter()
-    if want == "jit":
-        get, name = _jit(), "jit"
-    elif want == "aot":
-        get, name = _aot(), "aot"
-    else:
-        try:
-            get, name = _aot(), "aot"
-        except ImportError:
-            get, name = _jit(), "jit"
+    name, get = _aot_route.choose(want, _aot, _jit)
     _loaded = Kernels(route=name, seconds=time.perf_counter() - start, _get=get)
     return _loaded
 
