@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from realtools import require
 from allocator import pricing
 from allocator import utilities as U
 from allocator.pricing import kernels
+from allocator.pricing.oracle import DualOracle, usage_weights
+from allocator.pricing.problem import Route, prepare
+from allocator.pricing.subproblem import Subsolution, solve_hull
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -129,9 +133,11 @@ def test_aot_and_jit_routes_agree_exactly(aot_module: Path, family: str, dtype: 
         aot = kernels.load("aot")
         assert (jit.route, aot.route) == ("jit", "aot")
         got = kernels.walk(*inputs)
-        for x, y in zip(got, ref):
+        for x, y in zip(got[0], ref[0]):
             np.testing.assert_array_equal(x, y)
-        j_lo, x_lo, j_hi, x_hi = got[1], got[2], got[5], got[6]
+        np.testing.assert_array_equal(got[1], ref[1])  # usage per pool
+        assert got[2] == ref[2]  # what the jobs pay
+        j_lo, x_lo, j_hi, x_hi = got[0][1], got[0][2], got[0][5], got[0][6]
         scale = np.linspace(0.5, 1.0, 6).astype(dtype)
         dense_aot = kernels.dense_fill(j_lo, x_lo, j_hi, x_hi, scale, 5, np.dtype(dtype))
         kernels.load("jit")
@@ -159,3 +165,68 @@ def test_aot_route_solves_without_numba(aot_module: Path) -> None:
     a = rng.uniform(0.1, 1, (3000, 4)).astype(np.float32)
     ref = pricing.solve(a, np.array([900.0, 700.0, 500.0, 300.0]), U.Log(), device="cpu")
     np.testing.assert_array_equal(np.asarray(prices), ref.prices)  # same kernels' values: the same price path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("demand", ["unit", "per-job", "per-pool"])
+@pytest.mark.parametrize("family", ["log", "linear", "power", "alpha", "target"])
+def test_sums_of_the_walk_equal_the_array_expressions(family: str, demand: str, dtype: type) -> None:
+    """The usage per pool the walk accumulates is numpy's ``bincount`` of ``usage_weights`` bit for bit (both add the
+    working-dtype products ``x d`` in job order in float64), and what the jobs pay is the float64 sum of
+    ``x_lo c_lo + x_hi c_hi``; the subproblem fields are those of the walk without demands' bookkeeping."""
+    rng = np.random.default_rng(7)
+    a, _, code, w, q = _walk_inputs(dtype, family, seed=3)
+    n, m = a.shape
+    p = rng.uniform(0.2, 2.0, m).astype(dtype)
+    d = {
+        "unit": None,
+        "per-job": rng.uniform(0.5, 3.0, n).astype(dtype),
+        "per-pool": rng.uniform(0.5, 3.0, (n, m)).astype(dtype),
+    }[demand]
+    c = np.ascontiguousarray(p[None, :] if d is None else (d[:, None] * p if d.ndim == 1 else d * p), dtype=dtype)
+    fields, r, paid = kernels.walk(a, c, code, w, q, d)
+    plain, r_unit, _ = kernels.walk(a, c, code, w, q)  # the same walk; the sums of unit demands
+    for x, y in zip(fields, plain):
+        np.testing.assert_array_equal(x, y)
+    sol = Subsolution(*fields)
+    j_lo, x_lo, c_lo, j_hi, x_hi, c_hi = sol.j_lo, sol.x_lo, sol.c_lo, sol.j_hi, sol.x_hi, sol.c_hi
+    w_lo, w_hi = usage_weights(sol, d, m)
+    expected = np.bincount(j_lo, weights=w_lo, minlength=m + 1) + np.bincount(j_hi, weights=w_hi, minlength=m + 1)
+    np.testing.assert_array_equal(r, expected)
+    assert r.shape == (m + 1,) and r.dtype == np.float64
+    np.testing.assert_array_equal(
+        r_unit, np.bincount(j_lo, weights=x_lo, minlength=m + 1) + np.bincount(j_hi, weights=x_hi, minlength=m + 1)
+    )
+    exact = math.fsum(
+        (x_lo.astype(np.float64) * c_lo.astype(np.float64) + x_hi.astype(np.float64) * c_hi.astype(np.float64)).tolist()
+    )
+    assert paid == pytest.approx(exact, rel=1e-12)
+    # every job pays something where it runs: the sum is not vacuous
+    assert exact > 0 and (x_lo + x_hi > 0).any()
+
+
+@pytest.mark.parametrize("demand", ["unit", "per-job", "per-pool"])
+@pytest.mark.parametrize("family", ["log", "target", "alpha"])
+def test_dual_evaluation_with_the_sums_of_the_walk_matches_the_array_route(family: str, demand: str) -> None:
+    """One dual evaluation (eq. 12's ``g(p)``, the usage ``r(p)`` and the utility sum) computed with the walk's
+    in-pass sums equals the one assembled from the vectorised walk and array expressions (float64: to rounding)."""
+    rng = np.random.default_rng(11)
+    a, _, _, _, _ = _walk_inputs(np.float64, family, seed=5)
+    n, m = a.shape
+    a[:, 0] = np.maximum(a[:, 0], 0.05)  # every job runs somewhere: u(t) finite, so the sums are not all -inf
+    util = {
+        "log": U.Log(rng.uniform(0.5, 2, n)),
+        "target": U.TargetPriority(rng.uniform(0.1, 1, n), rng.choice([1.0, 2.0], n)),
+        "alpha": U.AlphaFair(rng.uniform(0, 3, n)),
+    }[family]
+    d = {"unit": None, "per-job": rng.uniform(0.5, 3.0, n), "per-pool": rng.uniform(0.5, 3.0, (n, m))}[demand]
+    prob = prepare(a, np.full(m, n / 8.0), util, d, Route("numpy", "cpu", "float64"))
+    oracle = DualOracle(prob)
+    prices = rng.uniform(0.2, 2.0, m)
+    ev = oracle(prices)
+    sol = solve_hull(prob.a, oracle.costs(oracle.prices_array(prices)), prob.utility, compiled=False)
+    r, net, u_sum = oracle._sums(sol)
+    np.testing.assert_allclose(ev.usage, r[:m], rtol=1e-9)
+    assert ev.dual == pytest.approx(float(np.dot(prices, prob.capacity)) + net, rel=1e-9)
+    assert ev.u_local == pytest.approx(u_sum, rel=1e-9)
+    assert np.isfinite(ev.dual) and (ev.usage > 0).any()

@@ -477,10 +477,14 @@ class PriceDiscovery:
     def _initial_prices(prob: Problem, group: Any) -> np.ndarray:
         """Eq. (17); under sharding the per-rank sums are all-reduced first."""
         if group is None:
-            # in float64 on both routes: float32 sums in another order (numpy's against torch's) would start the
-            # two routes' runs from prices a few ulps apart, which a float32 run can amplify
-            wide = _torch().float64 if is_tensor(prob.a) else np.float64
-            util = prob.utility.to(device_of(prob.a) if is_tensor(prob.a) else None, wide)
+            # in float64, and by numpy wherever the arrays are on the CPU: sums in another order (numpy's against
+            # torch's) would start the two routes' runs from prices a few ulps apart, which a float32 run amplifies
+            if device_of(prob.a) == "cpu":
+                util = prob.utility.to(None, np.float64)
+                d = None if prob.demand is None else as_numpy(prob.demand).astype(np.float64)
+                a64, cap64 = as_numpy(prob.a).astype(np.float64), as_numpy(prob.capacity).astype(np.float64)
+                return as_numpy(initial_prices(util, a64, cap64, d))
+            util = prob.utility.to(device_of(prob.a), _torch().float64)
             d = None if prob.demand is None else astype(prob.demand, "float64")
             p0 = initial_prices(util, astype(prob.a, "float64"), astype(prob.capacity, "float64"), d)
             return as_numpy(p0)

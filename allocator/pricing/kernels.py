@@ -114,7 +114,10 @@ def _warm(get: Callable[[str, np.dtype], Callable[..., Any]], dtype: np.dtype) -
     t = np.empty(n, dtype=dtype)
     j = np.empty(n, dtype=np.int64)
     one = np.ones(1, dtype=dtype)
-    get("hull_walk", dtype)(a, a, 1, one, one, dtype == np.float32, t, j, j.copy(), *(t.copy() for _ in range(6)))
+    get("hull_walk", dtype)(
+        a, a, 1, one, one, dtype == np.float32, np.ones((1, 1), dtype), t, j, j.copy(), *(t.copy() for _ in range(6)),
+        np.zeros(m + 1), np.zeros(m + 1), np.zeros(1),
+    )
     get("dense_fill_kernel", dtype)(j * 0, t, j * 0 + 1, t, np.ones(m + 1, dtype=dtype), np.zeros((n, m), dtype))
     get("rows_differ_kernel", dtype)(a, a.copy(), np.zeros(n, dtype=np.bool_))
     get("scaled_throughput_kernel", dtype)(t, t, j * 0, t, t, j * 0 + 1, np.ones(m + 1, dtype=dtype), t.copy())
@@ -142,19 +145,33 @@ def _kernel(name: str, dtype: np.dtype) -> Callable[..., Any]:
     return load().get(name, dtype)
 
 
-def walk(a: np.ndarray, c: np.ndarray, family: int, w: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, ...]:
+def walk(
+    a: np.ndarray, c: np.ndarray, family: int, w: np.ndarray, q: np.ndarray, demand: np.ndarray | None = None
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, float]:
     """The hull walk on C-contiguous ``a``, ``c`` (same float dtype; ``c`` with ``n`` rows or one row shared by all
-    jobs; ``w``, ``q`` of length ``n`` or 1 in that dtype): ``(t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi)``
-    as new arrays (floats in ``a``'s dtype, indices int64)."""
-    n = a.shape[0]
+    jobs; ``w``, ``q`` of length ``n`` or 1 in that dtype) and, in the same pass over the jobs, the sums of a dual
+    evaluation other than the utilities: ``(fields, r, cost)`` with ``fields = (t, j_lo, x_lo, a_lo, c_lo, j_hi,
+    x_hi, a_hi, c_hi)`` as new arrays (floats in ``a``'s dtype, indices int64), ``r`` the usage per pool (float64,
+    length ``m + 1``, the last entry for "no pool"; the values ``numpy.bincount`` gives) and ``cost = sum_i
+    c_i(t_i)`` (float64). ``demand`` is ``None`` (unit demands), per job ``(n,)`` or per job and pool ``(n, m)``."""
+    n, m = a.shape
     dt = a.dtype
     t, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi = (np.empty(n, dtype=dt) for _ in range(7))
     j_lo = np.empty(n, dtype=np.int64)
     j_hi = np.empty(n, dtype=np.int64)
-    single = bool(dt == np.float32)
+    if demand is None:
+        d = np.ones((1, 1), dtype=dt)
+    else:
+        d = np.ascontiguousarray(demand, dtype=dt).reshape(n, -1)
+    r_lo = np.zeros(m + 1)
+    r_hi = np.zeros(m + 1)
+    cost = np.zeros(1)
     args = (np.ascontiguousarray(w, dtype=dt), np.ascontiguousarray(q, dtype=dt))
-    _kernel("hull_walk", dt)(a, c, int(family), *args, single, t, j_lo, j_hi, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi)
-    return t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi
+    _kernel("hull_walk", dt)(
+        a, c, int(family), *args, bool(dt == np.float32), d,
+        t, j_lo, j_hi, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi, r_lo, r_hi, cost,
+    )  # fmt: skip
+    return (t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi), r_lo + r_hi, float(cost[0])
 
 
 def dense_fill(
@@ -193,3 +210,4 @@ def scaled_throughput(
     out = np.empty(a_lo.shape[0], dtype=dt)
     _kernel("scaled_throughput_kernel", dt)(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale.astype(dt), out)
     return out
+

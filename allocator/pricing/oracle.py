@@ -17,7 +17,7 @@ from allocator._xp import torch as _torch
 from allocator.pricing.problem import ArrayLike, Problem, prepare, resolve_route
 from allocator.pricing.recovery import MAX_SCAN, Recovery, recover_allocation, split_jobs
 from allocator.pricing.result import Reuse
-from allocator.pricing.subproblem import Subsolution, solve_hull, solve_pairs
+from allocator.pricing.subproblem import Subsolution, compiled_args, solve_hull, solve_pairs
 from allocator.utilities import Utility
 
 __all__ = ["DualOracle", "Evaluation", "dual_evaluation", "usage_weights"]
@@ -73,12 +73,37 @@ class DualOracle:
         a = prob.a
         self.n, self.m = a.shape
         self._a_pos: Array | None = None
+        self._compiled_utility: Utility | bool | None = False  # not determined yet
         self.cap64 = as_numpy(prob.capacity).astype(np.float64)
         self.evaluations = 0
         #: (the previous solve's state, rows to solve again): set by a solve given ``previous=``; used once, by the
         #: first evaluation at exactly the state's prices
         self.reuse: tuple[Reuse, Array] | None = None
         self.resolved: int | None = None
+
+    @property
+    def compiled_utility(self) -> Utility | None:
+        """The utility with numpy parameters, for evaluations whose walk runs compiled (CPU arrays or CPU tensors of a
+        built-in family): their utility sums are computed by numpy on both array routes, so a torch-route CPU solve
+        evaluates exactly what the numpy route does (the same price path, not one that parts in the last bits).
+        ``None`` where the walk is not compiled (CUDA, user-defined utilities)."""
+        if self._compiled_utility is False:
+            prob = self.prob
+            util: Utility | None = None
+            spec = getattr(prob.utility, "kernel_spec", None)
+            if self.method == "hull" and device_of(prob.a) == "cpu" and spec is not None and spec() is not None:
+                util = prob.utility
+                if is_tensor(prob.a):
+                    util = util.to(None, as_numpy(prob.a[:0]).dtype)
+            self._compiled_utility = util
+        return self._compiled_utility  # type: ignore[return-value]
+
+    def utility_sum(self, t: Array) -> float:
+        """``sum_i u_i(t_i)`` in float64: by numpy where the walk is compiled (:attr:`compiled_utility`)."""
+        util = self.compiled_utility
+        if util is not None:
+            return fsum(util.value(as_numpy(t)))
+        return fsum(self.prob.utility.value(t))
 
     @property
     def a_pos(self) -> Array:
@@ -127,6 +152,23 @@ class DualOracle:
         if sums is None:
             sums = self._sums(base)
         return base, sums[0], sums[1], sums[2]
+
+    def _walk_sums(self, c: Array) -> tuple[Subsolution, np.ndarray, float, float] | None:
+        """The compiled walk with the usage and cost sums in the same pass (:func:`allocator.pricing.kernels.walk`)
+        and the utilities after it: ``(sol, r, net, u)`` as :meth:`_sums` gives them, or ``None`` where the compiled
+        walk does not apply."""
+        prob = self.prob
+        args = compiled_args(prob.a, c, prob.utility)
+        if args is None:
+            return None
+        from allocator.pricing.kernels import walk
+
+        demand = None if prob.demand is None else as_numpy(prob.demand)
+        fields, r, paid = walk(*args, demand)
+        u_sum = self.utility_sum(fields[0])
+        if is_tensor(prob.a):
+            fields = tuple(_torch().from_numpy(v) for v in fields)
+        return Subsolution(*fields), r, u_sum - paid, u_sum
 
     def _sums(self, sol: Subsolution) -> tuple[np.ndarray, float, float]:
         """``(r, net, u)``: usage per pool (float64, ``m + 1``), ``sum_i u_i(t_i) - c_i(t_i)`` and
@@ -207,11 +249,15 @@ class DualOracle:
         if inc is not None:
             sol, r, net, u_sum = inc
         else:
-            if self.method == "hull":
-                sol = solve_hull(prob.a, c, prob.utility, a_pos=None if device_of(prob.a) == "cpu" else self.a_pos)
+            fused = self._walk_sums(c) if self.method == "hull" else None
+            if fused is not None:
+                sol, r, net, u_sum = fused
             else:
-                sol = solve_pairs(prob.a, c, prob.utility)
-            r, net, u_sum = self._sums(sol)
+                if self.method == "hull":
+                    sol = solve_hull(prob.a, c, prob.utility, a_pos=self.a_pos)
+                else:
+                    sol = solve_pairs(prob.a, c, prob.utility)
+                r, net, u_sum = self._sums(sol)
         packed = self._allreduce(np.append(r[: self.m], net))
         usage = packed[: self.m]
         dual = float(np.dot(prices, self.cap64) + packed[self.m])
@@ -220,7 +266,7 @@ class DualOracle:
         scale64[: self.m][over] = self.cap64[over] / usage[over]
         if over.any():
             t_feas = feasible_throughputs(sol, scale64)
-            primal_local = fsum(prob.utility.value(t_feas))
+            primal_local = self.utility_sum(t_feas)
         else:
             t_feas = sol.t
             primal_local = u_sum

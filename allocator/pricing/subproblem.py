@@ -54,7 +54,7 @@ from allocator._xp import (
 from allocator._xp import torch as _torch
 from allocator.utilities import Utility
 
-__all__ = ["Subsolution", "solve_hull", "solve_pairs"]
+__all__ = ["Subsolution", "compiled_args", "solve_hull", "solve_pairs"]
 
 
 @dataclass
@@ -127,6 +127,32 @@ def _assemble(a: Array, c: Array, t: Array, j_lo: Array, j_hi: Array) -> Subsolu
     return Subsolution(t=t, j_lo=j_lo, x_lo=x_lo, a_lo=a_lo, c_lo=c_lo, j_hi=j_hi, x_hi=x_hi, a_hi=a_hi, c_hi=c_hi)
 
 
+def compiled_args(
+    a: Array, c: Array, utility: Utility
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray] | None:
+    """The arguments of the compiled walk (:func:`allocator.pricing.kernels.walk`): ``(a, c, family,
+    w, q)`` as C-contiguous numpy arrays in ``a``'s dtype (``c`` one shared row for unit demands), or ``None`` where
+    the compiled walk does not apply (arrays on a GPU, a utility without ``kernel_spec``)."""
+    if device_of(a) != "cpu":
+        return None
+    spec = getattr(utility, "kernel_spec", None)
+    fast = spec() if spec is not None else None
+    if fast is None:
+        return None
+    an = np.ascontiguousarray(as_numpy(a))
+    cn = as_numpy(c).astype(an.dtype, copy=False)
+    if cn.shape[0] > 1 and cn.strides[0] == 0:
+        cn = cn[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
+    if not (cn.flags.c_contiguous and cn.flags.writeable):
+        # a broadcast view is read-only, and the JIT route compiles a separate signature for read-only
+        # arrays (seconds, inside the solve): the kernels take writable C-contiguous arrays only
+        cn = np.array(cn, order="C")
+    family, w, q = fast
+    # parameters in the working dtype, as the vectorised walk uses them (a float32 quotient w / alpha rounds
+    # as it does there, so a job at a vertex is reported at the same vertex)
+    return an, cn, family, w.astype(an.dtype), q.astype(an.dtype)
+
+
 def solve_hull(
     a: Array, c: Array, utility: Utility, *, a_pos: Array | None = None, compiled: bool | None = None
 ) -> Subsolution:
@@ -142,24 +168,12 @@ def solve_hull(
     ``compiled=True`` requires it. The vectorised walk below is the path everywhere else (CUDA, user-defined
     utilities).
     """
-    if compiled is not False and device_of(a) == "cpu":
-        spec = getattr(utility, "kernel_spec", None)
-        fast = spec() if spec is not None else None
-        if fast is not None:
+    if compiled is not False:
+        args = compiled_args(a, c, utility)
+        if args is not None:
             from allocator.pricing.kernels import walk
 
-            an = np.ascontiguousarray(as_numpy(a))
-            cn = as_numpy(c).astype(an.dtype, copy=False)
-            if cn.shape[0] > 1 and cn.strides[0] == 0:
-                cn = cn[:1]  # the same costs for every job (unit demands): one row, not an n x m copy
-            if not (cn.flags.c_contiguous and cn.flags.writeable):
-                # a broadcast view is read-only, and the JIT route compiles a separate signature for read-only
-                # arrays (seconds, inside the solve): the kernels take writable C-contiguous arrays only
-                cn = np.array(cn, order="C")
-            family, w, q = fast
-            # parameters in the working dtype, as the vectorised walk uses them (a float32 quotient w / alpha rounds
-            # as it does there, so a job at a vertex is reported at the same vertex)
-            fields = walk(an, cn, family, w.astype(an.dtype), q.astype(an.dtype))
+            fields, _, _ = walk(*args)
             if is_tensor(a):
                 fields = tuple(_torch().from_numpy(v) for v in fields)
             return Subsolution(*fields)
