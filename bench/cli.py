@@ -252,6 +252,50 @@ _PHASES = (
 )
 
 
+#: A fresh operator process up to and through its first plans: what `walras run` does before its first plan
+#: (imports, ``walras.planner.preload``), then the same cluster planned five times from scratch (no previous plan,
+#: so every plan does the whole work), each with the collector paused as the controller does
+#: (``Controller.planned_without_gc``). Reading the manifests is not timed (the operator's informers hold them).
+_OPERATOR_FIRST = (
+    "import gc, json, sys, time\n"
+    "t0 = time.perf_counter()\n"
+    "from walras.collector import paused\n"
+    "from walras.planner import build_plan, load_manifests\n"
+    "from walras.planner.preload import preload\n"
+    "t1 = time.perf_counter()\n"
+    "warmup = preload()\n"
+    "snap = load_manifests([sys.argv[1]])\n"
+    "plans = []\n"
+    "for _ in range(5):\n"
+    "    s = time.perf_counter()\n"
+    "    with paused():\n"
+    "        plan = build_plan(snap)\n"
+    "    plans.append(time.perf_counter() - s)\n"
+    "    del plan\n"
+    "print(json.dumps({'imports': t1 - t0, 'preload': warmup, 'plans': plans}))\n"
+)
+
+
+def operator_first_plan(folder: Path, runs: int, judged: bool, say: Any) -> None:
+    """Issue 20: a fresh operator pod's first plan within 1.5x of a warm plan (the same plan later in the process)."""
+    say(f"First plan of a fresh operator process, same cluster. Load average before: {loadavg()}. {runs} fresh "
+        "processes; each does what `walras run` does before its first plan (imports, `walras.planner.preload`: "
+        "one plan of the embedded example cluster), reads the manifests (not timed), then plans the cluster five "
+        "times from scratch (no previous plan: each plan does the whole work) with the collector paused as the "
+        "controller does. 'first' is plan 1, 'warm' the median of plans 2-5 of the same process.\n")
+    recs = [json.loads(fresh([sys.executable, "-c", _OPERATOR_FIRST, str(folder)])["out"]) for _ in range(runs)]
+    firsts = [r["plans"][0] for r in recs]
+    warms = [median(r["plans"][1:]) for r in recs]
+    ratios = [f / w for f, w in zip(firsts, warms, strict=True)]
+    say("| imports s | preload s | first plan s | range | warm plan s | first / warm (median of processes) | "
+        "range | target (issue 20) |")
+    say("|---|---|---|---|---|---|---|---|")
+    say(f"| {median([r['imports'] for r in recs]):.2f} | {median([r['preload'] for r in recs]):.2f} | "
+        f"{median(firsts):.2f} | {spread(firsts)} | {median(warms):.2f} | {median(ratios):.2f} | "
+        f"{min(ratios):.2f}-{max(ratios):.2f} | <= 1.5x: {verdict(median(ratios), 1.5, judged)} |")
+    say(f"\nLoad average after: {loadavg()}.\n")
+
+
 def plan_rows(runs: int, quick: bool, say: Any) -> None:
     import orjson
     import yaml
@@ -312,6 +356,8 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
              f"used {median([c['child_cpu'] for c in cold]):.2f} s of CPU; warm, this process reads and validates "
              "itself." if ahead else "")
     say(f"\nJSON output: {cold[0]['bytes'] / 2**20:.1f} MiB compact.{child} Load average after: {loadavg()}.\n")
+
+    operator_first_plan(folder, runs, judged, say)
 
     data = (folder / "pods.yaml").read_bytes()
     ours_t, theirs_t = [], []
