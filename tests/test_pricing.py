@@ -753,8 +753,9 @@ def test_compiled_helpers_match_their_torch_expressions() -> None:
     j_hi = np.where(j_lo < m, (j_lo + rng.integers(1, m, n)) % m, rng.integers(0, m, n))
     x_hi = rng.uniform(0, 1, n).astype(np.float32)
     x_lo = np.where(j_lo < m, 1 - x_hi, 0).astype(np.float32)
-    a_lo = rng.uniform(0, 1, n).astype(np.float32)
-    a_hi = rng.uniform(0, 1, n).astype(np.float32)
+    rows = np.arange(n)
+    a_lo = np.where(j_lo < m, a[rows, np.minimum(j_lo, m - 1)], 0).astype(np.float32)
+    a_hi = np.where(j_hi < m, a[rows, np.minimum(j_hi, m - 1)], 0).astype(np.float32)
     scale = np.append(rng.uniform(0.5, 1, m), 1.0)
     t = torch.from_numpy
     sol = Subsolution(
@@ -775,4 +776,4 @@ def test_compiled_helpers_match_their_torch_expressions() -> None:
     np.testing.assert_array_equal(dense_fill(j_lo, x_lo, j_hi, x_hi, scale[:m], m, np.dtype(np.float32)), x[:, :m])
     np.testing.assert_array_equal(sol.dense(m, s32[:m]).numpy(), x[:, :m].numpy())
     expected = sol.a_lo * sol.x_lo * s32.index_select(0, sol.j_lo) + sol.a_hi * sol.x_hi * s32.index_select(0, sol.j_hi)
-    np.testing.assert_array_equal(scaled_throughput(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale), expected.numpy())
+    np.testing.assert_array_equal(scaled_throughput(a, j_lo, x_lo, j_hi, x_hi, scale), expected.numpy())

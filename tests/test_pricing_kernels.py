@@ -230,3 +230,40 @@ def test_dual_evaluation_with_the_sums_of_the_walk_matches_the_array_route(famil
     assert ev.dual == pytest.approx(float(np.dot(prices, prob.capacity)) + net, rel=1e-9)
     assert ev.u_local == pytest.approx(u_sum, rel=1e-9)
     assert np.isfinite(ev.dual) and (ev.usage > 0).any()
+
+
+def test_a_walk_without_end_values_gathers_them_as_the_walk_writes_them() -> None:
+    """``walk(..., ends=False)`` leaves ``a_lo``, ``c_lo``, ``a_hi``, ``c_hi`` out; a :class:`Subsolution` given
+    ``ends=(a, c)`` gathers them on first read, equal bit for bit to the ones the walk writes with ``ends=True``."""
+    a, c, code, w, q = _walk_inputs(np.float32, "log", seed=4)
+    full, r_full, paid_full = kernels.walk(a, c, code, w, q)
+    part, r_part, paid_part = kernels.walk(a, c, code, w, q, ends=False)
+    assert [v is None for v in part] == [False, False, False, True, True, False, False, True, True]
+    np.testing.assert_array_equal(r_part, r_full)
+    assert paid_part == paid_full
+    t, j_lo, x_lo, _, _, j_hi, x_hi, _, _ = part
+    lazy = Subsolution(t, j_lo, x_lo, None, None, j_hi, x_hi, None, None, ends=(a, c))
+    for name, expected in zip(Subsolution.FIELDS, full, strict=True):
+        got = getattr(lazy, name)
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(ValueError, match="all four end values"):
+        Subsolution(t, j_lo, x_lo, None, None, j_hi, x_hi, None, None)
+
+
+def test_the_state_kept_for_an_incremental_solve_does_not_read_the_callers_array() -> None:
+    """The subsolution a result keeps for ``previous=`` gathers its end values from the result's private copy of the
+    throughputs: changing the caller's array in place after the solve changes nothing in it."""
+    rng = np.random.default_rng(3)
+    n, m = 6000, 4
+    a = rng.uniform([0.1, 0.1, 0.3, 0.6], [0.3, 0.5, 0.8, 1.0], (n, m)).astype(np.float32)
+    r = np.array([8e5, 1e5, 1e4, 1e3]) * n / 1e6
+    res = pricing.solve(a, r, U.Log(), device="cpu")
+    kept = res._reuse
+    assert kept is not None and kept.sol._ends is not None  # not gathered yet
+    original = a.copy()
+    a *= 3.0  # the caller reuses its buffer
+    rows = np.arange(n)
+    expected = np.where(kept.sol.j_lo < m, original[rows, np.minimum(kept.sol.j_lo, m - 1)], 0).astype(np.float32)
+    np.testing.assert_array_equal(kept.sol.a_lo, expected)
+    assert (expected > 0).any()

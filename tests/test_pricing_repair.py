@@ -3,8 +3,6 @@ Exact answers on hand-sized instances, and feasibility / no loss against column 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
@@ -99,7 +97,7 @@ def test_feasible_and_never_worse_than_column_scaling(seed: int, family: str, de
     assert (rep.x_lo <= sol.x_lo + 1e-12).all() and (rep.x_hi <= sol.x_hi + 1e-12).all()
     assert (rep.x_lo >= 0).all() and (rep.x_hi >= 0).all()
     # the allocation's own usage, recomputed densely, respects the capacities
-    x = replace(sol, x_lo=rep.x_lo, x_hi=rep.x_hi).dense(m).numpy()
+    x = sol.with_fractions(rep.x_lo, rep.x_hi).dense(m).numpy()
     dd = np.ones((n, m)) if d is None else d
     assert ((dd * x).sum(0) <= cap * (1 + 1e-9) + 1e-12).all()
     np.testing.assert_allclose(rep.throughputs.numpy(), (a * x).sum(1), rtol=1e-9, atol=1e-12)

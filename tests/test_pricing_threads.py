@@ -26,9 +26,9 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     real = kernels.walk
 
-    def walk(*args: Any) -> Any:
+    def walk(*args: Any, **kwargs: Any) -> Any:
         seen.append(torch.get_num_threads())
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(kernels, "walk", walk)
     return seen

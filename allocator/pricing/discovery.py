@@ -353,7 +353,7 @@ class PriceDiscovery:
             x, t = best_e.recovered.allocation, best_e.recovered.throughputs
             usage = best_e.recovered.usage
         elif repaired is not None:
-            x = replace(sol, x_lo=repaired.x_lo, x_hi=repaired.x_hi).dense(m)
+            x = sol.with_fractions(repaired.x_lo, repaired.x_hi).dense(m)
             t, usage = repaired.throughputs, repaired.usage
         else:
             x = sol.dense(m, scale[:m])
@@ -368,6 +368,26 @@ class PriceDiscovery:
         primal, dual = best_e.primal, best_d.dual
         if status == "infeasible":
             primal, dual, gap = -math.inf, -math.inf, math.inf
+        seconds = time.perf_counter() - start
+        reuse: Reuse | None = None
+        if group is None and keep is None and self.method == "hull":
+            # state for an incremental re-solve (``previous=``), kept outside the solve's clock
+            kept_a = copy(a_raw) if a_copy is None else a_copy  # the throughputs the next solve compares with
+            kept_sol = best_d.subsolution()
+            # it gathers its end values (if it has not yet) from that private copy, not from the caller's array,
+            # which may change after this returns
+            kept_sol.rebind_ends(kept_a)
+            reuse = Reuse(
+                a=kept_a,
+                demand=None if prob.demand is None else copy(prob.demand),
+                utility=prob.utility,
+                prices=best_d.prices.copy(),
+                sol=kept_sol,
+                capacity=copy(prob.capacity),
+                r_local=best_d.r_local,
+                net_local=best_d.net_local,
+                u_local=best_d.u_local,
+            )
         return PricingResult(
             prices=best_p,
             allocation=as_numpy(x),
@@ -381,7 +401,7 @@ class PriceDiscovery:
             converged=converged,
             status=status,
             message=message,
-            seconds=time.perf_counter() - start,
+            seconds=seconds,
             device=route.device,
             dtype=route.dtype,
             infeasible_jobs=infeasible.astype(np.int64),
@@ -389,21 +409,7 @@ class PriceDiscovery:
             presolve_evaluations=presolved,
             resolved_jobs=evaluator.resolved,
             _precision_stall=run.precision_stall and not converged,
-            _reuse=(
-                Reuse(
-                    a=copy(a_raw) if a_copy is None else a_copy,
-                    demand=None if prob.demand is None else copy(prob.demand),
-                    utility=prob.utility,
-                    prices=best_d.prices.copy(),
-                    sol=best_d.subsolution(),
-                    capacity=copy(prob.capacity),
-                    r_local=best_d.r_local,
-                    net_local=best_d.net_local,
-                    u_local=best_d.u_local,
-                )
-                if group is None and keep is None and self.method == "hull"
-                else None
-            ),
+            _reuse=reuse,
         )
 
     @staticmethod

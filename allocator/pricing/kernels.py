@@ -115,12 +115,13 @@ def _warm(get: Callable[[str, np.dtype], Callable[..., Any]], dtype: np.dtype) -
     j = np.empty(n, dtype=np.int64)
     one = np.ones(1, dtype=dtype)
     get("hull_walk", dtype)(
-        a, a, 1, one, one, dtype == np.float32, np.ones((1, 1), dtype), t, j, j.copy(), *(t.copy() for _ in range(6)),
+        a, a, 1, one, one, dtype == np.float32, np.ones((1, 1), dtype), True, t, j, j.copy(),
+        *(t.copy() for _ in range(6)),
         np.zeros(m + 1), np.zeros(m + 1), np.zeros(1),
     )
     get("dense_fill_kernel", dtype)(j * 0, t, j * 0 + 1, t, np.ones(m + 1, dtype=dtype), np.zeros((n, m), dtype))
     get("rows_differ_kernel", dtype)(a, a.copy(), np.zeros(n, dtype=np.bool_))
-    get("scaled_throughput_kernel", dtype)(t, t, j * 0, t, t, j * 0 + 1, np.ones(m + 1, dtype=dtype), t.copy())
+    get("scaled_throughput_kernel", dtype)(a, j * 0, t, j * 0 + 1, t, np.ones(m + 1, dtype=dtype), t.copy())
 
 
 def load(route: str | None = None) -> Kernels:
@@ -146,31 +147,44 @@ def _kernel(name: str, dtype: np.dtype) -> Callable[..., Any]:
 
 
 def walk(
-    a: np.ndarray, c: np.ndarray, family: int, w: np.ndarray, q: np.ndarray, demand: np.ndarray | None = None
-) -> tuple[tuple[np.ndarray, ...], np.ndarray, float]:
+    a: np.ndarray,
+    c: np.ndarray,
+    family: int,
+    w: np.ndarray,
+    q: np.ndarray,
+    demand: np.ndarray | None = None,
+    *,
+    ends: bool = True,
+) -> tuple[tuple[np.ndarray | None, ...], np.ndarray, float]:
     """The hull walk on C-contiguous ``a``, ``c`` (same float dtype; ``c`` with ``n`` rows or one row shared by all
     jobs; ``w``, ``q`` of length ``n`` or 1 in that dtype) and, in the same pass over the jobs, the sums of a dual
     evaluation other than the utilities: ``(fields, r, cost)`` with ``fields = (t, j_lo, x_lo, a_lo, c_lo, j_hi,
     x_hi, a_hi, c_hi)`` as new arrays (floats in ``a``'s dtype, indices int64), ``r`` the usage per pool (float64,
     length ``m + 1``, the last entry for "no pool"; the values ``numpy.bincount`` gives) and ``cost = sum_i
-    c_i(t_i)`` (float64). ``demand`` is ``None`` (unit demands), per job ``(n,)`` or per job and pool ``(n, m)``."""
+    c_i(t_i)`` (float64). ``demand`` is ``None`` (unit demands), per job ``(n,)`` or per job and pool ``(n, m)``.
+    With ``ends=False`` the end values ``a_lo``, ``c_lo``, ``a_hi``, ``c_hi`` are not written and returned as
+    ``None`` (:class:`~allocator.pricing.subproblem.Subsolution` gathers them when they are read)."""
     n, m = a.shape
     dt = a.dtype
-    t, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi = (np.empty(n, dtype=dt) for _ in range(7))
+    t, x_lo, x_hi = (np.empty(n, dtype=dt) for _ in range(3))
+    k = n if ends else 0
+    a_lo, c_lo, a_hi, c_hi = (np.empty(k, dtype=dt) for _ in range(4))
     j_lo = np.empty(n, dtype=np.int64)
     j_hi = np.empty(n, dtype=np.int64)
     if demand is None:
         d = np.ones((1, 1), dtype=dt)
     else:
-        d = np.ascontiguousarray(demand, dtype=dt).reshape(n, -1)
+        d = np.ascontiguousarray(demand[:, None] if demand.ndim == 1 else demand, dtype=dt)
     r_lo = np.zeros(m + 1)
     r_hi = np.zeros(m + 1)
     cost = np.zeros(1)
     args = (np.ascontiguousarray(w, dtype=dt), np.ascontiguousarray(q, dtype=dt))
     _kernel("hull_walk", dt)(
-        a, c, int(family), *args, bool(dt == np.float32), d,
+        a, c, int(family), *args, bool(dt == np.float32), d, bool(ends),
         t, j_lo, j_hi, x_lo, a_lo, c_lo, x_hi, a_hi, c_hi, r_lo, r_hi, cost,
     )  # fmt: skip
+    if not ends:
+        return (t, j_lo, x_lo, None, None, j_hi, x_hi, None, None), r_lo + r_hi, float(cost[0])
     return (t, j_lo, x_lo, a_lo, c_lo, j_hi, x_hi, a_hi, c_hi), r_lo + r_hi, float(cost[0])
 
 
@@ -196,18 +210,18 @@ def rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def scaled_throughput(
-    a_lo: np.ndarray,
-    x_lo: np.ndarray,
+    a: np.ndarray,
     j_lo: np.ndarray,
-    a_hi: np.ndarray,
-    x_hi: np.ndarray,
+    x_lo: np.ndarray,
     j_hi: np.ndarray,
+    x_hi: np.ndarray,
     scale: np.ndarray,
 ) -> np.ndarray:
-    """Each job's throughput after column scaling (004 Sec. 5): ``a_lo x_lo s[j_lo] + a_hi x_hi s[j_hi]`` with
-    ``scale`` of length ``m + 1`` (the last entry, for "no pool", is 1)."""
-    dt = a_lo.dtype
-    out = np.empty(a_lo.shape[0], dtype=dt)
-    _kernel("scaled_throughput_kernel", dt)(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale.astype(dt), out)
+    """Each job's throughput after column scaling (004 Sec. 5): ``a[i, j_lo] x_lo s[j_lo] + a[i, j_hi] x_hi
+    s[j_hi]`` with ``a`` the C-contiguous ``n x m`` throughputs and ``scale`` of length ``m + 1`` (the last entry, for
+    "no pool", is 1), in ``a``'s dtype."""
+    dt = a.dtype
+    out = np.empty(a.shape[0], dtype=dt)
+    xs = (x_lo.astype(dt, copy=False), x_hi.astype(dt, copy=False))
+    _kernel("scaled_throughput_kernel", dt)(a, j_lo, xs[0], j_hi, xs[1], scale.astype(dt), out)
     return out
-

@@ -68,6 +68,7 @@ def hull_walk(
     q,
     single,
     d,
+    ends,
     t_out,
     j_lo_out,
     j_hi_out,
@@ -92,8 +93,9 @@ def hull_walk(
     ``cost[0]`` gets ``sum_i c_i(t_i) = sum_i x_lo c_lo + x_hi c_hi`` in float64. The utilities ``u_i(t_i)`` are
     left to the caller's vectorised ``value`` (numpy's SIMD ``log`` is several times faster than a scalar one per
     job). ``d`` holds the demands: one row of one entry for unit demands (not read), else one column (per job) or
-    ``m`` columns (per job and pool) in the working dtype. The accumulation adds about 5 % to the walk; the array
-    expressions it replaces cost about half a walk."""
+    ``m`` columns (per job and pool) in the working dtype. With ``ends`` false the end values ``a_lo``, ``c_lo``,
+    ``a_hi``, ``c_hi`` are not written (their arrays may be empty): the caller gathers them when it needs them.
+    The accumulation adds about 5 % to the walk; the array expressions it replaces cost about half a walk."""
     n, m = a.shape
     inf = math.inf
     shared_w = w.shape[0] == 1
@@ -121,11 +123,12 @@ def hull_walk(
             j_lo_out[i] = m
             j_hi_out[i] = m
             x_lo_out[i] = 0.0
-            a_lo_out[i] = 0.0
-            c_lo_out[i] = 0.0
             x_hi_out[i] = 0.0
-            a_hi_out[i] = 0.0
-            c_hi_out[i] = 0.0
+            if ends:
+                a_lo_out[i] = 0.0
+                c_lo_out[i] = 0.0
+                a_hi_out[i] = 0.0
+                c_hi_out[i] = 0.0
             continue
         na = a[i, k]
         t = _argmax(family, wi, qi, s, 0.0, na, single)
@@ -171,10 +174,11 @@ def hull_walk(
         j_hi_out[i] = jh
         x_hi_out[i] = xhi
         x_lo_out[i] = 1.0 - xhi if jl < m else 0.0
-        a_lo_out[i] = alo
-        c_lo_out[i] = clo
-        a_hi_out[i] = ahi
-        c_hi_out[i] = chi
+        if ends:
+            a_lo_out[i] = alo
+            c_lo_out[i] = clo
+            a_hi_out[i] = ahi
+            c_hi_out[i] = chi
         # the stored (working dtype) fractions, as the array route sees them
         xl = x_lo_out[i]
         xh = x_hi_out[i]
@@ -214,9 +218,15 @@ def rows_differ_kernel(a, b, out):
 
 
 @njit(nogil=True)
-def scaled_throughput_kernel(a_lo, x_lo, j_lo, a_hi, x_hi, j_hi, scale, out):
+def scaled_throughput_kernel(a, j_lo, x_lo, j_hi, x_hi, scale, out):
+    """``out[i] = a[i, j_lo] x_lo s[j_lo] + a[i, j_hi] x_hi s[j_hi]`` in the working dtype: each job's throughput
+    after column scaling (004 Sec. 5), the ends' throughputs read from ``a`` (a fraction is 0 on pool ``m``, so any
+    finite throughput stands in for that pool's)."""
+    m = a.shape[1]
     for i in range(out.shape[0]):
-        out[i] = a_lo[i] * x_lo[i] * scale[j_lo[i]] + a_hi[i] * x_hi[i] * scale[j_hi[i]]
+        jl = j_lo[i]
+        jh = j_hi[i]
+        out[i] = a[i, min(jl, m - 1)] * x_lo[i] * scale[jl] + a[i, min(jh, m - 1)] * x_hi[i] * scale[jh]
 
 
 def _signatures() -> dict[str, list[tuple[str, str]]]:
@@ -228,7 +238,7 @@ def _signatures() -> dict[str, list[tuple[str, str]]]:
         out.setdefault("hull_walk", []).append(
             (
                 f,
-                f"void({f}[:, ::1], {f}[:, ::1], i8, {v}, {v}, b1, {f}[:, ::1], {v}, i8[::1], i8[::1], "
+                f"void({f}[:, ::1], {f}[:, ::1], i8, {v}, {v}, b1, {f}[:, ::1], b1, {v}, i8[::1], i8[::1], "
                 + ", ".join([v] * 6)
                 + ", f8[::1], f8[::1], f8[::1])",
             )
@@ -236,7 +246,7 @@ def _signatures() -> dict[str, list[tuple[str, str]]]:
         out.setdefault("dense_fill_kernel", []).append((f, f"void(i8[::1], {v}, i8[::1], {v}, {v}, {f}[:, ::1])"))
         out.setdefault("rows_differ_kernel", []).append((f, f"void({f}[:, ::1], {f}[:, ::1], b1[::1])"))
         out.setdefault("scaled_throughput_kernel", []).append(
-            (f, f"void({v}, {v}, i8[::1], {v}, {v}, i8[::1], {v}, {v})")
+            (f, f"void({f}[:, ::1], i8[::1], {v}, i8[::1], {v}, {v}, {v})")
         )
     return out
 

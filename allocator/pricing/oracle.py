@@ -169,11 +169,15 @@ class DualOracle:
         from allocator.pricing.kernels import walk
 
         demand = None if prob.demand is None else as_numpy(prob.demand)
-        fields, r, paid = walk(*args, demand)
-        u_sum = self.utility_sum(fields[0])
+        fields, r, paid = walk(*args, demand, ends=False)
+        t, j_lo, x_lo, _, _, j_hi, x_hi, _, _ = fields
+        assert t is not None and j_lo is not None and x_lo is not None and j_hi is not None and x_hi is not None
+        u_sum = self.utility_sum(t)
+        part = (t, j_lo, x_lo, j_hi, x_hi)
         if is_tensor(prob.a):
-            fields = tuple(_torch().from_numpy(v) for v in fields)
-        return Subsolution(*fields), r, u_sum - paid, u_sum
+            part = tuple(_torch().from_numpy(v) for v in part)
+        sol = Subsolution(part[0], part[1], part[2], None, None, part[3], part[4], None, None, ends=(args[0], args[1]))
+        return sol, r, u_sum - paid, u_sum
 
     def _sums(self, sol: Subsolution) -> tuple[np.ndarray, float, float]:
         """``(r, net, u)``: usage per pool (float64, ``m + 1``), ``sum_i u_i(t_i) - c_i(t_i)`` and
@@ -270,7 +274,7 @@ class DualOracle:
         scale64 = np.ones(self.m + 1)
         scale64[: self.m][over] = self.cap64[over] / usage[over]
         if over.any():
-            t_feas = feasible_throughputs(sol, scale64)
+            t_feas = feasible_throughputs(sol, scale64, prob.a)
             primal_local = self.utility_sum(t_feas)
         else:
             t_feas = sol.t
@@ -293,23 +297,17 @@ class DualOracle:
         )
 
 
-def feasible_throughputs(sol: Subsolution, scale64: np.ndarray) -> Array:
+def feasible_throughputs(sol: Subsolution, scale64: np.ndarray, a: Array) -> Array:
     """Each job's throughput after column scaling by ``scale64`` (``m + 1``, float64; 004 Sec. 5): ``a_lo x_lo
-    s[j_lo] + a_hi x_hi s[j_hi]`` (one compiled pass on the CPU)."""
+    s[j_lo] + a_hi x_hi s[j_hi]``, the ends' throughputs read from the problem's ``a`` (one compiled pass on the
+    CPU)."""
     if is_tensor(sol.t) and sol.t.device.type != "cpu":
         scale = _torch().as_tensor(scale64, dtype=sol.t.dtype).to(sol.t.device)
         return sol.a_lo * sol.x_lo * scale[sol.j_lo] + sol.a_hi * sol.x_hi * scale[sol.j_hi]
     from allocator.pricing.kernels import scaled_throughput
 
-    out = scaled_throughput(
-        as_numpy(sol.a_lo),
-        as_numpy(sol.x_lo),
-        as_numpy(sol.j_lo),
-        as_numpy(sol.a_hi),
-        as_numpy(sol.x_hi),
-        as_numpy(sol.j_hi),
-        scale64,
-    )
+    an = np.ascontiguousarray(as_numpy(a))
+    out = scaled_throughput(an, as_numpy(sol.j_lo), as_numpy(sol.x_lo), as_numpy(sol.j_hi), as_numpy(sol.x_hi), scale64)
     return _torch().from_numpy(out) if is_tensor(sol.t) else out
 
 

@@ -34,8 +34,6 @@ slack), so resource usage and the feasible-allocation utility are computed witho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from allocator._xp import (
@@ -57,7 +55,6 @@ from allocator.utilities import Utility
 __all__ = ["Subsolution", "compiled_args", "solve_hull", "solve_pairs"]
 
 
-@dataclass
 class Subsolution:
     """Optimal solutions of all job subproblems at one price vector (all arrays have shape ``(n,)``, numpy arrays or
     torch tensors as the problem's).
@@ -65,19 +62,93 @@ class Subsolution:
     Job ``i`` runs a fraction ``x_lo[i]`` of its time on pool ``j_lo[i]`` and ``x_hi[i]`` on pool ``j_hi[i]``
     (index ``m`` = unused, fraction 0); ``a_*`` and ``c_*`` are the throughputs and costs ``p_j d_ij`` of those
     pools, so ``t = a_lo x_lo + a_hi x_hi`` and ``c(t) = c_lo x_lo + c_hi x_hi``.
+
+    The four end values ``a_lo``, ``c_lo``, ``a_hi``, ``c_hi`` may be left out (``None``) with ``ends=(a, c)``, the
+    ``n x m`` throughputs and the costs (``n`` rows, or one row shared by all jobs) they are gathered from on first
+    use: the compiled walk of a dual evaluation writes only ``t``, the pools and the fractions, since on the common
+    path (log utility, no recovery or repair) nothing reads the ends, and every byte a fresh process writes first
+    costs a page fault (about 1.1 ms per MB on this project's machine: 16 MB per evaluation at 10^6 jobs). ``a``
+    and ``c`` must not change while this subsolution lives (:meth:`rebind_ends` points them at a private copy).
     """
 
-    t: Array
-    j_lo: Array
-    x_lo: Array
-    a_lo: Array
-    c_lo: Array
-    j_hi: Array
-    x_hi: Array
-    a_hi: Array
-    c_hi: Array
-
     FIELDS = ("t", "j_lo", "x_lo", "a_lo", "c_lo", "j_hi", "x_hi", "a_hi", "c_hi")
+    __slots__ = ("_a_hi", "_a_lo", "_c_hi", "_c_lo", "_ends", "j_hi", "j_lo", "t", "x_hi", "x_lo")
+
+    def __init__(
+        self,
+        t: Array,
+        j_lo: Array,
+        x_lo: Array,
+        a_lo: Array | None,
+        c_lo: Array | None,
+        j_hi: Array,
+        x_hi: Array,
+        a_hi: Array | None,
+        c_hi: Array | None,
+        ends: tuple[Array, Array] | None = None,
+    ) -> None:
+        self.t, self.j_lo, self.x_lo, self.j_hi, self.x_hi = t, j_lo, x_lo, j_hi, x_hi
+        self._a_lo, self._c_lo, self._a_hi, self._c_hi = a_lo, c_lo, a_hi, c_hi
+        given = [v is not None for v in (a_lo, c_lo, a_hi, c_hi)]
+        if not all(given) and (any(given) or ends is None):
+            raise ValueError("give all four end values, or none of them and ends=(a, c) to gather them from")
+        self._ends = None if all(given) else ends
+
+    def _gather(self) -> None:
+        """Gather the end values from ``ends`` (as the compiled walk would have written them: ``a[i, j]`` and
+        ``c[i, j]``, 0 for pool ``m``)."""
+        assert self._ends is not None
+        a, c = (as_numpy(v) for v in self._ends)
+        j_lo, j_hi = as_numpy(self.j_lo), as_numpy(self.j_hi)
+        n, m = a.shape
+        rows = np.arange(n)
+        c_rows = rows if c.shape[0] == n else np.zeros(n, dtype=np.int64)
+        out = []
+        for j in (j_lo, j_hi):
+            ok = j < m
+            idx = np.minimum(j, m - 1)
+            out.append(np.where(ok, a[rows, idx], a.dtype.type(0)))
+            out.append(np.where(ok, c[c_rows, idx], c.dtype.type(0)))
+        if is_tensor(self.t):
+            out = [_torch().from_numpy(v) for v in out]
+        self._a_lo, self._c_lo, self._a_hi, self._c_hi = out
+        self._ends = None
+
+    @property
+    def a_lo(self) -> Array:
+        if self._a_lo is None:
+            self._gather()
+        return self._a_lo
+
+    @property
+    def c_lo(self) -> Array:
+        if self._c_lo is None:
+            self._gather()
+        return self._c_lo
+
+    @property
+    def a_hi(self) -> Array:
+        if self._a_hi is None:
+            self._gather()
+        return self._a_hi
+
+    @property
+    def c_hi(self) -> Array:
+        if self._c_hi is None:
+            self._gather()
+        return self._c_hi
+
+    def rebind_ends(self, a: Array) -> None:
+        """Gather the end throughputs from ``a`` from now on (an array equal to the one given, e.g. a private copy
+        kept after the caller's may change); a no-op when the ends are already gathered."""
+        if self._ends is not None:
+            self._ends = (a, self._ends[1])
+
+    def with_fractions(self, x_lo: Array, x_hi: Array) -> Subsolution:
+        """The same pools and ends with other time fractions (``t`` is kept as given; a repaired allocation)."""
+        if self._ends is not None:
+            return Subsolution(self.t, self.j_lo, x_lo, None, None, self.j_hi, x_hi, None, None, ends=self._ends)
+        return Subsolution(self.t, self.j_lo, x_lo, self._a_lo, self._c_lo, self.j_hi, x_hi, self._a_hi, self._c_hi)
 
     def cost(self) -> Array:
         """``c_i(t_i)``: what each job pays at the prices of this evaluation."""
@@ -173,9 +244,10 @@ def solve_hull(
         if args is not None:
             from allocator.pricing.kernels import walk
 
-            fields, _, _ = walk(*args)
+            walked, _, _ = walk(*args)
+            fields: list[Array] = [v for v in walked if v is not None]  # every field: the walk wrote the ends
             if is_tensor(a):
-                fields = tuple(_torch().from_numpy(v) for v in fields)
+                fields = [_torch().from_numpy(v) for v in fields]
             return Subsolution(*fields)
     if compiled:
         raise ValueError("compiled=True needs CPU arrays and a utility with a compiled form (kernel_spec)")

@@ -43,9 +43,10 @@ class Snapshot:
     profiles: tuple[KubeObject, ...] = ()  # ColocationProfile
 
 
-@dataclass
+@dataclass(frozen=True)
 class Condition:
-    """A status condition in the Kubernetes convention (``type``, ``status`` True/False/Unknown, reason, message)."""
+    """A status condition in the Kubernetes convention (``type``, ``status`` True/False/Unknown, reason, message).
+    Frozen: the planner reuses a job's conditions from one plan to the next where their inputs are equal."""
 
     type: str
     status: Literal["True", "False", "Unknown"]
@@ -56,9 +57,9 @@ class Condition:
         return asdict(self)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanEvent:
-    """A Kubernetes Event the operator should record against an object."""
+    """A Kubernetes Event the operator should record against an object. Frozen: plans share reused events."""
 
     kind: str  # "FungibleJob", "ResourcePool", "ColocationProfile", "Pod"
     namespace: str  # "" for cluster-scoped objects
