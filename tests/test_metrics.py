@@ -59,6 +59,23 @@ def test_pool_and_solver_gauges() -> None:
     assert s[("walras_invalid_objects", (("kind", "ColocationProfile"),))] == 0
 
 
+def test_a_plan_that_took_the_previous_solve_is_counted_not_timed() -> None:
+    """A plan whose market result was the previous plan's (``SolverStats.reused``: no solve ran) adds no sample to
+    the solve-duration histogram (a 0 s solve that never happened) and counts in ``walras_solver_reused``; the solver
+    gauges keep describing the last solve."""
+    m = WalrasMetrics()
+    m.plan_succeeded(make_plan())
+    again = make_plan()
+    again.solver.reused = True
+    again.solver.seconds = 0.0
+    m.plan_succeeded(again)
+    s = samples(m)
+    assert s[("walras_solver_duration_seconds_count", ())] == 1
+    assert s[("walras_solver_reused_total", ())] == 1
+    assert s[("walras_solver_iterations", ())] == 42
+    assert s[("walras_plans_total", (("result", "ok"),))] == 2
+
+
 def test_job_gauges_and_cardinality_limit() -> None:
     m = WalrasMetrics(job_metrics_limit=2)
     m.update(make_plan(n_jobs=4))

@@ -32,10 +32,11 @@ FRESH = PlanOptions(reuse=False)
 
 
 def comparable(plan: Plan) -> dict[str, Any]:
-    """Everything a plan says (statuses, pods, events, prices), less the timings."""
+    """Everything a plan says (statuses, pods, events, prices), less the timings and whether the solve was reused."""
     body = plan.to_dict()
     body.pop("seconds")
     body["solver"].pop("seconds")
+    body["solver"].pop("reused")
     body["job_pods"] = {key: [p.to_dict() for p in job.pods] for key, job in plan.jobs.items()}
     return body
 
@@ -336,6 +337,10 @@ def test_an_unchanged_market_reuses_the_previous_plans_result(market_solves: lis
     assert reused.prices is third._phases["market"][2].prices
     assert not reused.prices.flags.writeable and not reused.allocation.flags.writeable
     assert reused.seconds == 0.0 and fourth.solver.seconds == 0.0
+    assert reused.reused and fourth.solver.reused  # said, not inferred from 0 s
+    assert not build_plan(snapshot, third, options=FRESH).solver.reused  # a plan that solved says so too
+    assert fourth.solver.iterations == third._phases["market"][2].iterations  # the statistics of the solve it took
+    assert fourth.to_dict()["solver"]["reused"] is True
     market_solves.clear()
     fifth = both(snapshot, fourth)  # the reused result was recorded again
     assert len(market_solves) == 1 and fifth._phases["market"][2].prices is reused.prices

@@ -115,6 +115,9 @@ class WalrasMetrics:
                                       registry=r)
         self.solver_duration = Histogram("walras_solver_duration_seconds", "Duration of the price-discovery solve.",
                                          buckets=_DURATION_BUCKETS, registry=r)
+        self.solver_reused = Counter("walras_solver_reused",
+                                     "Plans that took the previous plan's solve (equal inputs): no solve ran.",
+                                     registry=r)
         self.plan_duration = Histogram("walras_plan_duration_seconds", "Duration of a whole planning pass.",
                                        buckets=_DURATION_BUCKETS, registry=r)
         self.plans = Counter("walras_plans", "Planning passes by result (ok, error).", ["result"], registry=r)
@@ -188,7 +191,12 @@ class WalrasMetrics:
         self.solver_gap.set(solver.gap)
         self.solver_iterations.set(solver.iterations)
         self.solver_converged.set(1.0 if solver.converged else 0.0)
-        self.solver_duration.observe(max(solver.seconds, 0.0))
+        if solver.reused:
+            # no solve ran: the gauges above still describe the last solve; a 0 s duration would be a solve that
+            # never happened in the histogram
+            self.solver_reused.inc()
+        else:
+            self.solver_duration.observe(max(solver.seconds, 0.0))
         self.plan_duration.observe(max(plan.seconds, 0.0))
 
         ranked = sorted(plan.jobs.values(), key=lambda j: (-j.cost, j.namespace, j.name))

@@ -77,8 +77,9 @@ def render(plan: Any) -> str:
         for e in warnings:
             out.append(f"{e.kind}/{e.namespace + '/' if e.namespace else ''}{e.name}: {e.reason}: {e.message}")
     s = plan.solver
+    reused = " (the previous plan's result: its inputs were equal, no solve ran)" if s.reused else ""
     out += ["", f"solver: {s.iterations} evaluations in {s.rounds} round(s), gap {s.gap:.3g}, "
-                f"converged {s.converged}, {s.seconds:.3f} s; plan {plan.seconds:.3f} s"]
+                f"converged {s.converged}, {s.seconds:.3f} s{reused}; plan {plan.seconds:.3f} s"]
     return "\n".join(out)
 
 

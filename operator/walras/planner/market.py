@@ -132,6 +132,9 @@ class MarketResult:
     device: str
     repaired: float = 0.0  #: largest constraint violation of the solver's allocation that :func:`feasible` removed
     eps: float = 0.0  #: the tolerance ``converged`` was judged against (the allocator's, :func:`pricing.default_eps`)
+    #: the previous plan's result, taken because every input of the solve was equal (no solve ran: ``seconds`` 0,
+    #: the other statistics those of the solve that produced it)
+    reused: bool = False
 
 
 def solve_market(

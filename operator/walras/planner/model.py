@@ -252,6 +252,9 @@ class SolverStats:
     device: str = "cpu"
     rounds: int = 1  #: market -> placement rounds (the market re-prices what placement could not realise)
     eps: float = 0.0  #: the duality-gap tolerance ``converged`` was judged against
+    #: no solve ran in this plan: every input was the previous plan's, and so is the result (``seconds`` is 0, the
+    #: other fields are that solve's)
+    reused: bool = False
 
 
 @dataclass

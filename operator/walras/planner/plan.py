@@ -119,7 +119,7 @@ def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, devi
                     budget=opts.max_migrations, held=life.held)
     market = outcome.market
     plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
-                              market.seconds, market.device, outcome.rounds, market.eps)
+                              market.seconds, market.device, outcome.rounds, market.eps, market.reused)
     counted = job_statuses(objects, outcome, actions, resizes, plan, previous,
                            memo=previous._statuses if previous is not None and opts.reuse else None,
                            record=plan._statuses)

@@ -418,14 +418,14 @@ def _market(throughput: np.ndarray, capacity: np.ndarray, specs: list[UtilitySpe
     previous plan's phase records, :mod:`.reuse`), the previous plan's result when every argument is equal (the
     throughput, capacity and demand arrays and the warm prices by their bytes, a cold start only after a cold start;
     the utility specs, the weights, the device and the evaluation bound), which the solve reads and nothing else: a
-    copy sharing its arrays, with 0 seconds (no solve ran in this plan). ``record`` receives this plan's arguments and
-    result, whose arrays are then read-only (shared with the next plan). The planner passes both in round 1 only:
-    later rounds re-price a capacity that placement feedback lowered."""
+    copy sharing its arrays, with 0 seconds and ``reused`` set (no solve ran in this plan). ``record`` receives this
+    plan's arguments and result, whose arrays are then read-only (shared with the next plan). The planner passes both
+    in round 1 only: later rounds re-price a capacity that placement feedback lowered."""
     key = (array_key(throughput), array_key(capacity), array_key(demand), None if warm is None else array_key(warm),
            tuple(weights), device, max_iter)
     before = recorded(memo, "market")
     if before is not None and before[0] == key and (same_items(before[1], specs) or before[1] == specs):
-        market: MarketResult = replace(before[2], seconds=0.0)
+        market: MarketResult = replace(before[2], seconds=0.0, reused=True)
     else:
         market = solve_market(throughput, capacity, specs, weights, demand, warm, device=device, max_iter=max_iter)
     if record is not None:
