@@ -267,3 +267,51 @@ def test_the_state_kept_for_an_incremental_solve_does_not_read_the_callers_array
     expected = np.where(kept.sol.j_lo < m, original[rows, np.minimum(kept.sol.j_lo, m - 1)], 0).astype(np.float32)
     np.testing.assert_array_equal(kept.sol.a_lo, expected)
     assert (expected > 0).any()
+
+
+def test_rows_of_a_lazy_subsolution_gather_those_rows_only() -> None:
+    """``rows`` of a subsolution whose end values are pending equals ``rows`` of the walked one, and leaves the
+    rest pending (an incremental re-solve reads a few rows of a 10^6-job state)."""
+    a, c, code, w, q = _walk_inputs(np.float64, "target", seed=6)
+    full, _, _ = kernels.walk(a, c, code, w, q)
+    part, _, _ = kernels.walk(a, c, code, w, q, ends=False)
+    eager = Subsolution(*full)
+    lazy = Subsolution(part[0], part[1], part[2], None, None, part[5], part[6], None, None, ends=(a, c))
+    index = np.array([5, 0, 1999, 5, 17])
+    sub = lazy.rows(index)
+    assert lazy.pending and not sub.pending
+    ref = eager.rows(index)
+    for name in Subsolution.FIELDS:
+        np.testing.assert_array_equal(getattr(sub, name), getattr(ref, name))
+
+
+def test_walk_refuses_demands_of_another_shape() -> None:
+    """The kernel reads ``d[i, j]`` without bounds checks: ``walk`` accepts ``(n,)`` or ``(n, m)`` only."""
+    a, c, code, w, q = _walk_inputs(np.float32, "log", seed=1)
+    n, m = a.shape
+    for bad in (np.ones(n - 1, np.float32), np.ones((n, m + 1), np.float32), np.ones((1, m), np.float32)):
+        with pytest.raises(ValueError, match="demand has shape"):
+            kernels.walk(a, c, code, w, q, bad)
+
+
+def test_an_incremental_resolve_keeps_the_end_values_pending_and_equals_a_warm_start() -> None:
+    """With unit demands the state kept for ``previous=`` stays lazy through an incremental re-solve (only ``t``, the
+    pools and the fractions of the changed rows are patched) and the re-solve equals the warm start from the same
+    prices; with demands the walk writes the end values (a lazy one would keep the n x m costs alive)."""
+    rng = np.random.default_rng(8)
+    n, m = 6000, 4
+    a = rng.uniform([0.1, 0.1, 0.3, 0.6], [0.3, 0.5, 0.8, 1.0], (n, m))
+    r = np.array([8e5, 1e5, 1e4, 1e3]) * n / 1e6
+    first = pricing.solve(a, r, U.Log(), device="cpu", dtype="float64")
+    assert first._reuse is not None and first._reuse.sol.pending
+    b = a.copy()
+    rows = rng.choice(n, 30, replace=False)
+    b[rows] *= 1.1
+    again = pricing.solve(b, r, U.Log(), device="cpu", dtype="float64", previous=first)
+    warm = pricing.solve(b, r, U.Log(), device="cpu", dtype="float64", prices=first.prices)
+    assert again.resolved_jobs == rows.size
+    assert again.iterations == warm.iterations
+    np.testing.assert_allclose(again.prices, warm.prices, rtol=1e-9)
+    np.testing.assert_allclose(again.allocation, warm.allocation, atol=1e-9)
+    with_demand = pricing.solve(a, r, U.Log(), demand=rng.uniform(0.5, 2, n), device="cpu", dtype="float64")
+    assert with_demand._reuse is not None and not with_demand._reuse.sol.pending

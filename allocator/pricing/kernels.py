@@ -175,6 +175,8 @@ def walk(
         d = np.ones((1, 1), dtype=dt)
     else:
         d = np.ascontiguousarray(demand[:, None] if demand.ndim == 1 else demand, dtype=dt)
+        if d.shape not in ((n, 1), (n, m)):  # the kernel reads d[i, j] unchecked
+            raise ValueError(f"demand has shape {demand.shape}: expected ({n},) or ({n}, {m})")
     r_lo = np.zeros(m + 1)
     r_hi = np.zeros(m + 1)
     cost = np.zeros(1)

@@ -92,7 +92,7 @@ def hull_walk(
     dtype, in job order (the order of ``numpy.bincount``, so they are the sums the array route computes);
     ``cost[0]`` gets ``sum_i c_i(t_i) = sum_i x_lo c_lo + x_hi c_hi`` in float64. The utilities ``u_i(t_i)`` are
     left to the caller's vectorised ``value`` (numpy's SIMD ``log`` is several times faster than a scalar one per
-    job). ``d`` holds the demands: one row of one entry for unit demands (not read), else one column (per job) or
+    job). ``d`` holds the demands: one row of one entry 1 for unit demands, else one column (per job) or
     ``m`` columns (per job and pool) in the working dtype. With ``ends`` false the end values ``a_lo``, ``c_lo``,
     ``a_hi``, ``c_hi`` are not written (their arrays may be empty): the caller gathers them when it needs them.
     The accumulation adds about 5 % to the walk; the array expressions it replaces cost about half a walk."""

@@ -37,7 +37,7 @@ class Evaluation:
     grad: np.ndarray  # R - r
     scale: np.ndarray  # float64 (m + 1,) column scaling of the feasible allocation (last entry: the "none" pool)
     #: the subproblem solutions (``None`` once released: an evaluation that is neither the best dual nor the best
-    #: primal one of its run is never used again, and a 10^6-job subsolution holds 44 MB)
+    #: primal one of its run is never used again, and a 10^6-job float32 subsolution holds 28-44 MB)
     sol: Subsolution | None
     t_feasible: Array | None
     recovered: Recovery | None = None  #: set when the LP split of tied jobs beats column scaling
@@ -151,8 +151,11 @@ class DualOracle:
                     r = r + sign * as_numpy(scatter_sum(part.j_lo, w_lo, self.m + 1))
                     r = r + sign * as_numpy(scatter_sum(part.j_hi, w_hi, self.m + 1))
                 sums = (r, net, u_sum) if math.isfinite(net) and math.isfinite(u_sum) else None
-            # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`)
-            for name in Subsolution.FIELDS:
+            # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`). End values still
+            # to be gathered stay so: they come from the state's throughputs (already patched for these rows) and
+            # the costs at these same prices
+            names = ("t", "j_lo", "x_lo", "j_hi", "x_hi") if base.pending else Subsolution.FIELDS
+            for name in names:
                 getattr(base, name)[rows] = getattr(new, name)
         if sums is None:
             sums = self._sums(base)
@@ -169,14 +172,19 @@ class DualOracle:
         from allocator.pricing.kernels import walk
 
         demand = None if prob.demand is None else as_numpy(prob.demand)
-        fields, r, paid = walk(*args, demand, ends=False)
-        t, j_lo, x_lo, _, _, j_hi, x_hi, _, _ = fields
-        assert t is not None and j_lo is not None and x_lo is not None and j_hi is not None and x_hi is not None
-        u_sum = self.utility_sum(t)
-        part = (t, j_lo, x_lo, j_hi, x_hi)
+        # With unit demands the costs are one shared row, and the end values are gathered from it and from ``a``
+        # when read; with demands the costs are an n x m array that a lazy subsolution would keep alive (more than
+        # the two cost columns it replaces), so the walk writes the end values.
+        lazy = demand is None
+        fields, r, paid = walk(*args, demand, ends=not lazy)
+        u_sum = self.utility_sum(fields[0])
+        part: list[Array] = [v for v in fields if v is not None]
         if is_tensor(prob.a):
-            part = tuple(_torch().from_numpy(v) for v in part)
-        sol = Subsolution(part[0], part[1], part[2], None, None, part[3], part[4], None, None, ends=(args[0], args[1]))
+            part = [_torch().from_numpy(v) for v in part]
+        if lazy:
+            sol = Subsolution(part[0], part[1], part[2], None, None, part[3], part[4], None, None, ends=args[:2])
+        else:
+            sol = Subsolution(part[0], part[1], part[2], part[3], part[4], part[5], part[6], part[7], part[8])
         return sol, r, u_sum - paid, u_sum
 
     def _sums(self, sol: Subsolution) -> tuple[np.ndarray, float, float]:

@@ -94,25 +94,34 @@ class Subsolution:
             raise ValueError("give all four end values, or none of them and ends=(a, c) to gather them from")
         self._ends = None if all(given) else ends
 
-    def _gather(self) -> None:
-        """Gather the end values from ``ends`` (as the compiled walk would have written them: ``a[i, j]`` and
-        ``c[i, j]``, 0 for pool ``m``)."""
+    def _ends_of(self, index: np.ndarray | None) -> list[Array]:
+        """``[a_lo, c_lo, a_hi, c_hi]`` of the jobs ``index`` (all with ``None``) gathered from ``ends``, as the
+        compiled walk writes them: ``a[i, j]`` and ``c[i, j]``, 0 for pool ``m``."""
         assert self._ends is not None
         a, c = (as_numpy(v) for v in self._ends)
         j_lo, j_hi = as_numpy(self.j_lo), as_numpy(self.j_hi)
         n, m = a.shape
-        rows = np.arange(n)
-        c_rows = rows if c.shape[0] == n else np.zeros(n, dtype=np.int64)
+        rows = np.arange(n) if index is None else index
+        c_rows = rows if c.shape[0] == n else np.zeros(rows.shape[0], dtype=np.int64)
         out = []
         for j in (j_lo, j_hi):
+            j = j[rows]
             ok = j < m
             idx = np.minimum(j, m - 1)
             out.append(np.where(ok, a[rows, idx], a.dtype.type(0)))
             out.append(np.where(ok, c[c_rows, idx], c.dtype.type(0)))
         if is_tensor(self.t):
             out = [_torch().from_numpy(v) for v in out]
-        self._a_lo, self._c_lo, self._a_hi, self._c_hi = out
+        return out
+
+    def _gather(self) -> None:
+        self._a_lo, self._c_lo, self._a_hi, self._c_hi = self._ends_of(None)
         self._ends = None
+
+    @property
+    def pending(self) -> bool:
+        """Whether the end values are still to be gathered (from ``ends``)."""
+        return self._ends is not None
 
     @property
     def a_lo(self) -> Array:
@@ -139,8 +148,9 @@ class Subsolution:
         return self._c_hi
 
     def rebind_ends(self, a: Array) -> None:
-        """Gather the end throughputs from ``a`` from now on (an array equal to the one given, e.g. a private copy
-        kept after the caller's may change); a no-op when the ends are already gathered."""
+        """Gather the end throughputs from ``a`` from now on: an array equal to the one given on every entry the walk
+        could pick (a private copy kept after the caller's may change; it may hold throughputs of closed pools the
+        walk's copy had masked to 0, never picked); a no-op when the ends are already gathered."""
         if self._ends is not None:
             self._ends = (a, self._ends[1])
 
@@ -155,7 +165,11 @@ class Subsolution:
         return self.x_lo * self.c_lo + self.x_hi * self.c_hi
 
     def rows(self, index: Array) -> Subsolution:
-        """The solutions of the jobs ``index``, in that order."""
+        """The solutions of the jobs ``index``, in that order (end values gathered for those jobs only)."""
+        if self._ends is not None:
+            a_lo, c_lo, a_hi, c_hi = self._ends_of(np.asarray(as_numpy(index), dtype=np.int64))
+            return Subsolution(self.t[index], self.j_lo[index], self.x_lo[index], a_lo, c_lo, self.j_hi[index],
+                               self.x_hi[index], a_hi, c_hi)
         return Subsolution(*(getattr(self, name)[index] for name in self.FIELDS))
 
     def dense(self, m: int, scale: Array | None = None) -> Array:
