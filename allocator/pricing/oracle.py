@@ -140,16 +140,12 @@ class DualOracle:
                 r, net, u_sum = sums
                 old_d = None if state.demand is None else state.demand[rows]
                 new_d = None if prob.demand is None else prob.demand[rows]
-                parts = (
-                    (-1.0, old, old_d, state.utility.take(rows).value(old.t)),
-                    (1.0, new, new_d, util.value(new.t)),
-                )
-                for sign, part, d_rows, u_part in parts:
-                    net = net + sign * fsum(u_part - part.cost())
-                    u_sum = u_sum + sign * fsum(u_part)
-                    w_lo, w_hi = usage_weights(part, d_rows, self.m)
-                    r = r + sign * as_numpy(scatter_sum(part.j_lo, w_lo, self.m + 1))
-                    r = r + sign * as_numpy(scatter_sum(part.j_hi, w_hi, self.m + 1))
+                parts = ((-1.0, old, old_d, state.utility.take(rows)), (1.0, new, new_d, util))
+                for sign, part, d_rows, part_util in parts:
+                    r_part, net_part, u_part = self._part_sums(part, d_rows, part_util)
+                    net = net + sign * net_part
+                    u_sum = u_sum + sign * u_part
+                    r = r + sign * r_part
                 sums = (r, net, u_sum) if math.isfinite(net) and math.isfinite(u_sum) else None
             # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`). End values still
             # to be gathered stay so: they come from the state's throughputs (already patched for these rows) and
@@ -160,6 +156,23 @@ class DualOracle:
         if sums is None:
             sums = self._sums(base)
         return base, sums[0], sums[1], sums[2]
+
+    def _part_sums(self, part: Subsolution, demand: Array | None, util: Utility) -> tuple[np.ndarray, float, float]:
+        """``(r, net, u)`` of some jobs' solutions ``part`` (their demands and utility), in the arithmetic of a full
+        evaluation, so that an incremental re-solve's sums differ from a full evaluation's by summation order only:
+        where the walk is compiled, the usage of working-dtype products (as the walk adds them), what the jobs pay
+        as float64 products (as the walk sums it) and the utilities by numpy (:attr:`compiled_utility`)."""
+        w_lo, w_hi = usage_weights(part, demand, self.m)
+        r = as_numpy(scatter_sum(part.j_lo, w_lo, self.m + 1)) + as_numpy(scatter_sum(part.j_hi, w_hi, self.m + 1))
+        if self.compiled_utility is None:
+            u_t = util.value(part.t)
+            return r, fsum(u_t - part.cost()), fsum(u_t)
+        if is_tensor(part.t):
+            util = util.to(None, as_numpy(part.t[:0]).dtype)
+        u_part = fsum(util.value(as_numpy(part.t)))
+        wide = [as_numpy(v).astype(np.float64) for v in (part.x_lo, part.c_lo, part.x_hi, part.c_hi)]
+        paid = float(np.sum(wide[0] * wide[1] + wide[2] * wide[3]))
+        return r, u_part - paid, u_part
 
     def _walk_sums(self, c: Array) -> tuple[Subsolution, np.ndarray, float, float] | None:
         """The compiled walk with the usage and cost sums in the same pass (:func:`allocator.pricing.kernels.walk`)
