@@ -201,13 +201,9 @@ class DualOracle:
         return sol, r, u_sum - paid, u_sum
 
     def _sums(self, sol: Subsolution) -> tuple[np.ndarray, float, float]:
-        """``(r, net, u)``: usage per pool (float64, ``m + 1``), ``sum_i u_i(t_i) - c_i(t_i)`` and
-        ``sum_i u_i(t_i)``."""
-        u_t = self.prob.utility.value(sol.t)
-        net = fsum(u_t - sol.cost())
-        w_lo, w_hi = self.usage_weights(sol)
-        r = as_numpy(scatter_sum(sol.j_lo, w_lo, self.m + 1) + scatter_sum(sol.j_hi, w_hi, self.m + 1))
-        return r, net, fsum(u_t)
+        """``(r, net, u)`` of every job: usage per pool (float64, ``m + 1``), ``sum_i u_i(t_i) - c_i(t_i)`` and
+        ``sum_i u_i(t_i)`` (:meth:`_part_sums` of all rows)."""
+        return self._part_sums(sol, self.prob.demand, self.prob.utility)
 
     def _allreduce(self, values: list[float] | np.ndarray) -> np.ndarray:
         """The sums of ``values`` over the ranks of the group (a float64 copy of them without a group)."""
@@ -238,9 +234,6 @@ class DualOracle:
         if d.ndim == 1:
             return d[:, None] * p
         return d * p
-
-    def usage_weights(self, sol: Subsolution) -> tuple[Array, Array]:
-        return usage_weights(sol, self.prob.demand, self.m)
 
     #: Candidate-pool tolerances tried in turn by :meth:`recover`: exact ties first, then near ties, which lets the
     #: LP reach U* from prices that are only close to optimal (piecewise-linear g: linear and target utilities).

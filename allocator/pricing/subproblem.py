@@ -55,6 +55,21 @@ from allocator.utilities import Utility
 __all__ = ["Subsolution", "compiled_args", "solve_hull", "solve_pairs"]
 
 
+class _End:
+    """An end value of a :class:`Subsolution` (``a_lo``, ``c_lo``, ``a_hi``, ``c_hi``), held in the slot of the same
+    name with a leading underscore and gathered from ``ends`` on first read."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, obj: Subsolution | None, owner: type | None = None) -> Array:
+        if obj is None:
+            return self
+        if getattr(obj, self.slot) is None:
+            obj._gather()
+        return getattr(obj, self.slot)
+
+
 class Subsolution:
     """Optimal solutions of all job subproblems at one price vector (all arrays have shape ``(n,)``, numpy arrays or
     torch tensors as the problem's).
@@ -123,29 +138,10 @@ class Subsolution:
         """Whether the end values are still to be gathered (from ``ends``)."""
         return self._ends is not None
 
-    @property
-    def a_lo(self) -> Array:
-        if self._a_lo is None:
-            self._gather()
-        return self._a_lo
-
-    @property
-    def c_lo(self) -> Array:
-        if self._c_lo is None:
-            self._gather()
-        return self._c_lo
-
-    @property
-    def a_hi(self) -> Array:
-        if self._a_hi is None:
-            self._gather()
-        return self._a_hi
-
-    @property
-    def c_hi(self) -> Array:
-        if self._c_hi is None:
-            self._gather()
-        return self._c_hi
+    a_lo = _End()
+    c_lo = _End()
+    a_hi = _End()
+    c_hi = _End()
 
     def rebind_ends(self, a: Array) -> None:
         """Gather the end throughputs from ``a`` from now on: an array equal to the one given on every entry the walk
