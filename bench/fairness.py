@@ -637,7 +637,8 @@ freezes (`allocator/fairness/maxmin.py`). "raised" = HiGHS reported a stage infe
 |---|---|---|
 {ROUTE_ROWS}
 Every result is accepted only through `kkt_residual` <= 1e-6 (eqs. 28-29). PS-MFA (Sec. 5.1) is not a route: it was
-never needed on the sample below and is slow (first order); it remains available as `allocator.fairness.psmfa.ps_mfa`.
+never needed on the sample below and is slow (first order); it remains available as
+`allocator.fairness.pfvds.psmfa.ps_mfa`.
 
 ### PF-VDS(alpha != 1) on random instances: is every result certified?
 

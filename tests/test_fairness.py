@@ -394,7 +394,7 @@ def test_pf_vds_newton_along_a_drift_of_the_sweeps() -> None:
 def test_pf_vds_route_table() -> None:
     """Each row of the route table of ``allocator.fairness.pfvds`` is taken by the instance class it names, and each
     result is certified by ``kkt_residual`` (recomputed here without the solver's witness prices)."""
-    from allocator.fairness.pfvds import NEWTON_MAX_UNKNOWNS, _ncp_size, pf_vds_route
+    from allocator.fairness.pfvds.equilibrium import NEWTON_MAX_UNKNOWNS, _ncp_size, pf_vds_route
 
     small = make_instance([[1, 4], [3, 1], [2, 2]], [[9, 18], [12, 6]])
     assert pf_vds_route(small, 1.0) == "ipm"
@@ -421,8 +421,8 @@ def test_pf_vds_route_table() -> None:
 
 
 def test_compiled_rounding_equals_the_reference_loop() -> None:
-    """The compiled hand-back loop (allocator.fairness._rounding_kernel) places exactly the pods the Python reference
-    loop places, on seeded random instances with task caps, partial eligibility and 1-3 resources."""
+    """The compiled hand-back loop (allocator.fairness.rounding._hand_back_kernel) places exactly the pods the Python
+    reference loop places, on seeded random instances with task caps, partial eligibility and 1-3 resources."""
     seed = 20261128
     print(f"seed {seed}")
     rng = np.random.default_rng(seed)

@@ -1,5 +1,5 @@
-"""The compiled progressive filling (:mod:`allocator.fairness._fill_kernels`) against the numpy reference
-(:func:`allocator.fairness.psdsf.fill_server`, :func:`allocator.fairness.psdsf._first_crossing`)."""
+"""The compiled progressive filling (:mod:`allocator.fairness.psdsf._fill_kernels`) against the numpy reference
+(:func:`allocator.fairness.psdsf.fill_server`, :func:`allocator.fairness.psdsf.filling._first_crossing`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocator.fairness._fill_kernels import fill_column, first_crossing
-from allocator.fairness.psdsf import _first_crossing, fill_server
+from allocator.fairness.psdsf._fill_kernels import fill_column, first_crossing
+from allocator.fairness.psdsf.filling import _first_crossing, fill_server
 
 
 @st.composite

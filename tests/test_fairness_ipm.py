@@ -1,5 +1,5 @@
-"""PF-VDS(1) by the primal-dual interior-point method (``allocator.fairness.ipm``) and its exact finish
-(``allocator.fairness._pfpolish``), checked independently of their internals (paper 002, Theorem 2).
+"""PF-VDS(1) by the primal-dual interior-point method (``allocator.fairness.pfvds.ipm``) and its exact finish
+(``allocator.fairness.pfvds._pfpolish``), checked independently of their internals (paper 002, Theorem 2).
 
 - the compiled pair loops of ``_ipm_kernels`` against dense numpy products of the formulas in their docstrings;
 - ``_Newton.direction`` against the unreduced linearised KKT system written out here from the module docstring of
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_fairness_properties import check_feasible, instances
 
 from allocator.fairness import kkt_residual, make_instance, pf_vds, usage
-from allocator.fairness._ipm_kernels import (
+from allocator.fairness.pfvds._ipm_kernels import (
     coupling,
     coupling_t,
     max_step,
@@ -35,8 +35,8 @@ from allocator.fairness._ipm_kernels import (
     user_and_load,
     user_sum,
 )
-from allocator.fairness._pfpolish import polish
-from allocator.fairness.ipm import _Newton, _Point, _Structure, proportional_fair_ipm
+from allocator.fairness.pfvds._pfpolish import polish
+from allocator.fairness.pfvds.ipm import _Newton, _Point, _Structure, proportional_fair_ipm
 from bench.fairness import random_instance
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}

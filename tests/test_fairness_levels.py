@@ -1,4 +1,5 @@
-"""The PS-DSF level start (``allocator.fairness._levels``) against the plain Gauss-Seidel sweeps (paper 002, Def. 4).
+"""The PS-DSF level start (``allocator.fairness.psdsf._levels``) against the plain Gauss-Seidel sweeps (paper 002,
+Def. 4).
 
 The reference is the previous solver path, ``ps_dsf(..., levels=False)``: Gauss-Seidel sweeps of exact per-server
 fillings, an independent computation. Checked: the plain path started at the level result is already at its fixed
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.fairness import make_instance, ps_dsf
-from allocator.fairness._levels import applicable
+from allocator.fairness.psdsf._levels import applicable
 
 TOL = 1e-9
 

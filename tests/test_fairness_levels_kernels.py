@@ -1,4 +1,5 @@
-"""The compiled smoothed-level kernels (``allocator.fairness._levels_kernels``) against the numpy code they replace.
+"""The compiled smoothed-level kernels (``allocator.fairness.psdsf._levels_kernels``) against the numpy code they
+replace.
 
 Reference: ``_Smooth.evaluate_dense``, the plain numpy evaluation of the log-sum-exp smoothed PS-DSF level equations
 (paper 002 Sec. 2.3, Definition 4; eq. 9) that the level continuation used before the kernels, and its dense
@@ -15,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.fairness import make_instance
-from allocator.fairness._levels import _Smooth
-from allocator.fairness._levels_kernels import smooth_jacobian
+from allocator.fairness.psdsf._levels import _Smooth
+from allocator.fairness.psdsf._levels_kernels import smooth_jacobian
 
 
 def _instance(seed: int, n: int, k: int, r: int, caps: bool, dead: bool):

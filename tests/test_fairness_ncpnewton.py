@@ -1,4 +1,4 @@
-"""The semismooth Newton finish of PF-VDS(alpha) (``allocator.fairness._ncpnewton``), checked independently.
+"""The semismooth Newton finish of PF-VDS(alpha) (``allocator.fairness.pfvds._ncpnewton``), checked independently.
 
 - the Jacobian of ``Phi`` against central finite differences of ``Phi`` itself;
 - alpha = 1: from a perturbed optimum, against CVXPY + Clarabel (``max sum phi log X``; totals unique, 002 Theorem 2);
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from test_fairness_ipm import _check_allocation, _random_instance, _reference
 
-import allocator.fairness.pfvds as pfvds
+import allocator.fairness.pfvds.equilibrium as pfvds
 from allocator.fairness import kkt_residual, make_instance
-from allocator.fairness._ncpnewton import _System, ncp_newton
-from allocator.fairness.psmfa import ps_mfa
+from allocator.fairness.pfvds._ncpnewton import _System, ncp_newton
+from allocator.fairness.pfvds.psmfa import ps_mfa
 
 
 def _plain_sweeps(monkeypatch: pytest.MonkeyPatch, inst, alpha: float, **kw):

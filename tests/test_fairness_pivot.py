@@ -1,4 +1,4 @@
-"""Active-set pivots of the PS-DSF level solve (``allocator.fairness._levels.pivot``; paper 002 Def. 4, eq. 9).
+"""Active-set pivots of the PS-DSF level solve (``allocator.fairness.psdsf._levels.pivot``; paper 002 Def. 4, eq. 9).
 
 A point yielded by :func:`pivot` is only a candidate; these tests check it independently of the level equations:
 one Gauss-Seidel sweep of exact per-server fillings (:func:`allocator.fairness.psdsf.fill_server`, the reference path
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator.fairness import make_instance, ps_dsf
-from allocator.fairness._levels import consistent, level_candidates, pivot, polish
-from allocator.fairness.psdsf import _server_problem, _sweep
+from allocator.fairness.psdsf._levels import consistent, level_candidates, pivot, polish
+from allocator.fairness.psdsf.filling import _server_problem, _sweep
 
 
 def _sweep_residual(inst, x: np.ndarray) -> float:

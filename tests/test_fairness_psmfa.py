@@ -1,4 +1,5 @@
-"""PS-MFA (paper 002, Sec. 5.1, Algorithm I; ``allocator.fairness.psmfa``), checked independently of its internals.
+"""PS-MFA (paper 002, Sec. 5.1, Algorithm I; ``allocator.fairness.pfvds.psmfa``), checked independently of its
+internals.
 
 - the chain-rule gradient of the merit ``Psi`` against central finite differences of ``Psi`` itself;
 - the batched cone projection (eq. 46) against CVXPY + Clarabel, with ``grad . D = -|D|^2`` (Lemma 3);
@@ -19,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import allocator.fairness.pfvds as pfvds
+import allocator.fairness.pfvds.equilibrium as pfvds
 from allocator.fairness import make_instance, usage
 from allocator.fairness._model import Instance
 from allocator.fairness.pfvds import kkt_residual, pf_vds
-from allocator.fairness.psmfa import _Problem, _solve, project_directions, ps_mfa
+from allocator.fairness.pfvds.psmfa import _Problem, _solve, project_directions, ps_mfa
 from bench.fairness import small_instance, tiny_instance
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}

@@ -1,5 +1,5 @@
-"""Second stage after PS-DSF (``allocator.fairness.refill``): leftover capacity given away without breaking sharing
-incentive or envy-freeness (paper 002 Sec. 2.1 properties, checked by the independent functions of
+"""Second stage after PS-DSF (``allocator.fairness.psdsf.refill``): leftover capacity given away without breaking
+sharing incentive or envy-freeness (paper 002 Sec. 2.1 properties, checked by the independent functions of
 ``test_fairness_properties``), and Pareto optimal among the envy-free allocations that dominate PS-DSF (an LP with a
 different objective than the stage's own, solved by HiGHS)."""
 
@@ -16,7 +16,7 @@ from test_fairness_properties import (
 )
 
 from allocator.fairness import make_instance, ps_dsf
-from allocator.fairness.refill import envy_coefficients, refill
+from allocator.fairness.psdsf.refill import envy_coefficients, refill
 
 SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 

@@ -12,8 +12,16 @@ Mechanisms (``mechanism=``):
 
 Non-divisible (time-shared) nodes, Problem 2: :func:`allocate_time_shared`. Integral pods: ``integral=True``
 (:mod:`allocator.fairness.rounding`). Identical nodes with identical eligibility are merged before solving and the
-result is split equally among them; this is exact for every mechanism here (``gamma`` of the merged node is the sum,
-VDS are rescaled by a common factor on that node, DRFH/TSF totals are unchanged).
+result is split equally among them (:func:`merge_identical_nodes`); this is exact for every mechanism here (``gamma``
+of the merged node is the sum, VDS are rescaled by a common factor on that node, DRFH/TSF totals are unchanged).
+
+Layout, one folder per algorithm of the paper, all on the shared instance of :mod:`._model`:
+
+- :mod:`.maxmin`: DRFH and TSF, weighted max-min on a global linear share (Sec. 2.1-2.2), by progressive LPs.
+- :mod:`.psdsf`: PS-DSF (Sec. 2.3, Definition 4), DRF on one server, the level start and the refill stage.
+- :mod:`.pfvds`: PF-VDS(alpha) (Problem 1, Sec. 3-5): best responses, certificate, interior point, exact finishes,
+  PS-MFA.
+- :mod:`.rounding`: whole pods from any divisible result.
 """
 
 from __future__ import annotations
@@ -25,11 +33,10 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._model import FloatArray, Instance, make_instance, monopoly_tasks, usage
+from ._model import FloatArray, Instance, make_instance, merge_identical_nodes, monopoly_tasks, usage
 from .maxmin import MaxMinResult, drfh, drfh_result, linear_maxmin, tsf, tsf_result
 from .pfvds import PfVdsResult, best_response, kkt_residual, pf_vds, pf_vds_distributed
-from .psdsf import PsDsfResult, drf, fill_server, ps_dsf
-from .refill import RefillResult, envy_coefficients, refill
+from .psdsf import PsDsfResult, RefillResult, drf, envy_coefficients, fill_server, ps_dsf, refill
 from .rounding import round_allocation
 
 Mechanism = Literal["drf", "drfh", "tsf", "ps-dsf", "pf-vds"]
@@ -100,27 +107,6 @@ __all__ = [
     "tsf_result",
     "usage",
 ]
-
-
-def merge_identical_nodes(inst: Instance) -> tuple[Instance, np.ndarray, np.ndarray]:
-    """Merge nodes with equal capacity rows and equal eligibility columns.
-
-    Returns ``(merged, group, count)``: ``group[k]`` is the merged index of node ``k``, ``count[g]`` the group size.
-    """
-    key = np.concatenate([inst.capacities, inst.eligible.T.astype(np.float64)], axis=1)
-    _, first, group = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    group = group.reshape(-1)
-    count = np.bincount(group, minlength=first.size).astype(np.float64)
-    caps = inst.capacities[first] * count[:, None]
-    merged = Instance(
-        demands=inst.demands,
-        capacities=caps,
-        eligible=inst.eligible[:, first],
-        weights=inst.weights,
-        max_tasks=inst.max_tasks,
-        gamma=inst.gamma[:, first] * count[None, :],
-    )
-    return merged, group, count
 
 
 def _solve(inst: Instance, mechanism: str, alpha: float | None) -> tuple[FloatArray, Status, float, str, str]:

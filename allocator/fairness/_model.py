@@ -151,3 +151,24 @@ def log_marginal(inst: Instance, x_tot: FloatArray, alpha: float) -> FloatArray:
         lg = np.log(np.where(inst.eligible, inst.gamma, 1.0))
         out = alpha * np.log(inst.weights)[:, None] + (alpha - 1.0) * lg - alpha * np.log(x_tot)[:, None]
         return np.asarray(np.where(inst.eligible, out, -np.inf), dtype=np.float64)
+
+
+def merge_identical_nodes(inst: Instance) -> tuple[Instance, np.ndarray, np.ndarray]:
+    """Merge nodes with equal capacity rows and equal eligibility columns.
+
+    Returns ``(merged, group, count)``: ``group[k]`` is the merged index of node ``k``, ``count[g]`` the group size.
+    """
+    key = np.concatenate([inst.capacities, inst.eligible.T.astype(np.float64)], axis=1)
+    _, first, group = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    count = np.bincount(group, minlength=first.size).astype(np.float64)
+    caps = inst.capacities[first] * count[:, None]
+    merged = Instance(
+        demands=inst.demands,
+        capacities=caps,
+        eligible=inst.eligible[:, first],
+        weights=inst.weights,
+        max_tasks=inst.max_tasks,
+        gamma=inst.gamma[:, first] * count[None, :],
+    )
+    return merged, group, count

@@ -34,8 +34,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from .._model import FloatArray, Instance
 from ._levels_kernels import smooth_forward, smooth_jacobian
-from ._model import FloatArray, Instance
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class _Point:
 class _Smooth:
     """The smoothed level equations of one instance (module docstring).
 
-    :meth:`evaluate` runs the compiled kernels of :mod:`allocator.fairness._levels_kernels` (one pass over the
+    :meth:`evaluate` runs the compiled kernels of :mod:`allocator.fairness.psdsf._levels_kernels` (one pass over the
     eligible pairs; the Newton Jacobian from the support of each user's softmax, or the dense product when the
     supports are wide); :meth:`evaluate_dense` is the plain numpy evaluation they replace, kept as the reference.
     """

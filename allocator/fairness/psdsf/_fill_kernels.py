@@ -15,13 +15,14 @@ import numpy as np
 
 from allocator._jit import njit
 
-from ._model import FloatArray
+from .._model import FloatArray
 
 
 @njit(error_model="numpy")
 def first_crossing(b: FloatArray, o: FloatArray, u: FloatArray, dem: FloatArray, rem: FloatArray) -> FloatArray:
     """Smallest ``t`` with ``sum_n dem[n, r] clip(t b_n - o_n, 0, u_n) >= rem[r]``, per resource (``inf`` if never);
-    as :func:`allocator.fairness.psdsf._first_crossing` (breakpoints ``o_n / b_n`` and ``(o_n + u_n) / b_n``)."""
+    as :func:`allocator.fairness.psdsf.filling._first_crossing` (breakpoints ``o_n / b_n`` and
+    ``(o_n + u_n) / b_n``)."""
     m, r = dem.shape
     start = o / b
     nfin = 0

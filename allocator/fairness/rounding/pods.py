@@ -14,13 +14,13 @@ import heapq
 
 import numpy as np
 
-from ._model import FloatArray, Instance
+from .._model import FloatArray, Instance
 
 
 def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7, compiled: bool = True) -> FloatArray:
     """Round a feasible divisible allocation to integers without violating capacities (see module docstring).
 
-    ``compiled``: the hand-back loop runs as one compiled call (:mod:`._rounding_kernel`), else as the Python
+    ``compiled``: the hand-back loop runs as one compiled call (:mod:`._hand_back_kernel`), else as the Python
     reference loop; both give the same result (``tests/test_fairness.py``)."""
     x = np.where(inst.eligible, np.maximum(x, 0.0), 0.0)
     xi = np.floor(x + eps)
@@ -42,7 +42,7 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7, compil
     dem = np.ascontiguousarray(inst.demands, dtype=np.float64)
     slack = np.ascontiguousarray(cap * (1 + 1e-12), dtype=np.float64)
     if compiled:
-        from ._rounding_kernel import hand_back
+        from ._hand_back_kernel import hand_back
 
         load = np.ascontiguousarray(load, dtype=np.float64)
         hand_back(xi, load, slack, dem, tot, np.broadcast_to(limit, tot.shape).copy(), target, order, n_cand)
@@ -53,7 +53,7 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7, compil
 
 def _hand_back_reference(xi: FloatArray, load: FloatArray, slack: FloatArray, dem: FloatArray, tot: FloatArray,
                          limit: FloatArray, target: FloatArray, order: np.ndarray, n_cand: np.ndarray) -> None:
-    """The hand-back loop in Python (the reference of :func:`._rounding_kernel.hand_back`), in place on ``xi``."""
+    """The hand-back loop in Python (the reference of :func:`._hand_back_kernel.hand_back`), in place on ``xi``."""
     n = xi.shape[0]
     cand = [[int(v) for v in order[i, : n_cand[i]]] for i in range(n)]
     heap: list[tuple[float, int]] = [(float(tot[i] / target[i]), i) for i in range(n) if cand[i] and target[i] > 0]

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from ._model import FloatArray, Instance
+from .._model import FloatArray, Instance, merge_identical_nodes
 
 
 def envy_coefficients(inst: Instance) -> FloatArray:
@@ -60,13 +60,11 @@ def refill(inst: Instance, x: FloatArray) -> RefillResult:
 
     Identical nodes (equal capacities and eligibility columns) are merged first and the result split equally among
     them: the LP's rows are sums over a node's pairs, so this is exact (the same argument as for
-    :func:`allocator.fairness.merge_identical_nodes`).
+    :func:`allocator.fairness._model.merge_identical_nodes`).
 
     Raises:
         RuntimeError: HiGHS did not solve the LP (it is feasible by construction, so this is a solver failure).
     """
-    from . import merge_identical_nodes
-
     x = np.where(inst.eligible, np.maximum(np.asarray(x, dtype=np.float64), 0.0), 0.0)
     merged, group, count = merge_identical_nodes(inst)
     xm = np.zeros((inst.n, merged.k))

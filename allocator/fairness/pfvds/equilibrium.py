@@ -45,7 +45,7 @@ alpha != 1 (or ``x0``), larger    ``"sweeps"``:           a dense Newton step wo
                                                           ``max_sweeps``.
 ================================  ======================  ==========================================================
 
-PS-MFA (:func:`allocator.fairness.psmfa.ps_mfa`, Sec. 5.1, Algorithm I), the method that carries the convergence
+PS-MFA (:func:`allocator.fairness.pfvds.psmfa.ps_mfa`, Sec. 5.1, Algorithm I), the method that carries the convergence
 theorem, is not a route: measured, it is first order and slow (minutes at 40 x 250), and none of the 200 sampled
 instances needed it; it stays available as a function. Until 2026-11-25 :func:`pf_vds` tried up to eight stages in turn
 (interior point, two active-set margins, sweeps from the interior point, Newton, drift Newton, PS-MFA).
@@ -95,7 +95,7 @@ from typing import Literal
 import numpy as np
 from scipy.optimize import nnls
 
-from ._model import FloatArray, Instance, log_marginal, usage
+from .._model import FloatArray, Instance, log_marginal, usage
 from ._ncpnewton import NcpNewtonResult, ncp_newton
 from ._pfpolish import polish
 from .ipm import IpmResult, proportional_fair_ipm
@@ -481,10 +481,10 @@ def pf_vds(
     """Centralised PF-VDS(alpha) equilibrium by the method :func:`pf_vds_route` picks for the instance (route table in
     the module docstring); the result is ``converged`` only if :func:`kkt_residual` ``<= tol``.
 
-    Route ``"ipm"`` (alpha = 1, no ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.ipm`
+    Route ``"ipm"`` (alpha = 1, no ``x0``): the primal-dual interior-point method of :mod:`allocator.fairness.pfvds.ipm`
     run to a duality measure of :data:`IPM_TOL` (at most 200 iterations); its point, cleaned and scaled into the
     capacities (``method="ipm"``), then the exact KKT equations on the active set its indicators reveal
-    (:func:`allocator.fairness._pfpolish.polish`, indicator margin 10, then 100, at most 3 solves each;
+    (:func:`allocator.fairness.pfvds._pfpolish.polish`, indicator margin 10, then 100, at most 3 solves each;
     ``method="ipm+kkt"``); ``iterations=0``.
 
     Routes ``"sweeps+newton"`` and ``"sweeps"``: Gauss-Seidel best-response sweeps from ``x0`` or the equal-share

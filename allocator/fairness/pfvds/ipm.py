@@ -20,7 +20,7 @@ corrector.
 
 The iteration stops at a relative duality measure ``tol`` (default ``1e-9``); the result is a strictly interior,
 near-optimal point whose ``x / z`` and ``lambda / s`` ratios identify the active set for the exact finish of
-:mod:`allocator.fairness._pfpolish`.
+:mod:`allocator.fairness.pfvds._pfpolish`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
+from .._model import FloatArray, Instance
 from ._ipm_kernels import (
     coupling,
     coupling_t,
@@ -43,7 +44,6 @@ from ._ipm_kernels import (
     user_and_load,
     user_sum,
 )
-from ._model import FloatArray, Instance
 
 
 @dataclass(frozen=True)

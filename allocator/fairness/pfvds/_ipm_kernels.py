@@ -1,4 +1,4 @@
-"""Compiled pair loops of the PF-VDS(1) interior-point method (:mod:`allocator.fairness.ipm`).
+"""Compiled pair loops of the PF-VDS(1) interior-point method (:mod:`allocator.fairness.pfvds.ipm`).
 
 The method keeps one entry per eligible pair ``(pn[i], pk[i])`` (about 250,000 at 1,000 users x 500 nodes with 50 %
 eligibility) and applies the constraint matrix ``A`` (``sum_n d[n, r] x[n, k]``) and its transpose (``pi[n, k] = sum_r
@@ -12,7 +12,7 @@ import numpy as np
 
 from allocator._jit import njit
 
-from ._model import FloatArray
+from .._model import FloatArray
 
 
 @njit(inline="always")

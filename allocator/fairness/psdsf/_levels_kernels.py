@@ -1,6 +1,6 @@
 """Compiled evaluation of the smoothed PS-DSF level equations (paper 002 Sec. 2.3, Definition 4; eq. 9).
 
-:class:`allocator.fairness._levels._Smooth` evaluates, for ``theta = log L`` and temperature ``tau``, the
+:class:`allocator.fairness.psdsf._levels._Smooth` evaluates, for ``theta = log L`` and temperature ``tau``, the
 log-sum-exp smoothing of ``x_n = min(cap_n, max_k L_k phi_n gamma[n, k])`` (softmax split ``w`` over the servers) and
 the server loads ``load[k, r] = sum_n d[n, r] x[n, k] / c[k, r]``. In numpy that is a dense ``(n, k)`` pass for the
 values and a dense ``(k, n) @ (n, k)`` product for the Newton Jacobian, about 70 ms per Jacobian at 1000 x 500. These
@@ -17,7 +17,7 @@ import numpy as np
 
 from allocator._jit import njit
 
-from ._model import FloatArray
+from .._model import FloatArray
 
 
 @njit(error_model="numpy")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from ._model import FloatArray, Instance, log_marginal
+from .._model import FloatArray, Instance, log_marginal
 
 
 @dataclass(frozen=True)

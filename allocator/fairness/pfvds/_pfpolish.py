@@ -1,6 +1,6 @@
 """Exact finish for PF-VDS(1): the KKT equations on the active set, solved by Newton's method, with pivots.
 
-The interior point of :mod:`allocator.fairness.ipm` is near-optimal but not exact: every eligible pair carries a
+The interior point of :mod:`allocator.fairness.pfvds.ipm` is near-optimal but not exact: every eligible pair carries a
 little flow and every resource a little slack. At the optimum (paper 002, eqs. 27-29 with alpha = 1) a user ``n``
 pays one price ``mu_n`` on every server it uses and no less elsewhere, and a priced resource is full. On the active
 set, the used pairs ``(n, k)`` and the priced resources ``(k, r)``, these conditions are square equations:
@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from ._model import FloatArray, Instance
+from .._model import FloatArray, Instance
 from .ipm import IpmResult, symmetric_solver
 
 

@@ -82,7 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import nnls
 
-from ._model import BoolArray, FloatArray, Instance, usage
+from .._model import BoolArray, FloatArray, Instance, usage
 
 _SAT = 1e-10  # relative tolerance of "saturated" (eq. 44); lambda may be positive only there (eq. 40)
 _SIGMA = 1e-4  # Armijo constant (step rule of eqs. 51-53)
@@ -504,6 +504,201 @@ def ps_mfa(
     return _solve(inst, alpha, x0=x0, tol=tol, max_iter=max_iter, max_seconds=max_seconds, trace=None)
 
 
+@dataclass(frozen=True)
+class _Direction:
+    """One projected direction of Algorithm I at the current iterate (eqs. 44-48) and the sets it was built on."""
+
+    dy: FloatArray  # x-direction in units of gamma: the projection onto the cone T_k of eq. 46
+    dm: FloatArray  # lambda-direction in the units s_k of mu (eqs. 47-48)
+    sat: BoolArray  # saturated resources (eq. 44)
+    zero: BoolArray  # eligible pairs at (numerically) zero flow, held at D[n] >= 0
+    dload: FloatArray  # change of the loads along dy, as fractions of the capacities
+    norm2: float  # |dy|^2 + |dm|^2
+
+
+class _Descent:
+    """The state of one run of Algorithm I (Sec. 5.1) on Problem 3, advanced by the named steps of :func:`_solve`.
+
+    ``y = x / gamma`` and ``mu`` (``lambda`` in the units ``s_k`` of :class:`_Problem`) are the iterate; ``psi``,
+    ``gy``, ``gm`` the merit and its gradient there; ``prev`` the previous accepted iterate and gradient (the
+    Barzilai-Borwein memory, reset when the merit or the metric changes); ``n_ref`` the merit phases (re-referencings
+    of ``g_ref`` and restarts), ``n_restart`` the restarts, ``psi_check`` the merit at the last stall check.
+    """
+
+    def __init__(self, inst: Instance, alpha: float, x0: FloatArray | None, tol: float) -> None:
+        """The feasible start (:func:`_feasible_start`), ``g_ref`` at it, the units ``s_k`` and the NNLS price start."""
+        prob = _Problem(inst, alpha)
+        self.prob = prob
+        self.alpha = alpha
+        gamma_safe = np.where(prob.elig, prob.gamma, 1.0)
+        y = np.where(prob.elig, _feasible_start(inst, x0) / gamma_safe, 0.0)
+        prob.xref = prob.totals(y)  # g_ref = g at the start (fixed for the run, so Psi is one function)
+        prob.rescale(y, np.zeros((inst.k, inst.r)))  # sets the units s_k of mu
+        self.y: FloatArray = y
+        self.mu: FloatArray = prob.start_prices(y, self.saturated(y))
+        self.eps_x = min(1e-9, 1e-3 * tol)
+        self.psi, self.gy, self.gm, _ = prob.gradient(self.y, self.mu)
+        self.prev: tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None = None
+        self.s_prev = 0.0
+        self.n_ref = 0
+        self.n_restart = 0
+        self.psi_check = np.inf
+
+    def saturated(self, yv: FloatArray) -> BoolArray:
+        """The resources at their capacity (to the relative tolerance ``_SAT``, eq. 44) at ``yv``."""
+        return np.asarray(self.prob.rows & (self.prob.load(yv) >= 1.0 - _SAT), dtype=np.bool_)
+
+    def zero_flows(self, tot: FloatArray) -> BoolArray:
+        """The eligible pairs whose flow is below ``eps_x`` of their user's total ``tot``."""
+        return np.asarray(self.prob.elig & (self.prob.gamma * self.y <= self.eps_x * tot[:, None]), dtype=np.bool_)
+
+    def regradient(self) -> None:
+        """``Psi`` and its gradient at the current iterate."""
+        self.psi, self.gy, self.gm, _ = self.prob.gradient(self.y, self.mu)
+
+    def fb_residual(self, tot: FloatArray) -> float:
+        """The stopping measure: the largest ``|phi_FB|`` of the flow shares ``x[n, k] / x_n`` and ``pi / g - 1``
+        (the certificate's scale, eqs. 28-29)."""
+        prob = self.prob
+        share = np.where(prob.elig, prob.gamma * self.y / tot[:, None], 0.0)
+        return float(np.abs(np.where(prob.elig, fischer_burmeister(share, prob.rho(self.y, self.mu)), 0.0)).max())
+
+    def restart(self) -> None:
+        """A stationary point of ``Psi`` that is no solution (or a stall): Algorithm I from the current ``x`` with the
+        start multipliers (NNLS fit) and ``g_ref`` re-referenced there, a new merit phase."""
+        prob = self.prob
+        prob.xref = prob.totals(self.y)
+        prob.rescale(self.y, self.mu)
+        self.mu = prob.start_prices(self.y, self.saturated(self.y))
+        self.prev, self.n_ref, self.psi_check = None, self.n_ref + 1, np.inf
+        self.regradient()
+
+    def try_restart(self) -> bool:
+        """:meth:`restart` unless ``_MAX_RESTARTS`` were taken; whether it restarted."""
+        if self.n_restart < _MAX_RESTARTS:
+            self.n_restart += 1
+            self.restart()
+            return True
+        return False
+
+    def maintain(self, it: int, tot: FloatArray) -> None:
+        """The merit's upkeep before iteration ``it`` (module docstring): a restart after a stall (``Psi`` fell by
+        less than 1% over ``_STALL_WINDOW`` iterations), a new phase when ``g`` left ``[g_ref / 4, 4 g_ref]``, and
+        every 20 iterations new units ``s_k`` for ``mu`` when they drifted by more than a factor 4 (``lambda`` and
+        ``Psi`` unchanged)."""
+        prob = self.prob
+        if it % _STALL_WINDOW == 0 and it > 0:
+            if self.psi > 0.99 * self.psi_check and self.n_restart < _MAX_RESTARTS:
+                self.n_restart += 1
+                self.restart()
+            self.psi_check = self.psi
+        if self.n_ref < _MAX_REFERENCES and self.alpha * np.abs(np.log(tot / prob.xref)).max() > np.log(4.0):
+            prob.xref, self.n_ref, self.prev = tot, self.n_ref + 1, None
+            self.regradient()
+        if it % 20 == 0:
+            old_s = prob.log_s
+            mu_new = prob.rescale(self.y, self.mu)
+            if np.abs(prob.log_s - old_s).max() > np.log(4.0):
+                self.mu, self.prev = mu_new, None  # the metric changed: restart the Barzilai-Borwein memory
+                self.regradient()
+            else:
+                prob.log_s = old_s
+
+    def direction(self, tot: FloatArray) -> _Direction:
+        """Eqs. 44-48: the saturated resources (E rows with ``lambda > 0`` keep equality, I rows with ``lambda = 0``
+        may only empty), ``-grad_x Psi`` projected onto the cone ``T_k`` of eq. 46 (:func:`project_directions`), and
+        the ``lambda``-direction ``-grad_lambda Psi`` on the E rows and on the I rows that do not empty."""
+        prob, y, mu, gy, gm = self.prob, self.y, self.mu, self.gy, self.gm
+        elig = prob.elig
+        sat = self.saturated(y)
+        ineq = sat & (mu <= 0)
+        zero = self.zero_flows(tot)
+        dy, _ = project_directions(np.where(elig, -gy, 0.0), prob.amat, zero, sat, ineq)
+        dy = np.where(elig, dy, 0.0)
+        dy = np.where(zero, np.maximum(dy, 0.0), dy)
+        dload = np.einsum("nk,nkr->kr", dy, prob.amat)
+        scale_load = np.einsum("nk,nkr->kr", np.abs(dy), prob.amat) + 1e-300
+        leaving = ineq & (dload < -1e-12 * scale_load)
+        dm = np.where(sat & (mu > 0), -gm, 0.0)
+        dm = np.where(ineq & ~leaving, np.maximum(-gm, 0.0), dm)
+        norm2 = float((dy * dy).sum() + (dm * dm).sum())
+        return _Direction(dy=dy, dm=dm, sat=sat, zero=zero, dload=dload, norm2=norm2)
+
+    def trial(self, d: _Direction, s: float, snap: BoolArray | None) -> tuple[FloatArray, FloatArray]:
+        """The point ``z(s)`` of eqs. 49-50 with the clean-up described in the module docstring."""
+        prob = self.prob
+        yn = np.maximum(self.y + s * d.dy, 0.0)
+        if snap is not None:
+            yn = np.where(snap, 0.0, yn)
+        yn = np.where(prob.elig, yn, 0.0)
+        over = prob.load(yn).max(axis=1)
+        yn = np.where(over[None, :] > 1.0, yn / np.maximum(over, 1.0)[None, :], yn)
+        mn = np.maximum(self.mu + s * d.dm, 0.0)
+        mn = np.where(self.saturated(yn), mn, 0.0)
+        return yn, mn
+
+    def line_search(self, d: _Direction) -> tuple[FloatArray, FloatArray, float] | None:
+        """Eqs. 51-53: from the smaller of the largest step keeping ``y >= 0`` and the loads ``<= c`` and the
+        Barzilai-Borwein step, halve (80 times at most) until the Armijo rule holds and ``Psi`` decreases; the
+        accepted ``(y, mu, s)``, or ``None``. At the largest step the entries that reach 0 are put on it."""
+        prob, y, mu = self.prob, self.y, self.mu
+        with np.errstate(divide="ignore", invalid="ignore"):
+            neg = prob.elig & ~d.zero & (d.dy < 0)
+            sy = np.where(neg, y / np.where(neg, -d.dy, 1.0), np.inf)
+            up = prob.rows & ~d.sat & (d.dload > 0)
+            sl = np.where(up, np.maximum(1.0 - prob.load(y), 0.0) / np.where(up, d.dload, 1.0), np.inf)
+        s_max = float(min(sy.min(), sl.min()))
+        if self.prev is not None:
+            dz = np.concatenate([(y - self.prev[0]).ravel(), (mu - self.prev[1]).ravel()])
+            dg = np.concatenate([(self.gy - self.prev[2]).ravel(), (self.gm - self.prev[3]).ravel()])
+            sty = float(dz @ dg)
+            s_bb = float(dz @ dz) / sty if sty > 0 else 2.0 * self.s_prev
+        else:
+            s_bb = 1e-2 / max(np.sqrt(d.norm2), 1e-300)
+        s_bb = float(np.clip(s_bb, 1e-20, 1e20))
+        s = min(s_max, s_bb)
+        for _ls in range(80):
+            snap = None
+            if s >= s_max:
+                snap = neg & (y + s * d.dy <= 1e-14 * np.maximum(y, 1e-300))
+                snap = snap | (neg & (sy <= s_max * (1 + 1e-12)))
+            yn, mn = self.trial(d, s, snap)
+            psi_n = prob.merit(yn, mn)
+            slope = float((self.gy * (yn - y)).sum() + (self.gm * (mn - mu)).sum())
+            if psi_n <= self.psi + _SIGMA * min(slope, 0.0) and psi_n < self.psi:
+                return yn, mn, s
+            s *= 0.5
+        return None
+
+    def accept(self, yn: FloatArray, mn: FloatArray, s: float) -> None:
+        """Move to the line search's point, keeping the previous iterate for the next Barzilai-Borwein step."""
+        self.prev = (self.y, self.mu, self.gy, self.gm)
+        self.s_prev = s
+        self.y, self.mu = yn, mn
+        self.regradient()
+
+    def face_step(self) -> bool:
+        """The face Gauss-Newton step (:func:`_subspace_step`, module docstring), taken only when it decreases
+        ``Psi`` further; whether it was taken."""
+        prob = self.prob
+        zero = self.zero_flows(prob.totals(self.y))
+        got = _subspace_step(prob, self.y, self.mu, self.psi, self.gy, self.gm, self.saturated(self.y), zero, _MAX_CG)
+        if got is None:
+            return False
+        self.y, self.mu, _ = got
+        self.regradient()
+        return True
+
+    def record(self, trace: list[tuple[FloatArray, FloatArray, float, int]] | None) -> None:
+        """Append ``(x, lambda, Psi, phase)`` of the current iterate to ``trace`` (when it is a list)."""
+        if trace is not None:
+            trace.append((self.prob.gamma * self.y, self.prices(), self.psi, self.n_ref))
+
+    def prices(self) -> FloatArray:
+        """``lambda[k, r] = mu[k, r] s_k / c[k, r]``."""
+        return np.asarray(self.mu * np.exp(self.prob.log_s)[:, None] * self.prob.cinv, dtype=np.float64)
+
+
 def _solve(
     inst: Instance,
     alpha: float,
@@ -515,157 +710,37 @@ def _solve(
     trace: list[tuple[FloatArray, FloatArray, float, int]] | None,
 ) -> PsMfaResult:
     """:func:`ps_mfa`; with ``trace`` a list, every accepted iterate is appended as ``(x, lambda, Psi, phase)`` where
-    ``phase`` counts the re-referencings of ``g_ref`` (``Psi`` is one function within a phase)."""
+    ``phase`` counts the re-referencings of ``g_ref`` (``Psi`` is one function within a phase).
+
+    Each iteration of Algorithm I (Sec. 5.1): the stopping test, the merit's upkeep (:meth:`_Descent.maintain`), the
+    projected direction (eqs. 44-48), the step (eqs. 49-53) and the face Gauss-Newton step; a zero direction or a
+    failed line search restarts the descent (:meth:`_Descent.restart`) until ``_MAX_RESTARTS``.
+    """
     t_start = time.perf_counter()
     if not (np.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha}")
     if np.isfinite(inst.max_tasks).any():
         raise ValueError("PS-MFA supports uncapped users only (finite max_tasks couple the servers)")
-    prob = _Problem(inst, alpha)
-    elig = prob.elig
-    gamma_safe = np.where(elig, prob.gamma, 1.0)
-    y = np.where(elig, _feasible_start(inst, x0) / gamma_safe, 0.0)
-    rows = prob.rows
-
-    def saturated(yv: FloatArray) -> BoolArray:
-        return np.asarray(rows & (prob.load(yv) >= 1.0 - _SAT), dtype=np.bool_)
-
-    prob.xref = prob.totals(y)  # g_ref = g at the start (fixed for the run, so Psi is one function)
-    prob.rescale(y, np.zeros((inst.k, inst.r)))  # sets the units s_k of mu
-    mu = prob.start_prices(y, saturated(y))
-    eps_x = min(1e-9, 1e-3 * tol)
-
-    def trial(
-        yv: FloatArray, mv: FloatArray, dy: FloatArray, dm: FloatArray, s: float, snap: BoolArray | None
-    ) -> tuple[FloatArray, FloatArray]:
-        """The point ``z(s)`` of eqs. 49-50 with the clean-up described in the module docstring."""
-        yn = np.maximum(yv + s * dy, 0.0)
-        if snap is not None:
-            yn = np.where(snap, 0.0, yn)
-        yn = np.where(elig, yn, 0.0)
-        over = prob.load(yn).max(axis=1)
-        yn = np.where(over[None, :] > 1.0, yn / np.maximum(over, 1.0)[None, :], yn)
-        mn = np.maximum(mv + s * dm, 0.0)
-        mn = np.where(saturated(yn), mn, 0.0)
-        return yn, mn
-
-    psi, gy, gm, b = prob.gradient(y, mu)
-    prev: tuple[FloatArray, FloatArray, FloatArray, FloatArray] | None = None
-    s_prev = 0.0
-    n_ref = 0  # merit phases: re-referencings of g_ref and restarts
-    n_restart = 0
-    psi_check = np.inf
-
-    def restart() -> None:
-        """A stationary point of ``Psi`` that is no solution (or a stall): Algorithm I from the current ``x`` with the
-        start multipliers (NNLS fit) and ``g_ref`` re-referenced there, a new merit phase."""
-        nonlocal mu, prev, psi, gy, gm, b, n_ref, psi_check
-        prob.xref = prob.totals(y)
-        prob.rescale(y, mu)
-        mu = prob.start_prices(y, saturated(y))
-        prev, n_ref, psi_check = None, n_ref + 1, np.inf
-        psi, gy, gm, b = prob.gradient(y, mu)
-
+    run = _Descent(inst, alpha, x0, tol)
     converged = False
     it = 0
     for it in range(max_iter + 1):
-        tot = prob.totals(y)
-        share = np.where(elig, prob.gamma * y / tot[:, None], 0.0)
-        fb = np.abs(np.where(elig, fischer_burmeister(share, prob.rho(y, mu)), 0.0)).max()
-        if fb <= tol / 20:
+        tot = run.prob.totals(run.y)
+        if run.fb_residual(tot) <= tol / 20:
             converged = True
             break
         if it == max_iter or (max_seconds is not None and time.perf_counter() - t_start > max_seconds):
             break
-        if it % _STALL_WINDOW == 0 and it > 0:
-            # a stall (Psi fell by less than 1% over the window): restart as at a stationary point
-            if psi > 0.99 * psi_check and n_restart < _MAX_RESTARTS:
-                n_restart += 1
-                restart()
-            psi_check = psi
-        if n_ref < _MAX_REFERENCES and alpha * np.abs(np.log(tot / prob.xref)).max() > np.log(4.0):
-            # g moved by more than a factor 4 from g_ref: re-reference the merit (a new phase; see module docstring)
-            prob.xref, n_ref, prev = tot, n_ref + 1, None
-            psi, gy, gm, b = prob.gradient(y, mu)
-        if it % 20 == 0:
-            # re-estimate the multiplier units when they drifted by more than a factor 4 (lambda, Psi unchanged)
-            old_s = prob.log_s
-            mu_new = prob.rescale(y, mu)
-            if np.abs(prob.log_s - old_s).max() > np.log(4.0):
-                mu, prev = mu_new, None  # the metric changed: restart the Barzilai-Borwein memory
-                psi, gy, gm, b = prob.gradient(y, mu)
-            else:
-                prob.log_s = old_s
-        # eq. 44: saturated resources; E rows (lambda > 0) keep equality, I rows (lambda = 0) may only empty
-        sat = saturated(y)
-        ineq = sat & (mu <= 0)
-        zero = elig & (prob.gamma * y <= eps_x * tot[:, None])
-        dy, _ = project_directions(np.where(elig, -gy, 0.0), prob.amat, zero, sat, ineq)
-        dy = np.where(elig, dy, 0.0)
-        dy = np.where(zero, np.maximum(dy, 0.0), dy)
-        dload = np.einsum("nk,nkr->kr", dy, prob.amat)
-        scale_load = np.einsum("nk,nkr->kr", np.abs(dy), prob.amat) + 1e-300
-        leaving = ineq & (dload < -1e-12 * scale_load)
-        # eqs. 47-48
-        dm = np.where(sat & (mu > 0), -gm, 0.0)
-        dm = np.where(ineq & ~leaving, np.maximum(-gm, 0.0), dm)
-        norm2 = float((dy * dy).sum() + (dm * dm).sum())
-        if norm2 <= 1e-30:
-            if n_restart < _MAX_RESTARTS:
-                n_restart += 1
-                restart()
+        run.maintain(it, tot)
+        d = run.direction(tot)
+        step = run.line_search(d) if d.norm2 > 1e-30 else None
+        if step is None:
+            if run.try_restart():
                 continue
             break
-        # eqs. 51-53: largest step keeping y >= 0 and the loads <= c (lambda follows the projected arc)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            neg = elig & ~zero & (dy < 0)
-            sy = np.where(neg, y / np.where(neg, -dy, 1.0), np.inf)
-            up = rows & ~sat & (dload > 0)
-            sl = np.where(up, np.maximum(1.0 - prob.load(y), 0.0) / np.where(up, dload, 1.0), np.inf)
-        s_max = float(min(sy.min(), sl.min()))
-        if prev is not None:
-            dz = np.concatenate([(y - prev[0]).ravel(), (mu - prev[1]).ravel()])
-            dg = np.concatenate([(gy - prev[2]).ravel(), (gm - prev[3]).ravel()])
-            sty = float(dz @ dg)
-            s_bb = float(dz @ dz) / sty if sty > 0 else 2.0 * s_prev
-        else:
-            s_bb = 1e-2 / max(np.sqrt(norm2), 1e-300)
-        s_bb = float(np.clip(s_bb, 1e-20, 1e20))
-        s = min(s_max, s_bb)
-        accepted = False
-        for _ls in range(80):
-            snap = None
-            if s >= s_max:
-                snap = neg & (y + s * dy <= 1e-14 * np.maximum(y, 1e-300))
-                snap = snap | (neg & (sy <= s_max * (1 + 1e-12)))
-            yn, mn = trial(y, mu, dy, dm, s, snap)
-            psi_n = prob.merit(yn, mn)
-            slope = float((gy * (yn - y)).sum() + (gm * (mn - mu)).sum())
-            if psi_n <= psi + _SIGMA * min(slope, 0.0) and psi_n < psi:
-                accepted = True
-                break
-            s *= 0.5
-        if not accepted:
-            if n_restart < _MAX_RESTARTS:
-                n_restart += 1
-                restart()
-                continue
-            break
-        prev = (y, mu, gy, gm)
-        s_prev = s
-        y, mu = yn, mn
-        psi, gy, gm, b = prob.gradient(y, mu)
-        if trace is not None:
-            trace.append((prob.gamma * y, mu * np.exp(prob.log_s)[:, None] * prob.cinv, psi, n_ref))
-        # the face Gauss-Newton step (see the module docstring): taken only when it decreases Psi further
-        tot = prob.totals(y)
-        zero = elig & (prob.gamma * y <= eps_x * tot[:, None])
-        got = _subspace_step(prob, y, mu, psi, gy, gm, saturated(y), zero, _MAX_CG)
-        if got is not None:
-            y, mu, _ = got
-            psi, gy, gm, b = prob.gradient(y, mu)
-            if trace is not None:
-                trace.append((prob.gamma * y, mu * np.exp(prob.log_s)[:, None] * prob.cinv, psi, n_ref))
-    x = np.where(elig, prob.gamma * y, 0.0)
-    lam = mu * np.exp(prob.log_s)[:, None] * prob.cinv
-    return PsMfaResult(x=x, lam=lam, merit=float(psi), iterations=it, converged=converged)
+        run.accept(*step)
+        run.record(trace)
+        if run.face_step():
+            run.record(trace)
+    x = np.where(run.prob.elig, run.prob.gamma * run.y, 0.0)
+    return PsMfaResult(x=x, lam=run.prices(), merit=float(run.psi), iterations=it, converged=converged)

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._model import FloatArray, Instance
 from ._fill_kernels import fill_column
 from ._levels import applicable, consistent, level_candidates, pivot
-from ._model import FloatArray, Instance
 
 
 def _first_crossing(b: FloatArray, o: FloatArray, u: FloatArray, dem: FloatArray, rem: FloatArray) -> FloatArray:
@@ -134,7 +134,7 @@ class PsDsfResult:
         sweeps: Gauss-Seidel sweeps used.
         residual: largest change of any column in the last sweep, relative to the user's total (fixed-point residual).
         converged: ``residual <= tol``.
-        start: ``"levels"`` when the result is a certified level-solve point (:mod:`allocator.fairness._levels`),
+        start: ``"levels"`` when the result is a certified level-solve point (:mod:`allocator.fairness.psdsf._levels`),
             ``"sweeps"`` when it is the output of the plain Gauss-Seidel sweeps.
     """
 
@@ -187,8 +187,8 @@ def _sweep(
     """One Gauss-Seidel sweep of exact fillings, in place; returns the fixed-point residual (largest relative move).
 
     Each filling is :func:`fill_server`'s, computed by its compiled twin
-    :func:`allocator.fairness._fill_kernels.fill_column` (1000 x 500 x 3, seed 11: ``ps_dsf`` median 1.83 s -> 1.43 s,
-    the certifying sweep was a quarter of the solve in interpreter overhead)."""
+    :func:`allocator.fairness.psdsf._fill_kernels.fill_column` (1000 x 500 x 3, seed 11: ``ps_dsf`` median 1.83 s ->
+    1.43 s, the certifying sweep was a quarter of the solve in interpreter overhead)."""
     residual = 0.0
     for j, (idx, dem, cap) in enumerate(probs):
         if idx.size == 0:
@@ -205,7 +205,7 @@ def _sweep(
     return residual
 
 
-#: last temperature of the level continuation (:func:`allocator.fairness._levels.level_candidates`)
+#: last temperature of the level continuation (:func:`allocator.fairness.psdsf._levels.level_candidates`)
 _TAU_MIN = 1e-6
 #: pivots are only tried from a stage whose active set (pairs with softmax weight above the threshold) differs from the
 #: previous stage's in at most this many pairs, or from the last stage. Measured with OPENBLAS_NUM_THREADS=1 on
@@ -224,9 +224,9 @@ def _from_levels(
     deadline: float | None,
     max_sweeps: int,
 ) -> tuple[PsDsfResult | None, FloatArray | None, int]:
-    """Certified start points from the smoothed levels (:mod:`allocator.fairness._levels`).
+    """Certified start points from the smoothed levels (:mod:`allocator.fairness.psdsf._levels`).
 
-    Pivots (:func:`allocator.fairness._levels.pivot`) run from a stage only once its active set has settled
+    Pivots (:func:`allocator.fairness.psdsf._levels.pivot`) run from a stage only once its active set has settled
     (``_SETTLED``), first with the softmax-weight threshold ``1e-3`` (the one that certified at 400 x 200 and
     1000 x 500), then ``1e-2``; every candidate still has to pass the exact certificate sweep.
 
@@ -295,9 +295,9 @@ def ps_dsf(
     meeting Definition 4 to 1e-9).
 
     With ``levels`` (default), no ``x0``, divisible servers and every user needing every resource
-    (:func:`allocator.fairness._levels.applicable`), candidate points are first computed from the per-server levels
-    (smoothed Newton continuation + exact active-set solve with pivots, :func:`allocator.fairness._levels.pivot`);
-    a candidate is accepted
+    (:func:`allocator.fairness.psdsf._levels.applicable`), candidate points are first computed from the per-server
+    levels (smoothed Newton continuation + exact active-set solve with pivots,
+    :func:`allocator.fairness.psdsf._levels.pivot`); a candidate is accepted
     only when one exact sweep from it moves no column by more than ``tol`` -- the same certificate as the plain
     sweeps, so ``residual`` means the same thing on both paths (``start`` says which one produced the result).
     Otherwise the plain sweeps run, started from the best point the level solve produced (on 1000 users x 500 random
