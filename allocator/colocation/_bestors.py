@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from allocator._colocation_kernel import bestors_dc
-
+from ._bestors_kernel import bestors_dc
 from ._model import _Instance, _Limits, _validate
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -60,7 +59,7 @@ def bestors_table(
     machine ``r`` empty). ``algorithm="quadratic"`` evaluates eq. (5) directly (O(n^2 m)); ``"dc"`` uses the
     monotonicity of the optimal split point that the quadrangle inequality of the segment cost gives (module
     docstring) and evaluates each layer by divide and conquer (O(m n log n), compiled:
-    :mod:`allocator._colocation_kernel`). Both are exact and return the same costs.
+    :mod:`allocator.colocation._bestors_kernel`). Both are exact and return the same costs.
 
     Optional per-layer hard limits ``max_tasks[r]`` / ``capacity[r]`` (on prefix sums of ``demands``) add
     ``penalty * (excess count + excess demand)`` to a segment; a convex function of a segment's length or demand is

@@ -162,17 +162,75 @@ def solve(
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     inst = _validate(sizes, types, alpha, n_machines, cost, type_names)
-    searching = method in ("auto", "search")
+    opts = _options(method, budget, eps, juxtapose, dp, starts, seed, exact_limit)
+    limits = _method_limits(inst, method, capacity, max_tasks, demands)
+    route = _route(inst, opts, limits)
+    out = _run_route(route, inst, opts, limits)
+    return ColocationResult(
+        assignment=out.assignment,
+        cost=_cost(inst, out.assignment),
+        method=method,
+        evaluations=int(out.evaluations),
+        complete=bool(out.complete),
+        moves=int(out.moves),
+        route=route,
+        status="certified" if out.complete else "capped" if out.capped else "heuristic",
+        starts=int(out.starts),
+    )
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The checked options of one :func:`solve` call (``budget`` defaulted per method, ``exact_limit`` a float)."""
+
+    method: str
+    budget: int
+    eps: float
+    juxtapose: str
+    dp: str
+    starts: int
+    seed: int
+    exact_limit: float
+
+
+def _options(
+    method: str,
+    budget: int | None,
+    eps: float,
+    juxtapose: str,
+    dp: str,
+    starts: int,
+    seed: int,
+    exact_limit: float | None,
+) -> _Options:
+    """:class:`_Options` from :func:`solve`'s keywords: ``budget`` defaults to :data:`DEFAULT_SEARCH_BUDGET` for the
+    search routes and :data:`DEFAULT_BUDGET` otherwise and must be a positive integer, as must ``starts``;
+    ``exact_limit`` defaults to :data:`DEFAULT_EXACT_LIMIT` and must be ``>= 0`` (``ValueError`` otherwise)."""
     if budget is None:
-        budget = DEFAULT_SEARCH_BUDGET if searching else DEFAULT_BUDGET
+        budget = DEFAULT_SEARCH_BUDGET if method in ("auto", "search") else DEFAULT_BUDGET
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
         raise ValueError(f"budget must be a positive integer, got {budget!r}")
-    budget = int(budget)
     if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or starts < 1:
         raise ValueError(f"starts must be a positive integer, got {starts!r}")
     limit = DEFAULT_EXACT_LIMIT if exact_limit is None else float(exact_limit)
     if not limit >= 0:
         raise ValueError(f"exact_limit must be >= 0, got {exact_limit!r}")
+    return _Options(
+        method=method,
+        budget=int(budget),
+        eps=eps,
+        juxtapose=juxtapose,
+        dp=dp,
+        starts=int(starts),
+        seed=int(seed),
+        exact_limit=limit,
+    )
+
+
+def _method_limits(inst: _Instance, method: str, capacity: Any, max_tasks: Any, demands: Any) -> _Limits | None:
+    """The hard limits of the call (``None`` without ``capacity=`` and ``max_tasks=``), checked against the method
+    (:data:`LIMITS_METHODS`), and the method checked against the cost (the Sec. 6 special cases and ApproxScheme are
+    defined for the linear cost only); ``ValueError`` otherwise."""
     limited = capacity is not None or max_tasks is not None
     if demands is not None and not limited:
         raise ValueError("demands only matter with capacity= or max_tasks=")
@@ -180,33 +238,59 @@ def solve(
         raise ValueError(f"hard limits (capacity, max_tasks) are supported by {LIMITS_METHODS}, not {method!r}")
     if method in ("independent", "equivalent", "large-influences", "approx") and inst.cost is not None:
         raise ValueError(f"method {method!r} is defined for the linear cost only (Sec. 6)")
-    limits = _limits(inst, capacity, max_tasks, demands) if limited else None
-    evaluations, complete, moves, route, n_starts, capped = 0, False, 0, method, 0, False
-    if method == "auto":
-        if exact_work(inst, limits) <= limit:
-            route = "exact-dp"
-        elif compiled_cost(inst) is not None:
-            route = "search"
-        else:
-            route = "bestors+hill"
-    elif method == "exact":
+    return _limits(inst, capacity, max_tasks, demands) if limited else None
+
+
+def _route(inst: _Instance, opts: _Options, limits: _Limits | None) -> str:
+    """The route of the call: for ``"auto"`` the row of :func:`solve`'s table (the exact DP when it needs at most
+    ``exact_limit`` transitions, else the search for the costs it compiles, else BestOrS+HILL); ``"exact-dp"`` for
+    ``"exact"`` (``ValueError`` above ``exact_limit``); the method itself otherwise."""
+    if opts.method == "auto":
+        if exact_work(inst, limits) <= opts.exact_limit:
+            return "exact-dp"
+        if compiled_cost(inst) is not None:
+            return "search"
+        return "bestors+hill"
+    if opts.method == "exact":
         work = exact_work(inst, limits)
-        if work > limit:
-            raise ValueError(f"the exact DP would need {work:.3g} transitions, more than exact_limit={limit:.3g}")
-        route = "exact-dp"
+        if work > opts.exact_limit:
+            raise ValueError(
+                f"the exact DP would need {work:.3g} transitions, more than exact_limit={opts.exact_limit:.3g}"
+            )
+        return "exact-dp"
+    return opts.method
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one route returns: the assignment, the evaluations and moves it used, the search's starts, ``complete``
+    (an exact method finished, its cost is optimal) and ``capped`` (the evaluation budget ran out)."""
+
+    assignment: np.ndarray
+    evaluations: int = 0
+    complete: bool = False
+    moves: int = 0
+    starts: int = 0
+    capped: bool = False
+
+
+def _run_route(route: str, inst: _Instance, opts: _Options, limits: _Limits | None) -> _Outcome:
+    """Run ``route`` (:func:`_route`) on the instance: the algorithm of the package docstring that it names."""
+    budget, dp = opts.budget, opts.dp
     if route == "exact-dp":
         a, evaluations = exact_partition(inst, limits)
-        complete = True
-    elif route == "search":
+        return _Outcome(a, evaluations, complete=True)
+    if route == "search":
         start, ev0, mv0 = _feasible_start(inst, limits, dp)
-        out = search(inst, start, max(1, budget - ev0), limits, starts=int(starts), seed=int(seed))
-        a, evaluations, moves, n_starts = out.assignment, ev0 + out.evaluations, mv0 + out.moves, out.starts
-        capped = evaluations >= budget
-    elif route == "bestors":
-        a = _bestors(inst, dp)
+        out = search(inst, start, max(1, budget - ev0), limits, starts=opts.starts, seed=opts.seed)
+        evaluations = ev0 + out.evaluations
+        return _Outcome(
+            out.assignment, evaluations, moves=mv0 + out.moves, starts=out.starts, capped=evaluations >= budget
+        )
+    if route == "bestors":
         one_type = np.unique(inst.types).size <= 1 or bool(np.all(inst.alpha == inst.alpha.flat[0]))
-        complete = inst.cost is None and one_type
-    elif route in _HILL_METHODS:
+        return _Outcome(_bestors(inst, dp), complete=inst.cost is None and one_type)
+    if route in _HILL_METHODS:
         if route == "bestors+hill":
             start = _bestors(inst, dp) if limits is None else _bestors_limited(inst, limits)
         elif route == "one+hill":
@@ -214,35 +298,23 @@ def solve(
         else:
             start = inst.types % inst.m
         a, evaluations, moves = _hill(inst, start, budget, limits)
-        capped = evaluations >= budget
-    elif route == "cutjuxtapose":
-        a, evaluations, complete = _cutjuxtapose(inst, budget, juxtapose)
-        capped = not complete
-        complete = complete and inst.cost is None
-    elif route == "dynsize":
+        return _Outcome(a, evaluations, moves=moves, capped=evaluations >= budget)
+    if route == "cutjuxtapose":
+        a, evaluations, finished = _cutjuxtapose(inst, budget, opts.juxtapose)
+        return _Outcome(a, evaluations, complete=finished and inst.cost is None, capped=not finished)
+    if route == "dynsize":
         a, evaluations = _dynsize(inst, inst.sizes, budget)
-        complete = True
-    elif route == "approx":
-        if not (eps > 0 and math.isfinite(eps)):
-            raise ValueError(f"eps must be positive, got {eps}")
-        a, evaluations = _dynsize(inst, _round_sizes(inst.sizes, eps), budget)
-    elif route == "independent":
-        a, complete = _independent(inst), True
-    elif route == "equivalent":
-        a, complete = _equivalent(inst), True
-    else:
-        a, complete = _large_influences(inst), True
-    return ColocationResult(
-        assignment=a,
-        cost=_cost(inst, a),
-        method=method,
-        evaluations=int(evaluations),
-        complete=bool(complete),
-        moves=int(moves),
-        route=route,
-        status="certified" if complete else "capped" if capped else "heuristic",
-        starts=int(n_starts),
-    )
+        return _Outcome(a, evaluations, complete=True)
+    if route == "approx":
+        if not (opts.eps > 0 and math.isfinite(opts.eps)):
+            raise ValueError(f"eps must be positive, got {opts.eps}")
+        a, evaluations = _dynsize(inst, _round_sizes(inst.sizes, opts.eps), budget)
+        return _Outcome(a, evaluations)
+    if route == "independent":
+        return _Outcome(_independent(inst), complete=True)
+    if route == "equivalent":
+        return _Outcome(_equivalent(inst), complete=True)
+    return _Outcome(_large_influences(inst), complete=True)
 
 
 def partition(
