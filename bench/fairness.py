@@ -292,10 +292,12 @@ def verdict(rows: list[str]) -> str:
             "\n\nWhy (observed): the plain PS-DSF sweep map is piecewise affine and in long phases moves one user from "
             "one server to\nanother by the same amount every sweep, so the residual stays flat until a pair drains. "
             "The level start\n(smoothed per-server levels + exact active-set solve with pivots, "
-            "`allocator/fairness/_levels.py`) removes that\nphase: at 1000 x 500 the pivots (switch the saturated "
+            "`allocator/fairness/psdsf/_levels.py`) removes that\nphase: at 1000 x 500 the pivots (switch the "
+            "saturated "
             "resource of an overloaded server, drop the pair that\nbreaks a cycle of active pairs) give a point one "
             "exact sweep certifies. The smoothed Newton continuation\nthat finds the active set runs on compiled "
-            "kernels (`allocator/fairness/_levels_kernels.py`), and pivots are tried\nonly from stages whose active "
+            "kernels (`allocator/fairness/psdsf/_levels_kernels.py`), and pivots are tried\nonly from stages whose "
+            "active "
             "set has settled. The plain-sweeps-only row is there for comparison."
         )
     return "\n".join(missed) + why
@@ -631,7 +633,8 @@ freezes (`allocator/fairness/maxmin.py`). "raised" = HiGHS reported a stage infe
 
 ### PF-VDS: one method per instance class
 
-`pf_vds_route` picks the method from the instance before solving (route table in `allocator/fairness/pfvds.py`):
+`pf_vds_route` picks the method from the instance before solving (route table in
+`allocator/fairness/pfvds/equilibrium.py`):
 
 | instance class | route (`method`) | why |
 |---|---|---|
@@ -646,7 +649,8 @@ never needed on the sample below and is slow (first order); it remains available
 (eqs. 28-29). Methods: `sweeps` = Gauss-Seidel best response alone, `+newton` = finished by the semismooth Newton
 solve, `+drift+newton` = Newton from a point down a drift of the sweeps (the routes are described below). For
 alpha != 1 no
-method here carries a convergence proof on general instances (see `allocator/fairness/pfvds.py`), so this sample is
+method here carries a convergence proof on general instances (see `allocator/fairness/pfvds/equilibrium.py`), so this
+sample is
 the evidence of how often the certificate is met.
 
 | alpha | instances | certified | worst residual | median s | max s | methods |
@@ -661,7 +665,8 @@ column in a sweep; PF-VDS(1): `kkt_residual`, eqs. 28-29) or is stopped at {CAP_
 that converged is repeated and the median of 5 reported; a capped run is reported once, as the time it took to give up
 and the residual it had reached. Random heterogeneous nodes (every node distinct, 50 % eligibility, nothing merges) and,
 last row, the node-pool case (500 nodes of 9 types, merged before solving). PS-DSF rows run `ps_dsf` as `allocate` does:
-the level start (`allocator/fairness/_levels.py`: Newton continuation on log-sum-exp smoothed per-server levels, then
+the level start (`allocator/fairness/psdsf/_levels.py`: Newton continuation on log-sum-exp smoothed per-server levels,
+then
 the exact piecewise-linear equations on the active set it reveals), accepted only if one exact Gauss-Seidel sweep from
 it moves no column by more than 1e-6 -- the same certificate as the plain sweeps -- else plain sweeps from the smoothed
 point; "level start certified" in the outcome says which. The "plain sweeps only" row is the previous solver
@@ -670,10 +675,10 @@ point; "level start certified" in the outcome says which. The "plain sweeps only
 run, 2026-11-23).
 
 PF-VDS(1) rows run `pf_vds(inst, 1.0)` as `allocate` does: the primal-dual interior-point method
-(`allocator/fairness/ipm.py`: Mehrotra predictor-corrector, the `N x N` Schur complement formed by one symmetric
+(`allocator/fairness/pfvds/ipm.py`: Mehrotra predictor-corrector, the `N x N` Schur complement formed by one symmetric
 rank-k product per iteration) run to a duality measure of 1e-14, whose point, scaled into the capacities, is tried
 first; then the KKT equations (eqs. 28-29) solved exactly by Newton's method on the active set the interior point's
-indicators reveal, with pivots (`allocator/fairness/_pfpolish.py`). A result is accepted only if `kkt_residual`
+indicators reveal, with pivots (`allocator/fairness/pfvds/_pfpolish.py`). A result is accepted only if `kkt_residual`
 (multipliers refitted by NNLS, independent of the solver) is <= 1e-6. Method `ipm` = the interior point itself met
 the tolerance; `ipm+kkt` = the exact solve; if neither does, the result is returned uncertified (`allocate`:
 `status="capped"`), with no further stage.
