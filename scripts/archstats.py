@@ -8,10 +8,10 @@ Run from the repository root (or give ``--root``)::
 What it counts, for the tree at ``--root``:
 
 - **cycles**: strongly connected components (Tarjan) of the graph of direct module imports among the first-party
-  packages (``allocator``, ``walras`` and every ``walras_*`` package under ``operator/``), as grimp (the import-graph
-  library import-linter is built on) reads them: every ``import`` statement in a module, wherever it stands, including
-  ``TYPE_CHECKING`` blocks; a package's ``__init__`` is a module of its own. A component of two or more modules, or a
-  module that imports itself, is a cycle.
+  packages (``allocator``, ``walras`` and every ``walras_*`` package, at the root or under ``operator/``), as grimp
+  (the import-graph library import-linter is built on) reads them: every ``import`` statement in a module, wherever
+  it stands, including ``TYPE_CHECKING`` blocks; a package's ``__init__`` is a module of its own. A component of two
+  or more modules, or a module that imports itself, is a cycle.
 - **planner levels**: the number of modules on the longest import chain inside ``walras.planner.*`` (the package's
   own ``__init__`` left out: it re-exports, it is not a phase); a planner module that imports no other planner module
   is level 1. Modules in a cycle are condensed into one node first (the cycle is reported under cycles).
@@ -64,17 +64,17 @@ _LINT_SUMMARY = re.compile(r"Contracts:\s*(\d+)\s*kept,\s*(\d+)\s*broken")
 
 # ----------------------------------------------------------------------------------------------------------- imports
 def first_party_packages(root: Path) -> list[str]:
-    """The top-level packages whose imports are counted: ``allocator`` at the root, and ``walras`` and every
-    ``walras_*`` package under ``operator/`` (each a folder with an ``__init__.py``)."""
-    found = ["allocator"] if (root / "allocator" / "__init__.py").is_file() else []
-    operator = root / "operator"
-    if operator.is_dir():
-        found += sorted(
-            p.name
-            for p in operator.iterdir()
-            if (p / "__init__.py").is_file() and (p.name == "walras" or p.name.startswith("walras_"))
-        )
-    return found
+    """The top-level packages whose imports are counted: ``allocator``, ``walras`` and every ``walras_*`` package,
+    each a folder with an ``__init__.py`` at the root or under ``operator/`` (where ``walras`` lives)."""
+    found: set[str] = set()
+    for where in source_roots(root):
+        if not where.is_dir():
+            continue
+        for p in where.iterdir():
+            name = p.name
+            if (p / "__init__.py").is_file() and (name in ("allocator", "walras") or name.startswith("walras_")):
+                found.add(name)
+    return sorted(found)
 
 
 def source_roots(root: Path) -> list[Path]:

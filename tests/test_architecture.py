@@ -246,6 +246,7 @@ def test_collect_measures_the_tree_it_is_given(tmp_path: Path) -> None:
             ),
             "operator/walras/planner/policies.py": "def largest_remainder():\n    return 0\n",
             "operator/walras_extra/__init__.py": "import allocator\n",
+            "walras_rootlevel/__init__.py": "import walras_extra\n",
             "operator/notours/__init__.py": "",
         },
     )
@@ -258,7 +259,8 @@ def test_collect_measures_the_tree_it_is_given(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
-    assert got["packages"] == ["allocator", "walras", "walras_extra"]
+    assert got["packages"] == ["allocator", "walras", "walras_extra", "walras_rootlevel"]
+    assert got["modules"] == 11 and got["imports"] == 6
     assert got["cycles"] == [["walras.planner.b", "walras.planner.c"]]
     assert got["planner_levels"] == 2
     assert got["planner_chain"] == ["walras.planner.a", "walras.planner.b|walras.planner.c"]
