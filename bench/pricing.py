@@ -526,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_s, warm = median_time(
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
     )
-    # Incremental re-solve (previous=): each run gets a fresh previous result (its reuse state moves to the new
-    # result), built outside the timed call.
+    # Incremental re-solve (previous=): each run gets a fresh previous result, built outside the timed call (a
+    # re-solve only reads it, so this keeps every run's caches as cold as the first one's).
     inc_times, inc = [], None
     for _ in range(runs):
         seed = pricing.solve(a, r, utilities.Log(), device="cpu", prices=log_res.prices)
@@ -610,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     say("\nWith exact copies, ~1200 identical jobs per type switch pools together at the optimal prices, so the "
         "column-scaled allocation of 004 Sec. 5 alone stays far from the capacity-saturating mix. The primal "
         "recovery splits the tied jobs by one LP over *classes* of identical tied jobs (weighted by their sizes; "
-        "`allocator._pricing_recovery`), which is how the first row closes its gap; per-job variation of a few "
+        "`allocator.pricing.primal.recovery`), which is how the first row closes its gap; per-job variation of a few "
         "percent (as real jobs have) removes the ties altogether.\n")
 
     say("Note: the numbers above were produced on the machine described in the header; on a shared machine they "
