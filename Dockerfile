@@ -25,7 +25,7 @@ COPY crds ./crds
 RUN pip install . && python -c "import torch, walras; assert torch.__version__.startswith('${TORCH_VERSION}')"
 # The price-discovery and degree (SEQ) kernels compiled ahead of time (numba pycc, generic x86-64 code) into the
 # installed package, so that a fresh pod neither imports numba nor compiles for its first plan
-# (allocator/pricing/kernels.py and allocator/degree/kernels.py, route "aot"); gcc is needed for this step only and
+# (allocator/pricing/_compiled/kernels.py and allocator/degree/kernels.py, route "aot"); gcc is needed for this step only and
 # stays in the build stage. The checks fail the build when a module does not load or was built from another kernel
 # source. They run from / so that `allocator` is the installed package (the runtime stage copies /opt/walras only),
 # not the source tree in the working directory /src.
@@ -33,9 +33,9 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* \
     && cd / \
-    && python -m allocator.pricing.aot \
+    && python -m allocator.pricing._compiled.aot \
     && python -m allocator.degree.aot \
-    && python -c "from allocator.pricing import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
+    && python -c "from allocator.pricing._compiled import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
     && python -c "from allocator.degree import kernels; k = kernels.load(); assert k.route == 'aot', k.route"
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -24,10 +24,10 @@ $(STAMP): pyproject.toml
 	# torch first and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev]'
-	# The price-discovery and degree (SEQ) kernels compiled ahead of time (allocator.pricing.aot,
+	# The price-discovery and degree (SEQ) kernels compiled ahead of time (allocator.pricing._compiled.aot,
 	# allocator.degree.aot, need gcc); without them the kernels are JIT-compiled on first use (the route tables of
-	# allocator.pricing.kernels and allocator.degree.kernels).
-	$(BIN)/python -m allocator.pricing.aot || echo "ahead-of-time kernels not built: the JIT route is used"
+	# allocator.pricing._compiled.kernels and allocator.degree.kernels).
+	$(BIN)/python -m allocator.pricing._compiled.aot || echo "ahead-of-time kernels not built: the JIT route is used"
 	$(BIN)/python -m allocator.degree.aot || echo "ahead-of-time degree kernels not built: the JIT route is used"
 	touch $(STAMP)
 

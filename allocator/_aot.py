@@ -7,8 +7,8 @@ just in time on first use: importing numba and loading numba's on-disk cache cos
 numba, and adds an export ``source_<tag>`` naming the kernel source it was compiled from (:func:`source_tag`, a
 digest of the file); :func:`load` refuses a module without the export of the current source, so a module left over
 from another version of the kernels (which may take other arguments) is never called. Used by
-:mod:`allocator.pricing.aot` and :mod:`allocator.degree.aot` (the builders) and :mod:`allocator.degree.kernels` (a
-route table).
+:mod:`allocator.pricing._compiled.aot` and :mod:`allocator.degree.aot` (the builders) and
+:mod:`allocator.degree.kernels` (a route table).
 """
 
 from __future__ import annotations

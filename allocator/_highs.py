@@ -3,7 +3,7 @@
 ``scipy.optimize.linprog(method="highs")`` runs the same solver, but importing ``scipy.optimize`` loads the whole
 package (its ``__init__`` pulls in ``scipy.sparse``, ``scipy.linalg`` and every method): 0.5-0.7 s of a fresh process
 on this project's 2-core machine, against about 30 ms for ``import highspy`` (docs/bench/cli.md). A cold ``walras
-plan`` solves one small LP (the market's recovery split, :mod:`allocator.pricing.recovery`), so that import was a
+plan`` solves one small LP (the market's recovery split, :mod:`allocator.pricing.primal.recovery`), so that import was a
 fifth of its time. This module builds the model from numpy arrays directly (a row-wise sparse matrix, no
 ``scipy.sparse``) and reads the primal solution back.
 

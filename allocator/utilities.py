@@ -170,8 +170,9 @@ class UtilityBase:
         changes = {p: convert(getattr(self, p), device, dtype) for p in self._params}
         return self._with(changes)
 
-    #: Family code of the compiled hull walk (:mod:`allocator.pricing.numba_kernels`) and the attribute holding its
-    #: second per-job parameter; ``None`` (user-defined utilities) keeps the subproblem on the vectorised path.
+    #: Family code of the compiled hull walk (:mod:`allocator.pricing._compiled.numba_kernels`) and the attribute
+    #: holding its second per-job parameter; ``None`` (user-defined utilities) keeps the subproblem on the vectorised
+    #: path.
     _kernel_family: int | None = None
     _kernel_param: str | None = None
     weight: Array  #: per-job weights ``w_i`` (every built-in family has them)

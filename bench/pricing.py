@@ -8,7 +8,7 @@ Sections: the ``walras solve`` command as a user runs it (fresh processes: whole
 for both kernel routes; the first call of a fresh process against warm calls; the resalloc baseline (the paper
 authors' code, ``../shared/baselines/resalloc``, put on ``sys.path`` here only) side by side in this process on the
 same instances with the same per-job tolerance; the thread policy's measurements; then the algorithmic tables.
-The ahead-of-time kernel module is built first when it is missing (``python -m allocator.pricing.aot``).
+The ahead-of-time kernel module is built first when it is missing (``python -m allocator.pricing._compiled.aot``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from allocator import pricing, utilities
-from allocator.pricing import kernels
+from allocator.pricing._compiled import kernels
 from allocator.pricing.problem import Route, prepare
 from bench._machine import cpu_model
 
@@ -158,7 +158,7 @@ _FIRST = (
     "    s = time.perf_counter()\n"
     "    res = pricing.solve(a, r, utilities.Log(), device='cpu')\n"
     "    calls.append([time.perf_counter() - s, res.seconds, res.startup_seconds])\n"
-    "from allocator.pricing import kernels\n"
+    "from allocator.pricing._compiled import kernels\n"
     "print(json.dumps({'imports': t1 - t0, 'route': kernels.loaded().route, 'calls': calls}))\n"
 )
 
@@ -241,17 +241,18 @@ def ensure_aot() -> str:
     """Load the ahead-of-time kernels, building them first when missing or stale; says what happened."""
     try:
         kernels.load("aot")
-        return "ahead-of-time module present (`python -m allocator.pricing.aot`)."
+        return "ahead-of-time module present (`python -m allocator.pricing._compiled.aot`)."
     except ImportError:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "allocator.pricing.aot"], cwd=ROOT, check=True, capture_output=True)
+        build = [sys.executable, "-m", "allocator.pricing._compiled.aot"]
+        subprocess.run(build, cwd=ROOT, check=True, capture_output=True)
         built = time.perf_counter() - t0
         import importlib
 
         importlib.invalidate_caches()
         sys.modules.pop(kernels.AOT_MODULE, None)
         kernels.load("aot")
-        return f"ahead-of-time module built by this run (`python -m allocator.pricing.aot`, {built:.0f} s)."
+        return f"ahead-of-time module built by this run (`python -m allocator.pricing._compiled.aot`, {built:.0f} s)."
 
 
 def verdict(value: float, limit: float) -> str:
@@ -476,8 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         "0.1 %, 90.5 % within 1 %): (1) the feasible allocation of 004 Sec. 5 scales down the whole column of an "
         "over-used pool, so a pool over-used by 1 % leaves *every* job on it 1 % short of its target; the final "
         "allocation now sheds each over-used pool's excess at least utility cost instead "
-        "(`allocator.pricing.repair`: the same per-job argmax as the subproblem, one multiplier per pool found by "
-        "bisection), which for target-priority cuts the jobs with the lowest `w_i a_ij / d_ij` and leaves the "
+        "(`allocator.pricing.primal.repair`: the same per-job argmax as the subproblem, one multiplier per pool found "
+        "by bisection), which for target-priority cuts the jobs with the lowest `w_i a_ij / d_ij` and leaves the "
         "others at their target; (2) the tolerance `1e-3 n` is 0.1 % of throughput for log utility, but a "
         "target-priority utility is a weighted shortfall whose optimum here is about -1.3e-3 per job, so a gap "
         "of 1e-3 per job admits 1.6 times the optimal shortfall (the run stopped after one full evaluation with "
@@ -525,8 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     warm_s, warm = median_time(
         lambda: pricing.solve(a_wt, r, utilities.Log(), device="cpu", prices=log_res.prices), runs
     )
-    # Incremental re-solve (previous=): each run gets a fresh previous result (its reuse state moves to the new
-    # result), built outside the timed call.
+    # Incremental re-solve (previous=): each run gets a fresh previous result, built outside the timed call (a
+    # re-solve only reads it, so this keeps every run's caches as cold as the first one's).
     inc_times, inc = [], None
     for _ in range(runs):
         seed = pricing.solve(a, r, utilities.Log(), device="cpu", prices=log_res.prices)
@@ -609,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     say("\nWith exact copies, ~1200 identical jobs per type switch pools together at the optimal prices, so the "
         "column-scaled allocation of 004 Sec. 5 alone stays far from the capacity-saturating mix. The primal "
         "recovery splits the tied jobs by one LP over *classes* of identical tied jobs (weighted by their sizes; "
-        "`allocator._pricing_recovery`), which is how the first row closes its gap; per-job variation of a few "
+        "`allocator.pricing.primal.recovery`), which is how the first row closes its gap; per-job variation of a few "
         "percent (as real jobs have) removes the ties altogether.\n")
 
     say("Note: the numbers above were produced on the machine described in the header; on a shared machine they "

@@ -182,17 +182,17 @@ def test_numba_cache_is_on_the_writable_tmp_volume() -> None:
 
 
 def test_pricing_kernels_are_compiled_ahead_of_time_in_the_build_stage() -> None:
-    """A fresh pod's first plan must not import numba or compile (allocator/pricing/kernels.py, route "aot"): the
-    build stage compiles the kernels after installing the project and checks that the route loads; the compiler
+    """A fresh pod's first plan must not import numba or compile (allocator/pricing/_compiled/kernels.py, route "aot"):
+    the build stage compiles the kernels after installing the project and checks that the route loads; the compiler
     stays in the build stage."""
     runs = [a for i, a in BUILD.instructions if i == "RUN"]
     project_at = next(n for n, a in enumerate(runs) if re.search(r"pip install \.(\s|$)", a))
-    aot_at = next(n for n, a in enumerate(runs) if "python -m allocator.pricing.aot" in a)
+    aot_at = next(n for n, a in enumerate(runs) if "python -m allocator.pricing._compiled.aot" in a)
     assert project_at <= aot_at
     assert "gcc" in runs[aot_at] and "k.route == 'aot'" in runs[aot_at]
-    assert runs[aot_at].index("apt-get install") < runs[aot_at].index("python -m allocator.pricing.aot")
+    assert runs[aot_at].index("apt-get install") < runs[aot_at].index("python -m allocator.pricing._compiled.aot")
     assert not any(i == "RUN" and "gcc" in a for i, a in FINAL.instructions)
-    from allocator.pricing import kernels
+    from allocator.pricing._compiled import kernels
 
-    assert kernels.AOT_MODULE == "allocator.pricing._kernels_aot"
+    assert kernels.AOT_MODULE == "allocator.pricing._compiled._kernels_aot"
 

@@ -98,7 +98,7 @@ def test_a_fresh_process_solves_without_scipy_optimize_and_prints_nothing() -> N
     code = """
 import json, sys
 import numpy as np
-from allocator.pricing.recovery import _split_lp
+from allocator.pricing.primal.recovery import _split_lp
 x = _split_lp(np.ones((2, 2), dtype=bool), np.array([[1.0, 2.0], [2.0, 1.0]]), np.ones((2, 2)),
               np.array([[1.0], [1.0]]), np.array([[2.0], [2.0]]), np.ones(2), np.array([1.0, 1.0]))
 print(json.dumps({"x": x.tolist(), "scipy.optimize": "scipy.optimize" in sys.modules}))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing.subproblem import solve_hull, solve_pairs
+from allocator._xp import as_numpy
+from allocator.pricing.dual.subproblem import Subsolution, solve_hull, solve_pairs
 
 F64 = torch.float64
 
@@ -72,8 +73,8 @@ def test_worked_example_log_optimum() -> None:
     "family", ["log", "linear", "target", "power", "power-neg", "alpha", "alpha-0", "alpha-1", "mixed-alpha"]
 )
 def test_compiled_walk_matches_the_torch_walk(family: str, dtype: torch.dtype) -> None:
-    """The compiled CPU hull walk (allocator.pricing.kernels) against the torch walk, per job: the same vertices
-    (allowing a rare last-bit difference of compound formulas) and the same net utility."""
+    """The compiled CPU hull walk (allocator.pricing._compiled.kernels) against the torch walk, per job: the same
+    vertices (allowing a rare last-bit difference of compound formulas) and the same net utility."""
     rng = np.random.default_rng(5)
     n, m = 4000, 5
     a = rng.uniform(0, 2, (n, m))
@@ -262,7 +263,7 @@ def _check_against_reference(  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("family", FAMILIES)
 def test_primal_recovery_on_small_instances(family: str, seed: int) -> None:
     """Small markets sit on kinks of g (jobs indifferent between pools); the LP split of the tied jobs
-    (``allocator.pricing.recovery``) must bring the returned allocation within 1e-3 per job of CVXPY's U*."""
+    (``allocator.pricing.primal.recovery``) must bring the returned allocation within 1e-3 per job of CVXPY's U*."""
     rng = np.random.default_rng(len(family) + 100 * seed)
     n, m = int(rng.integers(40, 200)), int(rng.integers(2, 9))
     a = rng.uniform(0.1, 1.0, (n, m))
@@ -377,7 +378,7 @@ def test_section_62_target_priority_at_the_default_tolerance(n: int) -> None:
     absolute ``eps = 1e-3 n`` accepted 1.6 times the optimal shortfall (the optimum is about -1.3e-3 per job), and
     column scaling (Sec. 5) left every job of an over-used pool short. The default tolerance is now 1e-3 of the
     utility range ``sum_i w_i t_des_i`` and over-used pools are repaired by the per-pool shed
-    (allocator.pricing.repair)."""
+    (allocator.pricing.primal.repair)."""
     a, r = _section_62(n)
     u = U.from_spec("target:0.2:1,2", n, seed=0)
     w = np.asarray(u.weight)  # type: ignore[attr-defined]
@@ -563,7 +564,7 @@ def test_small_problems_restore_the_thread_count() -> None:
 def test_split_jobs_is_a_lower_bound_on_the_tied_jobs(family: str) -> None:
     """The early exit of the LP recovery counts jobs strictly inside a hull segment; every one of them must be
     among the tied jobs the recovery itself finds (with no limit on their number)."""
-    from allocator.pricing.recovery import recover_allocation, split_jobs
+    from allocator.pricing.primal.recovery import recover_allocation, split_jobs
 
     rng = np.random.default_rng(7)
     n, m = 400, 4
@@ -655,16 +656,19 @@ def test_incremental_resolve_detects_changed_weights_demands_and_shared_paramete
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_incremental_state_is_consumed_once_and_checked(backend: Any) -> None:
+def test_incremental_state_is_read_only_and_checked(backend: Any) -> None:
     n = 2_000
     a, r = _section_62(n, seed=5)
     first = pricing.solve(a, r, U.Log(), device="cpu", backend=backend)
     b, rows = _perturbed(a, 0.01, seed=6)
     one = pricing.solve(b, r, U.Log(), device="cpu", backend=backend, previous=first)
     assert one.resolved_jobs == rows.size
-    two = pricing.solve(b, r, U.Log(), device="cpu", backend=backend, previous=first)  # state already moved to ``one``
-    assert two.resolved_jobs is None
+    # ``previous`` is only read: a second re-solve from the same result is incremental as well, and the same solve
+    two = pricing.solve(b, r, U.Log(), device="cpu", backend=backend, previous=first)
+    assert two.resolved_jobs == rows.size
     _same_result(one, two)
+    np.testing.assert_array_equal(one.prices, two.prices)
+    np.testing.assert_array_equal(one.allocation, two.allocation)
     # the caller mutating its array after a solve does not fool the change detection (private copies)
     c = b.copy()
     base = pricing.solve(c, r, U.Log(), device="cpu", backend=backend)
@@ -674,6 +678,44 @@ def test_incremental_state_is_consumed_once_and_checked(backend: Any) -> None:
     with pytest.raises(ValueError, match="pools"):
         pricing.solve(a[:, :3], r[:3], U.Log(), device="cpu", backend=backend, previous=one)
 
+
+
+def _state_snapshot(res: pricing.PricingResult) -> dict[str, np.ndarray]:
+    """Copies of what a result holds: its public arrays and the arrays of its reuse state (the end values of a lazy
+    subsolution are not read: reading them would gather them)."""
+    kept = res._reuse
+    assert kept is not None
+    out = {name: np.array(getattr(res, name), copy=True) for name in ("prices", "allocation", "throughputs", "usage")}
+    names = Subsolution.FIELDS if not kept.sol.pending else ("t", "j_lo", "x_lo", "j_hi", "x_hi")
+    out.update({f"sol.{name}": np.array(as_numpy(getattr(kept.sol, name)), copy=True) for name in names})
+    out["state.a"] = np.array(as_numpy(kept.a), copy=True)
+    out["state.prices"] = kept.prices.copy()
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("with_demand", [False, True])
+def test_an_incremental_resolve_leaves_the_previous_result_unchanged(backend: Any, with_demand: bool) -> None:
+    """A solve given ``previous=`` reads the previous result and writes nothing into it: the result keeps its reuse
+    state (the same object, with the same arrays and values), whether the subsolution's end values are pending
+    (unit demands) or written (demands)."""
+    n = 2_000
+    a, r = _section_62(n, seed=7)
+    d = np.random.default_rng(7).uniform(0.5, 2.0, n) if with_demand else None
+    first = pricing.solve(a, r, U.Log(), demand=d, device="cpu", backend=backend)
+    kept = first._reuse
+    assert kept is not None and kept.sol.pending is (not with_demand)
+    before = _state_snapshot(first)
+    b, rows = _perturbed(a, 0.01, seed=8)
+    again = pricing.solve(b, r, U.Log(), demand=d, device="cpu", backend=backend, previous=first)
+    assert again.resolved_jobs == rows.size
+    assert first._reuse is kept and kept.sol.pending is (not with_demand)
+    after = _state_snapshot(first)
+    assert before.keys() == after.keys()
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+    assert again._reuse is not None and again._reuse is not kept  # the new result's own state, with the new rows
+    np.testing.assert_array_equal(as_numpy(again._reuse.a), b)
 
 # ------------------------------------------------------------------------------------------------ identical jobs
 
@@ -714,8 +756,9 @@ def test_markets_of_identical_jobs_close_the_gap_through_classes_of_tied_jobs() 
 def test_a_float32_run_that_stalls_continues_in_float64(backend: Any) -> None:
     """Below float32's resolution of the dual (here eps = 1e-9 n on a log market: float32 stalls near 7 eps) the
     float32 line search stops making progress; the run then continues in float64 from its best prices and closes the
-    gap. Without escalation it cannot: its float32 cuts leave the cutting-plane step (``allocator.pricing.bundle``)
-    nothing to improve before the 400 evaluations allowed (twice what float64 needs) are spent."""
+    gap. Without escalation it cannot: its float32 cuts leave the cutting-plane step
+    (``allocator.pricing.optim.bundle``) nothing to improve before the 400 evaluations allowed (twice what float64
+    needs) are spent."""
     n = 2000
     a, r = _section_62(n, seed=1)
     eps = 1e-9 * n
@@ -737,8 +780,7 @@ def test_a_float32_run_that_stalls_continues_in_float64(backend: Any) -> None:
 def test_compiled_helpers_match_their_torch_expressions() -> None:
     """The one-pass kernels behind dense allocations, change detection and column-scaled throughputs against the
     torch expressions they replace (float32, bit for bit)."""
-    from allocator.pricing.kernels import dense_fill, rows_differ, scaled_throughput
-    from allocator.pricing.subproblem import Subsolution
+    from allocator.pricing._compiled.kernels import dense_fill, rows_differ, scaled_throughput
 
     rng = np.random.default_rng(9)
     n, m = 3000, 5

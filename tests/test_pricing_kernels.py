@@ -1,5 +1,5 @@
-"""allocator.pricing.kernels: the route table (ahead-of-time extension, numba JIT), both routes computing the same
-values, and one-time costs kept out of the package import and out of the solve's clock."""
+"""allocator.pricing._compiled.kernels: the route table (ahead-of-time extension, numba JIT), both routes computing the
+same values, and one-time costs kept out of the package import and out of the solve's clock."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from realtools import require
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing import kernels
-from allocator.pricing.oracle import DualOracle, usage_weights
+from allocator.pricing._compiled import kernels
+from allocator.pricing.dual.oracle import DualOracle, usage_weights
+from allocator.pricing.dual.subproblem import Subsolution, solve_hull
 from allocator.pricing.problem import Route, prepare
-from allocator.pricing.subproblem import Subsolution, solve_hull
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ def test_first_solve_reports_kernel_loading_apart_from_its_clock() -> None:
         "import json, numpy as np\nfrom allocator import pricing, utilities as U\n"
         "rng = np.random.default_rng(0); a = rng.uniform(0.1, 1, (300, 3)); r = np.array([50.0, 40.0, 30.0])\n"
         "first = pricing.solve(a, r, U.Log(), device='cpu'); second = pricing.solve(a, r, U.Log(), device='cpu')\n"
-        "from allocator.pricing import kernels\n"
+        "from allocator.pricing._compiled import kernels\n"
         "print(json.dumps([first.startup_seconds, second.startup_seconds, kernels.loaded().seconds,"
         " first.summary()['startup_seconds']]))",
         env={"WALRAS_PRICING_KERNELS": "jit"},
@@ -64,7 +64,7 @@ def test_first_solve_reports_kernel_loading_apart_from_its_clock() -> None:
 def test_route_table_rejects_unknown_and_missing_routes(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="kernel route"):
         kernels.load("cuda")
-    monkeypatch.setattr(kernels, "AOT_MODULE", "allocator.pricing._no_such_module")
+    monkeypatch.setattr(kernels, "AOT_MODULE", "allocator.pricing._compiled._no_such_module")
     monkeypatch.setattr(kernels, "_loaded", None)
     with pytest.raises(ImportError):
         kernels.load("aot")
@@ -87,10 +87,10 @@ def test_a_stale_aot_module_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.fixture(scope="module")
 def aot_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The ahead-of-time extension, built by ``python -m allocator.pricing.aot`` into a temporary folder."""
+    """The ahead-of-time extension, built by ``python -m allocator.pricing._compiled.aot`` into a temporary folder."""
     require("gcc")
     out = tmp_path_factory.mktemp("aot")
-    subprocess.run([sys.executable, "-m", "allocator.pricing.aot", str(out)], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "allocator.pricing._compiled.aot", str(out)], cwd=ROOT, check=True)
     found = sorted(out.glob("_kernels_aot*.so"))
     assert found, "no extension module written"
     yield found[0]
@@ -151,13 +151,14 @@ def test_aot_and_jit_routes_agree_exactly(aot_module: Path, family: str, dtype: 
 def test_aot_route_solves_without_numba(aot_module: Path) -> None:
     code = (
         "import importlib.util, json, sys, numpy as np\n"
-        f"spec = importlib.util.spec_from_file_location('allocator.pricing._kernels_aot', {str(aot_module)!r})\n"
+        "name = 'allocator.pricing._compiled._kernels_aot'\n"
+        f"spec = importlib.util.spec_from_file_location(name, {str(aot_module)!r})\n"
         "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-        "sys.modules['allocator.pricing._kernels_aot'] = mod\n"
+        "sys.modules[name] = mod\n"
         "from allocator import pricing, utilities as U\n"
         "rng = np.random.default_rng(0); a = rng.uniform(0.1, 1, (3000, 4)).astype(np.float32)\n"
         "res = pricing.solve(a, np.array([900.0, 700.0, 500.0, 300.0]), U.Log(), device='cpu')\n"
-        "from allocator.pricing import kernels\n"
+        "from allocator.pricing._compiled import kernels\n"
         "print(json.dumps([kernels.loaded().route, 'numba' in sys.modules, res.converged, res.prices.tolist()]))"
     )
     route, numba_loaded, converged, prices = _fresh(code)  # type: ignore[misc]

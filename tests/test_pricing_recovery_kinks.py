@@ -1,11 +1,11 @@
-"""Primal recovery (``allocator.pricing.recovery``) at the kink of the target-priority utility (004 eq. 2).
+"""Primal recovery (``allocator.pricing.primal.recovery``) at the kink of the target-priority utility (004 eq. 2).
 
 A market of identical target-priority jobs whose target is the throughput of one pool clears with those jobs split
 between that pool alone and a mix of the pools around it, at prices where the three pools lie on one line (the
 subproblem's supporting line, 004 Sec. 4.1): the 400-node Gavel scenario of ``bench/planner.py`` (issue #16) is
 such a market. The reference optima are exact: CVXPY + Clarabel for the allocation problem (the relaxation the dual
 bounds), HiGHS' MILP for the same problem with at most two pools per job (the form the recovery prefers; a job may
-span more pools where only that reaches the dual bound, see ``allocator.pricing.recovery``).
+span more pools where only that reaches the dual bound, see ``allocator.pricing.primal.recovery``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing.oracle import DualOracle
+from allocator.pricing.dual.oracle import DualOracle
+from allocator.pricing.dual.subproblem import Subsolution
+from allocator.pricing.primal.recovery import recover_allocation
 from allocator.pricing.problem import Route, prepare
-from allocator.pricing.recovery import recover_allocation
-from allocator.pricing.subproblem import Subsolution
 
 
 def relaxation_optimum(a: np.ndarray, d: np.ndarray, r: np.ndarray, target: np.ndarray, w: np.ndarray) -> float:

@@ -1,5 +1,5 @@
-"""allocator.pricing.repair: the per-pool shed that replaces column scaling (004 Sec. 5) where a pool is over-used.
-Exact answers on hand-sized instances, and feasibility / no loss against column scaling on random ones."""
+"""allocator.pricing.primal.repair: the per-pool shed that replaces column scaling (004 Sec. 5) where a pool is
+over-used. Exact answers on hand-sized instances, and feasibility / no loss against column scaling on random ones."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing.oracle import DualOracle
+from allocator.pricing.dual.oracle import DualOracle
+from allocator.pricing.dual.subproblem import Subsolution
+from allocator.pricing.primal.repair import shed_overuse
 from allocator.pricing.problem import Problem, Route, prepare
-from allocator.pricing.repair import shed_overuse
-from allocator.pricing.subproblem import Subsolution
 
 
 def _one_pool(a: list[float], utility: U.UtilityBase, capacity: float) -> tuple[Problem, Subsolution, np.ndarray]:

@@ -6,7 +6,7 @@ of 004 Sec. 6.2) stopped at the 200-evaluation cap with gap 0.065 > eps = 0.01 a
 ``U*``: the recovery trimmed every job to two pools, and that market's optimum needs one job on three (the best
 allocation with two pools per job is at most -14.7232 by a MILP bound, ``U* = -14.7001``). Linear and target-priority
 markets also stalled on the dual side (L-BFGS crawling along a kink, ``g - U* = 1.4e-2`` after 200 evaluations); the
-cutting-plane step (:mod:`allocator.pricing.bundle`) takes over there.
+cutting-plane step (:mod:`allocator.pricing.optim.bundle`) takes over there.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ import pytest
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing.bundle import CuttingPlanes
-from allocator.pricing.discovery import PriceDiscovery
-from allocator.pricing.lbfgs import LBFGSRun
-from allocator.pricing.oracle import DualOracle
+from allocator.pricing.dual.oracle import DualOracle
+from allocator.pricing.optim.bundle import CuttingPlanes
+from allocator.pricing.optim.lbfgs import LBFGSOptions, LBFGSRun
 from allocator.pricing.problem import Route, prepare
 
 
@@ -121,15 +120,15 @@ def test_the_reported_instance_needs_a_job_on_three_pools() -> None:
 
 def _run(a: np.ndarray, r: np.ndarray, u: U.UtilityBase, *, cutting_planes: bool, max_iter: int) -> LBFGSRun:
     prob = prepare(a, r, u, None, Route("numpy", "cpu", "float64"))
-    run = LBFGSRun(PriceDiscovery(), DualOracle(prob), 1e-3 * a.shape[0], max_iter)
+    run = LBFGSRun(LBFGSOptions(), DualOracle(prob), 1e-3 * a.shape[0], max_iter)
     run.cutting_planes = cutting_planes
     run.optimise(np.asarray(U.initial_prices(u, prob.a, prob.capacity), dtype=np.float64))
     return run
 
 
 def test_route_cutting_plane_closes_the_dual_where_lbfgs_crawls() -> None:
-    """Route ``cutting-plane`` (:mod:`allocator.pricing.lbfgs`): two jobs on two pools, linear utility. L-BFGS alone
-    (the presolve's configuration, route ``subgradient``) crawls: ``g - U*`` stays above 1e-2 after 100
+    """Route ``cutting-plane`` (:mod:`allocator.pricing.optim.lbfgs`): two jobs on two pools, linear utility. L-BFGS
+    alone (the presolve's configuration, route ``subgradient``) crawls: ``g - U*`` stays above 1e-2 after 100
     evaluations (and 200). With the hand-over the prices are optimal within 100: ``g`` within 1e-6 of ``U*``."""
     a, r = section_64(2, 2, 1)
     u = U.Linear()

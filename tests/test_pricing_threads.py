@@ -11,7 +11,8 @@ import torch
 
 from allocator import pricing
 from allocator import utilities as U
-from allocator.pricing import kernels, threads
+from allocator.pricing import threads
+from allocator.pricing._compiled import kernels
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ splits into one small problem per job, solved analytically and vectorised over a
 (Sec. 4 / Alg. 1). ``q = R - r`` is a subgradient (eq. 9). Prices are updated by
 a projected L-BFGS on ``p >= 0`` (memory 10, Armijo backtracking along the projected path, preconditioned by the
 unit-elasticity scaling ``diag(p / R)``); where L-BFGS stalls on a nonsmooth ``g`` (few jobs: each job's solution
-jumps between hull vertices) a trust-region cutting-plane step takes over (:mod:`~allocator.pricing.lbfgs` has the
+jumps between hull vertices) a trust-region cutting-plane step takes over (:mod:`~allocator.pricing.optim.lbfgs` has the
 route table). Every evaluation also yields a feasible allocation, by scaling down the columns of over-used pools
 (Sec. 5), whose utility is a lower bound; the method stops when ``g(p) - U(X_feasible) <= eps`` (default ``eps =
 1e-3 n``, scaled by the utility's range for target-priority: :func:`default_eps`). Initial prices are eq. (17)
@@ -32,23 +32,27 @@ Scale-out: the dual function is a sum over jobs, so :func:`solve_distributed` sh
 ``torch.distributed`` group and all-reduces resource usage, dual and primal sums every evaluation; the price update
 is replicated identically on every rank.
 
-Modules, one job each:
+Packages and modules, one job each (layers, bottom up; kept by import contracts):
 
-- :mod:`~allocator.pricing.problem`: the route table, the problem's data, input validation and conversion, change
-  detection;
-- :mod:`~allocator.pricing.subproblem`: the per-job subproblem (hull walk, all-pairs reference), Sec. 4;
-- :mod:`~allocator.pricing.kernels`: the compiled CPU kernels and their loading routes (ahead of time or just in
-  time; :mod:`~allocator.pricing.numba_kernels` is their source, :mod:`~allocator.pricing.aot` the AOT build);
-- :mod:`~allocator.pricing.oracle`: the dual oracle: ``g(p)``, its subgradient and the feasible allocation, Sec. 3, 5;
-- :mod:`~allocator.pricing.recovery`: the exact LP split of tied jobs (primal recovery; imports scipy when used; a
-  job may span three pools or more where the market's optimum needs it);
-- :mod:`~allocator.pricing.repair`: the per-pool shed that makes the final allocation feasible where a pool is
-  over-used (instead of scaling its whole column, Sec. 5);
-- :mod:`~allocator.pricing.lbfgs`: the projected L-BFGS price update and stopping rule, Alg. 2;
-- :mod:`~allocator.pricing.bundle`: the cutting-plane price step for nonsmooth duals;
-- :mod:`~allocator.pricing.threads`: torch threads of a torch-route CPU solve;
+- :mod:`~allocator.pricing._compiled`: the compiled CPU kernels (:mod:`~allocator.pricing._compiled.numba_kernels`
+  is their source), their loading routes (:mod:`~allocator.pricing._compiled.kernels`: ahead of time or just in
+  time) and the AOT build (:mod:`~allocator.pricing._compiled.aot`); imports nothing of the rest;
+- :mod:`~allocator.pricing.problem`: the route table, the problem's data, input validation and conversion;
+  :mod:`~allocator.pricing.threads`: torch threads of a torch-route CPU solve;
+- :mod:`~allocator.pricing.dual`: the per-job subproblem (:mod:`~allocator.pricing.dual.subproblem`: hull walk,
+  all-pairs reference, Sec. 4), the dual oracle (:mod:`~allocator.pricing.dual.oracle`: ``g(p)``, its subgradient
+  and the column-scaled feasible allocation, Sec. 3, 5) and the reuse state of incremental re-solves with its change
+  detection (:mod:`~allocator.pricing.dual.reuse`);
+- :mod:`~allocator.pricing.primal`: the exact LP split of tied jobs (:mod:`~allocator.pricing.primal.recovery`;
+  imports the LP solver when used; a job may span three pools or more where the market's optimum needs it), the
+  per-pool shed that makes the final allocation feasible where a pool is over-used
+  (:mod:`~allocator.pricing.primal.repair`, instead of scaling its whole column, Sec. 5) and the SLSQP polish of
+  small markets (:mod:`~allocator.pricing.primal.polish`);
 - :mod:`~allocator.pricing.result`: the result types;
-- :mod:`~allocator.pricing.discovery`: the driver (presolve, escalation, incremental re-solves) and entry points.
+- :mod:`~allocator.pricing.optim`: the projected L-BFGS price update and stopping rule
+  (:mod:`~allocator.pricing.optim.lbfgs`, Alg. 2), the cutting-plane price step for nonsmooth duals
+  (:mod:`~allocator.pricing.optim.bundle`) and the driver (:mod:`~allocator.pricing.optim.discovery`: presolve,
+  escalation, incremental re-solves) with the entry points.
 
 ``import allocator.pricing`` loads numpy, not torch, scipy or numba: the kernels load on the first solve (outside
 its clock) or when :func:`load_kernels` is called, the LP solver when a recovery first needs it.
@@ -56,9 +60,9 @@ its clock) or when :func:`load_kernels` is called, the LP solver when a recovery
 
 from __future__ import annotations
 
-from allocator.pricing.discovery import PriceDiscovery, default_eps, solve, solve_distributed
-from allocator.pricing.kernels import load as load_kernels
-from allocator.pricing.oracle import dual_evaluation
+from allocator.pricing._compiled.kernels import load as load_kernels
+from allocator.pricing.dual.oracle import dual_evaluation
+from allocator.pricing.optim.discovery import PriceDiscovery, default_eps, solve, solve_distributed
 from allocator.pricing.problem import Route, cuda_available, resolve_device, resolve_dtype, resolve_route
 from allocator.pricing.result import IterationRecord, PricingResult
 

@@ -1,7 +1,7 @@
 """Problem data and input handling: the route table (which array library and device a solve runs on,
-:func:`resolve_route`), validation and conversion of throughputs, capacities, demands and utility (:func:`prepare`),
-and the change detection of an incremental re-solve (:func:`changed_rows`). The problem is eq. (4) of 004 with the
-per-job demands of its Sec. 7.1.
+:func:`resolve_route`), validation and conversion of throughputs, capacities, demands and utility (:func:`prepare`). The
+problem is eq. (4) of 004 with the per-job demands of its Sec. 7.1 (the change detection of an incremental re-solve is
+:func:`allocator.pricing.dual.reuse.changed_rows`).
 
 Routes (:func:`resolve_route`; the array code is the same for both, :mod:`allocator._xp`):
 
@@ -40,21 +40,17 @@ from allocator._xp import (
     as_numpy,
     device_of,
     dtype_name,
-    equal,
-    flatnonzero,
     is_tensor,
     is_torch_dtype,
     namespace,
     torch,
 )
-from allocator.pricing.result import Reuse
-from allocator.utilities import Utility, UtilityBase
+from allocator.utilities import Utility
 
 __all__ = [
     "Backend",
     "Problem",
     "Route",
-    "changed_rows",
     "cuda_available",
     "prepare",
     "resolve_device",
@@ -257,57 +253,3 @@ def validate_throughput(a: Array, rows: Array | None = None) -> None:
     if not (bool(lo >= 0) and bool(hi < np.inf)):
         xp = namespace(a)
         first_bad("throughput", ~xp.isfinite(a) | (a < 0), a, "finite and non-negative")
-
-
-def _same(x: Any, y: Any) -> bool:
-    arrays = (np.ndarray,)
-    if is_tensor(x) or is_tensor(y) or isinstance(x, arrays) or isinstance(y, arrays):
-        return tuple(np.shape(x)) == tuple(np.shape(y)) and equal(x, y)
-    return bool(x == y)
-
-
-def changed_rows(state: Reuse, prob: Problem) -> Array | None:
-    """Rows of ``prob`` whose subproblem may differ from the one ``state`` solved (throughputs, demands or utility
-    parameters changed), or ``None`` when nothing can be reused (other shapes, dtype, route or device, another
-    utility family or a changed shared parameter; utilities outside :class:`allocator.utilities.UtilityBase`)."""
-    a, old = prob.a, state.a
-    if (
-        is_tensor(a) != is_tensor(old)
-        or a.shape != old.shape
-        or a.dtype != old.dtype
-        or device_of(a) != device_of(old)
-    ):
-        return None
-    xp = namespace(a)
-    if device_of(a) == "cpu":
-        from allocator.pricing.kernels import rows_differ
-
-        mask = rows_differ(np.ascontiguousarray(as_numpy(a)), np.ascontiguousarray(as_numpy(old)))
-        changed = torch().from_numpy(mask) if is_tensor(a) else mask
-    else:
-        changed = xp.any(a != old, axis=1)
-    d, od = prob.demand, state.demand
-    if d is not None or od is not None:
-        # ``None`` means a demand of 1 for every job
-        d_: Any = 1.0 if d is None else d
-        od_: Any = 1.0 if od is None else od
-        if d is not None and od is not None and d.shape != od.shape:
-            return None
-        diff = d_ != od_
-        changed = changed | (diff if diff.ndim == 1 else xp.any(diff, axis=1))
-    u, ou = prob.utility, state.utility
-    if type(u) is not type(ou) or not isinstance(u, UtilityBase):
-        return None
-    mine, theirs = vars(u), vars(ou)
-    if mine.keys() != theirs.keys():
-        return None
-    for name, value in mine.items():
-        other = theirs[name]
-        per_job = name in u._params and getattr(value, "ndim", 0) == 1 and getattr(other, "ndim", 0) == 1
-        if per_job and is_tensor(value) == is_tensor(other):
-            if other.shape != value.shape:
-                return None
-            changed = changed | (value != other)
-        elif not _same(value, other):
-            return None
-    return flatnonzero(changed)

@@ -1,5 +1,6 @@
 """Results of price discovery: :class:`PricingResult` (bounds, allocation, status, timings) and the per-evaluation
-:class:`IterationRecord`; :class:`Reuse` is the state a result keeps for an incremental re-solve (``previous=``)."""
+:class:`IterationRecord`. A result keeps the state of an incremental re-solve (``previous=``), a
+:class:`allocator.pricing.dual.reuse.Reuse`."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from allocator._xp import Array
-from allocator.pricing.subproblem import Subsolution
-from allocator.utilities import Utility
+from allocator.pricing.dual.reuse import Reuse
 
-__all__ = ["IterationRecord", "PricingResult", "Reuse", "Status"]
+__all__ = ["IterationRecord", "PricingResult", "Status"]
 
 ArrayLike = Any
 Status = Literal["optimal", "max_iter", "stalled", "infeasible", "empty"]
@@ -30,23 +29,6 @@ class IterationRecord:
     primal_value: float  #: utility of the column-scaled feasible allocation, a lower bound
     gap: float  #: best upper bound minus best lower bound so far
     kind: str  #: "init", "lbfgs", "subgradient"
-
-
-@dataclass
-class Reuse:
-    """What a later solve needs to reuse this solve's per-job subproblem solutions (``previous=`` of :func:`solve`):
-    the evaluated problem (a private copy of the throughputs, after closed pools were masked), the utility it was
-    solved with, and the subsolution at ``prices`` (the best dual prices, where a warm start begins)."""
-
-    a: Array
-    demand: Array | None
-    utility: Utility
-    prices: np.ndarray
-    sol: Subsolution
-    capacity: Array
-    r_local: np.ndarray | None  #: the sums of the evaluation at ``prices`` (see :class:`Evaluation`)
-    net_local: float
-    u_local: float
 
 
 @dataclass

@@ -8,7 +8,7 @@ Measured (``python -m bench.pricing``, section "Threads"; docs/bench/pricing.md)
   target-priority alike: torch's intra-op workers wait at barriers for descheduled peers;
 - quiet (load average 0.6, the earlier benchmark): two threads gained at most 8 % at n = 10^6 (0.211 s against
   0.228 s of one thread's CPU time), because most of an evaluation is the compiled hull walk
-  (:mod:`allocator.pricing.kernels`), which is single-threaded whatever torch's setting;
+  (:mod:`allocator.pricing._compiled.kernels`), which is single-threaded whatever torch's setting;
 - below ~10^5 entries the elementwise operations take tens of microseconds, less than waking a worker costs.
 
 So every CPU solve runs on one intra-op thread: the gain of a second thread is small on a quiet machine and the loss

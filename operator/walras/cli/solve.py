@@ -8,8 +8,9 @@ instance of Sec. 6.4 (pool ``j``'s throughputs ``U(0, 1)`` scaled so that pools 
 
 Timings: ``seconds`` is the solve alone (the clock of :func:`allocator.pricing.solve`); ``startup_seconds`` is what
 the process paid before that clock started to load the compiled kernels (``kernel_route``: ``aot`` when the image's
-ahead-of-time module is installed, ``jit`` otherwise, see :mod:`allocator.pricing.kernels`); ``import_seconds`` is
-the time from the process's start to this command's start (interpreter and imports; Linux only, else ``null``).
+ahead-of-time module is installed, ``jit`` otherwise, see :mod:`allocator.pricing._compiled.kernels`);
+``import_seconds`` is the time from the process's start to this command's start (interpreter and imports; Linux only,
+else ``null``).
 """
 
 from __future__ import annotations

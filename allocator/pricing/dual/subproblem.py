@@ -22,9 +22,9 @@ and ``c_i`` is the lower convex hull of the points ``(0, 0)`` and ``(a_ij, c_ij)
     utility on every chord; kept as an independent reference and for the hull-vs-pairs benchmark.
 
 On CPU, for the built-in utility families, :func:`solve_hull` runs the same walk compiled, one job at a time
-(:mod:`allocator.pricing.kernels`): the vectorised walk costs a few dozen array operations per evaluation whatever
-``n`` is, which dominates small markets (10^4 jobs: about 3.5x slower than the compiled walk on this project's 2-core
-machine, 1 thread). The vectorised walk (numpy or torch, :mod:`allocator._xp`) remains the path on CUDA and for
+(:mod:`allocator.pricing._compiled.kernels`): the vectorised walk costs a few dozen array operations per evaluation
+whatever ``n`` is, which dominates small markets (10^4 jobs: about 3.5x slower than the compiled walk on this project's
+2-core machine, 1 thread). The vectorised walk (numpy or torch, :mod:`allocator._xp`) remains the path on CUDA and for
 user-defined utilities, and the reference the compiled walk is tested against.
 
 Both return a :class:`Subsolution`: the optimal ``t`` and the (at most two, Sec. 4.1) pools used, as a left and a
@@ -41,11 +41,13 @@ from allocator._xp import (
     arange,
     as_numpy,
     asarray_like,
+    copy,
     device_of,
     flatnonzero,
     full,
     is_tensor,
     namespace,
+    numel,
     pick,
     repeat,
 )
@@ -150,6 +152,28 @@ class Subsolution:
         if self._ends is not None:
             self._ends = (a, self._ends[1])
 
+    def patched(self, rows: Array, new: Subsolution, a: Array) -> Subsolution:
+        """A new subsolution: this one with the solutions of the jobs ``rows`` replaced by ``new``'s (in that order;
+        the rows of an incremental re-solve, 004 Sec. 3: the jobs' subproblems are independent at fixed prices). Its
+        arrays are copies where rows change; this subsolution is left as it is. End values still pending stay so, to
+        be gathered from ``a`` (the throughputs with those rows updated) and the same costs."""
+        pending = self._ends is not None
+        names = ("t", "j_lo", "x_lo", "j_hi", "x_hi") if pending else self.FIELDS
+        values: dict[str, Array] = {}
+        for name in names:
+            value = getattr(self, name)
+            if numel(rows):
+                value = copy(value)
+                value[rows] = getattr(new, name)
+            values[name] = value
+        if not pending:
+            return Subsolution(*(values[name] for name in self.FIELDS))
+        assert self._ends is not None
+        v = values
+        return Subsolution(
+            v["t"], v["j_lo"], v["x_lo"], None, None, v["j_hi"], v["x_hi"], None, None, ends=(a, self._ends[1])
+        )
+
     def with_fractions(self, x_lo: Array, x_hi: Array) -> Subsolution:
         """The same pools and ends with other time fractions (``t`` is kept as given; a repaired allocation)."""
         if self._ends is not None:
@@ -172,7 +196,7 @@ class Subsolution:
         """The allocation as an ``n x m`` matrix, each column multiplied by ``scale`` (``(m,)``) when given."""
         n = self.t.shape[0]
         if device_of(self.t) == "cpu":
-            from allocator.pricing.kernels import dense_fill
+            from allocator.pricing._compiled.kernels import dense_fill
 
             s = np.ones(m) if scale is None else as_numpy(scale).astype(np.float64)
             x_lo = as_numpy(self.x_lo)
@@ -211,7 +235,7 @@ def _assemble(a: Array, c: Array, t: Array, j_lo: Array, j_hi: Array) -> Subsolu
 def compiled_args(
     a: Array, c: Array, utility: Utility
 ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray] | None:
-    """The arguments of the compiled walk (:func:`allocator.pricing.kernels.walk`): ``(a, c, family,
+    """The arguments of the compiled walk (:func:`allocator.pricing._compiled.kernels.walk`): ``(a, c, family,
     w, q)`` as C-contiguous numpy arrays in ``a``'s dtype (``c`` one shared row for unit demands), or ``None`` where
     the compiled walk does not apply (arrays on a GPU, a utility without ``kernel_spec``)."""
     if device_of(a) != "cpu":
@@ -245,14 +269,14 @@ def solve_hull(
     once at the end.
 
     On CPU (numpy arrays, or CPU tensors), for the built-in utility families (``utility.kernel_spec()``), the same
-    walk runs compiled, one job at a time (:mod:`allocator.pricing.kernels`), unless ``compiled=False``;
+    walk runs compiled, one job at a time (:mod:`allocator.pricing._compiled.kernels`), unless ``compiled=False``;
     ``compiled=True`` requires it. The vectorised walk below is the path everywhere else (CUDA, user-defined
     utilities).
     """
     if compiled is not False:
         args = compiled_args(a, c, utility)
         if args is not None:
-            from allocator.pricing.kernels import walk
+            from allocator.pricing._compiled.kernels import walk
 
             walked, _, _ = walk(*args)
             fields: list[Array] = [v for v in walked if v is not None]  # every field: the walk wrote the ends

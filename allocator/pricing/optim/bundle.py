@@ -13,8 +13,8 @@ is the next trial. A trial that lowers ``g`` by a tenth of the model's predicted
 (a serious step; the box grows when the step reached its edge); otherwise its cut refines the model (a null step;
 the box shrinks when the trial's value was above the centre's by more than the predicted decrease, i.e. the model
 was far off). On a polyhedral ``g`` this terminates once the cuts of the pieces around the minimiser are in the
-model; on a smooth ``g`` it is slower than L-BFGS, which is why :class:`allocator.pricing.lbfgs.LBFGSRun` switches to
-it only when L-BFGS stalls.
+model; on a smooth ``g`` it is slower than L-BFGS, which is why :class:`allocator.pricing.optim.lbfgs.LBFGSRun` switches
+to it only when L-BFGS stalls.
 
 The box is relative: pool ``j`` may move by ``radius * s_j`` with ``s_j = max(p_j, 1e-3 max_k p_k)`` (prices of
 scarce and abundant pools differ by orders of magnitude, the same scaling as Alg. 2's trust region). The LP is solved

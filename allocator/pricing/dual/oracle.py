@@ -1,31 +1,40 @@
 """The dual oracle of price discovery (004 Sec. 3 and 5): at prices ``p``, every job's subproblem is solved
-(:mod:`allocator.pricing.subproblem`), giving the dual value ``g(p) = p^T R + sum_i max_x [u_i - (p * d_i)^T x_i]``
+(:mod:`allocator.pricing.dual.subproblem`), giving the dual value ``g(p) = p^T R + sum_i max_x [u_i - (p * d_i)^T x_i]``
 (an upper bound on ``U*``), the subgradient ``q = R - r`` (eq. 9), and the utility of the column-scaled feasible
-allocation (a lower bound, Sec. 5). :meth:`DualOracle.recover` adds the LP split of tied jobs
-(:mod:`allocator.pricing.recovery`).
+allocation (a lower bound, Sec. 5). The LP split of tied jobs at an evaluation's prices
+(:func:`allocator.pricing.primal.recovery.recover`) may raise that bound; it is stored in the evaluation.
 
 Where the walk runs compiled (CPU arrays, a built-in utility family), it also accumulates the usage per pool and
-what the jobs pay in the same pass over the jobs (:func:`allocator.pricing.kernels.walk`), and the utility sums are
-taken by numpy on both array routes (:attr:`DualOracle.compiled_utility`): an evaluation of 10^6 jobs then makes
-one pass over them plus numpy's vectorised ``value`` instead of the walk and five array expressions after it."""
+what the jobs pay in the same pass over the jobs (:func:`allocator.pricing._compiled.kernels.walk`), and the utility
+sums are taken by numpy on both array routes (:attr:`DualOracle.compiled_utility`): an evaluation of 10^6 jobs then
+makes one pass over them plus numpy's vectorised ``value`` instead of the walk and five array expressions after it."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from allocator._xp import Array, as_numpy, device_of, fsum, is_tensor, namespace, numel, pick, scatter_sum
 from allocator._xp import torch as _torch
+from allocator.pricing.dual.reuse import Reuse
+from allocator.pricing.dual.subproblem import Subsolution, compiled_args, solve_hull, solve_pairs
 from allocator.pricing.problem import ArrayLike, Problem, prepare, resolve_route
-from allocator.pricing.recovery import MAX_SCAN, Recovery, recover_allocation, split_jobs
-from allocator.pricing.result import Reuse
-from allocator.pricing.subproblem import Subsolution, compiled_args, solve_hull, solve_pairs
 from allocator.utilities import Utility
 
-__all__ = ["DualOracle", "Evaluation", "dual_evaluation", "usage_weights"]
+__all__ = ["DualOracle", "Evaluation", "FeasiblePoint", "dual_evaluation", "usage_weights"]
+
+
+class FeasiblePoint(Protocol):
+    """A feasible allocation found at an evaluation's prices by other means than column scaling (the LP split of
+    :func:`allocator.pricing.primal.recovery.recover`): what the driver reads of it."""
+
+    allocation: Array  #: (n, m)
+    throughputs: Array  #: (n,)
+    usage: np.ndarray  #: (m,) float64
+    utility: float  #: exact sum of utilities of ``allocation``
 
 
 @dataclass
@@ -40,7 +49,8 @@ class Evaluation:
     #: primal one of its run is never used again, and a 10^6-job float32 subsolution holds 28-44 MB)
     sol: Subsolution | None
     t_feasible: Array | None
-    recovered: Recovery | None = None  #: set when the LP split of tied jobs beats column scaling
+    #: set when the LP split of tied jobs (:mod:`allocator.pricing.primal.recovery`) beats column scaling
+    recovered: FeasiblePoint | None = None
     #: this process's sums at ``prices``: usage per pool (float64, ``m + 1``, last: "none"), ``sum_i u_i(t_i) -
     #: c_i(t_i)`` and ``sum_i u_i(t_i)`` of the subproblem solutions (what an incremental re-solve updates row by row)
     r_local: np.ndarray | None = None
@@ -81,9 +91,10 @@ class DualOracle:
         self._compiled_utility: Utility | bool | None = False  # not determined yet
         self.cap64 = as_numpy(prob.capacity).astype(np.float64)
         self.evaluations = 0
-        #: (the previous solve's state, rows to solve again): set by a solve given ``previous=``; used once, by the
-        #: first evaluation at exactly the state's prices
-        self.reuse: tuple[Reuse, Array] | None = None
+        #: (the previous solve's state, rows to solve again, the private copy of the throughputs kept for the next
+        #: re-solve): set by a solve given ``previous=``; used once, by the first evaluation at exactly the state's
+        #: prices; the state is only read
+        self.reuse: tuple[Reuse, Array, Array] | None = None
         self.resolved: int | None = None
 
     @property
@@ -124,7 +135,7 @@ class DualOracle:
         changed rows' old and new contributions. ``None`` otherwise (a full evaluation follows)."""
         if self.reuse is None or self.method != "hull" or not np.array_equal(prices, self.reuse[0].prices):
             return None
-        state, rows = self.reuse
+        state, rows, kept_a = self.reuse
         self.reuse = None
         self.resolved = numel(rows)
         prob = self.prob
@@ -132,6 +143,7 @@ class DualOracle:
         sums: tuple[np.ndarray, float, float] | None = None
         if state.r_local is not None and math.isfinite(state.net_local) and math.isfinite(state.u_local):
             sums = (state.r_local.copy(), state.net_local, state.u_local)
+        new: Subsolution | None = None
         if numel(rows):
             old = base.rows(rows)
             util = prob.utility.take(rows)
@@ -147,15 +159,12 @@ class DualOracle:
                     u_sum = u_sum + sign * u_part
                     r = r + sign * r_part
                 sums = (r, net, u_sum) if math.isfinite(net) and math.isfinite(u_sum) else None
-            # in place: the previous solve's state is consumed (see ``previous=`` of :func:`solve`). End values still
-            # to be gathered stay so: they come from the state's throughputs (already patched for these rows) and
-            # the costs at these same prices
-            names = ("t", "j_lo", "x_lo", "j_hi", "x_hi") if base.pending else Subsolution.FIELDS
-            for name in names:
-                getattr(base, name)[rows] = getattr(new, name)
+        # a new subsolution (the previous solve's state is left as it is): the changed rows patched into copies, end
+        # values still to be gathered from the new private throughputs ``kept_a`` and the costs at these same prices
+        sol = base.patched(rows, base if new is None else new, kept_a)
         if sums is None:
-            sums = self._sums(base)
-        return base, sums[0], sums[1], sums[2]
+            sums = self._sums(sol)
+        return sol, sums[0], sums[1], sums[2]
 
     def _part_sums(self, part: Subsolution, demand: Array | None, util: Utility) -> tuple[np.ndarray, float, float]:
         """``(r, net, u)`` of some jobs' solutions ``part`` (their demands and utility), in the arithmetic of a full
@@ -175,14 +184,14 @@ class DualOracle:
         return r, u_part - paid, u_part
 
     def _walk_sums(self, c: Array) -> tuple[Subsolution, np.ndarray, float, float] | None:
-        """The compiled walk with the usage and cost sums in the same pass (:func:`allocator.pricing.kernels.walk`)
-        and the utilities after it: ``(sol, r, net, u)`` as :meth:`_sums` gives them, or ``None`` where the compiled
-        walk does not apply."""
+        """The compiled walk with the usage and cost sums in the same pass
+        (:func:`allocator.pricing._compiled.kernels.walk`) and the utilities after it: ``(sol, r, net, u)`` as
+        :meth:`_sums` gives them, or ``None`` where the compiled walk does not apply."""
         prob = self.prob
         args = compiled_args(prob.a, c, prob.utility)
         if args is None:
             return None
-        from allocator.pricing.kernels import walk
+        from allocator.pricing._compiled.kernels import walk
 
         demand = None if prob.demand is None else as_numpy(prob.demand)
         # With unit demands the costs are one shared row, and the end values are gathered from it and from ``a``
@@ -234,35 +243,6 @@ class DualOracle:
         if d.ndim == 1:
             return d[:, None] * p
         return d * p
-
-    #: Candidate-pool tolerances tried in turn by :meth:`recover`: exact ties first, then near ties, which lets the
-    #: LP reach U* from prices that are only close to optimal (piecewise-linear g: linear and target utilities).
-    RECOVERY_RTOLS = (1e-6, 1e-3, 3e-2)
-
-    def recover(self, ev: Evaluation, target: float) -> bool:
-        """Try the LP recovery of :mod:`allocator.pricing.recovery` at ``ev``'s prices (single process only), with
-        each tolerance of :attr:`RECOVERY_RTOLS` until its utility reaches ``target``; keep the best in ``ev``
-        (raising ``ev.primal``) when it beats the column-scaled allocation."""
-        if self.group is not None or ev.recovered is not None:
-            return False
-        if split_jobs(ev.subsolution(), self.m) > MAX_SCAN:
-            return False  # a large market of distinct jobs: too many tied jobs to sort into classes
-        prob = self.prob
-        costs = self.costs(self.prices_array(ev.prices))
-        best: Recovery | None = None
-        for rtol in self.RECOVERY_RTOLS:
-            rec = recover_allocation(
-                prob.a, costs, prob.demand, self.cap64, ev.subsolution(), prob.utility, rtol=rtol, target=target
-            )
-            if rec is not None and (best is None or rec.utility > best.utility):
-                best = rec
-            if best is not None and best.utility >= target:
-                break
-        if best is None or not best.utility > ev.primal:
-            return False
-        ev.recovered = best
-        ev.primal = best.utility
-        return True
 
     def __call__(self, prices: np.ndarray) -> Evaluation:
         prob = self.prob
@@ -318,7 +298,7 @@ def feasible_throughputs(sol: Subsolution, scale64: np.ndarray, a: Array) -> Arr
     if is_tensor(sol.t) and sol.t.device.type != "cpu":
         scale = _torch().as_tensor(scale64, dtype=sol.t.dtype).to(sol.t.device)
         return sol.a_lo * sol.x_lo * scale[sol.j_lo] + sol.a_hi * sol.x_hi * scale[sol.j_hi]
-    from allocator.pricing.kernels import scaled_throughput
+    from allocator.pricing._compiled.kernels import scaled_throughput
 
     an = np.ascontiguousarray(as_numpy(a))
     out = scaled_throughput(an, as_numpy(sol.j_lo), as_numpy(sol.x_lo), as_numpy(sol.j_hi), as_numpy(sol.x_hi), scale64)

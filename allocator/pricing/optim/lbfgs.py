@@ -12,7 +12,7 @@ step                when                                                        
                     line search fails, or over :attr:`LBFGSRun.STALL_WINDOW`        plane model of all evaluations
                     evaluations the best dual value fell by less than 1 % of the    over a box around the best
                     gap, 10 % with every line search backtracking, or 30 % over     prices
-                    three windows (:meth:`LBFGSRun._dual_stalled`; few jobs: 004    (:mod:`allocator.pricing.bundle`)
+                    three windows (:meth:`LBFGSRun._dual_stalled`; few jobs: 004    (``optim.bundle``)
                     Sec. 6.2 with 2-30 jobs); for the rest of the run. A float32
                     run that may escalate and stalls at the level of its rounding
                     continues in float64 instead, and takes this step if it
@@ -27,24 +27,40 @@ there) has optimal prices; it stops stepping and leaves the gap to the primal re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from allocator.pricing.bundle import CuttingPlanes
-from allocator.pricing.oracle import DualOracle, Evaluation
+from allocator.pricing.dual.oracle import DualOracle, Evaluation
+from allocator.pricing.optim.bundle import CuttingPlanes
+from allocator.pricing.primal.recovery import recover
 from allocator.pricing.result import IterationRecord
 
-if TYPE_CHECKING:
-    from allocator.pricing.discovery import PriceDiscovery
+__all__ = ["LBFGSOptions", "LBFGSRun"]
 
-__all__ = ["LBFGSRun"]
+
+@dataclass(frozen=True)
+class LBFGSOptions:
+    """What one run of Algorithm 2 takes from the driver's configuration (:class:`~allocator.pricing.PriceDiscovery`
+    has the same fields with the same defaults and documents them): the L-BFGS ``memory``, the backtracking trials
+    per iteration ``max_line_search``, the Armijo constant ``armijo``, the initial trust region ``max_ratio``, whether
+    to keep the per-evaluation history (``record_history``, reported to ``on_evaluation`` as it happens) and whether
+    to try the LP recovery of tied jobs (``recover``)."""
+
+    memory: int = 10
+    max_line_search: int = 12
+    armijo: float = 1e-4
+    max_ratio: float = 1.5
+    record_history: bool = True
+    recover: bool = True
+    on_evaluation: Callable[[IterationRecord], None] | None = None
 
 
 class LBFGSRun:
     """State of one run of Algorithm 2 (projected L-BFGS on the dual, with best-bound bookkeeping)."""
 
-    def __init__(self, cfg: PriceDiscovery, evaluator: DualOracle, eps: float, max_iter: int) -> None:
+    def __init__(self, cfg: LBFGSOptions, evaluator: DualOracle, eps: float, max_iter: int) -> None:
         self.cfg = cfg
         self.evaluate_fn = evaluator
         self.eps = eps
@@ -95,7 +111,7 @@ class LBFGSRun:
             return
         self.recoveries += 1
         self.last_recovery = self.evaluations
-        if self.evaluate_fn.recover(ev, self.best_dual[1].dual - self.eps) and ev.primal > self.best_primal.primal:
+        if recover(self.evaluate_fn, ev, self.best_dual[1].dual - self.eps) and ev.primal > self.best_primal.primal:
             self.best_primal = ev
 
     def finish(self) -> None:
@@ -290,8 +306,8 @@ class LBFGSRun:
         return recent <= self.NOISE * scale
 
     def _cutting_planes(self) -> None:
-        """The rest of the run in cutting-plane steps (:mod:`allocator.pricing.bundle`) around the best dual prices,
-        until the stopping rule holds, the evaluations run out, or the model is minimised at the best prices.
+        """The rest of the run in cutting-plane steps (:mod:`allocator.pricing.optim.bundle`) around the best dual
+        prices, until the stopping rule holds, the evaluations run out, or the model is minimised at the best prices.
 
         A float32 run that may escalate and whose stall is rounding noise (:meth:`_noise_stall`) stops here instead
         (a precision stall): near the optimum its dual values differ by less than their rounding, which stalls

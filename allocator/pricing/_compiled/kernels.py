@@ -1,19 +1,20 @@
 """The compiled CPU kernels of price discovery and how they are loaded (a route table).
 
 The kernels themselves (the per-job hull walk of 004 Sec. 4 / Alg. 1, and three one-pass helpers) are in
-:mod:`allocator.pricing.numba_kernels`. Loading them is a one-time cost of a process, kept out of every solve's
-clock: :func:`load` is called by :meth:`allocator.pricing.PriceDiscovery.solve` before its timer starts and reports
-what it paid (``PricingResult.startup_seconds``); a long-running process (the operator) calls it at start-up.
+:mod:`allocator.pricing._compiled.numba_kernels`. Loading them is a one-time cost of a process, kept out of every
+solve's clock: :func:`load` is called by :meth:`allocator.pricing.PriceDiscovery.solve` before its timer starts and
+reports what it paid (``PricingResult.startup_seconds``); a long-running process (the operator) calls it at start-up.
 
 Routes, tried in this order (``WALRAS_PRICING_KERNELS=aot|jit`` or :func:`load` ``route=`` forces one):
 
 ========  ==========================================================  =============================================
 route     when                                                        cost of the first call in a process
 ========  ==========================================================  =============================================
-``aot``   the extension module ``allocator.pricing._kernels_aot``     importing a shared library (milliseconds);
-          exists and was built from the current kernel source         numba is not imported
-          (:func:`source_tag`): ``python -m allocator.pricing.aot``
-          (the operator image does it at build time)
+``aot``   the extension module                                        importing a shared library (milliseconds);
+          ``allocator.pricing._compiled._kernels_aot`` exists and     numba is not imported
+          was built from the current kernel source (:func:`source_tag`):
+          ``python -m allocator.pricing._compiled.aot`` (the operator
+          image does it at build time)
 ``jit``   otherwise (a source checkout, an installed wheel)           importing numba (0.3-0.5 s) and loading the
                                                                       kernels from numba's on-disk cache (0.5-0.7
                                                                       s), or compiling them when there is no cache
@@ -48,8 +49,8 @@ __all__ = [
     "walk",
 ]
 
-#: The ahead-of-time extension module (built by :mod:`allocator.pricing.aot`).
-AOT_MODULE = "allocator.pricing._kernels_aot"
+#: The ahead-of-time extension module (built by :mod:`allocator.pricing._compiled.aot`).
+AOT_MODULE = "allocator.pricing._compiled._kernels_aot"
 
 _SUFFIX = {np.dtype(np.float32): "f4", np.dtype(np.float64): "f8"}
 
@@ -79,13 +80,13 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "numba_kernel
 
 
 def source_tag() -> str:
-    """A digest of the kernels' source (:mod:`allocator.pricing.numba_kernels`, read as a file, not imported). The
-    ahead-of-time module exports a function named ``source_<tag>``; a module built from another source is stale."""
+    """A digest of the kernels' source (:mod:`allocator.pricing._compiled.numba_kernels`, read as a file, not imported).
+    The ahead-of-time module exports a function named ``source_<tag>``; a module built from another source is stale."""
     return _aot_route.source_tag(_SOURCE)
 
 
 def _aot() -> Callable[[str, np.dtype], Callable[..., Any]]:
-    mod = _aot_route.load(AOT_MODULE, source_tag(), "allocator/pricing/numba_kernels.py")
+    mod = _aot_route.load(AOT_MODULE, source_tag(), "allocator/pricing/_compiled/numba_kernels.py")
 
     def get(name: str, dtype: np.dtype) -> Callable[..., Any]:
         fn: Callable[..., Any] = getattr(mod, f"{name}_{_SUFFIX[dtype]}")
@@ -95,7 +96,7 @@ def _aot() -> Callable[[str, np.dtype], Callable[..., Any]]:
 
 
 def _jit() -> Callable[[str, np.dtype], Callable[..., Any]]:
-    from allocator.pricing import numba_kernels
+    from allocator.pricing._compiled import numba_kernels
 
     def get(name: str, dtype: np.dtype) -> Callable[..., Any]:
         fn: Callable[..., Any] = getattr(numba_kernels, name)
@@ -163,7 +164,7 @@ def walk(
     length ``m + 1``, the last entry for "no pool"; the values ``numpy.bincount`` gives) and ``cost = sum_i
     c_i(t_i)`` (float64). ``demand`` is ``None`` (unit demands), per job ``(n,)`` or per job and pool ``(n, m)``.
     With ``ends=False`` the end values ``a_lo``, ``c_lo``, ``a_hi``, ``c_hi`` are not written and returned as
-    ``None`` (:class:`~allocator.pricing.subproblem.Subsolution` gathers them when they are read)."""
+    ``None`` (:class:`~allocator.pricing.dual.subproblem.Subsolution` gathers them when they are read)."""
     n, m = a.shape
     dt = a.dtype
     t, x_lo, x_hi = (np.empty(n, dtype=dt) for _ in range(3))

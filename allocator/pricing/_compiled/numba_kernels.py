@@ -1,5 +1,5 @@
 """Compiled CPU kernel of the per-job subproblem (paper 004, Sec. 4, Alg. 1): the hull walk of
-:func:`allocator.pricing.subproblem.solve_hull`, one job at a time in a loop compiled by numba.
+:func:`allocator.pricing.dual.subproblem.solve_hull`, one job at a time in a loop compiled by numba.
 
 The vectorised torch walk costs a few dozen tensor operations per dual evaluation whatever the number of jobs, which
 is most of an evaluation below ~10^4 jobs (per-operation overhead, not arithmetic). This kernel walks each job's lower
@@ -7,14 +7,14 @@ convex hull of ``(0, 0), (a_ij, c_ij)`` left to right exactly as the torch versi
 point right of the current one with the smallest slope, the first such point on ties; the walk stops at the first
 segment whose maximiser lies left of its right end), with the utility's maximiser of ``u(t) - alpha t`` on a segment
 in closed form (eqs. 15-16) for the built-in families, and assembles the
-:class:`~allocator.pricing.subproblem.Subsolution` fields (``x_hi = (t - a_lo) / (a_hi - a_lo)``, Sec. 4.1).
+:class:`~allocator.pricing.dual.subproblem.Subsolution` fields (``x_hi = (t - a_lo) / (a_hi - a_lo)``, Sec. 4.1).
 Slopes are computed in the input's dtype as in the torch walk and the maximisers rounded to it, so the two walks
 visit the same vertices; a compound formula (power, alpha-fair, the split ``x_hi``) can still differ in the last bit.
 The tests compare the two walks.
 
-This module is the source of both routes of :mod:`allocator.pricing.kernels`: imported, it compiles just in time
-(numba, on-disk cache where one is writable); :mod:`allocator.pricing.aot` compiles the same functions ahead of time
-into an extension module for the signatures in :data:`SIGNATURES`.
+This module is the source of both routes of :mod:`allocator.pricing._compiled.kernels`: imported, it compiles just in
+time (numba, on-disk cache where one is writable); :mod:`allocator.pricing._compiled.aot` compiles the same functions
+ahead of time into an extension module for the signatures in :data:`SIGNATURES`.
 
 Families (``family`` code, per-job ``w`` = weight and ``q`` = the family's parameter):
 0 linear ``w t``; 1 log ``w log t``; 2 power ``sign(q) w t^q`` (``q = 1`` linear); 3 alpha-fair ``w t^(1-q)/(1-q)``
@@ -231,7 +231,7 @@ def scaled_throughput_kernel(a, j_lo, x_lo, j_hi, x_hi, scale, out):
 
 def _signatures() -> dict[str, list[tuple[str, str]]]:
     """``{kernel: [(suffix, numba signature), ...]}``: the argument types the wrappers of
-    :mod:`allocator.pricing.kernels` pass (C-contiguous arrays, float32 or float64 values, int64 indices)."""
+    :mod:`allocator.pricing._compiled.kernels` pass (C-contiguous arrays, float32 or float64 values, int64 indices)."""
     out: dict[str, list[tuple[str, str]]] = {}
     for f in ("f4", "f8"):
         v = f"{f}[::1]"

@@ -24,25 +24,26 @@ from allocator._xp import (
     index_like,
     is_tensor,
     namespace,
+    numel,
     zeros,
 )
 from allocator._xp import torch as _torch
-from allocator.pricing import kernels
-from allocator.pricing.lbfgs import LBFGSRun
-from allocator.pricing.oracle import DualOracle, Evaluation
+from allocator.pricing._compiled import kernels
+from allocator.pricing.dual.oracle import DualOracle, Evaluation
+from allocator.pricing.dual.reuse import Reuse, changed_rows
+from allocator.pricing.optim.lbfgs import LBFGSOptions, LBFGSRun
+from allocator.pricing.primal.repair import Repair, shed_overuse
 from allocator.pricing.problem import (
     ArrayLike,
     Problem,
     Route,
-    changed_rows,
     first_bad,
     prepare,
     resolve_route,
     to_array,
     validate_throughput,
 )
-from allocator.pricing.repair import Repair, shed_overuse
-from allocator.pricing.result import IterationRecord, PricingResult, Reuse, Status
+from allocator.pricing.result import IterationRecord, PricingResult, Status
 from allocator.pricing.threads import intra_op_threads
 from allocator.utilities import Utility, initial_prices
 
@@ -176,6 +177,19 @@ class PriceDiscovery:
             more.startup_seconds = startup
             return more
 
+    def _lbfgs_options(self) -> LBFGSOptions:
+        """The options of one run of Alg. 2 (:class:`~allocator.pricing.optim.lbfgs.LBFGSRun`) in this
+        configuration."""
+        return LBFGSOptions(
+            memory=self.memory,
+            max_line_search=self.max_line_search,
+            armijo=self.armijo,
+            max_ratio=self.max_ratio,
+            record_history=self.record_history,
+            recover=self.recover,
+            on_evaluation=self.on_evaluation,
+        )
+
     def _solve(
         self,
         throughput: ArrayLike,
@@ -187,6 +201,62 @@ class PriceDiscovery:
         start: float,
         previous: PricingResult | None = None,
     ) -> PricingResult:
+        """One run of Alg. 2 of 004 in this configuration's dtype, in named steps: :meth:`_setup` (validation,
+        tolerance, warm start, change detection, infeasible jobs, closed pools), :meth:`_oracle` (the dual oracle,
+        with the reuse of ``previous``), :meth:`_optimise` (the price iterations), :meth:`_repair` and
+        :func:`_outcome` (status), :meth:`_allocation` (the returned allocation) and :meth:`_reuse_state` (what a
+        later ``previous=`` reuses). ``previous`` is only read."""
+        setup = self._setup(throughput, capacity, utility, demand, prices, group, previous)
+        evaluator, a_copy = self._oracle(setup, group)
+        run, presolved = self._optimise(setup, evaluator, group)
+        best_d, best_e = run.best_dual[1], run.best_primal
+        repaired = self._repair(setup, best_e, evaluator, group)
+        gap = best_d.dual - best_e.primal
+        status, converged, gap, message = _outcome(setup, run, gap, presolved)
+        best_p, x, t, usage = self._allocation(setup, run, repaired, throughput, group)
+        primal, dual = best_e.primal, best_d.dual
+        if status == "infeasible":
+            primal, dual, gap = -math.inf, -math.inf, math.inf
+        seconds = time.perf_counter() - start
+        return PricingResult(
+            prices=best_p,
+            allocation=as_numpy(x),
+            throughputs=as_numpy(t),
+            usage=usage,
+            utility_value=primal,
+            dual_value=dual,
+            gap=float(gap),
+            eps=setup.eps,
+            iterations=run.evaluations,
+            converged=converged,
+            status=status,
+            message=message,
+            seconds=seconds,
+            device=setup.route.device,
+            dtype=setup.route.dtype,
+            infeasible_jobs=setup.infeasible.astype(np.int64),
+            history=run.history,
+            presolve_evaluations=presolved,
+            resolved_jobs=evaluator.resolved,
+            _precision_stall=run.precision_stall and not converged,
+            _reuse=self._reuse_state(setup, run, a_copy, group),
+        )
+
+    def _setup(
+        self,
+        throughput: ArrayLike,
+        capacity: ArrayLike,
+        utility: Utility,
+        demand: ArrayLike | None,
+        prices: ArrayLike | None,
+        group: Any,
+        previous: PricingResult | None,
+    ) -> _Setup:
+        """The problem Alg. 2 runs on (eq. 4 with the demands of 004 Sec. 7.1): validated inputs on the route of
+        :func:`~allocator.pricing.problem.resolve_route`, the rows that changed since ``previous`` (its reuse state
+        applies to single-process hull-walk solves only), the stopping tolerance (Alg. 2 step 2, :func:`_tolerance`),
+        the warm start (:func:`_warm_start`), the jobs removed as infeasible (:func:`_infeasible_jobs`) and the
+        closed pools masked out (:func:`_mask_closed_pools`)."""
         if self.method not in ("hull", "pairs"):
             raise ValueError(f"method must be 'hull' or 'pairs', got {self.method!r}")
         route = resolve_route(self.device, self.dtype, self.backend, (throughput, capacity), group)
@@ -194,7 +264,6 @@ class PriceDiscovery:
             raise ValueError(f"previous must be a PricingResult, got {type(previous).__name__}")
         state = previous._reuse if previous is not None and group is None and self.method == "hull" else None
         prob = prepare(throughput, capacity, utility, demand, route, check_throughput=state is None)
-        xp = namespace(prob.a)
         rows: Array | None = None  # rows to solve again in an incremental re-solve (None: no reuse)
         if state is not None:
             rows = changed_rows(state, prob)
@@ -203,152 +272,93 @@ class PriceDiscovery:
             # unchanged rows equal rows validated by the previous solve
             validate_throughput(prob.a, rows)
         n, m = prob.a.shape
-        n_total = n
-        u_scale = utility_scale(prob.utility, n)
-        if group is not None:
-            import torch.distributed as dist
-
-            torch = _torch()
-            buf = torch.tensor([float(n), u_scale], dtype=torch.float64)
-            if dist.get_backend(group) == "nccl":
-                buf = buf.to(route.device)
-            dist.all_reduce(buf, group=group)
-            n_total, u_scale = int(buf[0].item()), float(buf[1].item())
-        eps = EPS_RELATIVE * (u_scale if n_total > 0 else 1.0) if self.eps is None else float(self.eps)
-        if not (eps > 0 and math.isfinite(eps)):
-            raise ValueError(f"eps must be positive and finite, got {self.eps!r}")
+        n_total, eps = _tolerance(prob, group, route, self.eps)
         max_iter = 200 if self.max_iter is None else int(self.max_iter)
         if max_iter < 1:
             raise ValueError(f"max_iter must be at least 1, got {self.max_iter!r}")
-        p0_given: np.ndarray | None = None
-        if prices is not None:
-            given = as_numpy(prices) if is_tensor(prices) else prices
-            p0t = to_array("prices", given, Route("numpy", "cpu", "float64"))
-            if p0t.shape != (m,):
-                raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
-            first_bad("prices", ~np.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
-            p0_given = p0t.copy()
-        if previous is not None:
-            if previous.prices.shape != (m,):
-                raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
-            if p0_given is None:
-                # the evaluation prices of the stored subsolution: the returned prices, except that closed pools
-                # (capacity 0, masked out of every subproblem) may have been re-priced after the run
-                kept = previous._reuse
-                p0_given = (kept.prices if kept is not None else previous.prices).astype(np.float64).copy()
-
-        # Jobs whose utility is -inf at t = 0 and that cannot get any throughput make the problem infeasible. In an
-        # incremental re-solve only the changed rows can be (the previous solve had none, with the same open pools).
-        open_pools = prob.capacity > 0
-        all_open = bool(open_pools.all())
-
-        def infeasible_rows(idx: Array | None) -> Array:
-            a_rows = prob.a if idx is None else prob.a[idx]
-            util = prob.utility if idx is None else prob.utility.take(idx)
-            k = a_rows.shape[0]
-            if util.n_jobs is None and k > 1:
-                # every parameter is shared (the protocol's ``n_jobs is None``): one value at zero for all jobs
-                doomed = xp.broadcast_to(xp.isneginf(util.value(zeros(1, like=a_rows))), (k,))
-            else:
-                doomed = xp.isneginf(util.value(zeros(k, like=a_rows)))
-            if not bool(doomed.any()):
-                return doomed
-            # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
-            # pools > 0": one reduction instead of two n x m boolean temporaries
-            reach = a_rows if all_open else a_rows[:, open_pools]
-            if not reach.shape[1]:
-                served = xp.zeros_like(doomed)
-            elif is_tensor(reach):
-                served = xp.amax(reach, axis=1) > 0
-            else:
-                # numpy reduces a short last axis row by row (67 ms at 10^6 x 4); the compiled one-pass comparison
-                # with zero (non-negative rows differ from zero exactly where some entry is positive) takes 6 ms
-                reach = np.ascontiguousarray(reach)
-                served = kernels.rows_differ(reach, np.zeros(reach.shape, dtype=reach.dtype))
-            return doomed & ~served
-
-        bad_rows: Array | None = None
-        if rows is None or bool(infeasible_rows(rows).any()):
-            bad_rows = infeasible_rows(None)
-            rows = None if bool(bad_rows.any()) else rows
-        infeasible = (
-            np.zeros(0, dtype=np.int64) if bad_rows is None else np.flatnonzero(as_numpy(bad_rows))
+        p0 = _warm_start(prices, previous, m)
+        prob, infeasible, keep, rows = _infeasible_jobs(prob, rows)
+        a_raw, closed, prob = _mask_closed_pools(prob)
+        return _Setup(
+            route=route,
+            prob=prob,
+            a_raw=a_raw,
+            n=n,
+            m=m,
+            n_total=n_total,
+            eps=eps,
+            max_iter=max_iter,
+            p0=p0,
+            infeasible=infeasible,
+            keep=keep,
+            closed=closed,
+            state=state,
+            rows=rows,
         )
-        keep: Array | None = None
-        if infeasible.size:
-            assert bad_rows is not None
-            keep = flatnonzero(~bad_rows)
-            prob = Problem(
-                a=prob.a[keep],
-                capacity=prob.capacity,
-                demand=None if prob.demand is None else prob.demand[keep],
-                utility=prob.utility.take(keep),
-            )
-        # Degenerate pools with zero capacity: nobody may use them; solve without them and price each at the
-        # largest marginal value any job would get from it, u_i'(t_i) a_ij / d_ij, so that no job wants it.
-        a_raw = prob.a
-        closed = as_numpy(prob.capacity <= 0)
-        if closed.any() and not closed.all():
-            mask = asarray_like(~closed, prob.a)
-            prob = Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
-        evaluator = DualOracle(prob, method=self.method, group=group)
-        a_copy: Array | None = None  # the private copy of the throughputs kept for the next incremental solve
-        if previous is not None and state is not None and rows is not None and keep is None:
-            # consume the previous state: its buffers are patched in place and move to this result
-            previous._reuse = None
-            evaluator.reuse = (state, rows)
-            state.a[rows] = a_raw[rows]
-            a_copy = state.a
-        run = LBFGSRun(self, evaluator, eps, max_iter)
-        run.low_precision = self.escalate and route.dtype == "float32" and group is None
+
+    def _oracle(self, setup: _Setup, group: Any) -> tuple[DualOracle, Array | None]:
+        """The dual oracle of 004 Sec. 3 and 5 for the set-up problem, and the private copy of the throughputs the
+        result keeps for a later re-solve when the previous solve's state is reused (``None``: the result copies
+        them). With reuse, the first evaluation solves again only the changed rows (the jobs' subproblems are
+        independent at fixed prices, Sec. 3); the previous state is only read, its buffers are copied where rows
+        change."""
+        evaluator = DualOracle(setup.prob, method=self.method, group=group)
+        state, rows = setup.state, setup.rows
+        if state is None or rows is None or setup.keep is not None:
+            return evaluator, None
+        a_raw = setup.a_raw
+        a_copy = state.a  # never written: shared with the previous state when no row changed
+        if numel(rows):
+            a_copy = copy(state.a)
+            a_copy[rows] = a_raw[rows]
+        evaluator.reuse = (state, rows, a_copy)
+        return evaluator, a_copy
+
+    def _optimise(self, setup: _Setup, evaluator: DualOracle, group: Any) -> tuple[LBFGSRun, int]:
+        """Alg. 2 of 004: from the warm start, else (cold starts of many jobs on one process) from the presolve's
+        prices and curvature (:meth:`_presolve`), else from eq. (17) (:meth:`_initial_prices`), the projected L-BFGS
+        price iterations until ``g(p) - U(X) <= eps`` (:class:`~allocator.pricing.optim.lbfgs.LBFGSRun`), then the
+        last-resort recovery at the best dual prices. Returns the run and the presolve's evaluations."""
+        prob = setup.prob
+        run = LBFGSRun(self._lbfgs_options(), evaluator, setup.eps, setup.max_iter)
+        run.low_precision = self.escalate and setup.route.dtype == "float32" and group is None
         presolved = 0
-        if p0_given is not None:
-            p0 = p0_given
+        if setup.p0 is not None:
+            p0 = setup.p0
             run.warm = True
         elif group is None and prob.a.shape[0] >= max(self.presolve_min_jobs, 1):
-            p0, run.mem_s, run.mem_y, presolved = self._presolve(prob, eps)
+            p0, run.mem_s, run.mem_y, presolved = self._presolve(prob, setup.eps)
         else:
             p0 = self._initial_prices(prob, group)
         run.optimise(p0)
         run.finish()
-        best_p, best_d = run.best_dual
-        best_e = run.best_primal
-        # The column-scaled allocation of the best primal evaluation, improved where a pool is over-used by the
-        # exact per-pool shed of :mod:`allocator.pricing.repair` (kept only when its utility is higher).
-        repaired: Repair | None = None
+        return run, presolved
+
+    @staticmethod
+    def _repair(setup: _Setup, best_e: Evaluation, evaluator: DualOracle, group: Any) -> Repair | None:
+        """The column-scaled allocation of the best primal evaluation (004 Sec. 5), improved where a pool is over-used
+        by the exact per-pool shed of :mod:`allocator.pricing.primal.repair`: the repair when its utility is higher
+        (``best_e.primal`` is raised to it), else ``None``."""
+        prob = setup.prob
         if group is None and best_e.recovered is None and prob.a.shape[0] > 0:
             repaired = shed_overuse(prob, best_e.subsolution(), best_e.usage, evaluator.cap64)
             if repaired is not None and repaired.utility > best_e.primal:
                 best_e.primal = repaired.utility
-            else:
-                repaired = None
-        gap = best_d.dual - best_e.primal
-        converged = bool(gap <= eps)
-        if n_total == 0:
-            status: Status = "empty"
-            converged = True
-            gap = 0.0
-            message = "no jobs"
-        elif infeasible.size:
-            status = "infeasible"
-            converged = False
-            message = (
-                f"{infeasible.size} job(s) have utility -inf at zero throughput and no pool with positive throughput "
-                f"and capacity (first: job {int(infeasible[0])}); they get nothing, the rest is solved"
-            )
-        elif converged:
-            status = "optimal"
-            message = f"duality gap {gap:.3g} <= eps {eps:.3g} after {run.evaluations} evaluations"
-            if presolved:
-                message += f" (after {presolved} on a job sample)"
-        else:
-            status = "max_iter" if run.evaluations >= max_iter else "stalled"
-            message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
-            if run.model_stall:
-                message += " (the cutting-plane model of g is minimised at the prices: no price step is left)"
+                return repaired
+        return None
+
+    def _allocation(
+        self, setup: _Setup, run: LBFGSRun, repaired: Repair | None, throughput: ArrayLike, group: Any
+    ) -> tuple[np.ndarray, Array, Array, np.ndarray]:
+        """``(prices, x, t, usage)`` of the result: the best dual prices, with the closed pools priced so that no
+        job wants them (:meth:`_closed_pool_prices`), and the best feasible allocation: the LP recovery's, else the
+        repaired one, else the column-scaled one of 004 Sec. 5; rows of infeasible jobs are zero."""
+        prob, closed, keep, m = setup.prob, setup.closed, setup.keep, setup.m
+        best_p = run.best_dual[0]
+        best_e = run.best_primal
         sol, scale = best_e.subsolution(), best_e.scale
         if closed.any() and not closed.all():
-            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, route, group)
+            best_p = self._closed_pool_prices(prob, best_e, best_p, closed, throughput, keep, setup.route, group)
         if best_e.recovered is not None:
             x, t = best_e.recovered.allocation, best_e.recovered.throughputs
             usage = best_e.recovered.usage
@@ -360,56 +370,36 @@ class PriceDiscovery:
             t = best_e.feasible_throughputs()
             usage = best_e.usage * best_e.scale[:m]
         if keep is not None:
-            x_full = zeros((n, m), like=x)
+            x_full = zeros((setup.n, m), like=x)
             x_full[keep] = x
-            t_full = zeros(n, like=t)
+            t_full = zeros(setup.n, like=t)
             t_full[keep] = t
             x, t = x_full, t_full
-        primal, dual = best_e.primal, best_d.dual
-        if status == "infeasible":
-            primal, dual, gap = -math.inf, -math.inf, math.inf
-        seconds = time.perf_counter() - start
-        reuse: Reuse | None = None
-        if group is None and keep is None and self.method == "hull":
-            # state for an incremental re-solve (``previous=``), kept outside the solve's clock
-            kept_a = copy(a_raw) if a_copy is None else a_copy  # the throughputs the next solve compares with
-            kept_sol = best_d.subsolution()
-            # it gathers its end values (if it has not yet) from that private copy, not from the caller's array,
-            # which may change after this returns
-            kept_sol.rebind_ends(kept_a)
-            reuse = Reuse(
-                a=kept_a,
-                demand=None if prob.demand is None else copy(prob.demand),
-                utility=prob.utility,
-                prices=best_d.prices.copy(),
-                sol=kept_sol,
-                capacity=copy(prob.capacity),
-                r_local=best_d.r_local,
-                net_local=best_d.net_local,
-                u_local=best_d.u_local,
-            )
-        return PricingResult(
-            prices=best_p,
-            allocation=as_numpy(x),
-            throughputs=as_numpy(t),
-            usage=usage,
-            utility_value=primal,
-            dual_value=dual,
-            gap=float(gap),
-            eps=eps,
-            iterations=run.evaluations,
-            converged=converged,
-            status=status,
-            message=message,
-            seconds=seconds,
-            device=route.device,
-            dtype=route.dtype,
-            infeasible_jobs=infeasible.astype(np.int64),
-            history=run.history,
-            presolve_evaluations=presolved,
-            resolved_jobs=evaluator.resolved,
-            _precision_stall=run.precision_stall and not converged,
-            _reuse=reuse,
+        return best_p, x, t, usage
+
+    def _reuse_state(self, setup: _Setup, run: LBFGSRun, a_copy: Array | None, group: Any) -> Reuse | None:
+        """What a later solve given this result as ``previous=`` reuses (single-process hull-walk solves without
+        removed jobs): the best dual evaluation's subsolution and sums and a private copy of the evaluated problem,
+        built outside the solve's clock."""
+        if group is not None or setup.keep is not None or self.method != "hull":
+            return None
+        prob = setup.prob
+        best_d = run.best_dual[1]
+        kept_a = copy(setup.a_raw) if a_copy is None else a_copy  # the throughputs the next solve compares with
+        kept_sol = best_d.subsolution()
+        # it gathers its end values (if it has not yet) from that private copy, not from the caller's array,
+        # which may change after this returns
+        kept_sol.rebind_ends(kept_a)
+        return Reuse(
+            a=kept_a,
+            demand=None if prob.demand is None else copy(prob.demand),
+            utility=prob.utility,
+            prices=best_d.prices.copy(),
+            sol=kept_sol,
+            capacity=copy(prob.capacity),
+            r_local=best_d.r_local,
+            net_local=best_d.net_local,
+            u_local=best_d.u_local,
         )
 
     @staticmethod
@@ -468,8 +458,8 @@ class PriceDiscovery:
             demand=None if prob.demand is None else prob.demand[idx],
             utility=prob.utility.take(idx),
         )
-        cfg = replace(self, record_history=False, recover=False, presolve_min_jobs=n + 1, on_evaluation=None)
-        run = LBFGSRun(cfg, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
+        options = replace(self._lbfgs_options(), record_history=False, recover=False, on_evaluation=None)
+        run = LBFGSRun(options, DualOracle(sub, method=self.method), eps * frac, self.PRESOLVE_MAX_ITER)
         run.cutting_planes = False  # approximate prices and curvature pairs are what the presolve is for
         backend = "torch" if is_tensor(sub.a) else "numpy"
         with intra_op_threads(sub.a.shape[0] * sub.a.shape[1], device_of(sub.a), self.threads, backend):
@@ -534,6 +524,171 @@ def presolve_sample(n: int, k: int) -> np.ndarray:
     return raw.astype(np.int64) % n
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The steps of one run (:meth:`PriceDiscovery._solve`)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """The problem one run of Alg. 2 solves (:meth:`PriceDiscovery._setup`): ``prob`` is the evaluated problem (the
+    infeasible jobs removed, the closed pools' throughputs masked to 0), ``a_raw`` its throughputs before masking;
+    ``n`` and ``m`` the jobs of this process and the pools as given, ``n_total`` the jobs of all processes; ``eps``
+    and ``max_iter`` the stopping rule; ``p0`` the warm start (``None``: cold); ``infeasible`` the removed jobs'
+    indices and ``keep`` the kept ones' (``None``: all kept); ``closed`` the pools of capacity 0; ``state`` and
+    ``rows`` the previous solve's reuse state and the rows to solve again (``None``: no reuse)."""
+
+    route: Route
+    prob: Problem
+    a_raw: Array
+    n: int
+    m: int
+    n_total: int
+    eps: float
+    max_iter: int
+    p0: np.ndarray | None
+    infeasible: np.ndarray
+    keep: Array | None
+    closed: np.ndarray
+    state: Reuse | None
+    rows: Array | None
+
+
+def _tolerance(prob: Problem, group: Any, route: Route, eps: float | None) -> tuple[int, float]:
+    """``(n_total, eps)``: the jobs of all processes and the tolerance of the stopping rule ``g(p) - U(X) <= eps``
+    (Alg. 2 step 2; default :func:`default_eps`, ``1e-3 sum_i s_i`` over the jobs of every rank)."""
+    n = prob.a.shape[0]
+    n_total = n
+    u_scale = utility_scale(prob.utility, n)
+    if group is not None:
+        import torch.distributed as dist
+
+        torch = _torch()
+        buf = torch.tensor([float(n), u_scale], dtype=torch.float64)
+        if dist.get_backend(group) == "nccl":
+            buf = buf.to(route.device)
+        dist.all_reduce(buf, group=group)
+        n_total, u_scale = int(buf[0].item()), float(buf[1].item())
+    tol = EPS_RELATIVE * (u_scale if n_total > 0 else 1.0) if eps is None else float(eps)
+    if not (tol > 0 and math.isfinite(tol)):
+        raise ValueError(f"eps must be positive and finite, got {eps!r}")
+    return n_total, tol
+
+
+def _warm_start(prices: ArrayLike | None, previous: PricingResult | None, m: int) -> np.ndarray | None:
+    """The initial prices of a warm start (float64 copies; Alg. 2 step 1 from given prices instead of eq. 17):
+    ``prices`` when given, else those of the previous solve's evaluation that its reuse state holds (the returned
+    prices, except that closed pools may have been re-priced after the run), else ``None``."""
+    p0: np.ndarray | None = None
+    if prices is not None:
+        given = as_numpy(prices) if is_tensor(prices) else prices
+        p0t = to_array("prices", given, Route("numpy", "cpu", "float64"))
+        if p0t.shape != (m,):
+            raise ValueError(f"prices has shape {tuple(p0t.shape)}: expected ({m},)")
+        first_bad("prices", ~np.isfinite(p0t) | (p0t < 0), p0t, "finite and non-negative")
+        p0 = p0t.copy()
+    if previous is not None:
+        if previous.prices.shape != (m,):
+            raise ValueError(f"previous was solved with {previous.prices.shape[0]} pools, this problem has {m}")
+        if p0 is None:
+            kept = previous._reuse
+            p0 = (kept.prices if kept is not None else previous.prices).astype(np.float64).copy()
+    return p0
+
+
+def _infeasible_rows(prob: Problem, idx: Array | None) -> Array:
+    """Which of the jobs ``idx`` (all with ``None``) make eq. (4) infeasible: utility ``-inf`` at zero throughput
+    (log utility, eq. 1) and no open pool with positive throughput."""
+    xp = namespace(prob.a)
+    open_pools = prob.capacity > 0
+    all_open = bool(open_pools.all())
+    a_rows = prob.a if idx is None else prob.a[idx]
+    util = prob.utility if idx is None else prob.utility.take(idx)
+    k = a_rows.shape[0]
+    if util.n_jobs is None and k > 1:
+        # every parameter is shared (the protocol's ``n_jobs is None``): one value at zero for all jobs
+        doomed = xp.broadcast_to(xp.isneginf(util.value(zeros(1, like=a_rows))), (k,))
+    else:
+        doomed = xp.isneginf(util.value(zeros(k, like=a_rows)))
+    if not bool(doomed.any()):
+        return doomed
+    # throughputs are validated non-negative, so "some open pool with a_ij > 0" is "row max over the open
+    # pools > 0": one reduction instead of two n x m boolean temporaries
+    reach = a_rows if all_open else a_rows[:, open_pools]
+    if not reach.shape[1]:
+        served = xp.zeros_like(doomed)
+    elif is_tensor(reach):
+        served = xp.amax(reach, axis=1) > 0
+    else:
+        # numpy reduces a short last axis row by row (67 ms at 10^6 x 4); the compiled one-pass comparison
+        # with zero (non-negative rows differ from zero exactly where some entry is positive) takes 6 ms
+        reach = np.ascontiguousarray(reach)
+        served = kernels.rows_differ(reach, np.zeros(reach.shape, dtype=reach.dtype))
+    return doomed & ~served
+
+
+def _infeasible_jobs(
+    prob: Problem, rows: Array | None
+) -> tuple[Problem, np.ndarray, Array | None, Array | None]:
+    """``(prob, infeasible, keep, rows)``: the problem without the jobs that make it infeasible
+    (:func:`_infeasible_rows`; they get nothing, and the prices are optimal for the others), their indices, the
+    kept jobs' indices (``None``: all kept) and the rows to solve again (``None`` once jobs are removed). In an
+    incremental re-solve only the changed rows can be infeasible (the previous solve had none, with the same open
+    pools), so only they are checked first."""
+    bad_rows: Array | None = None
+    if rows is None or bool(_infeasible_rows(prob, rows).any()):
+        bad_rows = _infeasible_rows(prob, None)
+        rows = None if bool(bad_rows.any()) else rows
+    infeasible = np.zeros(0, dtype=np.int64) if bad_rows is None else np.flatnonzero(as_numpy(bad_rows))
+    if not infeasible.size:
+        return prob, infeasible, None, rows
+    assert bad_rows is not None
+    keep = flatnonzero(~bad_rows)
+    kept = Problem(
+        a=prob.a[keep],
+        capacity=prob.capacity,
+        demand=None if prob.demand is None else prob.demand[keep],
+        utility=prob.utility.take(keep),
+    )
+    return kept, infeasible, keep, rows
+
+
+def _mask_closed_pools(prob: Problem) -> tuple[Array, np.ndarray, Problem]:
+    """``(a_raw, closed, prob)``: degenerate pools with zero capacity may be used by nobody, so the problem is solved
+    with their throughputs masked to 0 (``a_raw``: the throughputs before masking; ``closed``: those pools); each is
+    priced afterwards at the largest marginal value any job would get from it (:meth:`PriceDiscovery.
+    _closed_pool_prices`), so that no job wants it."""
+    a_raw = prob.a
+    closed = as_numpy(prob.capacity <= 0)
+    if closed.any() and not closed.all():
+        mask = asarray_like(~closed, prob.a)
+        prob = Problem(a=prob.a * mask, capacity=prob.capacity, demand=prob.demand, utility=prob.utility)
+    return a_raw, closed, prob
+
+
+def _outcome(setup: _Setup, run: LBFGSRun, gap: float, presolved: int) -> tuple[Status, bool, float, str]:
+    """``(status, converged, gap, message)`` of a run whose best bounds are ``gap`` apart: converged when ``gap <=
+    eps`` (Alg. 2 step 2), "empty" without jobs, "infeasible" with removed jobs, else "max_iter" or "stalled"."""
+    eps, infeasible = setup.eps, setup.infeasible
+    converged = bool(gap <= eps)
+    if setup.n_total == 0:
+        return "empty", True, 0.0, "no jobs"
+    if infeasible.size:
+        message = (
+            f"{infeasible.size} job(s) have utility -inf at zero throughput and no pool with positive throughput "
+            f"and capacity (first: job {int(infeasible[0])}); they get nothing, the rest is solved"
+        )
+        return "infeasible", False, gap, message
+    if converged:
+        message = f"duality gap {gap:.3g} <= eps {eps:.3g} after {run.evaluations} evaluations"
+        if presolved:
+            message += f" (after {presolved} on a job sample)"
+        return "optimal", True, gap, message
+    status: Status = "max_iter" if run.evaluations >= setup.max_iter else "stalled"
+    message = f"stopped after {run.evaluations} evaluations with duality gap {gap:.3g} > eps {eps:.3g}"
+    if run.model_stall:
+        message += " (the cutting-plane model of g is minimised at the prices: no price step is left)"
+    return status, False, gap, message
+
 @contextlib.contextmanager
 def _array_mode(route: Route) -> Iterator[None]:
     """The numerical mode of a solve: numpy's floating-point warnings off (``log 0``, ``w / 0`` and ``inf - inf`` are
@@ -590,9 +745,8 @@ def solve(
             such as ``pow``, which can differ between a long and a short batch). Throughputs and demands are
             compared with private copies kept by ``previous``; a change of shape, dtype, device, utility family or
             shared utility parameter falls back to a full evaluation. ``resolved_jobs`` says how many were solved.
-            The reuse state moves from ``previous`` to the new result (its buffers are updated in place, so a chain
-            of re-solves copies nothing): a result seeds one incremental re-solve, a second one with the same
-            ``previous`` starts from its prices with a full evaluation.
+            ``previous`` is only read: the new result keeps its own state (copies of the previous buffers with the
+            changed rows patched), so a result can seed any number of incremental re-solves.
         backend: ``None`` (the route table of :func:`allocator.pricing.problem.resolve_route`: numpy on the CPU,
             torch on CUDA, for tensor inputs and in distributed runs), ``"numpy"`` or ``"torch"`` (forced; the torch
             route also runs on the CPU). Both routes run the same code and return the same result up to rounding.

@@ -65,10 +65,11 @@ from allocator._xp import (
     pick,
     repeat,
 )
-from allocator.pricing.subproblem import Subsolution
+from allocator.pricing.dual.oracle import DualOracle, Evaluation
+from allocator.pricing.dual.subproblem import Subsolution
 from allocator.utilities import Utility
 
-__all__ = ["MAX_TIED", "Recovery", "recover_allocation", "split_jobs"]
+__all__ = ["MAX_SCAN", "MAX_TIED", "RECOVERY_RTOLS", "Recovery", "recover", "recover_allocation", "split_jobs"]
 
 #: Default limit on the number of classes of tied jobs handed to HiGHS (keeps one LP to tens of milliseconds).
 MAX_TIED = 2_000
@@ -446,6 +447,50 @@ def recover_allocation(
     n, m = a.shape
     if n == 0 or split_jobs(sol, m) > max_scan:
         return None
+    ties = _tied_jobs(a, c, sol, utility, rtol)
+    if ties is None:
+        return None
+    lp = _tied_lp(a, demand, capacity, sol, utility, ties, max_tied)
+    if lp is None:
+        return None
+    # Pass 1: the LP over all classes, each class's split dealt to its jobs. This is the LP's optimum: a job the LP
+    # spreads over three pools or more keeps that split (the market optimum of a small market needs it, see the
+    # module doc).
+    x_cls = _split_lp(lp.cand, lp.a_t, lp.d_t, lp.slopes, lp.lengths, lp.weight, lp.remaining)
+    if x_cls is None:
+        return None
+    x_wide = np.zeros((lp.k_jobs, m))
+    lp.deal(x_wide, np.arange(lp.k), x_cls)
+    wide_rec = lp.finish(x_wide)
+    mixed = np.flatnonzero(np.count_nonzero(x_wide, axis=1) > 2)
+    if not mixed.size or wide_rec is None:
+        return wide_rec
+    two_rec = _two_pool_form(lp, x_wide, mixed)
+    if two_rec is not None and (
+        two_rec.utility >= target or two_rec.utility >= wide_rec.utility - 1e-12 * max(1.0, abs(wide_rec.utility))
+    ):
+        return two_rec
+    return wide_rec
+
+
+@dataclass(frozen=True)
+class _Ties:
+    """Step 1 of the module doc at the prices of a subsolution, per job: the candidate pools ``cand`` (n x m, the
+    pools on the supporting line of slope ``lambda_i``), the LP's objective weight ``mu`` (the marginal value of
+    throughput just below ``t_i``), whether ``u_i`` is ``affine`` from ``t_i`` up to ``t_hi`` (then the throughput
+    level is free up to ``t_hi``), and which jobs are ``tied`` (``count`` of them)."""
+
+    cand: Array
+    mu: Array
+    affine: Array
+    t_hi: Array
+    tied: Array
+    count: int
+
+
+def _tied_jobs(a: Array, c: Array, sol: Subsolution, utility: Utility, rtol: float) -> _Ties | None:
+    """The multipliers, candidate pools and tied jobs of step 1 (module doc; eq. 11 and the supporting line of 004
+    Sec. 4.1), or ``None`` when no job is tied."""
     xp = namespace(a)
     single = dtype_name(a.dtype) != "float64"
     lam = _multipliers(sol, utility, a, c)
@@ -481,8 +526,82 @@ def recover_allocation(
     k_jobs = int(tied.sum())
     if k_jobs == 0:
         return None
+    return _Ties(cand=cand, mu=mu, affine=affine, t_hi=t_hi, tied=tied, count=k_jobs)
 
-    # Fixed jobs: their subproblem allocation, column-scaled among themselves if they alone over-use a pool.
+
+@dataclass(frozen=True)
+class _TiedLP:
+    """The LP of step 3 (module doc) over the classes of identical tied jobs, with what it needs to deal a solution
+    back to the jobs and to complete it into an allocation: the fixed jobs' allocation ``x_fixed`` (step 2) and the
+    capacity they leave, ``remaining``; per class its candidate pools, throughputs, demands and utility pieces; per
+    tied job (rows ``idx`` of the market) its class ``member``; the jobs of class ``c`` are
+    ``members[bounds[c]:bounds[c + 1]]``, ``weight[c]`` of them."""
+
+    a: Array
+    dd: Array  #: (n, m) demands
+    capacity: np.ndarray
+    utility: Utility
+    x_fixed: Array
+    remaining: np.ndarray
+    idx: Array
+    k_jobs: int
+    cand: np.ndarray
+    a_t: np.ndarray
+    d_t: np.ndarray
+    slopes: np.ndarray
+    lengths: np.ndarray
+    member: np.ndarray
+    weight: np.ndarray
+    members: np.ndarray
+    bounds: np.ndarray
+
+    @property
+    def k(self) -> int:
+        """The number of classes (the LP's size)."""
+        return int(self.cand.shape[0])
+
+    def deal(self, x_jobs: np.ndarray, classes: np.ndarray, split: np.ndarray) -> None:
+        """Each class's split to its jobs (rows of ``x_jobs``): as it is, or as two-pool responses where it uses three
+        pools or more and the class has several jobs (:func:`_responses`; lossless, the class's total is the same)."""
+        for pos, cls in enumerate(classes):
+            rows_c = self.members[self.bounds[cls] : self.bounds[cls + 1]]
+            if self.weight[cls] > 1 and np.count_nonzero(split[pos]) > 2:
+                x_jobs[rows_c] = _responses(*_vertex_responses(split[pos], self.a_t[cls]), int(self.weight[cls]))
+            else:
+                x_jobs[rows_c] = split[pos]
+
+    def finish(self, x_jobs: np.ndarray) -> Recovery | None:
+        """The full allocation: the fixed jobs' rows and the tied jobs' ``x_jobs``, with its exact utility."""
+        a, dd, capacity = self.a, self.dd, self.capacity
+        xp = namespace(a)
+        m = a.shape[1]
+        x = copy(self.x_fixed)
+        x[self.idx] = asarray_like(x_jobs, a)
+        # Casting to the working dtype may round a column a hair above its capacity: scale it back.
+        usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
+        over = usage > capacity
+        if over.any():
+            fix = np.ones(m)
+            fix[over] = capacity[over] / usage[over] * (1 - 4 * finfo_eps(a))
+            x = x * asarray_like(fix, a)
+            usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
+        thr = xp.sum(a * x, axis=1)
+        value = fsum(self.utility.value(thr))
+        if not np.isfinite(value):
+            return None
+        return Recovery(
+            allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=self.k_jobs, classes=self.k
+        )
+
+
+def _fixed_jobs(
+    a: Array, demand: Array | None, capacity: np.ndarray, sol: Subsolution, tied: Array
+) -> tuple[Array, Array, np.ndarray]:
+    """Step 2 (module doc): the untied jobs keep their subproblem allocation, column-scaled among themselves where
+    they alone over-use a pool (004 Sec. 5). Returns that allocation (zero rows for the tied jobs), the ``n x m``
+    demands and the capacity left to the tied jobs."""
+    xp = namespace(a)
+    n, m = a.shape
     x_sub = sol.dense(m)
     x_fixed = xp.where(tied[:, None], 0.0, x_sub)
     if demand is None:
@@ -497,79 +616,72 @@ def recover_allocation(
     col[over] = capacity[over] / used[over]
     x_fixed = x_fixed * asarray_like(col, a)
     remaining = np.maximum(capacity - used * col, 0.0)
+    return x_fixed, dd, remaining
 
-    idx = flatnonzero(tied)
-    cand_t = as_numpy(cand[idx])
+
+def _tied_lp(
+    a: Array,
+    demand: Array | None,
+    capacity: np.ndarray,
+    sol: Subsolution,
+    utility: Utility,
+    ties: _Ties,
+    max_tied: int,
+) -> _TiedLP | None:
+    """The fixed jobs (step 2) and the LP of step 3 over the classes of identical tied jobs (same candidate pools,
+    throughputs, demands and utility pieces), or ``None`` when there are more than ``max_tied`` classes."""
+    x_fixed, dd, remaining = _fixed_jobs(a, demand, capacity, sol, ties.tied)
+    idx = flatnonzero(ties.tied)
+    cand_t = as_numpy(ties.cand[idx])
     a_t = as_numpy(astype(a[idx], "float64"))
     d_t = as_numpy(astype(dd[idx], "float64"))
     slopes, lengths = _pieces(
         utility.take(idx),
-        t[idx],
-        mu[idx],
-        affine[idx],
-        t_hi[idx],
+        sol.t[idx],
+        ties.mu[idx],
+        ties.affine[idx],
+        ties.t_hi[idx],
     )
     # Classes of identical tied jobs: the LP below is over classes, weighted by their sizes.
     key = np.hstack([cand_t.astype(np.float64), a_t, d_t, slopes, lengths])
     first, member, weight = _classes(key)
-    k = first.size
-    if k > max_tied:
+    if first.size > max_tied:
         return None
-    cand_t, a_t, d_t, slopes, lengths = cand_t[first], a_t[first], d_t[first], slopes[first], lengths[first]
-    members = np.argsort(member, kind="stable")  # the tied jobs of class c: members[bounds[c]:bounds[c + 1]]
-    bounds = np.concatenate([[0], np.cumsum(weight)])
+    return _TiedLP(
+        a=a,
+        dd=dd,
+        capacity=capacity,
+        utility=utility,
+        x_fixed=x_fixed,
+        remaining=remaining,
+        idx=idx,
+        k_jobs=ties.count,
+        cand=cand_t[first],
+        a_t=a_t[first],
+        d_t=d_t[first],
+        slopes=slopes[first],
+        lengths=lengths[first],
+        member=member,
+        weight=weight,
+        members=np.argsort(member, kind="stable"),
+        bounds=np.concatenate([[0], np.cumsum(weight)]),
+    )
 
-    def deal(x_jobs: np.ndarray, classes: np.ndarray, split: np.ndarray) -> None:
-        """Each class's split to its jobs (rows of ``x_jobs``): as it is, or as two-pool responses where it uses three
-        pools or more and the class has several jobs (:func:`_responses`; lossless, the class's total is the same)."""
-        for pos, cls in enumerate(classes):
-            rows_c = members[bounds[cls] : bounds[cls + 1]]
-            if weight[cls] > 1 and np.count_nonzero(split[pos]) > 2:
-                x_jobs[rows_c] = _responses(*_vertex_responses(split[pos], a_t[cls]), int(weight[cls]))
-            else:
-                x_jobs[rows_c] = split[pos]
 
-    def finish(x_jobs: np.ndarray) -> Recovery | None:
-        """The full allocation: the fixed jobs' rows and the tied jobs' ``x_jobs``, with its exact utility."""
-        x = copy(x_fixed)
-        x[idx] = asarray_like(x_jobs, a)
-        # Casting to the working dtype may round a column a hair above its capacity: scale it back.
-        usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
-        over = usage > capacity
-        if over.any():
-            fix = np.ones(m)
-            fix[over] = capacity[over] / usage[over] * (1 - 4 * finfo_eps(a))
-            x = x * asarray_like(fix, a)
-            usage = as_numpy(xp.sum(astype(dd * x, "float64"), axis=0))
-        thr = xp.sum(a * x, axis=1)
-        value = fsum(utility.value(thr))
-        if not np.isfinite(value):
-            return None
-        return Recovery(allocation=x, throughputs=thr, usage=usage, utility=value, tied_jobs=k_jobs, classes=k)
-
-    # Pass 1: the LP over all classes, each class's split dealt to its jobs. This is the LP's optimum: a job the LP
-    # spreads over three pools or more keeps that split (the market optimum of a small market needs it, see the
-    # module doc).
-    x_cls = _split_lp(cand_t, a_t, d_t, slopes, lengths, weight, remaining)
-    if x_cls is None:
-        return None
-    x_wide = np.zeros((k_jobs, m))
-    deal(x_wide, np.arange(k), x_cls)
-    wide_rec = finish(x_wide)
-    mixed = np.flatnonzero(np.count_nonzero(x_wide, axis=1) > 2)
-    if not mixed.size or wide_rec is None:
-        return wide_rec
-    # Pass 2, the two-pool form: each job still over three pools or more is split again alone, on its two pools of
-    # largest share, in one LP with every class none of whose jobs is such, while the other jobs of its class keep
-    # what they were dealt; whatever is still wider keeps its two largest (:func:`_keep_two_pools`). Kept instead of
-    # pass 1 when it loses nothing that matters: its utility reaches ``target`` or is within rounding of pass 1's.
+def _two_pool_form(lp: _TiedLP, x_wide: np.ndarray, mixed: np.ndarray) -> Recovery | None:
+    """Pass 2, the two-pool form of pass 1's dealt solution ``x_wide``: each job still over three pools or more
+    (``mixed``) is split again alone, on its two pools of largest share, in one LP with every class none of whose jobs
+    is such, while the other jobs of its class keep what they were dealt; whatever is still wider keeps its two
+    largest (:func:`_keep_two_pools`; each job's subproblem optimum spans at most two pools, 004 Sec. 4.1)."""
+    m = x_wide.shape[1]
+    member, cand_t, a_t, d_t = lp.member, lp.cand, lp.a_t, lp.d_t
     x_jobs = x_wide.copy()
     touched = np.unique(member[mixed])
-    stay = np.setdiff1d(np.arange(k), touched)
+    stay = np.setdiff1d(np.arange(lp.k), touched)
     fixed_rows = np.isin(member, touched)
     fixed_rows[mixed] = False
     d_jobs = d_t[member]
-    left = np.maximum(remaining - (d_jobs[fixed_rows] * x_jobs[fixed_rows]).sum(0), 0.0)
+    left = np.maximum(lp.remaining - (d_jobs[fixed_rows] * x_jobs[fixed_rows]).sum(0), 0.0)
     share = a_t[member[mixed]] * x_jobs[mixed]
     top = np.argsort(-share, axis=1, kind="stable")[:, :2]
     pair = np.zeros((mixed.size, m), dtype=bool)
@@ -579,18 +691,45 @@ def recover_allocation(
         np.vstack([cand_t[stay], pair & cand_t[cm]]),
         np.vstack([a_t[stay], a_t[cm]]),
         np.vstack([d_t[stay], d_t[cm]]),
-        np.vstack([slopes[stay], slopes[cm]]),
-        np.vstack([lengths[stay], lengths[cm]]),
-        np.concatenate([weight[stay], np.ones(mixed.size, dtype=weight.dtype)]),
+        np.vstack([lp.slopes[stay], lp.slopes[cm]]),
+        np.vstack([lp.lengths[stay], lp.lengths[cm]]),
+        np.concatenate([lp.weight[stay], np.ones(mixed.size, dtype=lp.weight.dtype)]),
         left,
     )
     if x2 is not None:
-        deal(x_jobs, stay, x2[: stay.size])
+        lp.deal(x_jobs, stay, x2[: stay.size])
         x_jobs[mixed] = x2[stay.size :]
     _keep_two_pools(x_jobs, a_t[member])
-    two_rec = finish(x_jobs)
-    if two_rec is not None and (
-        two_rec.utility >= target or two_rec.utility >= wide_rec.utility - 1e-12 * max(1.0, abs(wide_rec.utility))
-    ):
-        return two_rec
-    return wide_rec
+    return lp.finish(x_jobs)
+
+
+#: Candidate-pool tolerances tried in turn by :func:`recover`: exact ties first, then near ties, which lets the LP
+#: reach U* from prices that are only close to optimal (piecewise-linear g: linear and target utilities).
+RECOVERY_RTOLS = (1e-6, 1e-3, 3e-2)
+
+
+def recover(oracle: DualOracle, ev: Evaluation, target: float) -> bool:
+    """Try the LP recovery (:func:`recover_allocation`) at ``ev``'s prices (single process only), with each
+    tolerance of :data:`RECOVERY_RTOLS` until its utility reaches ``target``; keep the best in ``ev`` (raising
+    ``ev.primal``, the lower bound of Alg. 2's stopping rule) when it beats the column-scaled allocation of 004
+    Sec. 5."""
+    if oracle.group is not None or ev.recovered is not None:
+        return False
+    if split_jobs(ev.subsolution(), oracle.m) > MAX_SCAN:
+        return False  # a large market of distinct jobs: too many tied jobs to sort into classes
+    prob = oracle.prob
+    costs = oracle.costs(oracle.prices_array(ev.prices))
+    best: Recovery | None = None
+    for rtol in RECOVERY_RTOLS:
+        rec = recover_allocation(
+            prob.a, costs, prob.demand, oracle.cap64, ev.subsolution(), prob.utility, rtol=rtol, target=target
+        )
+        if rec is not None and (best is None or rec.utility > best.utility):
+            best = rec
+        if best is not None and best.utility >= target:
+            break
+    if best is None or not best.utility > ev.primal:
+        return False
+    ev.recovered = best
+    ev.primal = best.utility
+    return True

@@ -1,11 +1,12 @@
-"""Build the ahead-of-time route of :mod:`allocator.pricing.kernels`: ``python -m allocator.pricing.aot [DIR]``.
+"""Build the ahead-of-time route of :mod:`allocator.pricing._compiled.kernels`:
+``python -m allocator.pricing._compiled.aot [DIR]``.
 
-Compiles every kernel of :mod:`allocator.pricing.numba_kernels` for the signatures in its ``SIGNATURES`` into the
-extension module ``_kernels_aot`` (numba's ``pycc``; needs a C compiler), written next to this file unless ``DIR``
+Compiles every kernel of :mod:`allocator.pricing._compiled.numba_kernels` for the signatures in its ``SIGNATURES`` into
+the extension module ``_kernels_aot`` (numba's ``pycc``; needs a C compiler), written next to this file unless ``DIR``
 is given. Code is generated for the generic CPU of the build machine's architecture (pycc's default), so an image
 built on one x86-64 host runs on any other. Importing the result needs numpy only, not numba: a fresh process pays
 milliseconds for the kernels instead of numba's import and cache load (see the route table in
-:mod:`allocator.pricing.kernels`). The operator image runs this at build time.
+:mod:`allocator.pricing._compiled.kernels`). The operator image runs this at build time.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ __all__ = ["build"]
 
 def build(output_dir: str | os.PathLike[str] | None = None, *, verbose: bool = False) -> Path:
     """Compile the extension module into ``output_dir`` (default: this package) and return its path."""
-    from allocator.pricing.kernels import source_tag
+    from allocator.pricing._compiled.kernels import source_tag
 
     def exports() -> list[tuple[str, Callable[..., Any], str]]:
-        from allocator.pricing import numba_kernels
+        from allocator.pricing._compiled import numba_kernels
 
         return [
             (f"{name}_{suffix}", getattr(numba_kernels, name).py_func, sig)

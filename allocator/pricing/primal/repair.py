@@ -46,8 +46,8 @@ from allocator._xp import (
     namespace,
     numel,
 )
+from allocator.pricing.dual.subproblem import Subsolution
 from allocator.pricing.problem import Problem
-from allocator.pricing.subproblem import Subsolution
 from allocator.utilities import Log, Utility
 
 __all__ = ["Repair", "shed_overuse"]
