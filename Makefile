@@ -59,7 +59,7 @@ demo: install controlplane
 lint: install
 	$(BIN)/ruff check allocator operator tests e2e bench
 	$(BIN)/lint-imports
-	$(BIN)/mypy allocator operator/walras
+	$(BIN)/mypy allocator operator/walras operator/walras_testbed
 
 unit: install controlplane
 	$(BIN)/pytest -q -m "not e2e" tests

@@ -108,8 +108,8 @@ def floors(runs: int, say: Any) -> dict[str, float]:
     out = {}
     for label, code in (("python -c pass", "pass"), ("import numpy", "import numpy"),
                         ("import torch", "import torch"), ("import allocator.pricing", "import allocator.pricing"),
-                        ("import walras.planner.plan, walras.planner.schema",
-                         "import walras.planner.plan, walras.planner.schema")):
+                        ("import walras.planner.plan, walras.manifests.schema",
+                         "import walras.planner.plan, walras.manifests.schema")):
         recs = [fresh([sys.executable, "-c", code]) for _ in range(runs)]
         walls = [r["wall"] for r in recs]
         out[label] = median(walls)
@@ -224,7 +224,8 @@ _PHASES = (
     "t0 = time.perf_counter()\n"
     "from walras.cli.plan import ReadAhead, plan_json\n"
     "ahead = ReadAhead.start([sys.argv[1]], validate=True)\n"
-    "from walras.planner import build_plan, load_manifests\n"
+    "from walras.manifests import load_manifests\n"
+    "from walras.planner import build_plan\n"
     "t1 = time.perf_counter()\n"
     "taken = [0]\n"
     "if ahead is not None:\n"
@@ -253,15 +254,16 @@ _PHASES = (
 
 
 #: A fresh operator process up to and through its first plans: what `walras run` does before its first plan
-#: (imports, ``walras.planner.preload``), then the same cluster planned five times from scratch (no previous plan,
+#: (imports, ``walras.manifests.preload``), then the same cluster planned five times from scratch (no previous plan,
 #: so every plan does the whole work), each with the collector paused as the controller does
 #: (``Controller.planned_without_gc``). Reading the manifests is not timed (the operator's informers hold them).
 _OPERATOR_FIRST = (
     "import gc, json, sys, time\n"
     "t0 = time.perf_counter()\n"
     "from walras.collector import paused\n"
-    "from walras.planner import build_plan, load_manifests\n"
-    "from walras.planner.preload import preload\n"
+    "from walras.manifests import load_manifests\n"
+    "from walras.manifests.preload import preload\n"
+    "from walras.planner import build_plan\n"
     "t1 = time.perf_counter()\n"
     "warmup = preload()\n"
     "snap = load_manifests([sys.argv[1]])\n"
@@ -279,7 +281,7 @@ _OPERATOR_FIRST = (
 def operator_first_plan(folder: Path, runs: int, judged: bool, say: Any) -> None:
     """Issue 20: a fresh operator pod's first plan within 1.5x of a warm plan (the same plan later in the process)."""
     say(f"First plan of a fresh operator process, same cluster. Load average before: {loadavg()}. {runs} fresh "
-        "processes; each does what `walras run` does before its first plan (imports, `walras.planner.preload`: "
+        "processes; each does what `walras run` does before its first plan (imports, `walras.manifests.preload`: "
         "one plan of the embedded example cluster), reads the manifests (not timed), then plans the cluster five "
         "times from scratch (no previous plan: each plan does the whole work) with the collector paused as the "
         "controller does. 'first' is plan 1, 'warm' the median of plans 2-5 of the same process.\n")
@@ -299,8 +301,9 @@ def operator_first_plan(folder: Path, runs: int, judged: bool, say: Any) -> None
 def plan_rows(runs: int, quick: bool, say: Any) -> None:
     import orjson
     import yaml
-    from walras.planner import build_plan, load_manifests
-    from walras.planner.manifests import load_yaml
+    from walras.manifests import load_manifests
+    from walras.manifests.reader import load_yaml
+    from walras.planner import build_plan
 
     n_nodes, n_jobs = (500, 100) if quick else (5000, 1000)
     t0 = time.perf_counter()
@@ -370,7 +373,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
         theirs_t.append(time.perf_counter() - s)
     assert mine == ref
     say(f"YAML decoding of `pods.yaml` ({len(data) / 2**20:.1f} MiB, {counts['pods']} documents), same process, "
-        f"alternating, median of {runs}: `walras.planner.manifests.load_yaml` {median(ours_t):.2f} s, PyYAML "
+        f"alternating, median of {runs}: `walras.manifests.reader.load_yaml` {median(ours_t):.2f} s, PyYAML "
         f"`yaml.load_all(Loader=CSafeLoader)` {median(theirs_t):.2f} s ({median(theirs_t) / median(ours_t):.1f}x), "
         f"identical objects. Load average after: {loadavg()}.\n")
 

@@ -9,12 +9,12 @@ where                                                  cluster
 control-plane binaries found (``KUBEBUILDER_ASSETS``   the session's **real control plane** (etcd,
 or ``.tools/k8s/bin``; ``make test`` unpacks them)     kube-apiserver, kube-controller-manager; see
                                                        ``tests/controlplane.py``), the module's nodes played
-                                                       by the kubelet stand-in (:mod:`walras.kubelet`), the
+                                                       by the kubelet stand-in (:mod:`walras_testbed.kubelet`), the
                                                        operator running as the chart's ServiceAccount with the
                                                        chart's RBAC (``helm template helm/walras``)
 binaries missing, ``CI=true``                          the run FAILS (CI must test on the real control plane)
 binaries missing elsewhere                             a fresh **emulated** API per module
-                                                       (``python -m walras_emulator``; NOT a real cluster)
+                                                       (``python -m walras_testbed.emulator``; NOT a real cluster)
 =====================================================  =====================================================
 
 On the real control plane the modules share one API server: each module's cluster fixture removes what it created
@@ -108,7 +108,7 @@ class Cluster:
     url: str | None = None
     process: subprocess.Popen[str] | None = None
     control_plane: ControlPlane | None = None
-    kubelet: Any = None  # walras.kubelet.KubeletThread on the real control plane
+    kubelet: Any = None  # walras_testbed.kubelet.KubeletThread on the real control plane
     operator_kubeconfig: Path | None = None  # the chart's ServiceAccount (real control plane), else ``kubeconfig``
     chart: list[dict[str, Any]] = field(default_factory=list)  # the rendered chart (real control plane)
 
@@ -126,7 +126,7 @@ class Cluster:
         API objects whose status is patched in."""
         if self.real:
             if self.kubelet is None:
-                from walras.kubelet import KubeletThread
+                from walras_testbed.kubelet import KubeletThread
 
                 self.kubelet = KubeletThread(self.kubeconfig, nodes, lease_interval=2.0).start()
             else:
@@ -242,8 +242,8 @@ def kubectl_bin() -> str:
 
 def _start_emulator(workdir: Path) -> tuple[subprocess.Popen[str], str]:
     kubeconfig = workdir / "kubeconfig"
-    proc = subprocess.Popen([sys.executable, "-m", "walras_emulator", "--port", "0", "--kubeconfig", str(kubeconfig)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "walras_testbed.emulator", "--port", "0", "--kubeconfig",
+                             str(kubeconfig)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
     if not url.startswith("http://"):

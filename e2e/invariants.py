@@ -1,7 +1,7 @@
 """Cluster-wide invariants checked after the e2e scenarios on the real control plane (kubelet stand-in).
 
-* **No over-commit**: on every node, the effective requests (:func:`walras.kubelet.resources.pod_requests`) of its
-  Running pods sum to at most the node's allocatable, for every resource, and the Running pods fit ``pods``.
+* **No over-commit**: on every node, the effective requests (:func:`walras_testbed.kubelet.resources.pod_requests`)
+  of its Running pods sum to at most the node's allocatable, for every resource, and the Running pods fit ``pods``.
 * **No pod lost**: every pod a job's status plans exists, is bound to its planned node and Running; no pod was
   rejected by a node (``Failed`` with ``OutOf<resource>``: the operator bound it where it did not fit).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from walras.kubelet.resources import add, pod_requests, resources
+from walras_testbed.kubelet.resources import add, pod_requests, resources
 
 
 def overcommitted(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[str]:

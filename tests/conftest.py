@@ -52,7 +52,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
 @pytest.fixture(scope="session", name="cluster_dir")
 def cluster_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded example cluster (emulated nodes, pools, jobs, profile) as one manifest file (`walras plan -f`)."""
-    from walras.planner import examples
+    from walras.manifests import examples
 
     out = tmp_path_factory.mktemp("cluster")
     (out / "cluster.yaml").write_text(yaml.safe_dump_all(examples.documents()))

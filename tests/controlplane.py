@@ -1,6 +1,6 @@
 """A real Kubernetes control plane for the tests (no pytest in here: usable from scripts too).
 
-:class:`ControlPlane` wraps :class:`walras.kubelet.controlplane.LocalControlPlane` (etcd, kube-apiserver and
+:class:`ControlPlane` wraps :class:`walras_testbed.kubelet.controlplane.LocalControlPlane` (etcd, kube-apiserver and
 kube-controller-manager from ``$KUBEBUILDER_ASSETS`` on loopback ports, RBAC, service-account tokens; see that module)
 with what tests need: the real ``kubectl``, a kube-scheduler per test with a given KubeSchedulerConfiguration, and a
 kubeconfig for the chart's ServiceAccount with the chart's RBAC applied (``helm template helm/walras``).
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from walras.kubelet.controlplane import BINARIES, HOW_TO_GET, LocalControlPlane, Process, find_binaries
+from walras_testbed.kubelet.controlplane import BINARIES, HOW_TO_GET, LocalControlPlane, Process, find_binaries
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_ASSETS = ROOT / ".tools" / "k8s" / "bin"

@@ -28,6 +28,7 @@ def _preload() -> None:
     import test_ha_support  # noqa: F401
     import walras.cli.run
     import walras.extender
+    import walras.manifests
     import walras.operator
     import walras.operator.leader
     import walras.planner
@@ -35,8 +36,8 @@ def _preload() -> None:
 
     # one plan of the e2e scenario: the planner's lazy imports and its numba kernels (from the on-disk cache) are
     # loaded here, once, instead of stalling every forked replica's first plan
-    snapshot = walras.planner.load_manifests([str(MANIFESTS / n) for n in ("nodes.yaml", "pools.yaml", "jobs.yaml")],
-                                             validate=False)
+    snapshot = walras.manifests.load_manifests([str(MANIFESTS / n) for n in ("nodes.yaml", "pools.yaml", "jobs.yaml")],
+                                               validate=False)
     walras.planner.build_plan(snapshot)
 
 

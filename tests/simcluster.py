@@ -5,7 +5,7 @@ way :class:`walras.operator.controller.Controller` does (the real ``pod_manifest
 each pod it creates or plans to bind). A kubelet stand-in admits bound pods: a pod that fits next to the node's
 running pods becomes Running, one that does not becomes ``Failed`` with ``OutOf<resource>`` (so a double-booking
 plan shows up as a kubelet rejection). The operator side plans from a *lagged* view of the pods (the informer cache
-``lag`` writes behind) overlaid with its assumed pods (:class:`walras.planner.cache.AssumedPods`), as the operator
+``lag`` writes behind) overlaid with its assumed pods (:class:`walras.operator.assumed.AssumedPods`), as the operator
 does; binding conflicts can be injected with a seeded probability.
 """
 
@@ -17,9 +17,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from walras.operator.assumed import AssumedPods
 from walras.operator.translate import pod_manifest
 from walras.planner import Plan, Snapshot, build_plan
-from walras.planner.cache import AssumedPods
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.invariants import Violation, check_cluster, check_plan
 from walras.planner.translate import cluster_from, pod_from, pod_requests

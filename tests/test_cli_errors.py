@@ -96,7 +96,7 @@ def test_run_with_an_unreachable_cluster(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("option", ["--extender-port", "--metrics-port", "--health-port"])
 def test_run_with_a_port_in_use(tmp_path: Path, busy_port: int, option: str) -> None:
-    from walras_emulator.server import EmulatorThread
+    from walras_testbed.emulator.server import EmulatorThread
 
     ports = {"--extender-port": "0", "--metrics-port": "0", "--health-port": "0", option: str(busy_port)}
     with EmulatorThread() as emulator:

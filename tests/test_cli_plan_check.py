@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from walras.cli import main
-from walras.planner import examples
+from walras.manifests import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,8 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     """``walras plan -o json`` writes with orjson: the same values as the standard library's ``json.dumps`` of
     ``Plan.to_dict`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
     from walras.cli.plan import plan_json
-    from walras.planner import build_plan, load_manifests
+    from walras.manifests import load_manifests
+    from walras.planner import build_plan
 
     plan = build_plan(load_manifests([cluster_dir]))
     compact = plan_json(plan)

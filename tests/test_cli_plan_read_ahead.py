@@ -22,7 +22,7 @@ import pytest
 import yaml
 from walras.cli import main
 from walras.cli.plan import ReadAhead, _child
-from walras.planner import examples, load_manifests, manifests
+from walras.manifests import examples, load_manifests, loader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_a_user_error_sends_the_caller_to_its_own_read(broken_dir: Path) -> None
 
 def test_a_piece_nobody_decoded_sends_the_caller_to_its_own_read(cluster_dir: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(manifests, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(loader, "PIECE_BYTES", 2048)
     assert _through_pipe([str(cluster_dir)], before=lambda ahead: ahead.take(front=True)) is None
 
 
@@ -112,20 +112,20 @@ def test_pieces_are_whole_documents_and_decode_to_the_files_objects(tmp_path: Pa
     text = (folder / "pods.yaml").read_text()
     notes = [pod["metadata"]["annotations"]["note"] for pod in load_manifests([folder / "pods.yaml"]).pods]
     assert notes[:3] == ["line one\n---\nline three\n", "line one\n---\nend", "plain"]
-    monkeypatch.setattr(manifests, "PIECE_BYTES", 4096)
-    files, pieces = manifests.split_manifests([folder])
+    monkeypatch.setattr(loader, "PIECE_BYTES", 4096)
+    files, pieces = loader.split_manifests([folder])
     per_file = [sum(1 for k, _ in pieces if k == f) for f in range(len(files))]
     assert per_file[files.index(folder / "pods.yaml")] > 5
     assert b"".join(data for k, data in pieces if files[k].name == "pods.yaml") == (folder / "pods.yaml").read_bytes()
     for k, data in pieces:
         if files[k].name == "pods.yaml":
             assert data.startswith((b"apiVersion", b"---"))
-    joined = manifests.join_snapshots([manifests.load_piece(files[k], data) for k, data in pieces], [folder],
+    joined = loader.join_snapshots([loader.load_piece(files[k], data) for k, data in pieces], [folder],
                                       len(files))
     assert joined == load_manifests([folder])
     # a stream with a directive is one piece (the directive belongs to the document after it)
     (tmp_path / "directive.yaml").write_text("%YAML 1.1\n" + text)
-    _, pieces = manifests.split_manifests([tmp_path / "directive.yaml"])
+    _, pieces = loader.split_manifests([tmp_path / "directive.yaml"])
     assert len(pieces) == 1
 
 
@@ -134,7 +134,7 @@ def test_both_processes_take_pieces_and_the_join_keeps_the_stream_order(tmp_path
     """The child (a thread here) waits in its first piece until this side has decoded one, so both sides decode
     some pieces; the joined snapshot is the sequential read's, objects in file and document order."""
     folder = _many_pods(tmp_path, 300)
-    monkeypatch.setattr(manifests, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(loader, "PIECE_BYTES", 4096)
     ahead = ReadAhead.prepare([str(folder)], validate=True)
     assert ahead is not None
     parent_decoded = threading.Event()

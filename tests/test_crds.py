@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from walras.planner.schema import to_json_schema
+from walras.manifests.schema import to_json_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))}
@@ -22,7 +22,7 @@ def schema(kind: str) -> dict[str, Any]:
 
 
 def validator(kind: str) -> jsonschema.Draft202012Validator:
-    """The JSON Schema of ``kind`` as :mod:`walras.planner.schema` translates it, status included (the status
+    """The JSON Schema of ``kind`` as :mod:`walras.manifests.schema` translates it, status included (the status
     written by the operator is checked here; ``validate`` skips status like the API server does on create)."""
     converted = to_json_schema(schema(kind))
     jsonschema.Draft202012Validator.check_schema(converted)
@@ -85,7 +85,8 @@ def test_printer_columns_show_price_allocation_throughput_phase() -> None:
 
 
 def test_status_schema_accepts_what_the_planner_writes() -> None:
-    from walras.planner import build_plan, load_manifests
+    from walras.manifests import load_manifests
+    from walras.planner import build_plan
 
     plan = build_plan(load_manifests(ROOT / "examples"))
     for pool in plan.pools.values():

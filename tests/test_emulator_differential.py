@@ -1,4 +1,4 @@
-"""Differential test: the same request sequence against the emulated API (:mod:`walras_emulator`) and the real
+"""Differential test: the same request sequence against the emulated API (:mod:`walras_testbed.emulator`) and the real
 kube-apiserver (the session's control plane), comparing status codes, body shapes (``kind``, ``reason`` and a few
 step-specific facts) and watch events.
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from walras_emulator.server import EmulatorThread
+from walras_testbed.emulator.server import EmulatorThread
 
 from tests.controlplane import ROOT, ControlPlane
 

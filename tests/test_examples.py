@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import yaml
 from walras import cli
-from walras.planner import build_plan, examples, load_manifests
+from walras.manifests import examples, load_manifests
+from walras.planner import build_plan
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
 from allocator.datasets import gavel_throughputs

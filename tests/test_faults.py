@@ -33,9 +33,9 @@ from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
 from walras.operator.leader import LeaseElector
 from walras.planner import build_plan
-from walras_emulator import Emulator
-from walras_emulator.server import write_kubeconfig
-from walras_emulator.store import Store
+from walras_testbed.emulator import Emulator
+from walras_testbed.emulator.server import write_kubeconfig
+from walras_testbed.emulator.store import Store
 
 #: The rates of the main run: every kind of fault on about one request in ten.
 RATES = FaultRates(conflict=0.10, throttle=0.10, error=0.10, latency=0.10, latency_s=0.3, drop_watch=0.30,
@@ -246,7 +246,7 @@ class _Churn:
         elif action in ("complete", "fail"):
             running = self._running()
             if running:
-                from walras.kubelet.client import ApiError
+                from walras_testbed.kubelet.client import ApiError
 
                 name = rng.choice(running)
                 try:
@@ -414,7 +414,7 @@ def test_churn_with_sigkill_restarts_under_faults_on_the_real_control_plane(cont
     within a few retry periods. At the end: no over-commit at any time (no kubelet admission refused a pod), no pod
     admitted twice, no invariant violation of ``walras check`` (over-commit, pods on missing nodes, orphaned pods,
     status disagreeing with the pods) and everything reconciled within ``CHURN_SETTLE_BOUND_S`` of the last change."""
-    from walras.kubelet.runner import KubeletThread
+    from walras_testbed.kubelet.runner import KubeletThread
 
     zygote = _Zygote()  # imports while the scenario is set up
     seed = int(os.environ.get("WALRAS_CHURN_SEED", "1717"))
@@ -545,8 +545,8 @@ def test_operator_survives_injected_faults_on_the_real_control_plane(control_pla
     kubelet stand-in plays the nodes): the operator survives, binds every pod once and deletes none."""
 
     from test_ha_support import ROOT
-    from walras.kubelet.client import ApiClient, ApiConfig
-    from walras.kubelet.standin import KubeletStandIn
+    from walras_testbed.kubelet.client import ApiClient, ApiConfig
+    from walras_testbed.kubelet.standin import KubeletStandIn
 
     cp = control_plane
     ns = namespace

@@ -18,9 +18,9 @@ from faultproxy import FaultProxy, FaultRates
 from test_ha_support import NAMESPACE, NODES, POD, Replica, load_scenario, wait_until
 from walras.operator import KubeClient, KubeConfig, RetryPolicy
 from walras.operator.leader import LeaseElector
-from walras_emulator import Emulator
-from walras_emulator.server import EmulatorThread
-from walras_emulator.store import Store
+from walras_testbed.emulator import Emulator
+from walras_testbed.emulator.server import EmulatorThread
+from walras_testbed.emulator.store import Store
 
 LEASE = ("coordination.k8s.io", "v1", "leases")
 

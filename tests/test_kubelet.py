@@ -10,8 +10,8 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from walras.kubelet import KubeletThread
-from walras.kubelet.resources import pod_requests, quantity
+from walras_testbed.kubelet import KubeletThread
+from walras_testbed.kubelet.resources import pod_requests, quantity
 
 from tests.controlplane import ControlPlane
 
@@ -261,7 +261,7 @@ def test_a_lost_node_admits_nothing_and_confirms_no_deletion(control_plane: Cont
 
 
 def test_termination_time_is_stop_seconds_within_the_grace_and_the_cap() -> None:
-    from walras.kubelet import ApiClient, ApiConfig, KubeletStandIn
+    from walras_testbed.kubelet import ApiClient, ApiConfig, KubeletStandIn
 
     def deleting(grace: int, stop: str | None = None) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": "p", "namespace": "n", "deletionGracePeriodSeconds": grace}

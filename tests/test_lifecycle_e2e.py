@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from walras.kubelet import KubeletThread
 from walras.operator import OperatorOptions
 from walras.planner.model import PodPlan
+from walras_testbed.kubelet import KubeletThread
 
 from tests.controlplane import ControlPlane, install_chart_identity
 from tests.lifecycle_support import OperatorThread, ScriptedPlanner, fungible_job, gpu_node, pool, wait_for

@@ -1,4 +1,4 @@
-"""The job lifecycle against the emulated API (:mod:`walras_emulator`, for machines without the control-plane
+"""The job lifecycle against the emulated API (:mod:`walras_testbed.emulator`, for machines without the control-plane
 binaries): the real planner and the real operator in one event loop, the operator's clock
 (:attr:`walras.operator.Controller.clock`) moved forward by the test instead of waiting for the backoff and the
 node-loss grace. The emulator runs a bound pod at once (no kubelet); the test sets pod phases and node conditions
@@ -31,8 +31,8 @@ from walras.planner.invariants import check_cluster, check_plan
 from walras.planner.model import Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.translate import cluster_from
-from walras_emulator import Emulator
-from walras_emulator.store import Store
+from walras_testbed.emulator import Emulator
+from walras_testbed.emulator.store import Store
 
 from tests.lifecycle_support import fungible_job, gpu_node, pool
 

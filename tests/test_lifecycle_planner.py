@@ -11,12 +11,12 @@ import jsonschema
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.manifests.schema import to_json_schema
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.invariants import check_plan
 from walras.planner.lifecycle import backoff_delay
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
 from walras.planner.plan import PlanOptions
-from walras.planner.schema import to_json_schema
 from walras.planner.translate import cluster_from
 
 from tests.test_planner import ROOT

@@ -1,4 +1,4 @@
-"""``walras.planner.manifests.load_yaml`` decodes YAML exactly as ``yaml.load_all(..., Loader=yaml.SafeLoader)``
+"""``walras.manifests.reader.load_yaml`` decodes YAML exactly as ``yaml.load_all(..., Loader=yaml.SafeLoader)``
 (PyYAML's pure-Python loader is the reference): YAML 1.1 implicit types, explicit tags, anchors, merge keys, errors;
 and random JSON-like documents in every emitter style. Tagged sets and ordered maps are refused (a manifest is
 JSON)."""
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner.manifests import load_yaml
+from walras.manifests.reader import load_yaml
 
 
 def reference(text: str) -> tuple[str, Any]:
@@ -101,7 +101,7 @@ BLOCK_CASES = [
 
 
 def _fast(text: str) -> tuple[str, Any]:
-    from walras.planner.manifests import _load_block_yaml
+    from walras.manifests.reader import _load_block_yaml
 
     return "ok", _load_block_yaml(text)
 

@@ -32,8 +32,8 @@ from walras.operator import (
     status_patch,
 )
 from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
-from walras_emulator import Emulator, Fault
-from walras_emulator.store import Store
+from walras_testbed.emulator import Emulator, Fault
+from walras_testbed.emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 POD = ("", "v1", "pods")

@@ -1,4 +1,4 @@
-"""walras_emulator (the emulated Kubernetes API of the demo and the tests): selectors, patches, metadata,
+"""walras_testbed.emulator (the emulated Kubernetes API of the demo and the tests): selectors, patches, metadata,
 sub-resources, finalizers, garbage collection, CRD registration and watch resumption, over HTTP."""
 
 from __future__ import annotations
@@ -9,8 +9,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from walras_emulator import ApiError, Emulator, FieldSelector, LabelSelector, SelectorError, json_patch, merge_patch
-from walras_emulator.store import Store, apply_defaults
+from walras_testbed.emulator import (
+    ApiError,
+    Emulator,
+    FieldSelector,
+    LabelSelector,
+    SelectorError,
+    json_patch,
+    merge_patch,
+)
+from walras_testbed.emulator.store import Store, apply_defaults
 
 
 def pod(name: str, labels: dict[str, str] | None = None, ns: str = "default") -> dict[str, Any]:

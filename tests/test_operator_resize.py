@@ -12,8 +12,8 @@ import yaml
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, KubeClient, KubeConfig, OperatorOptions, RetryPolicy
 from walras.planner import Snapshot, build_plan
-from walras_emulator import Emulator
-from walras_emulator.store import Store
+from walras_testbed.emulator import Emulator
+from walras_testbed.emulator.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 POD = ("", "v1", "pods")

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner import Plan, Snapshot, build_plan, invariants, load_manifests
+from walras.manifests import load_manifests
+from walras.planner import Plan, Snapshot, build_plan, invariants
 from walras.planner import rounds as rounds_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import (

@@ -9,7 +9,8 @@ import cvxpy as cp
 import numpy as np
 import pytest
 from test_planner import bind, check_plan, job, node, pool
-from walras.planner import Snapshot, build_plan, examples
+from walras.manifests import examples
+from walras.planner import Snapshot, build_plan
 from walras.planner import market as market_module
 from walras.planner import replicas as replicas_module
 from walras.planner import rounds as rounds_module

@@ -1,4 +1,4 @@
-"""``walras.planner.preload``: after it, a first plan of another cluster (every placement policy, 500 nodes) imports
+"""``walras.manifests.preload``: after it, a first plan of another cluster (every placement policy, 500 nodes) imports
 no module, and the example cluster is not special-cased: it runs in a fresh interpreter, as ``walras run`` and
 ``walras plan`` use it."""
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _PROBE = """
 import json, sys
-from walras.planner.preload import preload
+from walras.manifests.preload import preload
 from walras.planner import build_plan
 from bench.planner import POLICIES, cluster
 seconds = preload()

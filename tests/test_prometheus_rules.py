@@ -332,7 +332,7 @@ def test_ingested_series_keep_their_labels(prometheus: str) -> None:
         assert not [k for k in labels if k.startswith("exported_")], labels
         assert labels["namespace"] == TARGET_LABELS["namespace"] and labels["job"] == "walras", labels
     jobs = query(prometheus, "walras_job_throughput")["data"]["result"]
-    from walras.planner import examples
+    from walras.manifests import examples
 
     expected = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in examples.documents()
                 if d["kind"] == "FungibleJob"}

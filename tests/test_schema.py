@@ -1,4 +1,4 @@
-"""walras.planner.schema: manifests checked against the CRDs (structural schema with strict fields, CEL rules).
+"""walras.manifests.schema: manifests checked against the CRDs (structural schema with strict fields, CEL rules).
 
 The cases: every example manifest is valid; misspelled fields at several depths are errors naming their path; each
 schema constraint and each CEL rule rejects a broken object with its path and message. The reference is a real
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
-from walras.planner import schema
-from walras.planner.schema import validate
+from walras.manifests import schema
+from walras.manifests.schema import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("ResourcePool", "FungibleJob", "ColocationProfile")

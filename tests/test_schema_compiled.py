@@ -1,4 +1,4 @@
-"""walras.planner.schema's fast paths agree with the reference checks they stand in front of.
+"""walras.manifests.schema's fast paths agree with the reference checks they stand in front of.
 
 * :func:`schema.compile_check` is one-sided: where it says valid, ``jsonschema`` (draft 2020-12, the reference that
   names the errors) must find no error; it must say valid for every example manifest (else the fast path is never
@@ -17,7 +17,7 @@ import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner import schema
+from walras.manifests import schema
 
 from tests.test_schema import _DELETE, CEL, STRUCTURAL, TYPOS, VALID_VARIANTS, example_documents, with_value
 

@@ -1,4 +1,4 @@
-"""The memo of CEL rule outcomes in :mod:`walras.planner.schema`: a repeated value is evaluated once, and the memo
+"""The memo of CEL rule outcomes in :mod:`walras.manifests.schema`: a repeated value is evaluated once, and the memo
 never changes a verdict (each case is checked with an empty memo and again from the memo, against the
 expectation written here, not against the code)."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from walras.planner import schema
-from walras.planner.schema import validate
+from walras.manifests import schema
+from walras.manifests.schema import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 

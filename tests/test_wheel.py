@@ -76,7 +76,9 @@ def test_wheel_contains_the_crds_and_the_examples(installed: dict[str, Path]) ->
         packaged = zipfile.ZipFile(installed["wheel"]).read(f"walras/crds/{crd.name}")
         assert packaged == crd.read_bytes()
     assert "walras/data/examples.yaml" in names
-    assert "walras_emulator/__init__.py" in names
+    assert "walras_testbed/emulator/__init__.py" in names  # walras demo's stand-ins, outside the package walras
+    assert "walras_testbed/kubelet/__init__.py" in names
+    assert not any(n.startswith(("walras/kubelet/", "walras_emulator/")) for n in names)
     assert "walras/data/traces/small.csv" in names  # walras simulate's shipped trace
 
 

@@ -6,10 +6,10 @@ Where it runs (a route table, ``--cluster``; ``auto`` is the default):
 route              cluster
 =================  ===========================================================================================
 ``real``           a local **real control plane** (etcd, kube-apiserver, kube-controller-manager from
-                   ``$KUBEBUILDER_ASSETS``: :mod:`walras.kubelet.controlplane`) whose nodes are played by the
-                   kubelet stand-in (:mod:`walras.kubelet.standin`: pods become Running or are rejected with
+                   ``$KUBEBUILDER_ASSETS``: :mod:`walras_testbed.kubelet.controlplane`) whose nodes are played by the
+                   kubelet stand-in (:mod:`walras_testbed.kubelet.standin`: pods become Running or are rejected with
                    ``OutOf<resource>`` as a kubelet would); needs ``openssl``; about 10-20 s to start
-``emulated``       the in-memory **emulated** API (:mod:`walras_emulator`, loopback; NOT a real cluster)
+``emulated``       the in-memory **emulated** API (:mod:`walras_testbed.emulator`, loopback; NOT a real cluster)
 ``auto``           ``real`` when the four binaries are in ``$KUBEBUILDER_ASSETS`` (``make demo`` unpacks them),
                    else ``emulated``; a real control plane that fails to start is an error, never a fallback
 =================  ===========================================================================================
@@ -76,11 +76,11 @@ def crd_paths() -> list[Path]:
 
 
 def example_paths() -> list[Path]:
-    """The bundled example manifests (the planner's example loader where present, else ``examples/``)."""
+    """The bundled example manifests (:mod:`walras.manifests.examples` where present, else ``examples/``)."""
     try:
-        from walras.planner import examples as planner_examples
+        from walras.manifests import examples as packaged_examples
 
-        found = [Path(p) for p in planner_examples.example_paths()]
+        found = [Path(p) for p in packaged_examples.example_paths()]
         if found and all(p.exists() for p in found):
             return found
     except (ImportError, AttributeError):
@@ -207,7 +207,7 @@ class EmulatedCluster:
     emulated = True
 
     async def start(self, docs: list[dict[str, Any]], workdir: Path) -> Path:
-        from walras_emulator import Emulator
+        from walras_testbed.emulator import Emulator
 
         self.emulator = Emulator()
         await self.emulator.start()
@@ -235,8 +235,8 @@ class RealCluster:
     emulated = False
 
     async def start(self, docs: list[dict[str, Any]], workdir: Path) -> Path:
-        from walras.kubelet import ApiClient, ApiConfig, KubeletStandIn
-        from walras.kubelet.controlplane import LocalControlPlane
+        from walras_testbed.kubelet import ApiClient, ApiConfig, KubeletStandIn
+        from walras_testbed.kubelet.controlplane import LocalControlPlane
 
         self.plane = await asyncio.to_thread(LocalControlPlane.start, workdir / "control-plane")
         config = ApiConfig.from_kubeconfig(self.plane.kubeconfig)
@@ -397,8 +397,9 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=getattr(logging, os.environ.get("WALRAS_LOG_LEVEL", "WARNING").upper(), 30))
     logging.getLogger("kopf").setLevel(logging.ERROR)
+    from walras_testbed.kubelet.controlplane import ControlPlaneError
+
     from walras.cli.errors import UsageError
-    from walras.kubelet.controlplane import ControlPlaneError
 
     try:
         return asyncio.run(demo(args))

@@ -120,14 +120,14 @@ def emitted_pods(plan: Any, snapshot: Any, *, bound: bool) -> list[dict[str, Any
 
 @dataclass
 class ReadAhead:
-    """:func:`walras.planner.manifests.load_manifests` shared between this process and a forked child while this one
+    """:func:`walras.manifests.loader.load_manifests` shared between this process and a forked child while this one
     imports the planner.
 
     ``walras plan`` needs both the manifests (YAML decoding and CRD validation: about 2.5 s of CPU for 20,000 pods)
     and the planner's imports; neither needs the other. The files are cut into pieces of whole documents
-    (:func:`~walras.planner.manifests.split_manifests`). The child is forked before the planner is imported (nothing
+    (:func:`~walras.manifests.loader.split_manifests`). The child is forked before the planner is imported (nothing
     to copy but the interpreter, PyYAML, the pieces and this package's command line) and imports only the reader
-    (:mod:`walras.planner.manifests`, :mod:`walras.planner.schema`; ``walras.planner`` imports the planner only on
+    (:mod:`walras.manifests.loader`, :mod:`walras.manifests.schema`; ``walras.planner`` imports the planner only on
     first use of ``build_plan``). It takes pieces from the front of a shared queue; this process, once its imports
     are done, takes pieces from the back (:meth:`result`), so on two cores the reading is split between both in
     whatever proportion the imports leave, with no tuning. Pieces that may hold Walras objects (their bytes name
@@ -146,7 +146,7 @@ class ReadAhead:
     Route table of :meth:`result`: every piece decoded, by either process -> the snapshot; a user error on either side
     (``e``, or a ``ValueError`` here), a child that crashed or was killed, or a bug in the reader (a piece missing)
     -> ``None``, and the caller reads the manifests itself with
-    :func:`~walras.planner.manifests.load_manifests`, which gives the error message of a sequential read (a
+    :func:`~walras.manifests.loader.load_manifests`, which gives the error message of a sequential read (a
     piece's YAML line numbers count from its start) and a bug its traceback. No read-ahead (:meth:`start` returns
     ``None``) where there is no ``os.fork``, where the planner is already imported (an in-process caller such as
     the tests: nothing to overlap), where other threads run (forking them is unsafe), for a path that does not exist
@@ -173,7 +173,7 @@ class ReadAhead:
         forks the child); ``None`` for a path that does not exist or holds no manifest file."""
         import mmap
 
-        from walras.planner.manifests import split_manifests
+        from walras.manifests.loader import split_manifests
 
         try:
             found, pieces = split_manifests(files)
@@ -242,7 +242,7 @@ class ReadAhead:
 
     def decode(self, index: int) -> Any:
         """The snapshot of piece ``index`` (``ValueError`` for a user error)."""
-        from walras.planner.manifests import load_piece
+        from walras.manifests.loader import load_piece
 
         k, data = self.pieces[index]
         return load_piece(self.files[k], data, validate=self.validate)
@@ -254,7 +254,7 @@ class ReadAhead:
         import marshal
         import pickle
 
-        from walras.planner.manifests import KINDS, join_snapshots
+        from walras.manifests.loader import KINDS, join_snapshots
         from walras.planner.model import Snapshot
 
         done: dict[int, Any] = {}
@@ -301,7 +301,7 @@ def _child(ahead: ReadAhead, fd: int) -> None:
     import marshal
     import pickle
 
-    from walras.planner.manifests import KINDS
+    from walras.manifests.loader import KINDS
 
     results: list[list[Any]] = []
     message = b""
@@ -360,7 +360,8 @@ def _run(args: argparse.Namespace) -> int:
     # after the imports.
     ahead = ReadAhead.start(args.files, validate=args.validate)
     try:
-        from walras.planner import build_plan, load_manifests
+        from walras.manifests import load_manifests
+        from walras.planner import build_plan
 
         try:
             snapshot = ahead.result() if ahead is not None else None

@@ -237,7 +237,7 @@ def settle_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging()
     try:
-        from walras.planner.preload import preload
+        from walras.manifests.preload import preload
 
         # what a first plan loads on first use (the LP solver, the compiled kernels of price discovery and of the
         # placement policies), once at start-up and before the freeze, not in the first plan

@@ -43,9 +43,9 @@ from typing import Any
 
 from walras.collector import paused
 from walras.metrics import WalrasMetrics
+from walras.operator.assumed import AssumedPods
 from walras.operator.kube import KubeClient, KubeError
 from walras.operator.translate import event_body, pod_manifest, resize_containers, stamp_conditions, status_patch
-from walras.planner.cache import AssumedPods
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan, Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.translate import pod_from

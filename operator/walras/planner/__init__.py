@@ -1,15 +1,14 @@
 """The planner: a pure function from a cluster snapshot to a plan (no Kubernetes client, no I/O).
 
 ``build_plan`` is imported on first use (PEP 562): it brings the market, numpy, the compiled kernels and the
-placement policies (about 0.5 s), while the manifest reader and the model do not, so ``walras.planner.manifests``
-and ``walras.planner.schema`` load without them (``walras plan`` starts reading its manifests in a child process
+placement policies (about 0.5 s), while the model does not, so the manifest reader (:mod:`walras.manifests`, which
+the planner never imports) loads without them (``walras plan`` starts reading its manifests in a child process
 while the parent imports the planner, see :class:`walras.cli.plan.ReadAhead`). On a CPU machine neither imports
 torch (:mod:`allocator.pricing`'s route table).
 """
 
 from typing import TYPE_CHECKING, Any
 
-from walras.planner.manifests import load_manifests
 from walras.planner.model import (
     Condition,
     JobPlan,
@@ -34,7 +33,6 @@ __all__ = [
     "Snapshot",
     "SolverStats",
     "build_plan",
-    "load_manifests",
 ]
 
 

@@ -38,7 +38,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from walras.planner.cache import overlay
+from walras.planner.assume import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.lifecycle import NODE_LOSS_GRACE, conclude, prepare

@@ -122,82 +122,128 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
     opts = options or EngineOptions()
     if isinstance(policy, str):
         policy = make_policy(policy, check=opts.check, restart_seconds=opts.restart_delay)
-    n, m = len(trace.jobs), len(cluster.types)
-    throughput = trace.throughput_matrix(cluster.types)
     check_trace(trace, cluster)
-    pods = np.array([j.pods for j in trace.jobs], dtype=np.int64)
-    work = np.array([j.work for j in trace.jobs], dtype=np.float64)
-    arrival = np.array([j.arrival for j in trace.jobs], dtype=np.float64)
-    order = np.argsort(arrival, kind="stable")
-    state = SimState(trace, cluster, throughput, pods, work, received=np.zeros((n, m)), progress=np.zeros(n))
-    run = PolicyRun(policy.name, cluster.types, cluster.capacity, arrival, work, pods,
-                    np.where(throughput.max(axis=1) > 0, throughput.max(axis=1), 0.0),
-                    np.full(n, np.nan), np.full(n, np.nan), state.progress)
-    if isinstance(policy, WalrasPolicy) and policy.migration is not None:
-        from walras.simulate.policies import migration_available
+    engine = _Engine.start(trace, cluster, policy, opts, progress)
+    engine.loop()
+    for i in list(engine.state.placement):
+        engine.close_segment(i, engine.now)
+    engine.run.end = engine.now
+    engine.run.wall_seconds = time.perf_counter() - started_wall
+    return engine.run
 
-        if not migration_available():
-            run.notes.append("walras.planner.migration is not present: walras-migrate planned as walras")
-    event_driven = isinstance(policy, QueuePolicy | WalrasPolicy)
-    node_pool = cluster.node_pool
-    rate = np.zeros(n)
-    share = np.zeros((n, m))
-    delay_until = np.full(n, -math.inf)
-    finish_at = np.full(n, math.inf)
-    seg_from = np.zeros(n)
-    jobs_typed: dict[int, Job] = {}
+
+@dataclass
+class _Engine:
+    """The simulation of one policy on one trace while it runs: the policy's view (``state``), the record
+    (``run``) and the per-job rates the event loop advances: ``rate`` (work per second), ``share`` (the fraction
+    of its pods on each pool), ``delay_until`` (no progress before: a restart), ``finish_at`` (the exact
+    completion time at the current rate), ``seg_from`` (start of the current progress segment)."""
+
+    policy: Policy
+    opts: EngineOptions
+    cluster: VirtualCluster
+    state: SimState
+    run: PolicyRun
+    throughput: np.ndarray
+    pods: np.ndarray
+    work: np.ndarray
+    arrival: np.ndarray
+    order: np.ndarray
+    report: Callable[[str, float, int, int], None] | None  # simulate's ``progress``
+    event_driven: bool
+    rate: np.ndarray
+    share: np.ndarray
+    delay_until: np.ndarray
+    finish_at: np.ndarray
+    seg_from: np.ndarray
+    jobs_typed: dict[int, Job] = field(default_factory=dict)
     next_replan: float | None = None
-    now = 0.0
-    a = 0  # next arrival in ``order``
-    finished = 0
+    now: float = 0.0
+    next_arrival: int = 0  # index in ``order`` of the next job to arrive
+    finished: int = 0
 
-    def running() -> np.ndarray:
-        return np.fromiter(state.placement.keys(), dtype=np.int64, count=len(state.placement))
+    @classmethod
+    def start(cls, trace: Trace, cluster: VirtualCluster, policy: Policy, opts: EngineOptions,
+              progress: Callable[[str, float, int, int], None] | None) -> _Engine:
+        """The engine at time 0: no job arrived, nothing placed (the trace already checked)."""
+        n, m = len(trace.jobs), len(cluster.types)
+        throughput = trace.throughput_matrix(cluster.types)
+        pods = np.array([j.pods for j in trace.jobs], dtype=np.int64)
+        work = np.array([j.work for j in trace.jobs], dtype=np.float64)
+        arrival = np.array([j.arrival for j in trace.jobs], dtype=np.float64)
+        order = np.argsort(arrival, kind="stable")
+        state = SimState(trace, cluster, throughput, pods, work, received=np.zeros((n, m)), progress=np.zeros(n))
+        run = PolicyRun(policy.name, cluster.types, cluster.capacity, arrival, work, pods,
+                        np.where(throughput.max(axis=1) > 0, throughput.max(axis=1), 0.0),
+                        np.full(n, np.nan), np.full(n, np.nan), state.progress)
+        if isinstance(policy, WalrasPolicy) and policy.migration is not None:
+            from walras.simulate.policies import migration_available
 
-    def advance(to: float) -> None:
-        nonlocal now
-        r = running()
-        if r.size and to > now:
-            effective = np.clip(to - np.maximum(now, delay_until[r]), 0.0, None)
-            state.progress[r] = np.minimum(state.progress[r] + rate[r] * effective, work[r])
-            state.received[r] += effective[:, None] * share[r]
-        now = to
-        state.now = to
+            if not migration_available():
+                run.notes.append("walras.planner.migration is not present: walras-migrate planned as walras")
+        return cls(policy, opts, cluster, state, run, throughput, pods, work, arrival, order, progress,
+                   event_driven=isinstance(policy, QueuePolicy | WalrasPolicy), rate=np.zeros(n),
+                   share=np.zeros((n, m)), delay_until=np.full(n, -math.inf), finish_at=np.full(n, math.inf),
+                   seg_from=np.zeros(n))
 
-    def close_segment(i: int, to: float) -> None:
-        if opts.record and rate[i] > 0:
-            begin = max(seg_from[i], delay_until[i])
+    def running(self) -> np.ndarray:
+        """The placed jobs, in placement order."""
+        placement = self.state.placement
+        return np.fromiter(placement.keys(), dtype=np.int64, count=len(placement))
+
+    def advance(self, to: float) -> None:
+        """Move the clock to ``to``: every running job progresses at its rate from its restart on."""
+        r = self.running()
+        if r.size and to > self.now:
+            state = self.state
+            effective = np.clip(to - np.maximum(self.now, self.delay_until[r]), 0.0, None)
+            state.progress[r] = np.minimum(state.progress[r] + self.rate[r] * effective, self.work[r])
+            state.received[r] += effective[:, None] * self.share[r]
+        self.now = to
+        self.state.now = to
+
+    def close_segment(self, i: int, to: float) -> None:
+        """Record job ``i``'s progress segment up to ``to`` (when recording)."""
+        if self.opts.record and self.rate[i] > 0:
+            begin = max(self.seg_from[i], self.delay_until[i])
             if to > begin:
-                run.segments.append((i, float(begin), float(to), float(rate[i])))
+                self.run.segments.append((i, float(begin), float(to), float(self.rate[i])))
 
-    def record_usage() -> None:
-        if state.placement:
-            held = node_pool[np.concatenate(list(state.placement.values()))]
-            run.usage.append((now, np.bincount(held, minlength=m).astype(np.int64)))
+    def record_usage(self) -> None:
+        """Append the accelerators in use per pool, now."""
+        m = len(self.cluster.types)
+        if self.state.placement:
+            held = self.cluster.node_pool[np.concatenate(list(self.state.placement.values()))]
+            self.run.usage.append((self.now, np.bincount(held, minlength=m).astype(np.int64)))
         else:
-            run.usage.append((now, np.zeros(m, dtype=np.int64)))
+            self.run.usage.append((self.now, np.zeros(m, dtype=np.int64)))
 
-    def complete(at: float) -> bool:
-        nonlocal finished
-        r = running()
+    def complete(self, at: float) -> bool:
+        """Finish the running jobs whose completion time is ``at`` or before; whether any did."""
+        r = self.running()
         if not r.size:
             return False
-        done = r[finish_at[r] <= at + TIME_TOLERANCE]
+        state, run = self.state, self.run
+        done = r[self.finish_at[r] <= at + TIME_TOLERANCE]
         for i in done.tolist():
-            close_segment(i, float(finish_at[i]))
-            state.progress[i] = work[i]
-            run.finish[i] = finish_at[i]
+            self.close_segment(i, float(self.finish_at[i]))
+            state.progress[i] = self.work[i]
+            run.finish[i] = self.finish_at[i]
             del state.placement[i]
             state.active.remove(i)
-            jobs_typed.pop(i, None)
-            rate[i] = 0.0
-            share[i] = 0.0
-            finish_at[i] = math.inf
-            finished += 1
+            self.jobs_typed.pop(i, None)
+            self.rate[i] = 0.0
+            self.share[i] = 0.0
+            self.finish_at[i] = math.inf
+            self.finished += 1
         return bool(done.size)
 
-    def apply(decision: Decision) -> None:
-        active = set(state.active)
+    def accepted(self, decision: Decision) -> dict[int, np.ndarray]:
+        """The placements of ``decision`` the engine applies (sorted node indices; a kept placement is the same
+        array): a placement of a job not in the system, with more pods than the job, or on nodes that do not exist
+        is refused as a violation, and so is every node the accepted placements over-commit."""
+        cluster, pods, run = self.cluster, self.pods, self.run
+        active = set(self.state.active)
         size = len(cluster.node_names)
         new: dict[int, np.ndarray] = {}
         placed = [nodes for nodes in decision.placement.values() if nodes.size]
@@ -208,116 +254,136 @@ def simulate(trace: Trace, cluster: VirtualCluster, policy: Policy | str,
                 continue
             if i not in active or nodes.size > pods[i] or (
                     not in_range and (nodes.min() < 0 or nodes.max() >= size)):
-                run.violations.append(f"{policy.name}: job {i} placed on {nodes.tolist()} (active={i in active}, "
-                                      f"pods={int(pods[i])})")
+                run.violations.append(f"{self.policy.name}: job {i} placed on {nodes.tolist()} "
+                                      f"(active={i in active}, pods={int(pods[i])})")
                 continue
-            current = state.placement.get(i)
+            current = self.state.placement.get(i)
             new[i] = current if nodes is current else np.sort(nodes)  # a kept placement is the same array
         if new:
             used = np.bincount(np.concatenate(list(new.values())), minlength=size)
             for k in np.flatnonzero(used > cluster.node_gpus).tolist():
                 run.violations.append(f"OverCommitted: Node/{cluster.node_names[k]}: {int(used[k])} pods > "
                                       f"{int(cluster.node_gpus[k])} accelerators")
+        return new
+
+    def move(self, i: int, target: np.ndarray | None) -> None:
+        """Put job ``i`` on the nodes ``target`` (None: pause it) now: count the pods stopped (migrated or
+        preempted), start the restart delay where the job loses pods or resumes, and set its new rate, shares and
+        completion time."""
+        state, run, now = self.state, self.run, self.now
+        old = state.placement.get(i)
+        if old is not None and target is not None and np.array_equal(old, target):
+            state.placement[i] = target
+            return
+        self.close_segment(i, now)
+        self.seg_from[i] = now
+        stopped = 0
+        if old is not None:
+            kept = Counter(old.tolist()) & Counter(target.tolist() if target is not None else [])
+            stopped = int(old.size) - sum(kept.values())
+            run.pods_moved += stopped
+            if target is not None:
+                run.migrations += stopped
+            else:
+                run.preemptions += stopped
+        if target is None:
+            state.placement.pop(i, None)
+            self.rate[i] = 0.0
+            self.share[i] = 0.0
+            self.finish_at[i] = math.inf
+            return
+        if (old is not None and stopped > 0) or (old is None and state.progress[i] > 0):
+            self.delay_until[i] = now + self.opts.restart_delay
+        if math.isnan(run.start[i]):
+            run.start[i] = now
+        state.placement[i] = target
+        counts = np.bincount(self.cluster.node_pool[target], minlength=len(self.cluster.types))
+        self.share[i] = counts / self.pods[i]
+        self.rate[i] = float(self.throughput[i] @ counts) / self.pods[i]
+        left = self.work[i] - state.progress[i]
+        self.finish_at[i] = max(now, self.delay_until[i]) + left / self.rate[i] if self.rate[i] > 0 else math.inf
+
+    def apply(self, decision: Decision) -> None:
+        """Apply one re-plan's ``decision`` now: the accepted placements (:meth:`accepted`) replace the current ones
+        job by job (:meth:`move`), then the invariants (``check``), the prices and the usage are recorded."""
+        state, run = self.state, self.run
+        new = self.accepted(decision)
         run.violations.extend(decision.violations)
         changed = [i for i, nodes in new.items() if nodes is not state.placement.get(i)]
         changed += [i for i in state.placement if i not in new]
         for i in sorted(changed):
-            old = state.placement.get(i)
-            target = new.get(i)
-            if old is not None and target is not None and np.array_equal(old, target):
-                state.placement[i] = target
-                continue
-            close_segment(i, now)
-            seg_from[i] = now
-            stopped = 0
-            if old is not None:
-                kept = Counter(old.tolist()) & Counter(target.tolist() if target is not None else [])
-                stopped = int(old.size) - sum(kept.values())
-                run.pods_moved += stopped
-                if target is not None:
-                    run.migrations += stopped
-                else:
-                    run.preemptions += stopped
-            if target is None:
-                state.placement.pop(i, None)
-                rate[i] = 0.0
-                share[i] = 0.0
-                finish_at[i] = math.inf
-                continue
-            if (old is not None and stopped > 0) or (old is None and state.progress[i] > 0):
-                delay_until[i] = now + opts.restart_delay
-            if math.isnan(run.start[i]):
-                run.start[i] = now
-            state.placement[i] = target
-            counts = np.bincount(node_pool[target], minlength=m)
-            share[i] = counts / pods[i]
-            rate[i] = float(throughput[i] @ counts) / pods[i]
-            left = work[i] - state.progress[i]
-            finish_at[i] = max(now, delay_until[i]) + left / rate[i] if rate[i] > 0 else math.inf
-        if opts.check:
+            self.move(i, new.get(i))
+        if self.opts.check:
             for i in state.active:
-                if i not in jobs_typed:
-                    jobs_typed[i] = Job(NAMESPACE, job_name(i), 1, job_spec(state, i))
-            run.violations.extend(f"{policy.name} at {now:.3f}: {v}"
-                                  for v in check_cluster(typed_cluster(state, state.placement, jobs_typed)))
+                if i not in self.jobs_typed:
+                    self.jobs_typed[i] = Job(NAMESPACE, job_name(i), 1, job_spec(state, i))
+            run.violations.extend(f"{self.policy.name} at {self.now:.3f}: {v}"
+                                  for v in check_cluster(typed_cluster(state, state.placement, self.jobs_typed)))
         if decision.prices is not None:
-            run.prices.append((now, dict(decision.prices)))
-        record_usage()
+            run.prices.append((self.now, dict(decision.prices)))
+        self.record_usage()
 
-    run.usage.append((0.0, np.zeros(m, dtype=np.int64)))
-    while True:
-        t_arrival = arrival[order[a]] if a < n else math.inf
-        r = running()
-        t_done = float(finish_at[r].min()) if r.size else math.inf
-        t_round = next_replan if next_replan is not None and state.active else math.inf
-        first = min(t_arrival, t_done, t_round)
-        if math.isinf(first):
-            break
-        if opts.horizon is not None and first > opts.horizon:
-            advance(opts.horizon)
-            break
+    def next_event(self, replan: bool) -> float:
+        """The time of the next event: an arrival, a completion, or (unless a re-plan is already due, ``replan``)
+        the next round end while jobs are in the system; infinite when there is none."""
+        n = len(self.arrival)
+        t_arrival = self.arrival[self.order[self.next_arrival]] if self.next_arrival < n else math.inf
+        r = self.running()
+        t_done = float(self.finish_at[r].min()) if r.size else math.inf
+        due = self.next_replan is not None and self.state.active and not replan
+        t_round = self.next_replan if due and self.next_replan is not None else math.inf
+        return min(t_arrival, t_done, t_round)
+
+    def batch(self, first: float) -> bool:
+        """Process the events from ``first`` on that fall within the coalescing window (completions at their own
+        times, arrivals queued); whether the policy is to re-plan after them."""
+        opts, state, n = self.opts, self.state, len(self.arrival)
         replan = False
         t = first
         while True:
-            advance(t)
-            if complete(t):
-                record_usage()
-                replan |= event_driven
+            self.advance(t)
+            if self.complete(t):
+                self.record_usage()
+                replan |= self.event_driven
             arrived = False
-            while a < n and arrival[order[a]] <= t + TIME_TOLERANCE:
-                state.active.append(int(order[a]))
-                a += 1
+            while self.next_arrival < n and self.arrival[self.order[self.next_arrival]] <= t + TIME_TOLERANCE:
+                state.active.append(int(self.order[self.next_arrival]))
+                self.next_arrival += 1
                 arrived = True
-            replan |= arrived and (event_driven or next_replan is None)
-            if next_replan is not None and next_replan <= t + TIME_TOLERANCE:
+            replan |= arrived and (self.event_driven or self.next_replan is None)
+            if self.next_replan is not None and self.next_replan <= t + TIME_TOLERANCE:
                 replan = True
-            run.active.append((t, len(state.active)))
-            t_arrival = arrival[order[a]] if a < n else math.inf
-            r = running()
-            t_done = float(finish_at[r].min()) if r.size else math.inf
-            due = next_replan is not None and state.active and not replan
-            t_round = next_replan if due and next_replan is not None else math.inf
-            t_next = min(t_arrival, t_done, t_round)
+            self.run.active.append((t, len(state.active)))
+            t_next = self.next_event(replan)
             if t_next <= first + opts.window and not math.isinf(t_next) and (
                     opts.horizon is None or t_next <= opts.horizon):
                 t = t_next
                 continue
-            break
-        if not replan:
-            continue
+            return replan
+
+    def replan(self) -> None:
+        """Ask the policy for a decision now and apply it; schedule its next round."""
         tick = time.perf_counter()
-        decision = policy.decide(state)
-        run.decide_seconds += time.perf_counter() - tick
-        run.replans += 1
-        apply(decision)
-        next_replan = decision.next_replan if state.active else None
-        if progress is not None:
-            progress(policy.name, now, finished, n)
-    for i in list(state.placement):
-        close_segment(i, now)
-    run.end = now
-    run.wall_seconds = time.perf_counter() - started_wall
-    return run
+        decision = self.policy.decide(self.state)
+        self.run.decide_seconds += time.perf_counter() - tick
+        self.run.replans += 1
+        self.apply(decision)
+        self.next_replan = decision.next_replan if self.state.active else None
+        if self.report is not None:
+            self.report(self.policy.name, self.now, self.finished, len(self.arrival))
+
+    def loop(self) -> None:
+        """Run the event loop until no event is left or the horizon is reached."""
+        self.run.usage.append((0.0, np.zeros(len(self.cluster.types), dtype=np.int64)))
+        while True:
+            first = self.next_event(False)
+            if math.isinf(first):
+                break
+            if self.opts.horizon is not None and first > self.opts.horizon:
+                self.advance(self.opts.horizon)
+                break
+            if self.batch(first):
+                self.replan()
 
 
 __all__ = ["EngineOptions", "PolicyRun", "RoundPolicy", "check_trace", "simulate"]

@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from walras_emulator.selectors import FieldSelector, LabelSelector, SelectorError
-from walras_emulator.store import ApiError, Fault, ResourceType, Store
+from walras_testbed.emulator.selectors import FieldSelector, LabelSelector, SelectorError
+from walras_testbed.emulator.store import ApiError, Fault, ResourceType, Store
 
 JSON_TYPE = "application/json"
 K8S_VERSION = {"major": "1", "minor": "35", "gitVersion": "v1.35.0-walras-emulator", "platform": "linux/amd64",

@@ -8,7 +8,7 @@ at start-up, before its first plan (and before it freezes its start-up objects o
 ``walras plan`` does not: preloading while its read-ahead child reads took 1.9-2.1 s (imports included), longer than
 the reading, and the whole command was no faster (4.2-4.4 s against 4.0-4.6 s on the 5,000-node bench cluster).
 
-It plans the embedded example cluster (:mod:`walras.planner.examples`: every placement policy, the market with its
+It plans the embedded example cluster (:mod:`walras.manifests.examples`: every placement policy, the market with its
 recovery), so whatever a plan loads on first use is loaded, without a list of modules to keep in step with the
 phases. ``tests/test_planner_preload.py`` checks that a plan of another cluster after it imports nothing more.
 """
@@ -23,7 +23,7 @@ __all__ = ["preload"]
 def preload() -> float:
     """Load what a first plan would (see the module docstring) by planning the example cluster once; the seconds it
     took. Pure: the plan is discarded and no process state but the imported modules changes."""
-    from walras.planner.examples import snapshot
+    from walras.manifests.examples import snapshot
     from walras.planner.plan import build_plan
 
     started = time.perf_counter()

@@ -2,7 +2,7 @@
 
 ``walras/data/examples.yaml`` is the concatenation of the emulated nodes (``operator/walras/data/emulated-nodes.yaml``)
 and the files under ``examples/`` in :data:`FILES` order (paths from the repository root); ``tests/test_examples.py``
-checks that the copy equals the originals. Regenerate it with ``python -m walras.planner.examples --write`` (from the
+checks that the copy equals the originals. Regenerate it with ``python -m walras.manifests.examples --write`` (from the
 repository root) after editing them.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from walras.planner.manifests import parse_documents
+from walras.manifests.loader import parse_documents
 from walras.planner.model import Snapshot
 
 #: The example files, relative to ``examples/``, in the order the packaged copy concatenates them.

@@ -5,7 +5,7 @@ It keeps objects per resource type, stamps the metadata an API server stamps (``
 binding and resize sub-resources, finalizers and ``deletionTimestamp``, garbage collection through owner
 references, and records a history of watch events so that a watch can resume from a ``resourceVersion``.
 
-Everything here is synchronous and single-threaded: the HTTP layer (:mod:`walras_emulator.server`) calls it from
+Everything here is synchronous and single-threaded: the HTTP layer (:mod:`walras_testbed.emulator.server`) calls it from
 one asyncio loop. Errors are raised as :class:`ApiError` carrying the HTTP code and the Kubernetes ``reason``.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras_emulator.selectors import FieldSelector, LabelSelector
+from walras_testbed.emulator.selectors import FieldSelector, LabelSelector
 
 JSON = dict[str, Any]
 

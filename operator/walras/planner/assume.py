@@ -7,23 +7,19 @@ it counts on its node (and as existing) in every plan until the watch shows it t
 expiry passes (a write that never shows up). A binding that fails leaves the pod assumed as it is (created, unbound),
 so it is placed again, never lost; a pod the operator deleted (or found gone) is forgotten.
 
-Two parts: :func:`overlay` is the pure step the planner applies to a typed cluster (``build_plan(assumed=...)``);
-:class:`AssumedPods` is the operator's store, with an explicit clock (``now`` arguments) so it is pure to test.
+This module is the pure step the planner applies to a typed cluster (:func:`overlay`, ``build_plan(assumed=...)``)
+and the test both sides share (:func:`confirmed`); the operator's store of assumed pods, with its expiry, is
+:class:`walras.operator.assumed.AssumedPods`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 from walras.planner.cluster import Cluster, Pod
 
-#: Seconds an assumed pod counts without the watch confirming it (kube-scheduler's default binding TTL is 30 s
-#: after the bind finished; ours also covers creation).
-DEFAULT_TTL = 30.0
-
-#: What the watch shows of a pod: (uid, nodeName or None).
-Seen = Mapping[tuple[str, str], tuple[str, str | None]]
+__all__ = ["confirmed", "overlay"]
 
 
 def confirmed(assumed: Pod, seen: tuple[str, str | None] | None) -> bool:
@@ -58,45 +54,3 @@ def overlay(cluster: Cluster, assumed: Sequence[Pod]) -> Cluster:
     pods.extend(extra.values())
     pods.sort(key=lambda p: (p.namespace, p.name))
     return replace(cluster, pods=tuple(pods))
-
-
-@dataclass
-class _Entry:
-    pod: Pod
-    deadline: float
-
-
-@dataclass
-class AssumedPods:
-    """The operator's pods written and not yet confirmed by the watch, keyed by (namespace, name)."""
-
-    ttl: float = DEFAULT_TTL
-    _entries: dict[tuple[str, str], _Entry] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def assume(self, pod: Pod, now: float) -> None:
-        """Count ``pod`` (created and/or bound to ``pod.node`` by us) until the watch confirms it."""
-        self._entries[pod.key] = _Entry(replace(pod, assumed=True), now + self.ttl)
-
-    def forget(self, namespace: str, name: str) -> None:
-        """Stop counting a pod (we deleted it, or it is gone)."""
-        self._entries.pop((namespace, name), None)
-
-    def prune(self, seen: Seen, nodes: Iterable[str], now: float) -> None:
-        """Drop the entries the watch confirms, whose node is gone, or whose expiry passed."""
-        names = set(nodes)
-        for key, entry in list(self._entries.items()):
-            node = entry.pod.node
-            if entry.deadline <= now or (node is not None and node not in names) or confirmed(entry.pod,
-                                                                                          seen.get(key)):
-                del self._entries[key]
-
-    def pods(self) -> tuple[Pod, ...]:
-        return tuple(e.pod for e in self._entries.values())
-
-    def overlay(self, cluster: Cluster, now: float) -> Cluster:
-        """Prune against ``cluster`` and return it with the remaining assumed pods (:func:`overlay`)."""
-        self.prune({p.key: (p.uid, p.node) for p in cluster.pods}, (n.name for n in cluster.nodes), now)
-        return overlay(cluster, self.pods())

@@ -14,8 +14,8 @@
 * **Admission** of each pod bound to one of the nodes, in the order the watch delivers them (as the kubelet's
   ``HandlePodAdditions``, ``k8s.io/kubernetes/pkg/kubelet/lifecycle/predicate.go``): the pod count first, then every
   requested resource in name order: the sum of the admitted, non-terminal pods' effective requests
-  (:func:`walras.kubelet.resources.pod_requests`) plus this pod's must not exceed ``allocatable`` (a resource the
-  node does not list has allocatable 0). A pod that fits becomes ``Running`` (``Ready``, ``ContainersReady``,
+  (:func:`walras_testbed.kubelet.resources.pod_requests`) plus this pod's must not exceed ``allocatable`` (a resource
+  the node does not list has allocatable 0). A pod that fits becomes ``Running`` (``Ready``, ``ContainersReady``,
   ``Initialized``, ``PodScheduled`` and ``PodReadyToStartContainers`` conditions ``True``, a running state per
   container, a pod IP); one that does not becomes ``Failed`` with reason ``OutOf<resource>`` (``OutOfcpu``,
   ``OutOfmemory``, ``OutOfnvidia.com/gpu``, ``OutOfpods``) and the kubelet's message ``Pod was rejected: Node didn't
@@ -60,10 +60,10 @@ from typing import Any
 
 import aiohttp
 
-from walras.kubelet.client import JSON, ApiClient, ApiError
-from walras.kubelet.resources import Resources, add, milli, pod_requests, resources
+from walras_testbed.kubelet.client import JSON, ApiClient, ApiError
+from walras_testbed.kubelet.resources import Resources, add, milli, pod_requests, resources
 
-logger = logging.getLogger("walras.kubelet")
+logger = logging.getLogger("walras_testbed.kubelet")
 
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_SECONDS = 40

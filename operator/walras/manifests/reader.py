@@ -1,21 +1,16 @@
-"""Read Kubernetes manifests (YAML or JSON files, or directories of them) into a :class:`Snapshot`.
+"""Decode YAML streams as ``yaml.SafeLoader`` does, faster: :func:`load_yaml`.
 
-YAML is decoded by :func:`load_yaml` with ``yaml.SafeLoader``'s semantics (YAML 1.1 implicit types, anchors and
-aliases, merge keys): block-style text as ``yaml.dump`` and ``kubectl get -o yaml`` write it by one loop over its
-lines (:func:`_load_block_yaml`), anything else by one loop over the events of libyaml's parser (PyYAML's
-``CParser``), instead of PyYAML's node graph and recursive Python constructor, which cost 3.7 times the parse
-itself on 18,680 generated Pods (see :func:`load_yaml`). Walras objects are validated against the CRDs in
-``crds/`` (:mod:`walras.planner.schema`: the
-structural schema with unknown fields refused, and the CEL rules), as ``kubectl apply --validate=strict`` would; a
-file with an invalid object is an error naming the file, the object and the field path.
+Block-style text as ``yaml.dump`` and ``kubectl get -o yaml`` write it is read by one loop over its lines
+(:func:`_load_block_yaml`), anything else by one loop over the events of libyaml's parser (PyYAML's ``CParser``),
+instead of PyYAML's node graph and recursive Python constructor, which cost 3.7 times the parse itself on 18,680
+generated Pods (see :func:`load_yaml`). Both the manifest loader (:mod:`walras.manifests.loader`) and the CRD
+reader of :mod:`walras.manifests.schema` decode through it; it imports neither.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -34,8 +29,6 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
-
-from walras.planner.model import Snapshot
 
 #: libyaml's parser; PyYAML built without libyaml offers the pure-Python one with the same event interface
 _Parser: Any = getattr(getattr(yaml, "cyaml", None), "CParser", None) or yaml.SafeLoader
@@ -182,26 +175,17 @@ def _block_line(content: str, scalar: Callable[[str], Any], plain: Callable[[str
     return (_KEY_OPEN, key_value)
 
 
-def _load_block_yaml(text: str) -> list[Any] | None:
-    """The documents of ``text`` if it is written in the block style that ``yaml.dump`` (``default_flow_style=False``)
-    and ``kubectl get -o yaml`` write, else ``None``.
+def _scalar_readers(constructor: SafeConstructor) -> tuple[Callable[[str], Any], Callable[[str], Any]]:
+    """The two scalar readers of :func:`_load_block_yaml`, ``(scalar, plain_scalar)``, sharing one cache of plain
+    texts (manifests repeat keys, labels and quantities):
 
-    The subset: documents separated by ``---`` lines; block mappings whose keys are plain scalars; block sequences
-    (``- ``, also at the indentation of their key, and compact ``- key: value``); values that are plain scalars
-    (resolved to YAML 1.1 types exactly as :func:`load_yaml`), one-line single-quoted scalars, one-line
-    double-quoted scalars without escapes, and ``{}``/``[]``; whole-line comments and blank lines. Anything else -
-    flow collections, block scalars, multi-line scalars, anchors, aliases, tags, merge keys, complex keys, trailing
-    comments, directives, tabs, end markers, characters YAML refuses, bytes that are not UTF-8 - returns ``None``,
-    and :func:`load_yaml` decodes the stream with libyaml's events (which also reports malformed YAML).
+    * ``plain_scalar(raw)``: a plain (unquoted) scalar resolved to its YAML 1.1 type as ``SafeLoader`` resolves it
+      (:func:`_plain_tag`, :func:`_scalar`);
+    * ``scalar(raw)``: a value as the subset writes it: a one-line single-quoted scalar, a one-line double-quoted
+      scalar without escapes, ``{}``/``[]`` (as the stand-ins :data:`_EMPTY_MAP`/:data:`_EMPTY_SEQ`), else a plain
+      scalar.
 
-    One loop over the lines, with a stack of the open collections (column, container, whether a sequence, the key
-    or item waiting for its block); each distinct line content is parsed once (:func:`_block_line`: manifests
-    repeat most lines), several times faster than building libyaml's Python event objects.
-    ``tests/test_manifests_yaml.py`` checks the result is what PyYAML's ``SafeLoader`` gives.
-    """
-    if "\t" in text or "\r" in text or _SPECIAL.search(text) is not None:
-        return None
-    constructor = SafeConstructor()
+    Both raise :class:`_NotSimple` for a text outside the subset."""
     plain: dict[str, Any] = {}
 
     def plain_scalar(raw: str) -> Any:
@@ -237,7 +221,77 @@ def _load_block_yaml(text: str) -> list[Any] | None:
             return _EMPTY_SEQ
         return plain_scalar(raw)
 
+    return scalar, plain_scalar
+
+
+def _line_readers(constructor: SafeConstructor) -> tuple[Callable[[str], Any], Callable[[str], tuple[Any, ...]]]:
+    """The line readers of :func:`_load_block_yaml`, ``(read_line, parse_content)``, sharing one cache of parsed
+    line contents (each distinct content is parsed once by :func:`_block_line`):
+
+    * ``read_line(line)``: ``(indentation, parsed content, whether an item)``, or :data:`_DOCUMENT` for ``---``, or
+      :data:`_BLANK` for a blank line or a whole-line comment;
+    * ``parse_content(content)``: the parsed form of a content without indentation (the rest of a compact
+      ``- key: ...`` line).
+
+    Both raise :class:`_NotSimple` for a line outside the subset."""
+    scalar, plain_scalar = _scalar_readers(constructor)
     parsed: dict[str, tuple[Any, ...]] = {}
+
+    def parse_content(content: str) -> tuple[Any, ...]:
+        form = parsed.get(content)
+        if form is None:
+            form = parsed[content] = _block_line(content, scalar, plain_scalar)
+        return form
+
+    def read_line(line: str) -> Any:
+        content = line.lstrip(" ")
+        if not content or content[0] == "#":
+            return _BLANK
+        indent = len(line) - len(content)
+        content = content.rstrip(" ")
+        if indent == 0 and content[0] in "-.%" and (content[:3] in ("---", "...") or content[0] == "%"):
+            if content != "---":
+                raise _NotSimple
+            return _DOCUMENT
+        form = parsed.get(content)
+        if form is None:
+            form = parsed[content] = _block_line(content, scalar, plain_scalar)
+        return (indent, form, form[0] >= _ITEM_VALUE)
+
+    return read_line, parse_content
+
+
+def _load_block_yaml(text: str) -> list[Any] | None:
+    """The documents of ``text`` if it is written in the block style that ``yaml.dump`` (``default_flow_style=False``)
+    and ``kubectl get -o yaml`` write, else ``None``.
+
+    The subset: documents separated by ``---`` lines; block mappings whose keys are plain scalars; block sequences
+    (``- ``, also at the indentation of their key, and compact ``- key: value``); values that are plain scalars
+    (resolved to YAML 1.1 types exactly as :func:`load_yaml`), one-line single-quoted scalars, one-line
+    double-quoted scalars without escapes, and ``{}``/``[]``; whole-line comments and blank lines. Anything else -
+    flow collections, block scalars, multi-line scalars, anchors, aliases, tags, merge keys, complex keys, trailing
+    comments, directives, tabs, end markers, characters YAML refuses, bytes that are not UTF-8 - returns ``None``,
+    and :func:`load_yaml` decodes the stream with libyaml's events (which also reports malformed YAML).
+
+    One loop over the lines, with a stack of the open collections (column, container, whether a sequence, the key
+    or item waiting for its block); each distinct line content is parsed once (:func:`_block_line`: manifests
+    repeat most lines), several times faster than building libyaml's Python event objects.
+    ``tests/test_manifests_yaml.py`` checks the result is what PyYAML's ``SafeLoader`` gives.
+    """
+    if "\t" in text or "\r" in text or _SPECIAL.search(text) is not None:
+        return None
+    read_line, parse_content = _line_readers(SafeConstructor())
+    try:
+        return _block_documents(text, read_line, parse_content)
+    except _NotSimple:
+        return None
+
+
+def _block_documents(text: str, read_line: Callable[[str], Any],
+                     parse_content: Callable[[str], tuple[Any, ...]]) -> list[Any]:
+    """The documents of ``text`` by one loop over its lines (read by ``read_line`` and ``parse_content``, of
+    :func:`_line_readers`), with a stack of the open collections (column, container, whether a sequence, the key or
+    item waiting for its block); :class:`_NotSimple` for a text outside :func:`_load_block_yaml`'s subset."""
     documents: list[Any] = []
     # open collections, innermost last: [column, container, is a sequence, key or item waiting for a block value]
     stack: list[list[Any]] = []
@@ -262,93 +316,70 @@ def _load_block_yaml(text: str) -> list[Any] | None:
         stack.clear()
         has_root = False
 
-    def read_line(line: str) -> Any:
-        """``(indentation, parsed content, whether an item)``, or :data:`_DOCUMENT` for ``---``, or :data:`_BLANK`
-        for a blank line or a whole-line comment."""
-        content = line.lstrip(" ")
-        if not content or content[0] == "#":
-            return _BLANK
-        indent = len(line) - len(content)
-        content = content.rstrip(" ")
-        if indent == 0 and content[0] in "-.%" and (content[:3] in ("---", "...") or content[0] == "%"):
-            if content != "---":
-                raise _NotSimple
-            return _DOCUMENT
-        form = parsed.get(content)
-        if form is None:
-            form = parsed[content] = _block_line(content, scalar, plain_scalar)
-        return (indent, form, form[0] >= _ITEM_VALUE)
-
     seen: dict[str, Any] = {}  # each distinct line (most repeat) read once
-    try:
-        for line in text.split("\n"):
-            entry = seen.get(line)
-            if entry is None:
-                entry = seen[line] = read_line(line)
-            if type(entry) is not tuple:
-                if entry is _DOCUMENT:
-                    if started or has_root:
-                        end_document()
-                    started = True
-                continue  # a blank line or a whole-line comment
-            indent, form, item = entry
-            while stack and stack[-1][0] > indent:  # blocks this line closes
-                frame = stack.pop()
-                if frame[3] is not _NO_KEY:
-                    settle(frame, None)
-            if not stack:
-                if has_root:
-                    raise _NotSimple  # a second node at the root of one document
-                container: Any = [] if item else {}
-                documents.append(container)
-                stack.append([indent, container, item, _NO_KEY])
-                has_root = True
-            else:
+    for line in text.split("\n"):
+        entry = seen.get(line)
+        if entry is None:
+            entry = seen[line] = read_line(line)
+        if type(entry) is not tuple:
+            if entry is _DOCUMENT:
+                if started or has_root:
+                    end_document()
+                started = True
+            continue  # a blank line or a whole-line comment
+        indent, form, item = entry
+        while stack and stack[-1][0] > indent:  # blocks this line closes
+            frame = stack.pop()
+            if frame[3] is not _NO_KEY:
+                settle(frame, None)
+        if not stack:
+            if has_root:
+                raise _NotSimple  # a second node at the root of one document
+            container: Any = [] if item else {}
+            documents.append(container)
+            stack.append([indent, container, item, _NO_KEY])
+            has_root = True
+        else:
+            top = stack[-1]
+            if top[3] is not _NO_KEY:  # a key or item waiting for its block
+                if indent > top[0] or (indent == top[0] and item and not top[2]):
+                    container = [] if item else {}
+                    settle(top, container)
+                    stack.append([indent, container, item, _NO_KEY])
+                else:
+                    settle(top, None)
+            top = stack[-1]
+            if top[2] and not item and top[0] == indent and len(stack) > 1:
+                stack.pop()  # a key after an indentless sequence closes it
                 top = stack[-1]
-                if top[3] is not _NO_KEY:  # a key or item waiting for its block
-                    if indent > top[0] or (indent == top[0] and item and not top[2]):
-                        container = [] if item else {}
-                        settle(top, container)
-                        stack.append([indent, container, item, _NO_KEY])
-                    else:
-                        settle(top, None)
-                top = stack[-1]
-                if top[2] and not item and top[0] == indent and len(stack) > 1:
-                    stack.pop()  # a key after an indentless sequence closes it
-                    top = stack[-1]
-                if top[0] != indent:
-                    raise _NotSimple
-            while True:
-                top = stack[-1]
-                kind = form[0]
-                if top[2] != (kind >= _ITEM_VALUE):
-                    raise _NotSimple
-                if kind == _KEY_VALUE:
-                    value = form[2]
-                    top[1][form[1]] = {} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value
-                elif kind == _KEY_OPEN:
-                    top[3] = form[1]
-                elif kind == _ITEM_VALUE:
-                    value = form[1]
-                    top[1].append({} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value)
-                elif kind == _ITEM_OPEN:
-                    top[3] = None
-                else:  # a compact block: its first line starts after the "- "
-                    indent += form[1]
-                    content = form[2]
-                    form = parsed.get(content)
-                    if form is None:
-                        form = _block_line(content, scalar, plain_scalar)
-                        parsed[content] = form
-                    container = [] if form[0] >= _ITEM_VALUE else {}
-                    top[1].append(container)
-                    stack.append([indent, container, form[0] >= _ITEM_VALUE, _NO_KEY])
-                    continue
-                break
-        if started or has_root:
-            end_document()
-    except _NotSimple:
-        return None
+            if top[0] != indent:
+                raise _NotSimple
+        while True:
+            top = stack[-1]
+            kind = form[0]
+            if top[2] != (kind >= _ITEM_VALUE):
+                raise _NotSimple
+            if kind == _KEY_VALUE:
+                value = form[2]
+                top[1][form[1]] = {} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value
+            elif kind == _KEY_OPEN:
+                top[3] = form[1]
+            elif kind == _ITEM_VALUE:
+                value = form[1]
+                top[1].append({} if value is _EMPTY_MAP else [] if value is _EMPTY_SEQ else value)
+            elif kind == _ITEM_OPEN:
+                top[3] = None
+            else:  # a compact block: its first line starts after the "- "
+                indent += form[1]
+                content = form[2]
+                form = parse_content(content)
+                container = [] if form[0] >= _ITEM_VALUE else {}
+                top[1].append(container)
+                stack.append([indent, container, form[0] >= _ITEM_VALUE, _NO_KEY])
+                continue
+            break
+    if started or has_root:
+        end_document()
     return documents
 
 
@@ -470,174 +501,3 @@ def load_yaml(data: bytes | str) -> list[Any]:
         if dispose is not None:
             dispose()
     return documents
-
-#: File suffixes a directory is searched for (:func:`read_file` decodes each).
-SUFFIXES = (".yaml", ".yml", ".json")
-
-#: Kinds a snapshot holds, and the Snapshot field each goes to.
-KINDS = {
-    "Node": "nodes",
-    "Pod": "pods",
-    "ResourcePool": "pools",
-    "FungibleJob": "jobs",
-    "ColocationProfile": "profiles",
-}
-
-
-def _manifest_files(paths: str | Path | Iterable[str | Path]) -> tuple[list[str | Path], list[Path]]:
-    """``paths`` as a list, and the manifest files under them (:func:`_files`); ``ValueError`` where there is
-    none."""
-    named: list[str | Path] = [paths] if isinstance(paths, str | Path) else list(paths)
-    files = _files(named)
-    if not files:
-        raise ValueError(f"no *.yaml, *.yml or *.json file under {', '.join(str(p) for p in named)}")
-    return named, files
-
-
-def _files(paths: Iterable[str | Path]) -> list[Path]:
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            out.extend(sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise ValueError(f"no such file or directory: {path}")
-    return out
-
-
-def parse_documents(documents: Iterable[Any], source: str = "<input>") -> Snapshot:
-    """Sort already-decoded objects (``List`` kinds expanded) into a :class:`Snapshot`; other kinds are ignored."""
-    buckets: dict[str, list[Mapping[str, Any]]] = {field: [] for field in KINDS.values()}
-
-    def add(doc: Any, where: str) -> None:
-        if doc is None:
-            return
-        if not isinstance(doc, Mapping):
-            raise ValueError(f"{where}: expected a Kubernetes object (a mapping), got {type(doc).__name__}")
-        kind = doc.get("kind")
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
-            for k, item in enumerate(doc["items"]):
-                add(item, f"{where} items[{k}]")
-            return
-        if kind in KINDS:
-            buckets[KINDS[kind]].append(doc)
-
-    for k, doc in enumerate(documents):
-        add(doc, f"{source} document {k}")
-    return Snapshot(**{field: tuple(objs) for field, objs in buckets.items()})
-
-
-def read_file(path: Path) -> list[Any]:
-    """The documents of one manifest file, decoded by its suffix (route table):
-
-    ==================  ==========================================================================================
-    suffix              decoder
-    ==================  ==========================================================================================
-    ``.yaml``, ``.yml``  :func:`load_yaml` (a multi-document YAML stream)
-    ``.json``           ``json.loads`` (one object, e.g. ``kubectl get pods -o json``'s ``List``, or an array of
-                        objects); 10-20x faster than YAML for the same objects, as ``kubectl`` reads JSON as JSON
-    ==================  ==========================================================================================
-
-    ``ValueError`` naming the file for malformed input. A path given by name is decoded by its suffix too; any other
-    suffix is read as YAML (which also accepts most JSON)."""
-    return decode(path, path.read_bytes())
-
-
-def decode(path: Path, data: bytes) -> list[Any]:
-    """The documents in ``data``, the contents (or a piece, :func:`split_manifests`) of the file ``path``, decoded by
-    its suffix as :func:`read_file` says."""
-    if path.suffix == ".json":
-        try:
-            loaded = json.loads(data)
-        except ValueError as exc:  # json.JSONDecodeError, or bytes that are not UTF-8
-            raise ValueError(f"{path}: invalid JSON: {exc}") from None
-        return loaded if isinstance(loaded, list) else [loaded]
-    try:
-        return load_yaml(data)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: invalid YAML: {exc}") from None
-
-
-def load_manifests(paths: str | Path | Iterable[str | Path], *, validate: bool = True) -> Snapshot:
-    """Load every ``*.yaml``/``*.yml``/``*.json`` file under ``paths`` (files or directories, searched recursively in
-    name order; :func:`read_file`) and return the Nodes, Pods, ResourcePools, FungibleJobs and ColocationProfiles
-    they hold.
-
-    Raises ``ValueError`` naming the file for a missing path, malformed YAML or JSON, an object that breaks its CRD's
-    schema or rules (``validate``), or paths that hold no manifest at all.
-    """
-    paths, files = _manifest_files(paths)
-    return join_snapshots((load_piece(path, path.read_bytes(), validate=validate) for path in files), paths,
-                          len(files))
-
-
-def join_snapshots(parts: Iterable[Snapshot], paths: Iterable[str | Path], n_files: int) -> Snapshot:
-    """The snapshot of ``parts`` in their order (what :func:`load_manifests` returns for the ``n_files`` files under
-    ``paths`` they came from); ``ValueError`` when they hold no object at all."""
-    fields: dict[str, list[Mapping[str, Any]]] = {field: [] for field in KINDS.values()}
-    for part in parts:
-        for field, objs in fields.items():
-            objs.extend(getattr(part, field))
-    if not any(fields.values()):
-        raise ValueError(f"no Node, Pod, ResourcePool, FungibleJob or ColocationProfile in {n_files} file(s) "
-                         f"under {', '.join(str(p) for p in paths)}")
-    return Snapshot(**{field: tuple(objs) for field, objs in fields.items()})
-
-
-#: The size of the pieces :func:`split_manifests` cuts YAML files into (a piece ends at a document boundary).
-PIECE_BYTES = 256 * 1024
-
-#: A line that starts a YAML document (``---`` alone or followed by a space), where a stream can be cut.
-_DOCUMENT_START = re.compile(rb"^---(?=[ \t\r\n]|$)", re.MULTILINE)
-
-
-def split_manifests(paths: str | Path | Iterable[str | Path]) -> tuple[list[Path], list[tuple[int, bytes]]]:
-    """The files under ``paths`` (as :func:`load_manifests` finds them) and their contents cut into pieces of about
-    :data:`PIECE_BYTES`, each ``(file index, bytes)``, in stream order; :func:`load_piece` decodes one.
-
-    A YAML file is cut only before a line that starts a document (``---``), which YAML forbids inside any scalar
-    (block or quoted: a ``---`` line at column 0 ends it), so every piece is a whole YAML stream of whole documents
-    and the pieces' documents, in order, are the file's. A file with a directive (a line starting ``%``, which
-    belongs to the document after it), a byte-order mark, or JSON is one piece. Decoding the pieces one by one gives
-    the same objects as :func:`read_file`; only error messages may differ (a line number counts from the piece's
-    start), so a caller that meets an error reads the files again with :func:`load_manifests` for the message."""
-    _, files = _manifest_files(paths)
-    pieces: list[tuple[int, bytes]] = []
-    for k, path in enumerate(files):
-        data = path.read_bytes()
-        if path.suffix == ".json" or len(data) <= PIECE_BYTES or data.startswith(b"\xef\xbb\xbf") or (
-                data.startswith(b"%") or b"\n%" in data):
-            pieces.append((k, data))
-            continue
-        start = 0
-        while len(data) - start > PIECE_BYTES:
-            cut = _DOCUMENT_START.search(data, start + PIECE_BYTES)
-            if cut is None:
-                break
-            pieces.append((k, data[start:cut.start()]))
-            start = cut.start()
-        pieces.append((k, data[start:]))
-    return files, pieces
-
-
-def load_piece(path: Path, data: bytes, *, validate: bool = True) -> Snapshot:
-    """The objects of one piece of :func:`split_manifests` (``path``: its file, which decides the decoder and names
-    errors), validated as :func:`load_manifests` validates a file's."""
-    snap = parse_documents(decode(path, data), str(path))
-    if validate:
-        _validate(path, [*snap.pools, *snap.jobs, *snap.profiles])
-    return snap
-
-
-def _validate(path: Path, objects: Iterable[Mapping[str, Any]]) -> None:
-    from walras.planner.schema import validate
-
-    for obj in objects:
-        errors = validate(obj)
-        if errors:
-            meta = obj.get("metadata") or {}
-            namespace = meta.get("namespace")
-            name = f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
-            raise ValueError(f"{path}: {obj.get('kind')} {name}: {'; '.join(errors)}")

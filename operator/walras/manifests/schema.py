@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from walras.manifests.reader import load_yaml
+
 if TYPE_CHECKING:
     import jsonschema
 
@@ -61,8 +63,6 @@ class CRD:
 @functools.cache
 def crds() -> dict[tuple[str, str], CRD]:
     """Every served version of the CRDs in ``walras/crds``, keyed by ``(apiVersion, kind)``."""
-    from walras.planner.manifests import load_yaml
-
     out: dict[tuple[str, str], CRD] = {}
     folder = resources.files("walras").joinpath("crds")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):

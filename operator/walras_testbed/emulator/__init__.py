@@ -7,12 +7,12 @@ Events and kopf's peering resources, so that the real
 scheduler, admission, authentication or kubelet beyond marking a bound pod Running. Nothing in the product imports it
 except ``walras demo``; it imports nothing from ``walras`` or ``allocator`` (an import-linter contract).
 
-Run it standalone with ``python -m walras_emulator --port 0 --kubeconfig KUBECONFIG``.
+Run it standalone with ``python -m walras_testbed.emulator --port 0 --kubeconfig KUBECONFIG``.
 """
 
-from walras_emulator.selectors import FieldSelector, LabelSelector, SelectorError
-from walras_emulator.server import Emulator, EmulatorApp, EmulatorThread, write_kubeconfig
-from walras_emulator.store import ApiError, Fault, ResourceType, Store, json_patch, merge_patch
+from walras_testbed.emulator.selectors import FieldSelector, LabelSelector, SelectorError
+from walras_testbed.emulator.server import Emulator, EmulatorApp, EmulatorThread, write_kubeconfig
+from walras_testbed.emulator.store import ApiError, Fault, ResourceType, Store, json_patch, merge_patch
 
 __all__ = [
     "ApiError",

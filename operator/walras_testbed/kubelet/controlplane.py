@@ -4,7 +4,7 @@ request, kube-scheduler) on free loopback ports in one folder.
 The binaries are found in ``$KUBEBUILDER_ASSETS`` (envtest's convention: a folder holding ``etcd``,
 ``kube-apiserver``, ``kube-controller-manager``, ``kube-scheduler``); ``make controlplane`` unpacks them into
 ``.tools/k8s/bin`` and the Makefile exports the variable. There is no kubelet and no container runtime: Nodes are API
-objects and :mod:`walras.kubelet.standin` plays the kubelet.
+objects and :mod:`walras_testbed.kubelet.standin` plays the kubelet.
 
 What :meth:`LocalControlPlane.start` sets up (the flags follow ``shared/k8s/control-plane``, the reference script):
 

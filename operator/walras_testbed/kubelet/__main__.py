@@ -1,4 +1,4 @@
-"""``python -m walras.kubelet --kubeconfig K -f nodes.yaml``: play the kubelet of the Nodes in the files until
+"""``python -m walras_testbed.kubelet --kubeconfig K -f nodes.yaml``: play the kubelet of the Nodes in the files until
 interrupted (SIGINT/SIGTERM)."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from walras.kubelet.client import ApiClient, ApiConfig
-from walras.kubelet.standin import KubeletStandIn
+from walras_testbed.kubelet.client import ApiClient, ApiConfig
+from walras_testbed.kubelet.standin import KubeletStandIn
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m walras.kubelet", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m walras_testbed.kubelet", description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("-f", "--file", action="append", required=True, help="Node manifests (repeatable)")
     parser.add_argument("--lease-interval", type=float, default=10.0)

@@ -9,9 +9,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from walras.kubelet.client import ApiClient, ApiConfig
-from walras.kubelet.resources import Resources
-from walras.kubelet.standin import KubeletStandIn
+from walras_testbed.kubelet.client import ApiClient, ApiConfig
+from walras_testbed.kubelet.resources import Resources
+from walras_testbed.kubelet.standin import KubeletStandIn
 
 T = TypeVar("T")
 

@@ -1,4 +1,5 @@
-"""``python -m walras_emulator``: serve the emulated Kubernetes API (not a real cluster) on loopback until killed."""
+"""``python -m walras_testbed.emulator``: serve the emulated Kubernetes API (not a real cluster) on loopback until
+killed."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import contextlib
 import signal
 import sys
 
-from walras_emulator.server import Emulator
-from walras_emulator.store import Store
+from walras_testbed.emulator.server import Emulator
+from walras_testbed.emulator.store import Store
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -28,7 +29,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m walras_emulator",
+    parser = argparse.ArgumentParser(prog="python -m walras_testbed.emulator",
                                      description="Emulated Kubernetes API for the Walras demo and tests.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
