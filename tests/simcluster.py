@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.operator.translate import pod_manifest
+from walras.kube.encode import job_status, pod_manifest
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.cache import AssumedPods
 from walras.planner.cluster import Cluster, Pod
@@ -131,7 +131,7 @@ class SimCluster:
         for jp in plan.jobs.values():
             obj = self.jobs.get((jp.namespace, jp.name))
             if obj is not None:
-                obj["status"] = jp.status()
+                obj["status"] = job_status(jp)
 
     def _typed(self, manifest: JSON) -> Pod:
         pod = pod_from(manifest)

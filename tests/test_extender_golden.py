@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 import yaml
 from walras.extender import Extender, start_site
+from walras.kube.client import KubeClient, KubeConfig
 from walras.kubelet.client import ApiClient, ApiConfig
 from walras.kubelet.standin import KubeletStandIn
-from walras.operator import KubeClient, KubeConfig
 from walras.planner.model import Plan, PodPlan
 
 RECORDED = Path(__file__).resolve().parents[1] / "e2e" / "fixtures" / "extender" / "recorded"

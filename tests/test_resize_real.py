@@ -13,8 +13,8 @@ import asyncio
 import time
 from typing import Any
 
+from walras.kube.client import KubeClient, KubeConfig
 from walras.kubelet.runner import KubeletThread
-from walras.operator import KubeClient, KubeConfig
 
 from tests.controlplane import ControlPlane
 
