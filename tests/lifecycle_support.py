@@ -16,8 +16,9 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from walras.kube.client import KubeClient, KubeConfig
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.planner.model import JobPlan, Plan, PodPlan, Snapshot
 
 from tests.test_ha_support import wait_until

@@ -17,8 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from walras.kube.encode import job_status, pod_manifest
 from walras.operator.assumed import AssumedPods
-from walras.operator.translate import pod_manifest
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.invariants import Violation, check_cluster, check_plan
@@ -131,7 +131,7 @@ class SimCluster:
         for jp in plan.jobs.values():
             obj = self.jobs.get((jp.namespace, jp.name))
             if obj is not None:
-                obj["status"] = jp.status()
+                obj["status"] = job_status(jp)
 
     def _typed(self, manifest: JSON) -> Pod:
         pod = pod_from(manifest)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from walras.cli import main
+from walras.kube.encode import plan_document
 from walras.manifests import examples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def test_plan_outputs_json_yaml_and_table(cluster_dir: Path, capsys: pytest.Capt
 
 def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) -> None:
     """``walras plan -o json`` writes with orjson: the same values as the standard library's ``json.dumps`` of
-    ``Plan.to_dict`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
+    ``walras.kube.encode.plan_document`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
     from walras.cli.plan import plan_json
     from walras.manifests import load_manifests
     from walras.planner import build_plan
@@ -45,7 +46,7 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     plan = build_plan(load_manifests([cluster_dir]))
     compact = plan_json(plan)
     assert b"\n" not in compact
-    assert json.loads(compact) == json.loads(json.dumps(plan.to_dict()))
+    assert json.loads(compact) == json.loads(json.dumps(plan_document(plan)))
     assert json.loads(plan_json(plan, 3)) == json.loads(compact)
     assert plan_json(plan, 3).startswith(b'{\n   "')
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from walras.extender import Extender, start_site
-from walras.operator import KubeClient, KubeConfig
+from walras.kube.client import KubeClient, KubeConfig
 from walras.planner.model import Plan, PodPlan
 from walras_testbed.kubelet.client import ApiClient, ApiConfig
 from walras_testbed.kubelet.standin import KubeletStandIn

@@ -29,8 +29,9 @@ import requests
 import yaml
 from faultproxy import FaultProxy, FaultRates, ProxyThread
 from test_ha_support import NAMESPACE, POD, ROOT, free_port, load_scenario, scenario_documents, wait_until
+from walras.kube.client import KubeClient, KubeConfig
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.operator.leader import LeaseElector
 from walras.planner import build_plan
 from walras_testbed.emulator import Emulator

@@ -16,7 +16,7 @@ import pytest
 import requests
 from faultproxy import FaultProxy, FaultRates
 from test_ha_support import NAMESPACE, NODES, POD, Replica, load_scenario, wait_until
-from walras.operator import KubeClient, KubeConfig, RetryPolicy
+from walras.kube.client import KubeClient, KubeConfig, RetryPolicy
 from walras.operator.leader import LeaseElector
 from walras_testbed.emulator import Emulator
 from walras_testbed.emulator.server import EmulatorThread

@@ -129,7 +129,8 @@ def _replica(argv: list[str]) -> int:
 
     from walras.cli.run import add_parser, build, setup_logging
     from walras.extender import start_site
-    from walras.operator import KubeClient, KubeConfig, run_operator
+    from walras.kube.client import KubeClient, KubeConfig
+    from walras.operator import run_operator
     from walras.operator.leader import LeaseElector
 
     outer = argparse.ArgumentParser()

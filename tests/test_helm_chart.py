@@ -222,13 +222,13 @@ class RecordingLeaseAPI:
         self.calls: list[tuple[str, str]] = []  # (verb, path)
 
     async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
-        from walras.operator.kube import KubeError
+        from walras.kube.errors import ApiError
 
         named = not path.endswith("/leases")
         self.calls.append((self.VERBS[method] if named or method != "GET" else "list", path))
         if method == "GET":
             if self.lease is None:
-                raise KubeError(404, "NotFound", path)
+                raise ApiError(404, "NotFound", path)
             return copy.deepcopy(self.lease)
         if method in ("POST", "PUT"):
             self.version += 1
@@ -286,7 +286,8 @@ def test_the_chart_identity_elects_through_the_lease_on_a_real_api_server(contro
     """The chart's ServiceAccount with the chart's RBAC, against a real kube-apiserver: creates the Lease, renews it,
     releases it, a second identity takes it over, and a Lease of another name is forbidden (the Role names it)."""
     from controlplane import install_chart_identity
-    from walras.operator.kube import KubeClient, KubeConfig, KubeError
+    from walras.kube.client import KubeClient, KubeConfig
+    from walras.kube.errors import ApiError
     from walras.operator.leader import LeaseElector
 
     namespace = "walras-lease-test"
@@ -307,7 +308,7 @@ def test_the_chart_identity_elects_through_the_lease_on_a_real_api_server(contro
             await first.release()
             assert await second.try_acquire_or_renew()
             other = LeaseElector(client, namespace, "not-the-chart-lease", "pod-c")
-            with pytest.raises(KubeError) as denied:
+            with pytest.raises(ApiError) as denied:
                 await other.try_acquire_or_renew()
             assert denied.value.code == 403
         finally:

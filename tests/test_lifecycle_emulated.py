@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
+from walras.kube.client import KubeClient, KubeConfig, RetryPolicy
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, RetryPolicy, run_operator
+from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.planner import build_plan
 from walras.planner.invariants import check_cluster, check_plan
 from walras.planner.model import Snapshot
@@ -341,7 +342,7 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
     message however often the plan repeats it, never a delete; an eviction that goes through forgets the pod in the
     assumed-pods cache (as a deletion does) and records ``Evicted``; a replacement ``create`` is assumed. ``delete``
     passes the planned grace period and the pod's uid."""
-    from walras.operator.kube import Eviction
+    from walras.kube.client import Eviction
     from walras.planner.model import Plan, PodPlan
     from walras.planner.translate import pod_from
 

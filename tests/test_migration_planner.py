@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.encode import job_status
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.invariants import check_plan
 from walras.planner.migration import relative_gain
@@ -86,10 +87,10 @@ def test_a_pod_moves_to_the_faster_pool_when_every_rule_holds() -> None:
     jp = plan.jobs[("ml", "x")]
     assert jp.replicas == {"a": 1, "b": 1} and jp.throughput == (4.0 + 1.0) / 2
     assert jp.migrations == 1 and jp.last_migration == NOW
-    assert jp.status()["lastMigrationTime"] == rfc3339(NOW) and [p["name"] for p in jp.status()["pods"]] == [
+    assert job_status(jp)["lastMigrationTime"] == rfc3339(NOW) and [p["name"] for p in job_status(jp)["pods"]] == [
         "x-a-0", "x-b-1"]
     assert [e.reason for e in plan.events if e.reason == "Rebalanced"] == ["Rebalanced"]
-    status_validator().validate(jp.status())
+    status_validator().validate(job_status(jp))
 
 
 def test_after_the_move_the_cooldown_holds_and_the_count_is_not_repeated() -> None:

@@ -16,21 +16,12 @@ from typing import Any
 
 import pytest
 import yaml
+from walras.kube.client import KubeClient, KubeConfig, RetryPolicy
+from walras.kube.encode import pod_manifest, status_patch
+from walras.kube.errors import Conflict, InternalError
+from walras.kube.snapshot import fingerprint, snapshot_from
 from walras.metrics import WalrasMetrics
-from walras.operator import (
-    Controller,
-    IndexSource,
-    KubeClient,
-    KubeConfig,
-    KubeError,
-    OperatorOptions,
-    RetryPolicy,
-    fingerprint,
-    pod_manifest,
-    run_operator,
-    snapshot_from,
-    status_patch,
-)
+from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
 from walras_testbed.emulator import Emulator, Fault
 from walras_testbed.emulator.store import Store
@@ -170,7 +161,7 @@ async def test_client_retries_and_never_binds_twice(tmp_path: Path) -> None:
                          Fault("create", "pods", 500, 1, subresource="binding")]
         assert await client.bind("default", "p", uid, "n1") is True
         assert await client.bind("default", "p", uid, "n1") is False  # already there: not bound again
-        with pytest.raises(KubeError, match="already bound to n1"):
+        with pytest.raises(Conflict, match="already bound to n1"):
             await client.bind("default", "p", uid, "n2")
         assert [b["node"] for b in store.bindings] == ["n1"]
         store.faults.append(Fault("patch", "fungiblejobs", 409, 1, subresource="status"))
@@ -179,7 +170,7 @@ async def test_client_retries_and_never_binds_twice(tmp_path: Path) -> None:
                                            {"status": {"phase": "Running"}})
         assert result["status"] == {"phase": "Running"}
         store.faults.append(Fault("patch", "fungiblejobs", 500, 10, subresource="status"))
-        with pytest.raises(KubeError) as err:
+        with pytest.raises(InternalError) as err:
             await client.patch_status("/apis/walras.dev/v1alpha1/namespaces/default/fungiblejobs/j",
                                       {"status": {"phase": "Pending"}})
         assert err.value.code == 500

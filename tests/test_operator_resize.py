@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import yaml
+from walras.kube.client import KubeClient, KubeConfig, RetryPolicy
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, KubeClient, KubeConfig, OperatorOptions, RetryPolicy
+from walras.operator import Controller, OperatorOptions
 from walras.planner import Snapshot, build_plan
 from walras_testbed.emulator import Emulator
 from walras_testbed.emulator.store import Store

@@ -11,9 +11,9 @@ import gc
 import weakref
 from typing import Any, cast
 
+from walras.kube.client import KubeClient
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, OperatorOptions
-from walras.operator.kube import KubeClient
 from walras.planner import Plan, Snapshot, build_plan
 
 from bench.planner import cluster, grow_one_job, running

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.encode import plan_document
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner import placement as placement_module
 from walras.planner import replicas as replicas_module
@@ -116,7 +117,7 @@ def without_memos(plan: Plan) -> Plan:
 
 
 def comparable(plan: Plan) -> dict[str, Any]:
-    body = plan.to_dict()
+    body = plan_document(plan)
     body.pop("seconds")
     body["solver"].pop("seconds")
     return body

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.encode import plan_document
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.cluster import Job, Node, Pod
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
@@ -97,7 +98,7 @@ def written(obj: dict[str, Any], rv: str, **changes: Any) -> dict[str, Any]:
 
 
 def comparable(plan: Plan) -> dict[str, Any]:
-    body = plan.to_dict()
+    body = plan_document(plan)
     body.pop("seconds")
     body["solver"].pop("seconds")
     return body

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walras.kube.encode import job_status
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 
@@ -101,7 +102,7 @@ def test_a_changed_cpu_request_is_a_resize_with_the_new_values_and_the_reason() 
     assert (cond.status, cond.reason) == ("False", "ResizeNeeded") and cond.message.startswith("2 running pod(s)")
     assert plan.jobs[("ml", "j")].phase == "Running"
     # the pod's status entry shows the new values
-    assert plan.jobs[("ml", "j")].status()["pods"][0]["requests"] == {"cpu": "4", "nvidia.com/gpu": "1"}
+    assert job_status(plan.jobs[("ml", "j")])["pods"][0]["requests"] == {"cpu": "4", "nvidia.com/gpu": "1"}
 
 
 def test_a_limit_that_differs_alone_needs_a_resize_and_a_missing_limit_is_not_added() -> None:

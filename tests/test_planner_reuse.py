@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.encode import plan_document
 from walras.planner import Plan, Snapshot, build_plan, rounds
 from walras.planner import plan as plan_module
 from walras.planner.invariants import check_plan
@@ -33,7 +34,7 @@ FRESH = PlanOptions(reuse=False)
 
 def comparable(plan: Plan) -> dict[str, Any]:
     """Everything a plan says (statuses, pods, events, prices), less the timings and whether the solve was reused."""
-    body = plan.to_dict()
+    body = plan_document(plan)
     body.pop("seconds")
     body["solver"].pop("seconds")
     body["solver"].pop("reused")
@@ -340,7 +341,7 @@ def test_an_unchanged_market_reuses_the_previous_plans_result(market_solves: lis
     assert reused.reused and fourth.solver.reused  # said, not inferred from 0 s
     assert not build_plan(snapshot, third, options=FRESH).solver.reused  # a plan that solved says so too
     assert fourth.solver.iterations == third._phases["market"][2].iterations  # the statistics of the solve it took
-    assert fourth.to_dict()["solver"]["reused"] is True
+    assert plan_document(fourth)["solver"]["reused"] is True
     market_solves.clear()
     fifth = both(snapshot, fourth)  # the reused result was recorded again
     assert len(market_solves) == 1 and fifth._phases["market"][2].prices is reused.prices
@@ -489,7 +490,7 @@ def _statuses(inputs: tuple[Any, ...], edit: Any, memo: dict[Any, Any] | None) -
     outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
     record: dict[Any, Any] = {}
     job_statuses(objects, outcome, actions, resizes, plan, previous, memo=memo, record=record)
-    body = plan.to_dict()
+    body = plan_document(plan)
     return (body["jobs"], body["events"]), record
 
 

@@ -13,7 +13,7 @@ import asyncio
 import time
 from typing import Any
 
-from walras.operator import KubeClient, KubeConfig
+from walras.kube.client import KubeClient, KubeConfig
 from walras_testbed.kubelet.runner import KubeletThread
 
 from tests.controlplane import ControlPlane

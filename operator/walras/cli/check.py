@@ -33,31 +33,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def live_snapshot(kubeconfig: str | None, context: str | None) -> Any:
-    """Nodes, pods, pools, jobs and profiles of the live cluster, as raw objects (the kubernetes client)."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    from walras.operator.translate import snapshot_from
+    """Nodes, pods, pools, jobs and profiles of the live cluster, as raw objects
+    (:func:`walras.kube.client.read_cluster`)."""
+    from walras.kube.client import read_cluster
+    from walras.kube.errors import ConfigError
+    from walras.kube.snapshot import snapshot_from
 
     try:
-        config.load_kube_config(config_file=kubeconfig, context=context)
-    except (ConfigException, OSError, TypeError) as exc:
+        nodes, pods, lists = read_cluster(kubeconfig, context, GROUP, VERSION)
+    except ConfigError as exc:
         raise UsageError(f"cannot load a kubeconfig: {exc}") from None
-    api = client.ApiClient()
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-
-    def plain(items: Any) -> list[dict[str, Any]]:
-        return [api.sanitize_for_serialization(item) for item in items]
-
-    try:
-        nodes = plain(core.list_node(_request_timeout=30).items)
-        pods = plain(core.list_pod_for_all_namespaces(_request_timeout=30).items)
-        lists: list[list[dict[str, Any]]] = []
-        for plural in ("resourcepools", "fungiblejobs", "colocationprofiles"):
-            found: Any = custom.list_cluster_custom_object(GROUP, VERSION, plural, _request_timeout=30)
-            lists.append(list(found["items"]))
-    except Exception as exc:  # urllib3/ApiException: report what failed in one line
+    except Exception as exc:  # an ApiError, or urllib3's: report what failed in one line
         raise UsageError(f"cannot read the cluster: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     return snapshot_from(nodes, pods, lists[0], lists[1], lists[2])
 

@@ -315,8 +315,9 @@ async def create_objects(client: Any, docs: list[dict[str, Any]], timeout: float
 
 async def demo(args: argparse.Namespace) -> int:
     from walras.cli.run import Servers, metrics_app
+    from walras.kube.client import KubeClient, KubeConfig
     from walras.metrics import WalrasMetrics
-    from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+    from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
     from walras.planner import build_plan
     from walras.planner.model import Plan
 

@@ -98,7 +98,7 @@ def emitted_pods(plan: Any, snapshot: Any, *, bound: bool) -> list[dict[str, Any
     """The Pod manifests the operator would create for ``plan`` (``create`` actions), each bound to its planned
     node (status Running) or, with ``bound=False``, Pending and unbound; the jobs' own ``metadata.uid`` owns them
     (a stand-in uid derived from the name where the manifest has none)."""
-    from walras.operator.translate import pod_manifest
+    from walras.kube.encode import pod_manifest
 
     jobs = {((j.get("metadata") or {}).get("namespace") or "default", (j.get("metadata") or {}).get("name")): j
             for j in snapshot.jobs}
@@ -330,7 +330,9 @@ def plan_json(plan: Any, indent: int | None = None) -> bytes:
     indents by two only)."""
     import json
 
-    as_dict = plan.to_dict()
+    from walras.kube.encode import plan_document
+
+    as_dict = plan_document(plan)
     if indent:
         return json.dumps(as_dict, indent=indent, ensure_ascii=False).encode()
     import orjson
@@ -344,7 +346,7 @@ def run(args: argparse.Namespace) -> int:
     The cyclic garbage collector is paused for the whole command and restored at its end: the manifests (hundreds of
     thousands of small dicts for 20,000 pods) and the plan allocate millions of objects that live until the command
     ends, and each full collection walks them all again. On the 5,000-node bench cluster the collector took 0.6-1.0 s
-    of a 2.4-2.6 s plan and 0.2 s of ``Plan.to_dict`` (load ~2), while the peak RSS was the same without it (290 MiB:
+    of a 2.4-2.6 s plan and 0.2 s of ``plan_document`` (load ~2), while the peak RSS was the same without it (290 MiB:
     a plan makes little cyclic garbage; :func:`walras.collector.paused`)."""
     from walras.collector import paused
 
@@ -393,7 +395,10 @@ def _run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             binary.write(data)
     elif output == "yaml":
-        yaml.dump(plan.to_dict(), sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
+        from walras.kube.encode import plan_document
+
+        yaml.dump(plan_document(plan), sys.stdout, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                  sort_keys=False)
     else:
         print(render(plan))
     return 0

@@ -18,8 +18,10 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from walras.cli.errors import UsageError
 from walras.extender import DEFAULT_HOST, Extender, server_tls, start_site
+from walras.kube.client import KubeClient, KubeConfig, probe
+from walras.kube.errors import ConfigError, ServiceUnavailable
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, KubeClient, KubeConfig, OperatorOptions, run_operator
+from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -161,11 +163,9 @@ def check_port_free(host: str, port: int, option: str) -> None:
 
 def load_kube_config(kubeconfig: str | None) -> KubeConfig:
     """The cluster connection as kubectl finds it; :class:`UsageError` when there is none."""
-    from kubernetes.config import ConfigException
-
     try:
         return KubeConfig.load(kubeconfig)
-    except (ConfigException, OSError) as exc:
+    except (ConfigError, OSError) as exc:
         raise UsageError(f"no Kubernetes cluster configured ({_one_line(exc)}): pass --kubeconfig, set $KUBECONFIG "
                          "or ~/.kube/config, or run inside a cluster") from exc
 
@@ -175,17 +175,13 @@ def _one_line(exc: BaseException) -> str:
 
 
 async def check_reachable(kube: KubeConfig, timeout: float = 10.0) -> None:
-    """GET ``/version`` once; :class:`UsageError` naming the server when it cannot be reached. Any HTTP answer
-    (even 401/403) counts as reachable: authorization errors surface in the operator's own requests."""
-    import aiohttp
-
-    headers = {"Authorization": f"Bearer {kube.token}"} if kube.token else {}
+    """GET ``/version`` once (:func:`walras.kube.client.probe`); :class:`UsageError` naming the server when it cannot
+    be reached. Any HTTP answer (even 401/403) counts as reachable: authorization errors surface in the operator's own
+    requests."""
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session, \
-                session.get(kube.server + "/version", ssl=kube.ssl_context(), headers=headers) as resp:
-            await resp.read()
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        raise UsageError(f"cannot reach the Kubernetes API at {kube.server}: {_one_line(exc)}") from exc
+        await probe(kube, timeout)
+    except ServiceUnavailable as exc:
+        raise UsageError(f"cannot reach the Kubernetes API at {kube.server}: {exc.message}") from exc
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -1,25 +1,21 @@
-"""The Walras operator: kopf handlers and indexes, the reconcile loop, and the Kubernetes API writes."""
+"""The Walras operator: kopf handlers and indexes, and the reconcile loop composed of a watcher, an actuator and a
+status writer. Every API object it reads or writes goes through :mod:`walras.kube`."""
 
-from walras.operator.controller import Controller, OperatorOptions, fingerprint
+from walras.operator.actuator import Actuator
+from walras.operator.controller import Controller, OperatorOptions
 from walras.operator.handlers import IndexSource, build_registry, ensure_peering, run_operator
-from walras.operator.kube import KubeClient, KubeConfig, KubeError, RetryPolicy
-from walras.operator.translate import event_body, pod_manifest, resize_containers, snapshot_from, status_patch
+from walras.operator.statuses import StatusWriter
+from walras.operator.watch import SnapshotIndex, Watcher
 
 __all__ = [
+    "Actuator",
     "Controller",
     "IndexSource",
-    "KubeClient",
-    "KubeConfig",
-    "KubeError",
     "OperatorOptions",
-    "RetryPolicy",
+    "SnapshotIndex",
+    "StatusWriter",
+    "Watcher",
     "build_registry",
     "ensure_peering",
-    "event_body",
-    "fingerprint",
-    "pod_manifest",
-    "resize_containers",
     "run_operator",
-    "snapshot_from",
-    "status_patch",
 ]

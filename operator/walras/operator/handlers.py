@@ -31,10 +31,11 @@ from typing import Any, Protocol
 
 import kopf
 
+from walras.kube.client import KubeClient, KubeConfig
+from walras.kube.errors import ApiError, Conflict
+from walras.kube.snapshot import snapshot_from
 from walras.operator.controller import Controller
-from walras.operator.kube import KubeClient, KubeConfig, KubeError
 from walras.operator.leader import LeaseElector
-from walras.operator.translate import snapshot_from
 from walras.planner.model import GROUP, VERSION, Snapshot
 
 logger = logging.getLogger("walras.operator")
@@ -160,7 +161,7 @@ async def remove_legacy_finalizer(client: KubeClient, pool: Mapping[str, Any]) -
     try:
         await client.request("PATCH", f"/apis/{GROUP}/{VERSION}/resourcepools/{meta.get('name')}", patch,
                              content_type="application/json-patch+json", attempts=3)
-    except KubeError as exc:  # 404 gone, 409/422 changed meanwhile: the next event tries again
+    except ApiError as exc:  # 404 gone, 409/422 changed meanwhile: the next event tries again
         logger.info("could not remove %s from ResourcePool %s: %s", LEGACY_FINALIZER, meta.get("name"), exc)
         return False
     logger.info("removed the legacy finalizer %s from ResourcePool %s", LEGACY_FINALIZER, meta.get("name"))
@@ -175,8 +176,9 @@ async def ensure_peering(controller: Controller, name: str) -> None:
     """
     path = "/apis/kopf.dev/v1/clusterkopfpeerings"
     body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
-    result = await controller.client.request("POST", path, body, ok_conflict=True)
-    if result.get("code") == 409:
+    try:
+        await controller.client.request("POST", path, body)
+    except Conflict:
         logger.debug("peering object %s exists", name)
 
 

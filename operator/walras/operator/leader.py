@@ -38,7 +38,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from walras.operator.kube import KubeClient, KubeError
+from walras.kube.client import KubeClient
+from walras.kube.errors import ApiError, Conflict, NotFound
 
 logger = logging.getLogger("walras.operator.leader")
 
@@ -112,23 +113,22 @@ class LeaseElector:
         started = time.monotonic()
         if self._held is not None and self.is_leader():
             body = {**self._held, "spec": self._spec(self._held.get("spec") or {})}
-            updated = await self.client.request("PUT", self.path, body, attempts=1, ok_conflict=True)
-            if updated.get("code") == 409:
+            try:
+                updated = await self.client.request("PUT", self.path, body, attempts=1)
+            except Conflict:
                 self._held = None  # stale resourceVersion or a peer wrote: look before the next attempt
                 return False
             self._wrote(updated, started)
             return True
         try:
             lease = await self.client.request("GET", self.path, attempts=1)
-        except KubeError as exc:
-            if exc.code != 404:
-                raise
+        except NotFound:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.name, "namespace": self.namespace}, "spec": self._spec(None)}
-            created = await self.client.request(
-                "POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body, attempts=1,
-                ok_conflict=True)
-            if created.get("code") == 409:
+            try:
+                created = await self.client.request(
+                    "POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases", body, attempts=1)
+            except Conflict:  # a peer created it first
                 return False
             self._wrote(created, started)
             return True
@@ -141,8 +141,9 @@ class LeaseElector:
         if holder and holder != self.identity and started - self._observed_at < duration:
             return False  # held by a live peer
         body = {**lease, "spec": self._spec(spec)}
-        updated = await self.client.request("PUT", self.path, body, attempts=1, ok_conflict=True)
-        if updated.get("code") == 409:
+        try:
+            updated = await self.client.request("PUT", self.path, body, attempts=1)
+        except Conflict:
             return False  # another replica wrote first
         self._wrote(updated, started)
         return True
@@ -164,7 +165,7 @@ class LeaseElector:
         try:
             async with asyncio.timeout(self.renew_deadline):  # never hold a shutdown up for long
                 await self._release()
-        except (KubeError, TimeoutError) as exc:
+        except (ApiError, TimeoutError) as exc:
             logger.warning("could not release the leader Lease %s/%s: %s", self.namespace, self.name, exc)
 
     async def _release(self) -> None:
@@ -174,7 +175,11 @@ class LeaseElector:
             return
         body = {**lease, "spec": {**spec, "holderIdentity": "", "leaseDurationSeconds": 1,
                                   "renewTime": _micro_time()}}
-        await self.client.request("PUT", self.path, body, attempts=2, ok_conflict=True)
+        try:
+            await self.client.request("PUT", self.path, body, attempts=2)
+        except Conflict:  # a peer wrote it meanwhile: it is not ours to release any more
+            logger.info("the leader Lease %s/%s changed before it was released", self.namespace, self.name)
+            return
         logger.info("released the leader Lease %s/%s", self.namespace, self.name)
 
     # ------------------------------------------------------------------ the loop
@@ -212,7 +217,7 @@ class LeaseElector:
             while True:
                 try:
                     held = await self.try_acquire_or_renew()
-                except KubeError as exc:
+                except ApiError as exc:
                     logger.info("leader election round failed (%s); retrying", exc)
                     held = False
                 if held:

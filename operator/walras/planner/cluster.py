@@ -236,7 +236,7 @@ class Cluster:
 def pod_vector(template: JobTemplate, job: JobSpec, priced: str, amount: float) -> dict[str, float]:
     """The effective request of a pod Walras creates for ``job`` with ``amount`` of the ``priced`` resource: the
     template's first container overridden by the job's ``spec.resources`` and the priced amount (what
-    :func:`walras.operator.translate.pod_manifest` writes), plus the other containers, at least the largest init
+    :func:`walras.kube.encode.build_pod` writes), plus the other containers, at least the largest init
     container, plus overhead, plus one pod slot."""
     first = {**template.first, **job.resources, priced: amount}
     total = dict(template.others)

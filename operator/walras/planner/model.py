@@ -3,13 +3,13 @@
 The planner is a pure function ``build_plan(snapshot, previous) -> Plan`` (see :mod:`walras.planner.plan`).
 A :class:`Snapshot` holds raw Kubernetes objects as plain dicts (as the API server returns them, already
 decoded from JSON); a :class:`Plan` holds everything the operator writes back (pods to create, bind, resize or
-delete, status bodies, Events) and everything the metrics and the scheduler extender show. Nothing here talks to
-Kubernetes: kopf handlers and HTTP handlers only translate between the API and these objects.
+delete, what each status reports, Events) and everything the metrics and the scheduler extender show. Nothing here
+talks to Kubernetes or builds an API object: :mod:`walras.kube.encode` turns a plan into pods, status bodies and
+Events.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -144,22 +144,6 @@ class PoolPlan:
     #: The placement of this plan's new and pending pods, reused by the next plan when its request is unchanged.
     placement: PlacementMemo | None = field(default=None, repr=False, compare=False)
 
-    def status(self) -> dict[str, Any]:
-        """The ``status`` body written to the ResourcePool."""
-        return {
-            "nodeCount": self.node_count,
-            "capacity": self.capacity,
-            "used": self.used,
-            "price": self.price,
-            "priceText": f"{self.price:.4g}",
-            "utilisation": self.utilisation,
-            "utilisationText": f"{100 * self.utilisation:.0f}%",
-            "podsPlanned": self.pods_planned,
-            "podsBound": self.pods_bound,
-            "conditions": [c.to_dict() for c in self.conditions],
-            **({} if self.observed_generation is None else {"observedGeneration": self.observed_generation}),
-        }
-
 
 @dataclass
 class JobPlan:
@@ -196,47 +180,10 @@ class JobPlan:
     def key(self) -> ObjectKey:
         return (self.namespace, self.name)
 
-    def status(self) -> dict[str, Any]:
-        """The ``status`` body written to the FungibleJob."""
-        body: dict[str, Any] = {
-            "phase": self.phase,
-            "allocation": dict(self.allocation),
-            "allocationText": self.allocation_text or "-",
-            "replicas": dict(self.replicas),
-            "placedReplicas": sum(self.replicas.values()),
-            "wantedReplicas": dict(self.wanted),
-            "throughput": self.throughput,
-            "throughputText": _throughput_text(self.throughput, self.throughput_unit),
-            "pricedThroughput": self.priced_throughput,
-            **({"utility": self.utility} if math.isfinite(self.utility) else {}),  # log of 0: no value to write
-            "cost": self.cost,
-            "pricedCost": self.priced_cost,
-            "pods": [
-                {"name": p.name, "pool": p.pool, "node": p.node, "requests": p.requests, "limits": p.limits}
-                for p in self.pods
-                if p.action not in ("delete", "evict")
-            ],
-            "conditions": [c.to_dict() for c in self.conditions],
-            "failedPods": self.failures,
-            "migrations": self.migrations,
-        }
-        if self.observed_generation is not None:
-            body["observedGeneration"] = self.observed_generation
-        for name, value in (("lastFailureTime", self.last_failure), ("completionTime", self.completion_time),
-                            ("lastMigrationTime", self.last_migration)):
-            if value is not None:
-                body[name] = rfc3339(value)
-        return body
-
 
 def rfc3339(epoch: float) -> str:
     """Epoch seconds as the API server writes a time (``2026-11-25T15:00:00Z``, whole seconds, UTC)."""
     return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _throughput_text(value: float, unit: str) -> str:
-    """``4.39 iterations/s``; a unit that starts with ``/`` is joined without a space (``4.39/s``)."""
-    return f"{value:.3g}{unit}" if unit.startswith("/") else f"{value:.3g} {unit}"
 
 
 @dataclass
@@ -306,17 +253,3 @@ class Plan:
         if not self.pods:
             return (0, 0, 0)
         return (len(self.pods), id(self.pods[0]), id(self.pods[-1]))
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (``walras plan --json``)."""
-        return {
-            "pools": {
-                name: {"resource": p.resource, "policy": p.policy, **p.status()} for name, p in self.pools.items()
-            },
-            "jobs": [{"namespace": j.namespace, "name": j.name, **j.status()} for j in self.jobs.values()],
-            "pods": [p.to_dict() for p in self.pods],
-            "profiles": {name: [c.to_dict() for c in conds] for name, conds in self.profiles.items()},
-            "events": [asdict(e) for e in self.events],
-            "solver": asdict(self.solver),
-            "seconds": self.seconds,
-        }

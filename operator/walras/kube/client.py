@@ -1,10 +1,15 @@
 """A small asynchronous Kubernetes API client (aiohttp) with retries and backoff, for the operator's writes.
 
-kopf reads (list + watch) through its own client; the operator's writes (pods, bindings, resizes, statuses, Events)
-go through :class:`KubeClient`, which retries 429 and 5xx answers, and 409 Conflicts where a retry is meaningful,
-with exponential backoff (honouring ``Retry-After``). Semantics a retry must not break are decided by the caller:
-``create`` treats 409 AlreadyExists as done (pod names are deterministic), ``bind`` reads the pod back after a 409 so
-that a pod is never bound twice.
+kopf reads (list + watch) through its own client; the operator's writes (pods, bindings, resizes, statuses, Events,
+the leader Lease) go through :class:`KubeClient`, which retries 429 and 5xx answers, and 409 Conflicts where a retry
+is meaningful, with exponential backoff (honouring ``Retry-After``), and raises the typed errors of
+:mod:`walras.kube.errors` (``except NotFound``, ``except Conflict``). Semantics a retry must not break are decided by
+the caller: ``create`` treats 409 AlreadyExists as done (pod names are deterministic), ``bind`` reads the pod back
+after a 409 so that a pod is never bound twice.
+
+Also here, so that no other module of the operator imports a Kubernetes client library: :meth:`KubeConfig.load`
+(the kubeconfig, as kubectl reads it), :func:`probe` (is the API server there) and :func:`read_cluster` (one
+listing of the objects the planner reads, for ``walras check``).
 """
 
 from __future__ import annotations
@@ -20,19 +25,22 @@ from typing import Any, Literal
 
 import aiohttp
 
-logger = logging.getLogger("walras.operator.kube")
+from walras.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    ConfigError,
+    Conflict,
+    MethodNotAllowed,
+    NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
+    UnsupportedMediaType,
+    api_error,
+)
+
+logger = logging.getLogger("walras.kube.client")
 
 JSON = dict[str, Any]
-
-
-class KubeError(Exception):
-    """An API answer that is not a success (after retries): HTTP ``code``, Kubernetes ``reason`` and message."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class KubeConfig:
     @classmethod
     def load(cls, kubeconfig: str | None = None, context: str | None = None) -> KubeConfig:
         """Load the configuration as kubectl would: ``kubeconfig`` / ``$KUBECONFIG`` / ``~/.kube/config``, else the
-        in-cluster service account."""
+        in-cluster service account; :class:`~walras.kube.errors.ConfigError` when there is neither."""
         from kubernetes import client, config  # only here: the client library is heavy to import
 
         conf = client.Configuration()
@@ -63,7 +71,10 @@ class KubeConfig:
             except config.ConfigException:
                 pass
         except (config.ConfigException, FileNotFoundError, TypeError):
-            config.load_incluster_config(client_configuration=conf)
+            try:
+                config.load_incluster_config(client_configuration=conf)
+            except config.ConfigException as exc:
+                raise ConfigError(str(exc)) from exc
         token = None
         auth = (conf.api_key or {}).get("authorization") or (conf.api_key or {}).get("BearerToken")
         if auth:
@@ -137,19 +148,23 @@ class KubeClient:
             await self._session.close()
 
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
-                      retry_conflict: bool = False, ok_conflict: bool = False, attempts: int | None = None,
-                      retryable: frozenset[int] | None = None) -> JSON:
-        """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``) with backoff, at most ``attempts``
-        tries (default: the retry policy's). ``retryable`` replaces the set of retried status codes (the eviction
-        call leaves 429 out: there it means a PodDisruptionBudget refused, an answer, not an overload).
+                      retry_conflict: bool = False, final_reasons: frozenset[str] = frozenset(),
+                      attempts: int | None = None, retryable: frozenset[int] | None = None) -> JSON:
+        """Send one API request; retry 429/5xx (and 409 when ``retry_conflict``, except a 409 whose reason is in
+        ``final_reasons``) with backoff, at most ``attempts`` tries (default: the retry policy's). ``retryable``
+        replaces the set of retried status codes (the eviction call leaves 429 out: there it means a
+        PodDisruptionBudget refused, an answer, not an overload).
 
-        With ``ok_conflict`` a 409 is returned to the caller as ``{"code": 409, ...}`` instead of raised.
+        The answer's JSON body on success; else the :class:`~walras.kube.errors.ApiError` of the last answer (its
+        class names the status: :class:`NotFound`, :class:`Conflict`, :class:`AlreadyExists`...). A request that got
+        no answer (connection lost, timed out) ends as :class:`ServiceUnavailable` ``ConnectionError``; a 2xx answer
+        whose body is not JSON as ``BadGateway`` ``BadResponse``.
         """
         retried = RETRYABLE if retryable is None else retryable
         session = await self.session()
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if body is not None else {}
-        last: KubeError | None = None
+        last: ApiError | None = None
         tries = self.retry.attempts if attempts is None else max(1, attempts)
         for attempt in range(tries):
             retry_after = None
@@ -158,25 +173,15 @@ class KubeClient:
                     text = await resp.text()
                     if resp.status < 300:
                         return json.loads(text) if text else {}
-                    try:
-                        status = json.loads(text)
-                    except ValueError:
-                        status = {"message": text}
-                    if not isinstance(status, dict):
-                        status = {"message": text}
-                    last = KubeError(resp.status, str(status.get("reason", "")), str(status.get("message", text)))
+                    last = self._answer_error(resp.status, text)
                     retry_after = resp.headers.get("Retry-After")
-                    if resp.status == 409:
-                        if ok_conflict and (not retry_conflict or status.get("reason") == "AlreadyExists"):
-                            return {"code": 409, **status}
-                        if not retry_conflict:
+                    if isinstance(last, Conflict):
+                        if not retry_conflict or last.reason in final_reasons:
                             raise last
                     elif resp.status not in retried:
                         raise last
-            except (aiohttp.ClientError, TimeoutError) as exc:  # connection lost, body cut off, timed out
-                last = KubeError(503, "ConnectionError", str(exc) or type(exc).__name__)
-            except ValueError as exc:  # a 2xx answer whose body is not JSON (a proxy or a cut-off response)
-                last = KubeError(502, "BadResponse", f"the answer is not JSON: {exc}")
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # no answer, or a body that is not JSON
+                last = api_error(exc)
             if attempt + 1 >= tries:
                 break
             self.retries += 1
@@ -185,6 +190,18 @@ class KubeClient:
             await asyncio.sleep(delay)
         assert last is not None
         raise last
+
+    @staticmethod
+    def _answer_error(code: int, text: str) -> ApiError:
+        """The typed error of an answer with HTTP status ``code`` and body ``text`` (a ``metav1.Status``, or any
+        text: then the text is the message)."""
+        try:
+            status = json.loads(text)
+        except ValueError:
+            status = {"message": text}
+        if not isinstance(status, dict):
+            status = {"message": text}
+        return ApiError(code, str(status.get("reason", "")), str(status.get("message", text)))
 
     # ------------------------------------------------------------------ typed calls
 
@@ -200,25 +217,26 @@ class KubeClient:
     async def get_pod(self, namespace: str, name: str) -> JSON | None:
         try:
             return await self.request("GET", self.pod_path(namespace, name))
-        except KubeError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> tuple[JSON, bool]:
         """Create a pod; (pod, created). An AlreadyExists answer returns the existing pod with ``created=False``."""
-        result = await self.request("POST", self.pod_path(namespace), body, retry_conflict=True, ok_conflict=True)
-        if result.get("code") == 409:
+        try:
+            result = await self.request("POST", self.pod_path(namespace), body, retry_conflict=True,
+                                        final_reasons=frozenset({"AlreadyExists"}))
+        except AlreadyExists:
             existing = await self.get_pod(namespace, str(body["metadata"]["name"]))
             if existing is None:
-                raise KubeError(409, str(result.get("reason")), str(result.get("message")))
+                raise
             return existing, False
         return result, True
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
         """Bind a pod through ``pods/binding``; True if this call bound it, False if it already was on ``node``.
 
-        A 409 is never retried blindly: the pod is read back; bound elsewhere -> :class:`KubeError` (Conflict),
+        A 409 is never retried blindly: the pod is read back; bound elsewhere -> :class:`Conflict`, gone ->
+        :class:`NotFound`,
         bound to ``node`` -> False (someone, maybe an earlier attempt of ours, did it), still unbound -> retry.
         """
         body: JSON = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace},
@@ -226,22 +244,24 @@ class KubeClient:
         if uid:
             body["metadata"]["uid"] = uid
         for attempt in range(self.retry.attempts):
-            result = await self.request("POST", self.pod_path(namespace, name, "binding"), body, ok_conflict=True)
-            if result.get("code") != 409:
+            try:
+                await self.request("POST", self.pod_path(namespace, name, "binding"), body)
                 return True
+            except Conflict:
+                pass
             pod = await self.get_pod(namespace, name)
             if pod is None:
-                raise KubeError(404, "NotFound", f"pod {namespace}/{name} is gone")
+                raise NotFound(404, "NotFound", f"pod {namespace}/{name} is gone")
             if uid and pod["metadata"].get("uid") != uid:
-                raise KubeError(409, "Conflict", f"pod {namespace}/{name} was replaced (uid changed)")
+                raise Conflict(409, "Conflict", f"pod {namespace}/{name} was replaced (uid changed)")
             bound = (pod.get("spec") or {}).get("nodeName")
             if bound == node:
                 return False
             if bound:
-                raise KubeError(409, "Conflict", f"pod {namespace}/{name} is already bound to {bound}")
+                raise Conflict(409, "Conflict", f"pod {namespace}/{name} is already bound to {bound}")
             self.retries += 1
             await asyncio.sleep(self.retry.delay(attempt))
-        raise KubeError(409, "Conflict", f"binding {namespace}/{name} kept conflicting")
+        raise Conflict(409, "Conflict", f"binding {namespace}/{name} kept conflicting")
 
     @staticmethod
     def delete_options(grace: int | None = None, uid: str | None = None) -> JSON | None:
@@ -264,8 +284,10 @@ class KubeClient:
             await self.request("DELETE", self.pod_path(namespace, name), self.delete_options(grace, uid),
                                retry_conflict=not uid)
             return True
-        except KubeError as exc:
-            if exc.code == 404 or (uid and exc.code == 409):
+        except NotFound:
+            return False
+        except Conflict:
+            if uid:
                 return False
             raise
 
@@ -284,10 +306,12 @@ class KubeClient:
         try:
             await self.request("POST", self.pod_path(namespace, name, "eviction"), body,
                                retryable=RETRYABLE - {429})
-        except KubeError as exc:
-            if exc.code == 429:
-                return Eviction("blocked", exc.message)
-            if exc.code == 404 or (uid and exc.code == 409):
+        except TooManyRequests as exc:
+            return Eviction("blocked", exc.message)
+        except NotFound as exc:
+            return Eviction("gone", exc.message)
+        except Conflict as exc:
+            if uid:
                 return Eviction("gone", exc.message)
             raise
         return Eviction("evicted", "")
@@ -310,7 +334,7 @@ class KubeClient:
         try:
             listing = await self.request("GET", "/api/v1")
             served = any(r.get("name") == "pods/resize" for r in listing.get("resources") or [])
-        except KubeError as exc:
+        except ApiError as exc:
             logger.warning("discovery of pods/resize failed (%s); treating in-place resize as unsupported", exc)
             served = False
         self._resize_checked = (now, served)
@@ -325,11 +349,9 @@ class KubeClient:
             await self.request("PATCH", self.pod_path(namespace, name, "resize"), {"spec": {"containers": containers}},
                                content_type="application/strategic-merge-patch+json", retry_conflict=True)
             return True
-        except KubeError as exc:
-            if exc.code in (404, 405, 415):
-                self._resize_checked = None
-                return False
-            raise
+        except (NotFound, MethodNotAllowed, UnsupportedMediaType):
+            self._resize_checked = None
+            return False
 
     async def patch_status(self, path: str, patch: Mapping[str, Any]) -> JSON:
         """Merge-patch the ``/status`` sub-resource at ``path`` (the object's path)."""
@@ -338,3 +360,52 @@ class KubeClient:
 
     async def post_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
         return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event, retry_conflict=True)
+
+
+async def probe(config: KubeConfig, timeout: float = 10.0) -> None:
+    """GET ``/version`` once; :class:`~walras.kube.errors.ServiceUnavailable` (reason ``ConnectionError``) when the
+    API server does not answer. Any HTTP answer (even 401/403) counts: authorization errors surface in the
+    operator's own requests."""
+    headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session, \
+                session.get(config.server + "/version", ssl=config.ssl_context(), headers=headers) as resp:
+            await resp.read()
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise ServiceUnavailable(503, "ConnectionError", " ".join(str(exc).split()) or type(exc).__name__) from exc
+
+
+#: The custom resources the planner reads, by plural (``walras check`` lists them).
+WALRAS_PLURALS = ("resourcepools", "fungiblejobs", "colocationprofiles")
+
+
+def read_cluster(kubeconfig: str | None, context: str | None, group: str,
+                 version: str) -> tuple[list[JSON], list[JSON], list[list[JSON]]]:
+    """One listing (the synchronous ``kubernetes`` client) of the nodes, the pods of every namespace and the custom
+    objects of :data:`WALRAS_PLURALS` in ``group``/``version``, as raw JSON objects: ``(nodes, pods, [pools, jobs,
+    profiles])``. :class:`~walras.kube.errors.ConfigError` without a usable kubeconfig; the
+    :class:`~walras.kube.errors.ApiError` of a listing that fails (:func:`~walras.kube.errors.api_error`)."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context)
+    except (ConfigException, OSError, TypeError) as exc:
+        raise ConfigError(str(exc)) from exc
+    api = client.ApiClient()
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+
+    def plain(items: Any) -> list[JSON]:
+        return [api.sanitize_for_serialization(item) for item in items]
+
+    try:
+        nodes = plain(core.list_node(_request_timeout=30).items)
+        pods = plain(core.list_pod_for_all_namespaces(_request_timeout=30).items)
+        lists: list[list[JSON]] = []
+        for plural in WALRAS_PLURALS:
+            found: Any = custom.list_cluster_custom_object(group, version, plural, _request_timeout=30)
+            lists.append(list(found["items"]))
+    except client.ApiException as exc:
+        raise api_error(exc) from exc
+    return nodes, pods, lists

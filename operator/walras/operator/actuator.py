@@ -1,0 +1,268 @@
+"""The actuator: a plan's pod actions as API calls (creates, bindings, resizes, deletions, evictions, adoptions).
+
+* ``create``: the pod is built from its job's parsed template (:class:`walras.kube.encode.TemplateCache`;
+  deterministic name: after a restart a 409 AlreadyExists means it is there); in *direct* mode it is then bound to
+  its planned node through ``pods/binding``.
+* ``bind``: direct mode binds the pending pod; extender mode leaves it to kube-scheduler, which calls the extender
+  (:meth:`Actuator.bind`).
+* ``resize``: ``pods/{name}/resize`` where the cluster supports in-place resize; else the job waits for its next
+  pod, which :attr:`Actuator.resize_pending` reports (the status writer's ``ResizePending`` condition).
+* ``delete``: with ``PodPlan.grace`` as the grace period (None: the pod's own ``terminationGracePeriodSeconds``;
+  0: force deletion of a pod on a lost node) and a UID precondition (a newer pod of the same name is never
+  deleted).
+* ``evict``: through the Eviction API, so PodDisruptionBudgets hold; a 429 leaves the pod running, records a
+  Warning Event ``EvictionBlocked`` on the job once per pod and message, and the next plan asks again.
+* pods labelled with a job's name but not owned by it are adopted (owner reference added).
+
+Every pod created or bound is assumed (:class:`walras.operator.assumed.AssumedPods`) until the watch shows it; pods
+deleted or evicted are forgotten. A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound,
+bindings in flight are tracked by uid, and a 409 from ``pods/binding`` is resolved by reading the pod back
+(:meth:`walras.kube.client.KubeClient.bind`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+
+from walras.kube.client import KubeClient
+from walras.kube.encode import TemplateCache, build_pod, resize_containers
+from walras.kube.errors import ApiError, Conflict
+from walras.metrics import WalrasMetrics
+from walras.operator.assumed import AssumedPods
+from walras.operator.recorder import Recorder
+from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
+from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan
+from walras.planner.translate import pod_from
+
+logger = logging.getLogger("walras.operator")
+
+
+@dataclass
+class Actuator:
+    """Carries out the pod actions of each plan; one per controller."""
+
+    client: KubeClient
+    recorder: Recorder
+    metrics: WalrasMetrics
+    assumed: AssumedPods
+    mode: str = "direct"  # "direct" | "extender"
+    scheduler_name: str = "walras-scheduler"
+    templates: TemplateCache = field(default_factory=TemplateCache)
+    #: uids of the pods a binding is in flight for
+    _binding: set[str] = field(default_factory=set)
+    #: pod -> the last EvictionBlocked message posted for it
+    _blocked: dict[ObjectKey, str] = field(default_factory=dict)
+    #: job -> pod -> why it waits for a resize the cluster cannot do in place
+    _resize_waiting: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
+    #: job -> the ResizePending message (its waiting pods' messages, in name order)
+    _resize_pending: dict[ObjectKey, str] = field(default_factory=dict)
+    #: the last snapshot's pods, with the ones this actuator created or bound since as it wrote them
+    _pods: dict[ObjectKey, RawObject] = field(default_factory=dict)
+
+    @property
+    def resize_pending(self) -> Mapping[ObjectKey, str]:
+        """job -> the ``ResizePending`` message of its pods that wait for their next pod (empty for none)."""
+        return self._resize_pending
+
+    def observed(self, index: SnapshotIndex) -> None:
+        """Take the pods of the snapshot the next plan is built from as the known pods."""
+        self._pods = dict(index.pods)
+
+    def deleted(self, kind: str, obj: RawObject) -> None:
+        """The watch deleted ``obj``: a binding in flight for a deleted pod is over."""
+        if kind == "Pod":
+            self._binding.discard(str((obj.get("metadata") or {}).get("uid")))
+
+    def calls(self, plan: Plan, index: SnapshotIndex) -> list[Awaitable[None]]:
+        """The API calls that carry out ``plan``'s pod actions against the pods of ``index`` (adoptions first)."""
+        calls: list[Awaitable[None]] = [self._adopt(pod, index.jobs) for pod in index.pods.values()
+                                        if self._needs_adoption(pod, index.jobs)]
+        self._settle_resizes(plan)
+        for pp in plan.pods:
+            current = index.pods.get((pp.namespace, pp.name))
+            job = index.jobs.get((pp.namespace, pp.job))
+            if pp.action == "create" and current is None:
+                if job is not None:
+                    calls.append(self._create(pp, job))
+            elif current is None:
+                continue
+            elif pp.action in ("create", "bind"):
+                if self.mode == "direct" and pp.node and not (current.get("spec") or {}).get("nodeName"):
+                    calls.append(self._bind(pp, current))
+            elif pp.action == "resize":
+                calls.append(self._resize(pp, current, job))
+            elif pp.action == "delete":
+                calls.append(self._delete(pp, current, job))
+            elif pp.action == "evict":
+                calls.append(self._evict(pp, current, job))
+        for key in [k for k in self._blocked if k not in index.pods]:  # pods gone: their blocked evictions are over
+            del self._blocked[key]
+        return calls
+
+    def _settle_resizes(self, plan: Plan) -> None:
+        """Drop the waiting pods that no longer wait for a resize (resized, gone, replaced)."""
+        resizing: dict[ObjectKey, set[str]] = {}
+        for pp in plan.pods:
+            if pp.action == "resize":
+                resizing.setdefault((pp.namespace, pp.job), set()).add(pp.name)
+        for key in list(self._resize_waiting):
+            waiting = {n: m for n, m in self._resize_waiting[key].items() if n in resizing.get(key, ())}
+            if waiting:
+                self._resize_waiting[key] = waiting
+                self._resize_pending[key] = "; ".join(waiting[name] for name in sorted(waiting))
+            else:
+                del self._resize_waiting[key]
+                self._resize_pending.pop(key, None)
+
+    # ------------------------------------------------------------------ pods
+
+    @staticmethod
+    def _needs_adoption(pod: RawObject, jobs: Mapping[ObjectKey, RawObject]) -> bool:
+        meta = pod.get("metadata") or {}
+        job_name = (meta.get("labels") or {}).get(LABEL_JOB)
+        if not job_name or (meta.get("namespace"), job_name) not in jobs or meta.get("deletionTimestamp"):
+            return False
+        return not any(ref.get("controller") for ref in meta.get("ownerReferences") or [])
+
+    async def _adopt(self, pod: RawObject, jobs: Mapping[ObjectKey, RawObject]) -> None:
+        meta = pod["metadata"]
+        job = jobs[(meta["namespace"], meta["labels"][LABEL_JOB])]
+        ref = {"apiVersion": API_VERSION, "kind": "FungibleJob", "name": job["metadata"]["name"],
+               "uid": job["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        refs = [*list(meta.get("ownerReferences") or []), ref]
+        patch = {"metadata": {"ownerReferences": refs, "labels": {LABEL_MANAGED: "true"}}}
+        await self.client.request("PATCH", self.client.pod_path(meta["namespace"], meta["name"]), patch,
+                                  content_type="application/merge-patch+json", retry_conflict=True)
+        logger.info("adopted pod %s/%s into FungibleJob %s", meta["namespace"], meta["name"], ref["name"])
+
+    async def _create(self, pp: PodPlan, job: RawObject) -> None:
+        try:
+            body = build_pod(self.templates.template(job), pp, self.scheduler_name)
+        except ValueError as exc:
+            await self.recorder.event(job, "Warning", "PodTemplateInvalid", str(exc))
+            return
+        pod, created = await self.client.create_pod(pp.namespace, body)
+        self._assume(pod)
+        if created:
+            logger.info("created pod %s/%s for job %s in pool %s", pp.namespace, pp.name, pp.job, pp.pool)
+            await self.recorder.event(job, "Normal", "SuccessfulCreate",
+                                      f"Created pod {pp.name} in pool {pp.pool} (planned node {pp.node or 'none'})")
+        if self.mode == "direct" and pp.node and not (pod.get("spec") or {}).get("nodeName"):
+            await self._bind(pp, pod)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, pool: str = "",
+                   mode: str = "extender") -> None:
+        """Bind a pod (of ``pool``, for the metrics): at most once per uid, through ``pods/binding``;
+        :class:`~walras.kube.errors.Conflict` while a binding of the same uid is in flight."""
+        if uid and uid in self._binding:
+            raise Conflict(409, "Conflict", f"pod {namespace}/{name} is being bound already")
+        if uid:
+            self._binding.add(uid)
+        try:
+            done = await self.client.bind(namespace, name, uid, node)
+        except ApiError as exc:
+            self.metrics.binding_error(pool, exc.reason or str(exc.code))
+            if uid:
+                self._binding.discard(uid)
+            raise
+        known = self._pods.get((namespace, name))
+        if known is not None:  # counts on its node until the watch shows the binding
+            bound = {**known, "spec": {**(known.get("spec") or {}), "nodeName": node}}
+            self._assume(bound)
+        if done:
+            self.metrics.bound(pool, mode)
+
+    async def _bind(self, pp: PodPlan, pod: RawObject) -> None:
+        assert pp.node is not None
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid in self._binding:
+            return
+        try:
+            await self.bind(pp.namespace, pp.name, uid, pp.node, pp.pool, mode="direct")
+        except ApiError as exc:
+            await self.recorder.event(pod, "Warning", "BindingFailed", f"binding to {pp.node} failed: {exc}")
+            return
+        logger.info("bound pod %s/%s to %s", pp.namespace, pp.name, pp.node)
+        await self.recorder.event(pod, "Normal", "Scheduled", f"Walras assigned {pp.namespace}/{pp.name} to {pp.node}")
+
+    async def _resize(self, pp: PodPlan, pod: RawObject, job: RawObject | None) -> None:
+        """Take a running pod to its planned requests/limits through ``pods/resize`` where the API server serves it
+        (discovered, :meth:`KubeClient.supports_pod_resize`); elsewhere record on the job (``ResizePending``
+        condition and a ``ResizeDeferred`` Event) that the change waits for the next pod."""
+        key = (pp.namespace, pp.job)
+        waiting = self._resize_waiting.setdefault(key, {})
+        containers = resize_containers(pod, pp)
+        why = f" ({pp.reason})" if pp.reason else ""
+        if containers is not None and await self.client.resize_pod(pp.namespace, pp.name, containers):
+            logger.info("resized pod %s/%s in place%s", pp.namespace, pp.name, why)
+            await self.recorder.event(pod, "Normal", "Resized", f"Walras resized {pp.name} in place{why}")
+            containers = None
+        if containers is None:
+            waiting.pop(pp.name, None)
+        else:
+            message = (f"pod {pp.name}: in-place resize is not supported by this cluster; the new requests/limits"
+                       f"{why} apply to the next pod created")
+            repeated = waiting.get(pp.name) == message
+            waiting[pp.name] = message
+            if job is not None and not repeated:
+                await self.recorder.event(job, "Normal", "ResizeDeferred", message)
+        if waiting:
+            self._resize_pending[key] = "; ".join(waiting[name] for name in sorted(waiting))
+        else:
+            self._resize_pending.pop(key, None)
+            self._resize_waiting.pop(key, None)
+
+    def _assume(self, pod: RawObject) -> None:
+        typed = pod_from(pod)
+        if typed is not None:
+            self._pods[typed.key] = pod
+            self.assumed.assume(typed, time.monotonic())
+
+    async def _delete(self, pp: PodPlan, pod: RawObject, job: RawObject | None) -> None:
+        """Delete a pod with the planned grace period (None: the pod's own; 0: at once) and a UID precondition.
+
+        A pod already terminating is deleted again only to shorten its grace period (a force deletion of a pod on a
+        lost node): a plain repeat would only re-send the same request every plan."""
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            terminating = int(meta.get("deletionGracePeriodSeconds") or 0)
+            if pp.grace is None or pp.grace >= terminating:
+                self.assumed.forget(pp.namespace, pp.name)
+                return
+        deleted = await self.client.delete_pod(pp.namespace, pp.name, pp.grace, str(meta.get("uid") or "") or None)
+        self.assumed.forget(pp.namespace, pp.name)
+        if deleted:
+            why = pp.reason or "surplus"
+            forced = pp.grace == 0
+            logger.info("%s pod %s/%s (%s)", "force-deleted" if forced else "deleted", pp.namespace, pp.name, why)
+            if job is not None:
+                await self.recorder.event(job, "Normal", "SuccessfulDelete",
+                                          f"{'Force-deleted' if forced else 'Deleted'} pod {pp.name}: {why}")
+
+    async def _evict(self, pp: PodPlan, pod: RawObject, job: RawObject | None) -> None:
+        """Move a running pod: evict it through the Eviction API (PodDisruptionBudgets hold; grace ``pp.grace`` or
+        the pod's own). Blocked (429) -> the pod stays, a Warning Event ``EvictionBlocked`` on the job (once per pod
+        and message) and the next plan asks again. Never a plain delete."""
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp"):  # evicted already, terminating within its grace period
+            self.assumed.forget(pp.namespace, pp.name)
+            return
+        key = (pp.namespace, pp.name)
+        result = await self.client.evict_pod(pp.namespace, pp.name, pp.grace, str(meta.get("uid") or "") or None)
+        if result.outcome == "blocked":
+            message = f"Eviction of pod {pp.name} refused, retried by the next plan: {result.message}"
+            logger.info("eviction of %s/%s blocked: %s", pp.namespace, pp.name, result.message)
+            if job is not None and self._blocked.get(key) != message:
+                self._blocked[key] = message
+                await self.recorder.event(job, "Warning", "EvictionBlocked", message)
+            return
+        self._blocked.pop(key, None)
+        self.assumed.forget(pp.namespace, pp.name)
+        if result.outcome == "evicted":
+            why = f": {pp.reason}" if pp.reason else ""
+            logger.info("evicted pod %s/%s%s", pp.namespace, pp.name, why)
+            if job is not None:
+                await self.recorder.event(job, "Normal", "Evicted", f"Evicted pod {pp.name} to move it{why}")

@@ -1,0 +1,87 @@
+"""The status writer: a plan's statuses of pools, jobs and profiles as merge patches, and its Events, once each."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from walras.kube.client import KubeClient
+from walras.kube.encode import (
+    job_status,
+    pool_status,
+    profile_status,
+    stamp_conditions,
+    status_patch,
+    with_resize_pending,
+)
+from walras.kube.errors import NotFound
+from walras.operator.recorder import Recorder
+from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
+from walras.planner.model import API_VERSION, Plan
+
+#: How many posted Events are remembered (a repeat Event is harmless; the memory stays bounded).
+POSTED_LIMIT = 50_000
+
+
+@dataclass
+class StatusWriter:
+    """Writes each status that differs from what the object (or our last write to it) shows, and posts each plan
+    Event once."""
+
+    client: KubeClient
+    recorder: Recorder
+    #: (kind, namespace, name) -> (the object's resourceVersion when we wrote, the status we wrote)
+    _written: dict[tuple[str, str, str], tuple[Any, Any]] = field(default_factory=dict)
+    _posted: set[tuple[str, str, str, str, str]] = field(default_factory=set)
+
+    def status_calls(self, plan: Plan, index: SnapshotIndex,
+                     resize_pending: Mapping[ObjectKey, str]) -> Iterable[Awaitable[None]]:
+        """The status writes of ``plan``: every pool, job and profile of ``index`` it has a status for (a job with
+        ``resize_pending`` pods gets the ``ResizePending`` condition)."""
+        base = f"/apis/{API_VERSION}"
+        for name, pool_plan in plan.pools.items():
+            obj = index.pools.get(("", name))
+            if obj is not None:
+                yield self._write(("ResourcePool", "", name), f"{base}/resourcepools/{name}", obj,
+                                  pool_status(pool_plan))
+        for key, job_plan in plan.jobs.items():
+            obj = index.jobs.get(key)
+            if obj is not None:
+                yield self._write(("FungibleJob", *key), f"{base}/namespaces/{key[0]}/fungiblejobs/{key[1]}", obj,
+                                  with_resize_pending(job_status(job_plan), resize_pending.get(key)))
+        for name, conditions in plan.profiles.items():
+            obj = index.profiles.get(("", name))
+            if obj is not None:
+                desired = profile_status(conditions, (obj.get("metadata") or {}).get("generation"))
+                yield self._write(("ColocationProfile", "", name), f"{base}/colocationprofiles/{name}", obj, desired)
+
+    async def _write(self, key: tuple[str, str, str], path: str, obj: RawObject, desired: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        current = obj.get("status")
+        written = self._written.get(key)
+        if written is not None and written[0] == meta.get("resourceVersion"):
+            current = written[1]  # our last write is newer than the cached object
+        desired = stamp_conditions(current, desired, meta.get("generation"))
+        patch = status_patch(current, desired)
+        if patch is None:
+            return
+        try:
+            result = await self.client.patch_status(path, patch)
+        except NotFound:
+            return
+        self._written[key] = (meta.get("resourceVersion"), result.get("status"))
+
+    def event_calls(self, plan: Plan, index: SnapshotIndex) -> Iterable[Awaitable[None]]:
+        """The Events of ``plan`` not posted before, about objects of ``index``."""
+        for ev in plan.events:
+            ident = (ev.kind, ev.namespace, ev.name, ev.reason, ev.message)
+            if ident in self._posted:
+                continue
+            involved = index.involved(ev.kind, ev.namespace, ev.name)
+            if involved is None:
+                continue
+            if len(self._posted) > POSTED_LIMIT:
+                self._posted.clear()
+            self._posted.add(ident)
+            yield self.recorder.event(involved, ev.type, ev.reason, ev.message)
