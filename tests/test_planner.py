@@ -21,9 +21,9 @@ from walras.planner.policies import (
     check_result,
     curve_values,
     get_policy,
-    largest_remainder,
 )
 from walras.planner.quantity import format_quantity, parse_quantity
+from walras.planner.replicas import largest_remainder
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, UtilitySpec, parse_job, parse_pool, parse_profile
 from walras.planner.translate import cluster_from
 
@@ -155,6 +155,15 @@ def test_format_quantity() -> None:
 
 
 # --- largest remainder ----------------------------------------------------------------------------------------------
+
+
+def test_largest_remainder_of_a_subnormal_share_and_zeros() -> None:
+    """Issue 27: the placement policies' own copy returned -9.2e18 here (a subnormal share scaled to the total
+    overflows); they now use :func:`walras.planner.replicas.largest_remainder`, the only definition."""
+    assert largest_remainder(np.array([5e-324, 0.0, 0.0]), 12).tolist() == [12, 0, 0]
+    from walras.planner import policies
+
+    assert policies.largest_remainder is largest_remainder
 
 
 def test_largest_remainder_known_cases() -> None:

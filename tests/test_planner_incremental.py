@@ -14,7 +14,8 @@ from walras.planner import Plan, Snapshot, build_plan
 from walras.planner import placement as placement_module
 from walras.planner import replicas as replicas_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
-from walras.planner.policies import REGISTRY, PlacementRequest, largest_remainder
+from walras.planner.policies import REGISTRY, PlacementRequest
+from walras.planner.replicas import largest_remainder
 from walras.planner.spec import PoolSpec
 
 POLICIES = ("utility", "throughput", "fair", "colocation")
