@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walras.operator.translate import pod_manifest
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.cache import AssumedPods
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.invariants import Violation, check_cluster, check_plan
 from walras.planner.translate import cluster_from, pod_from, pod_requests
 from walras.planner.translate import quantities as parse_quantities
+
+from tests.planning import build_plan
 
 JSON = dict[str, Any]
 

@@ -40,8 +40,9 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     ``Plan.to_dict`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
     from walras.cli.plan import plan_json
     from walras.planner import build_plan, load_manifests
+    from walras.planner.translate import cluster_from
 
-    plan = build_plan(load_manifests([cluster_dir]))
+    plan = build_plan(cluster_from(load_manifests([cluster_dir])))
     compact = plan_json(plan)
     assert b"\n" not in compact
     assert json.loads(compact) == json.loads(json.dumps(plan.to_dict()))

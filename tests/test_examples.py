@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import yaml
 from walras import cli
-from walras.planner import build_plan, examples, load_manifests
+from walras.planner import examples, load_manifests
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
 from allocator.datasets import gavel_throughputs
+from tests.planning import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from walras.planner import Plan, Snapshot, build_plan, invariants, load_manifests
+from walras.planner import Plan, Snapshot, invariants, load_manifests
 from walras.planner import rounds as rounds_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import (
@@ -26,6 +27,8 @@ from walras.planner.quantity import format_quantity, parse_quantity
 from walras.planner.replicas import largest_remainder
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, UtilitySpec, parse_job, parse_pool, parse_profile
 from walras.planner.translate import cluster_from
+
+from tests.planning import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -635,15 +638,19 @@ def test_plan_pod_lookup_follows_the_pod_list() -> None:
     first = plan.pods[0]
     assert plan.pod(first.namespace, first.name) is first
     assert plan.pod("ml", "no-such-pod") is None
-    extra = copy.copy(first)
-    extra.name = "added-later"
-    plan.pods.append(extra)
-    assert plan.pod("ml", "added-later") is extra
+    extra = dataclasses.replace(first, name="added-later")
+    grown = dataclasses.replace(plan, pods=[*plan.pods, extra])  # a plan is frozen: a changed one is a new plan
+    assert grown.pod("ml", "added-later") is extra and grown.pods[-1] is extra
+    assert plan.pod("ml", "added-later") is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.pods = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.action = "delete"  # type: ignore[misc]
 
 
 def test_empty_snapshot() -> None:
     plan = build_plan(Snapshot())
-    assert plan.pools == {} and plan.jobs == {} and plan.pods == []
+    assert plan.pools == {} and plan.jobs == {} and plan.pods == ()
 
 
 # --- the example cluster ----------------------------------------------------------------------------------------------
