@@ -199,11 +199,12 @@ def write_manifests(n_nodes: int, n_jobs: int, replicas: int) -> tuple[Path, dic
     """The planner bench's cluster in its steady state, as YAML files in ``PLAN_DIR`` (one per kind)."""
     import yaml
     from walras.planner import build_plan
+    from walras.planner.translate import cluster_from
 
     from bench.planner import cluster, running
 
     snap = cluster(n_nodes, 10, n_jobs, replicas)
-    steady = running(snap, build_plan(snap))
+    steady = running(snap, build_plan(cluster_from(snap)))
     if PLAN_DIR.exists():
         shutil.rmtree(PLAN_DIR)
     PLAN_DIR.mkdir(parents=True)
@@ -227,6 +228,7 @@ _PHASES = (
     "from walras.manifests import load_manifests\n"
     "from walras.planner import build_plan\n"
     "from walras.kube.encode import plan_document\n"
+    "from walras.planner.translate import cluster_from\n"
     "t1 = time.perf_counter()\n"
     "taken = [0]\n"
     "if ahead is not None:\n"
@@ -239,7 +241,7 @@ _PHASES = (
     "if ahead is not None:\n"
     "    ahead.close()\n"
     "t2 = time.perf_counter()\n"
-    "plan = build_plan(snap)\n"
+    "plan = build_plan(cluster_from(snap))\n"
     "t3 = time.perf_counter()\n"
     "del snap\n"
     "d = plan_document(plan)\n"
@@ -265,6 +267,7 @@ _OPERATOR_FIRST = (
     "from walras.manifests import load_manifests\n"
     "from walras.manifests.preload import preload\n"
     "from walras.planner import build_plan\n"
+    "from walras.planner.translate import cluster_from\n"
     "t1 = time.perf_counter()\n"
     "warmup = preload()\n"
     "snap = load_manifests([sys.argv[1]])\n"
@@ -272,7 +275,7 @@ _OPERATOR_FIRST = (
     "for _ in range(5):\n"
     "    s = time.perf_counter()\n"
     "    with paused():\n"
-    "        plan = build_plan(snap)\n"
+    "        plan = build_plan(cluster_from(snap))\n"
     "    plans.append(time.perf_counter() - s)\n"
     "    del plan\n"
     "print(json.dumps({'imports': t1 - t0, 'preload': warmup, 'plans': plans}))\n"
@@ -306,6 +309,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
     from walras.manifests import load_manifests
     from walras.manifests.reader import load_yaml
     from walras.planner import build_plan
+    from walras.planner.translate import cluster_from
 
     n_nodes, n_jobs = (500, 100) if quick else (5000, 1000)
     t0 = time.perf_counter()
@@ -336,7 +340,7 @@ def plan_rows(runs: int, quick: bool, say: Any) -> None:
         s = time.perf_counter()
         snap = load_manifests([folder])
         s1 = time.perf_counter()
-        plan = build_plan(snap)
+        plan = build_plan(cluster_from(snap))
         s2 = time.perf_counter()
         d = plan_document(plan)
         s3 = time.perf_counter()

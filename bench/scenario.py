@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 from walras.planner import Snapshot, build_plan
+from walras.planner.translate import cluster_from
 
 from allocator.datasets import gavel_throughputs
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out: dict[str, Any] = {"label": args.label, "load": os.getloadavg()[0]}
     snap = cluster(1, args.seed)
-    plan = build_plan(snap)
+    plan = build_plan(cluster_from(snap))
     out["1_overcommitted_pairs"] = over_committed(snap, plan)
     out["5_status_mismatch_jobs"] = status_mismatch(snap, plan)
     out["jobs"] = len(snap.jobs)
@@ -194,10 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         from walras.planner.translate import pod_from
 
         assumed = [pod_from(p) for p in truth.pods]
-        second = build_plan(stale, plan, assumed=assumed)
+        second = build_plan(cluster_from(stale), plan, assumed=assumed)
         out["2_cache"] = "assumed pods"
     except (ImportError, TypeError):
-        second = build_plan(stale, plan)
+        second = build_plan(cluster_from(stale), plan)
         out["2_cache"] = "none"
     out["2_overcommitted_pairs_stale_cache"] = over_committed(
         Snapshot(snap.nodes, truth.pods, snap.pools, tuple(more), snap.profiles), second)
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     prev = plan
     for _ in range(5):
         state = Snapshot(snap.nodes, tuple(pending), snap.pools, snap.jobs, snap.profiles)
-        prev = build_plan(state, prev)
+        prev = build_plan(cluster_from(state), prev)
         churn += sum(1 for p in prev.pods if p.action in ("create", "delete"))
         gone = {(p.namespace, p.name) for p in prev.pods if p.action == "delete"}
         pending = [p for p in pending if (p["metadata"]["namespace"], p["metadata"]["name"]) not in gone]
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     # 6. ten times the size
     big = cluster(10, args.seed)
     start = time.perf_counter()
-    big_plan = build_plan(big)
+    big_plan = build_plan(cluster_from(big))
     out["6_scale10_seconds"] = round(time.perf_counter() - start, 3)
     out["6_scale10_converged"] = big_plan.solver.converged
     out["6_scale10_gap"] = round(big_plan.solver.gap, 4)

@@ -133,12 +133,11 @@ class ScriptedPlanner:
         with self._lock:
             pods = [PodPlan(**p.to_dict()) for p in self._pods]
             self.snapshots += 1
-        plan = Plan()
-        plan.pods = pods
+        jobs: dict[tuple[str, str], JobPlan] = {}
         for pp in pods:
-            job = plan.jobs.setdefault((pp.namespace, pp.job), JobPlan(pp.namespace, pp.job, "Running"))
+            job = jobs.setdefault((pp.namespace, pp.job), JobPlan(pp.namespace, pp.job, "Running"))
             job.pods.append(pp)
-        return plan
+        return Plan(jobs=jobs, pods=tuple(pods))
 
 
 def fungible_job(name: str, namespace: str, pools: Mapping[str, float], count: int, *, grace: int | None = None,

@@ -42,8 +42,9 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     from walras.cli.plan import plan_json
     from walras.manifests import load_manifests
     from walras.planner import build_plan
+    from walras.planner.translate import cluster_from
 
-    plan = build_plan(load_manifests([cluster_dir]))
+    plan = build_plan(cluster_from(load_manifests([cluster_dir])))
     compact = plan_json(plan)
     assert b"\n" not in compact
     assert json.loads(compact) == json.loads(json.dumps(plan_document(plan)))

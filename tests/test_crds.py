@@ -88,8 +88,9 @@ def test_printer_columns_show_price_allocation_throughput_phase() -> None:
 def test_status_schema_accepts_what_the_planner_writes() -> None:
     from walras.manifests import load_manifests
     from walras.planner import build_plan
+    from walras.planner.translate import cluster_from
 
-    plan = build_plan(load_manifests(ROOT / "examples"))
+    plan = build_plan(cluster_from(load_manifests(ROOT / "examples")))
     for pool in plan.pools.values():
         obj = {"apiVersion": "walras.dev/v1alpha1", "kind": "ResourcePool", "metadata": {"name": pool.name}}
         obj["spec"] = example("ResourcePool", pool.name)["spec"]

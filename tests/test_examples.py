@@ -17,10 +17,10 @@ import pytest
 import yaml
 from walras import cli
 from walras.manifests import examples, load_manifests
-from walras.planner import build_plan
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
 from allocator.datasets import gavel_throughputs
+from tests.planning import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml"

@@ -269,7 +269,7 @@ def invariants(env: Env) -> list[str]:
                     if (p["metadata"].get("labels") or {}).get("lifecycle-test") == env.tag),
         jobs=tuple(env.get(f"/apis/walras.dev/v1alpha1/namespaces/{env.namespace}/fungiblejobs")["items"]))
     cluster = cluster_from(snapshot)
-    plan = build_plan(snapshot, options=PlanOptions(now=time.time(), node_loss_grace=NODE_LOSS_GRACE))
+    plan = build_plan(cluster, options=PlanOptions(now=time.time(), node_loss_grace=NODE_LOSS_GRACE))
     found = [*check_cluster(cluster), *check_plan(cluster, plan)]
     return [f"{v.kind} {v.object}: {v.message}" for v in found if v.kind != "StatusDisagrees"]
 

@@ -123,7 +123,7 @@ class Env:
                             pools=tuple(store.list(store.find("walras.dev", "v1alpha1", "resourcepools"), None)),
                             jobs=tuple(store.list(store.types[JOB], NS)))
         cluster = cluster_from(snapshot)
-        plan = build_plan(snapshot, options=PlanOptions(now=self.clock(), node_loss_grace=GRACE))
+        plan = build_plan(cluster, options=PlanOptions(now=self.clock(), node_loss_grace=GRACE))
         return [f"{v.kind} {v.object}: {v.message}" for v in [*check_cluster(cluster), *check_plan(cluster, plan)]
                 if v.kind != "StatusDisagrees"]
 
@@ -385,9 +385,8 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
     typed = pod_from(pod)
     assert typed is not None
     controller.assumed.assume(typed, time.monotonic())
-    plan = Plan()
-    plan.pods = [PodPlan(NS, "m-0", "m", "p", "n1", action="evict", exists=True, grace=5),
-                 PodPlan(NS, "m-1", "m", "p", "n2", {"cpu": "1"})]
+    plan = Plan(pods=(PodPlan(NS, "m-0", "m", "p", "n1", action="evict", exists=True, grace=5),
+                      PodPlan(NS, "m-1", "m", "p", "n2", {"cpu": "1"})))
     await controller.act(plan, snapshot)
     await controller.act(plan, Snapshot(pods=(pod, {**pod, "metadata": {**pod["metadata"], "name": "m-1"}}),
                                         jobs=(job,)))
@@ -401,7 +400,7 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
     assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 3
     assert (NS, "m-0") not in {p.key for p in controller.assumed.pods()}, "an evicted pod is forgotten"
     assert any(c[0] == "event" and c[1] == "Evicted" for c in calls)
-    plan.pods = [PodPlan(NS, "m-0", "m", "p", None, action="delete", exists=True, grace=0, reason="NodeLost")]
+    plan = Plan(pods=(PodPlan(NS, "m-0", "m", "p", None, action="delete", exists=True, grace=0, reason="NodeLost"),))
     await controller.act(plan, snapshot)
     assert calls[-2] == ("delete", "m-0", 0, "old-uid")
     assert calls[-1][:2] == ("event", "SuccessfulDelete") and calls[-1][2].startswith("Force-deleted pod m-0")

@@ -13,13 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import job_status
 from walras.manifests.schema import to_json_schema
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.invariants import check_plan
 from walras.planner.lifecycle import backoff_delay
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
 from walras.planner.plan import PlanOptions
 from walras.planner.translate import cluster_from
 
+from tests.planning import build_plan
 from tests.test_planner import ROOT
 
 NOW = 1_800_000_000.0

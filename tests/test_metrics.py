@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from walras.metrics import BINDING_ERROR_REASONS, WalrasMetrics, binding_reason
@@ -25,14 +27,13 @@ def make_plan(n_jobs: int = 3) -> Plan:
         plan.jobs[("ns", f"j{i}")] = JobPlan("ns", f"j{i}", "Running", {"v100": 1.0}, {"v100": 1}, throughput=10.0 + i,
                                              utility=float(i), cost=float(i), target=5.0 if i == 0 else None)
     plan.jobs[("ns", "bad")] = JobPlan("ns", "bad", "Invalid")
-    plan.pods = [
+    return replace(plan, pods=(
         PodPlan("ns", "j0-0", "j0", "v100", "a", action="keep"),
         PodPlan("ns", "j1-0", "j1", "v100", "b", action="create"),
         PodPlan("ns", "j2-0", "j2", "v100", "b", action="bind"),
         PodPlan("ns", "j2-1", "j2", "v100", None, action="delete"),
         PodPlan("ns", "j3-0", "j3", "cpu", "c", action="keep"),
-    ]
-    return plan
+    ))
 
 
 def test_pool_and_solver_gauges() -> None:
@@ -92,7 +93,7 @@ def test_series_of_removed_pools_and_jobs_disappear() -> None:
     m.update(make_plan())
     smaller = make_plan(n_jobs=1)
     del smaller.pools["cpu"]
-    smaller.pods = [p for p in smaller.pods if p.pool != "cpu"]
+    smaller = replace(smaller, pods=[p for p in smaller.pods if p.pool != "cpu"])
     m.update(smaller)
     s = samples(m)
     assert not any(k[0] == "walras_pool_price" and ("pool", "cpu") in k[1] for k in s)
@@ -169,7 +170,7 @@ def test_binding_error_series_exist_per_pool_and_go_with_the_pool() -> None:
             assert s[("walras_binding_errors_total", (("pool", pool), ("reason", reason)))] == 0
     smaller = make_plan()
     del smaller.pools["cpu"]
-    smaller.pods = [p for p in smaller.pods if p.pool != "cpu"]
+    smaller = replace(smaller, pods=[p for p in smaller.pods if p.pool != "cpu"])
     m.update(smaller)
     s = samples(m)
     assert not any(k[0] == "walras_binding_errors_total" and ("pool", "cpu") in k[1] for k in s)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import job_status
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.invariants import check_plan
 from walras.planner.migration import relative_gain
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
@@ -18,6 +18,7 @@ from walras.planner.plan import PlanOptions
 from walras.planner.spec import parse_job, restart_cost
 from walras.planner.translate import cluster_from
 
+from tests.planning import build_plan
 from tests.test_lifecycle_planner import NOW, pod, pool, status_validator
 
 HOUR = 3600.0

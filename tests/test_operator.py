@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import glob
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from walras.kube.errors import Conflict, InternalError
 from walras.kube.snapshot import fingerprint, snapshot_from
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
+from walras.planner.cluster import Cluster
 from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
 from walras_testbed.emulator import Emulator, Fault
 from walras_testbed.emulator.store import Store
@@ -41,38 +43,46 @@ def job_obj(name: str, replicas: int, cpu: str = "1", ns: str = "default") -> di
                 "spec": {"containers": [{"name": "main", "image": "busybox"}]}}}}
 
 
-def stand_in_planner(snapshot: Snapshot, previous: Plan | None, **_: Any) -> Plan:
-    node = sorted(n["metadata"]["name"] for n in snapshot.nodes)[0]
-    plan = Plan()
-    for pool in snapshot.pools:
-        plan.pools[pool["metadata"]["name"]] = PoolPlan(pool["metadata"]["name"], "cpu", "utility", len(snapshot.nodes),
-                                                        [node], 8.0, 1.0, 0.25, 0.125)
-    existing = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snapshot.pods}
-    for job in snapshot.jobs:
-        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        want = int(job["metadata"]["annotations"]["test/replicas"])
-        cpu = job["metadata"]["annotations"]["test/cpu"]
-        pods = []
-        for i in range(want):
-            pp = PodPlan(ns, f"{name}-{i}", name, "p", node, {"cpu": cpu}, {"cpu": cpu}, "create")
-            current = existing.get((ns, pp.name))
-            if current is not None:
-                pp.exists = True
-                res = current["spec"]["containers"][0].get("resources", {})
-                if not current["spec"].get("nodeName"):
-                    pp.action = "bind"
-                elif res.get("requests", {}).get("cpu") != cpu:
-                    pp.action = "resize"
-                else:
-                    pp.action = "keep"
-            pods.append(pp)
-        for (pns, pname), pod in existing.items():
-            labels = pod["metadata"].get("labels", {})
-            if pns == ns and labels.get("walras.dev/job") == name and int(pname.rsplit("-", 1)[1]) >= want:
-                pods.append(PodPlan(ns, pname, name, "p", None, action="delete", exists=True))
-        plan.jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25,
-                                        pods=pods)
-        plan.pods.extend(pods)
+def stand_in_planner(store: Store) -> Any:
+    """The stand-in planner of the module docstring, as the controller calls a planner (a typed cluster, the previous
+    plan, the caller's caches): the jobs' ``test/*`` annotations are read from ``store`` (the typed cluster does not
+    carry annotations), everything else from the cluster."""
+
+    def plan(cluster: Cluster, previous: Plan | None, **_: Any) -> Plan:
+        node = sorted(n.name for n in cluster.nodes)[0]
+        pools = {pool.name: PoolPlan(pool.name, "cpu", "utility", len(cluster.nodes), [node], 8.0, 1.0, 0.25, 0.125)
+                 for pool in cluster.pools}
+        annotations = {(j["metadata"]["namespace"], j["metadata"]["name"]): j["metadata"]["annotations"]
+                       for j in store.list(store.types[JOB], None)}
+        existing = {pod.key: pod for pod in cluster.pods}
+        jobs: dict[tuple[str, str], JobPlan] = {}
+        all_pods: list[PodPlan] = []
+        for job in cluster.jobs:
+            ns, name = job.key
+            marks = annotations.get(job.key)
+            if marks is None:  # deleted since the snapshot
+                continue
+            want, cpu = int(marks["test/replicas"]), marks["test/cpu"]
+            pods = []
+            for i in range(want):
+                pp = PodPlan(ns, f"{name}-{i}", name, "p", node, {"cpu": cpu}, {"cpu": cpu}, "create")
+                current = existing.get((ns, pp.name))
+                if current is not None:
+                    if current.node is None:
+                        action = "bind"
+                    elif dict(current.first[0]).get("cpu") != cpu:
+                        action = "resize"
+                    else:
+                        action = "keep"
+                    pp = dataclasses.replace(pp, exists=True, action=action)
+                pods.append(pp)
+            for (pns, pname), pod in existing.items():
+                if pns == ns and pod.job == name and int(pname.rsplit("-", 1)[1]) >= want:
+                    pods.append(PodPlan(ns, pname, name, "p", None, action="delete", exists=True))
+            jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25, pods=pods)
+            all_pods.extend(pods)
+        return Plan(pools=pools, jobs=jobs, pods=tuple(all_pods))
+
     return plan
 
 
@@ -200,7 +210,7 @@ async def test_operator_creates_binds_scales_resizes_and_writes_status(tmp_path:
     metrics = WalrasMetrics()
     options = OperatorOptions(debounce=0.05, plan_period=1.0, identity="test-operator")
     source = IndexSource()
-    controller = Controller(client, source, stand_in_planner, options, metrics)
+    controller = Controller(client, source, stand_in_planner(store), options, metrics)
     kube = client.config
     stop = asyncio.Event()
     store.apply_manifests([{"apiVersion": "walras.dev/v1alpha1", "kind": "ResourcePool", "metadata": {"name": "p"},
@@ -279,7 +289,8 @@ async def test_only_the_replica_holding_the_lease_acts(tmp_path: Path) -> None:
     for identity in ("first", "second"):
         options = OperatorOptions(debounce=0.05, plan_period=60.0, identity=identity)
         source = IndexSource()
-        controller = Controller(KubeClient(client.config), source, stand_in_planner, options, WalrasMetrics())
+        controller = Controller(KubeClient(client.config), source, stand_in_planner(store), options,
+                                WalrasMetrics())
         stop = asyncio.Event()
         task = asyncio.create_task(run_operator(controller, source, client.config, peering="walras",
                                                 health_port=None, stop_flag=stop))

@@ -101,14 +101,13 @@ def test_demo_fails_with_the_pods_left_when_the_timeout_passes(capsys: pytest.Ca
 def test_unsettled_names_unbound_surplus_and_nodeless_pods() -> None:
     from walras.planner.model import Plan, PodPlan
 
-    plan = Plan()
-    plan.pods = [
+    plan = Plan(pods=(
         PodPlan("ml", "bound", "j", "v100", "gpu-0", action="keep"),
         PodPlan("ml", "elsewhere", "j", "v100", "gpu-0", action="bind"),
         PodPlan("ml", "missing", "j", "v100", "gpu-1", action="create"),
         PodPlan("ml", "surplus", "j", "v100", "gpu-0", action="delete"),
         PodPlan("ml", "nowhere", "j", "k80", None, action="keep"),
-    ]
+    ))
 
     def pod(name: str, node: str | None) -> dict[str, object]:
         return {"metadata": {"namespace": "ml", "name": name}, "spec": {"nodeName": node} if node else {}}

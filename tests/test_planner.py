@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import plan_document
 from walras.manifests import load_manifests
-from walras.planner import Plan, Snapshot, build_plan, invariants
+from walras.planner import Plan, Snapshot, invariants
 from walras.planner import rounds as rounds_module
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.policies import (
@@ -23,11 +24,13 @@ from walras.planner.policies import (
     check_result,
     curve_values,
     get_policy,
-    largest_remainder,
 )
 from walras.planner.quantity import format_quantity, parse_quantity
+from walras.planner.replicas import largest_remainder
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, UtilitySpec, parse_job, parse_pool, parse_profile
 from walras.planner.translate import cluster_from
+
+from tests.planning import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,6 +160,15 @@ def test_format_quantity() -> None:
 
 
 # --- largest remainder ----------------------------------------------------------------------------------------------
+
+
+def test_largest_remainder_of_a_subnormal_share_and_zeros() -> None:
+    """Issue 27: the placement policies' own copy returned -9.2e18 here (a subnormal share scaled to the total
+    overflows); they now use :func:`walras.planner.replicas.largest_remainder`, the only definition."""
+    assert largest_remainder(np.array([5e-324, 0.0, 0.0]), 12).tolist() == [12, 0, 0]
+    from walras.planner import policies
+
+    assert policies.largest_remainder is largest_remainder
 
 
 def test_largest_remainder_known_cases() -> None:
@@ -628,15 +640,19 @@ def test_plan_pod_lookup_follows_the_pod_list() -> None:
     first = plan.pods[0]
     assert plan.pod(first.namespace, first.name) is first
     assert plan.pod("ml", "no-such-pod") is None
-    extra = copy.copy(first)
-    extra.name = "added-later"
-    plan.pods.append(extra)
-    assert plan.pod("ml", "added-later") is extra
+    extra = dataclasses.replace(first, name="added-later")
+    grown = dataclasses.replace(plan, pods=[*plan.pods, extra])  # a plan is frozen: a changed one is a new plan
+    assert grown.pod("ml", "added-later") is extra and grown.pods[-1] is extra
+    assert plan.pod("ml", "added-later") is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.pods = ()  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.action = "delete"  # type: ignore[misc]
 
 
 def test_empty_snapshot() -> None:
     plan = build_plan(Snapshot())
-    assert plan.pools == {} and plan.jobs == {} and plan.pods == []
+    assert plan.pools == {} and plan.jobs == {} and plan.pods == ()
 
 
 # --- the example cluster ----------------------------------------------------------------------------------------------

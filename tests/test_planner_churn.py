@@ -8,10 +8,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from walras.planner import build_plan
 from walras.planner.capacity import node_table
 from walras.planner.invariants import check_cluster
 
+from tests.planning import build_plan
 from tests.simcluster import SimCluster, changes, job, node, pool
 
 #: (seed, binding mode) pairs: each runs 150 random steps (about 20 s on an idle 2-core machine).

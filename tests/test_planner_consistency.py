@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 from test_planner import bind, check_plan, job, node, pool
 from walras.manifests import examples
-from walras.planner import Snapshot, build_plan
+from walras.planner import Snapshot
 from walras.planner import market as market_module
 from walras.planner import replicas as replicas_module
 from walras.planner import rounds as rounds_module
 from walras.planner.spec import UtilitySpec, parse_profile
 
 from allocator import colocation
+from tests.planning import build_plan
 
 
 def _cvxpy_optimum(a: np.ndarray, r: np.ndarray, d: np.ndarray, specs: list[UtilitySpec]) -> float:
@@ -58,7 +59,7 @@ def test_example_market_converges_within_eps(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(rounds_module, "solve_market", spy)
     plan = build_plan(examples.snapshot())
     assert len(seen) == plan.solver.rounds  # one market solve per market -> placement round
-    (a, r, specs, _, d, _) = seen[-1]
+    (a, r, specs, _, d, _, _) = seen[-1]  # the last argument: the MarketSettings
     eps = 1e-3 * a.shape[0]
     assert plan.solver.converged
     assert 0 <= plan.solver.gap <= eps

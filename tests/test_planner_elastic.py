@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
+
+from tests.planning import build_plan
 
 
 def nodes(count: int, gpus: str = "4") -> list[dict[str, Any]]:

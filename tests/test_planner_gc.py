@@ -14,9 +14,11 @@ from typing import Any, cast
 from walras.kube.client import KubeClient
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, OperatorOptions
-from walras.planner import Plan, Snapshot, build_plan
+from walras.kube.client import KubeClient
+from walras.planner import Plan, Snapshot
 
 from bench.planner import cluster, grow_one_job, running
+from tests.planning import build_plan
 
 
 def test_a_frozen_plan_is_freed_by_reference_counting_when_replaced() -> None:

@@ -11,12 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import plan_document
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner import placement as placement_module
 from walras.planner import replicas as replicas_module
+from walras.planner.cluster import Pod
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
-from walras.planner.policies import REGISTRY, PlacementRequest, largest_remainder
+from walras.planner.placement import PlacementEntry
+from walras.planner.policies import REGISTRY, PlacementRequest
+from walras.planner.replicas import largest_remainder
+from walras.planner.reuse import PlanCache
 from walras.planner.spec import PoolSpec
+
+from tests.planning import build_plan, caches, entry, with_caches
 
 POLICIES = ("utility", "throughput", "fair", "colocation")
 
@@ -109,11 +115,9 @@ def placements(plan: Plan) -> list[tuple[str, str, str, str | None, tuple[tuple[
 def without_memos(plan: Plan) -> Plan:
     """A copy of ``plan`` whose pools forgot their placements and which forgot its pod parses (as if the previous plan
     predated the memos)."""
-    out = copy.deepcopy(plan)
-    for pool in out.pools.values():
-        pool.placement = None
-    out._pod_memo = {}
-    return out
+    cache = caches(plan)[0]
+    kept = {key: e for key, e in cache.entries.items() if key[0] is not PlacementEntry}
+    return with_caches(plan, PlanCache(kept))
 
 
 def comparable(plan: Plan) -> dict[str, Any]:
@@ -222,7 +226,8 @@ def test_warm_plan_of_an_unchanged_snapshot_places_as_the_cold_plan(monkeypatch:
     assert placements(warm) == placements(cold)
     assert counter.calls == []
     # and a pool whose placement was reused carries it on for the plan after
-    assert all(warm.pools[name].placement == cold.pools[name].placement for name in cold.pools)
+    assert all(entry(warm, PlacementEntry, name) == entry(cold, PlacementEntry, name) for name in cold.pools)
+    assert any(entry(warm, PlacementEntry, name) is not None for name in cold.pools)
 
 
 def test_reused_placements_equal_recomputed_ones_after_a_small_change(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -298,7 +303,7 @@ def test_pod_parses_are_reused_by_uid_and_resource_version() -> None:
         pod["metadata"].update(uid=f"u{k}", resourceVersion="7")
     with_ids = Snapshot(steady.nodes, tuple(pods), steady.pools, steady.jobs, steady.profiles)
     previous = build_plan(with_ids)
-    assert len(previous._pod_memo) == len(pods)
+    assert sum(isinstance(v.item, Pod) for v in caches(previous)[1].objects.values()) == len(pods)
     # the same objects again: same plan as without the memo
     assert comparable(build_plan(with_ids, previous)) == comparable(build_plan(with_ids, without_memos(previous)))
     # a pod written since (new resourceVersion) is read again; one with an unchanged version is not
@@ -328,6 +333,5 @@ def test_pod_parses_are_reused_by_uid_and_resource_version() -> None:
 
 
 def without_pod_memo(plan: Plan) -> Plan:
-    out = copy.deepcopy(plan)
-    out._pod_memo = {}
-    return out
+    """``plan`` with its plan cache and an empty translation cache."""
+    return with_caches(plan, caches(plan)[0])

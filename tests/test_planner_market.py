@@ -6,7 +6,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
-from walras.planner.market import build_utility, feasible, solve_market
+from walras.planner.market import MarketSettings, build_utility, feasible, solve_market
 from walras.planner.spec import UtilitySpec
 
 from allocator import utilities
@@ -78,7 +78,8 @@ def test_market_matches_cvxpy_on_a_small_log_instance() -> None:
     d = np.repeat(rng.integers(1, 4, n)[:, None].astype(float), m, axis=1)
     r = np.array([6.0, 8.0, 5.0])
     optimum, prices = cvxpy_reference(a, d, r)
-    market = solve_market(a, r, [UtilitySpec("log")] * n, [1.0] * n, d, None, max_iter=500, eps=1e-6 * n)
+    market = solve_market(a, r, [UtilitySpec("log")] * n, [1.0] * n, d, None,
+                          MarketSettings(max_iter=500, eps=1e-6 * n))
     x = market.allocation
     assert np.all(x.sum(axis=1) <= 1 + 1e-6)
     assert np.all((d * x).sum(axis=0) <= r + 1e-6)
@@ -108,7 +109,7 @@ def test_market_on_the_example_gpu_jobs_matches_cvxpy() -> None:
     d = np.repeat(np.array([2.0, 4, 2, 4, 6, 4, 4])[:, None], 3, axis=1)
     r = np.array([8.0, 8.0, 8.0])
     optimum, prices = cvxpy_reference(a, d, r)
-    market = solve_market(a, r, [UtilitySpec("log")] * 7, [1.0] * 7, d, None, max_iter=500)
+    market = solve_market(a, r, [UtilitySpec("log")] * 7, [1.0] * 7, d, None, MarketSettings(max_iter=500))
     achieved = float(np.log(np.einsum("ij,ij->i", a, market.allocation)).sum())
     assert achieved == pytest.approx(market.primal, rel=1e-9, abs=1e-9)
     assert market.dual >= optimum - 1e-6

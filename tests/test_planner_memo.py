@@ -11,11 +11,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import plan_document
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.cluster import Job, Node, Pod
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.replicas import fit_columns, largest_remainder_rows
-from walras.planner.translate import cluster_from
+from walras.planner.translate import TranslationCache, cluster_from
+
+from tests.planning import build_plan, with_caches
 
 POLICIES = ("utility", "throughput", "fair")
 
@@ -105,30 +107,30 @@ def comparable(plan: Plan) -> dict[str, Any]:
 
 
 def without_memos(plan: Plan) -> Plan:
-    out = copy.copy(plan)
-    out._pod_memo = {}
-    out._kept = {}
-    return out
+    """``plan`` with empty caches: a plan built after it translates and computes everything."""
+    return with_caches(plan)
 
 
 def test_nodes_and_jobs_are_reused_by_uid_and_resource_version() -> None:
     snap = cluster()
-    memo: dict[str, tuple[str, Any]] = {}
-    first = cluster_from(snap, None, memo)
-    assert sum(isinstance(v, Node) for _, v in memo.values()) == len(snap.nodes)
-    assert sum(isinstance(v, Job) for _, v in memo.values()) == len(snap.jobs)
-    again: dict[str, tuple[str, Any]] = {}
-    second = cluster_from(snap, memo, again)
+    cache = TranslationCache()
+    first = cluster_from(snap, cache)
+    memo = cache.objects
+    assert sum(isinstance(v.item, Node) for v in memo.values()) == len(snap.nodes)
+    assert sum(isinstance(v.item, Job) for v in memo.values()) == len(snap.jobs)
+    second = cluster_from(snap, cache)
+    again = cache.objects
+    assert again is not memo  # replaced by this call's translations
     assert all(a is b for a, b in zip(first.nodes, second.nodes, strict=True))
     assert all(a is b for a, b in zip(first.jobs, second.jobs, strict=True))
-    assert again == memo  # the next plan's memo holds what this one used
+    assert again == memo  # the next call's cache holds what this one used
     assert all(again[key] is memo[key] for key in memo)  # as the same entries: no new object per unchanged one
     # a node written since (new resourceVersion) is read again: its new allocatable is seen
     nodes = list(snap.nodes)
     nodes[3] = written(nodes[3], "99", status__allocatable={"nvidia.com/gpu": "8", "cpu": "64", "memory": "256Gi"})
     jobs = list(snap.jobs)
     jobs[2] = written(jobs[2], "2002", spec__replicas={"count": 9})
-    third = cluster_from(Snapshot(tuple(nodes), (), snap.pools, tuple(jobs)), again, {})
+    third = cluster_from(Snapshot(tuple(nodes), (), snap.pools, tuple(jobs)), TranslationCache(again))
     by_name = {n.name: n for n in third.nodes}
     assert by_name["n003"].allocatable["nvidia.com/gpu"] == 8.0
     assert by_name["n004"] is first.nodes[4]
@@ -139,15 +141,16 @@ def test_nodes_and_jobs_are_reused_by_uid_and_resource_version() -> None:
     stale = list(snap.nodes)
     stale[5] = copy.deepcopy(stale[5])
     stale[5]["spec"]["unschedulable"] = True
-    fourth = cluster_from(Snapshot(tuple(stale), (), snap.pools, snap.jobs), again, {})
+    fourth = cluster_from(Snapshot(tuple(stale), (), snap.pools, snap.jobs), TranslationCache(again))
     assert next(n for n in fourth.nodes if n.name == "n005").usable
     # objects without a uid or a resourceVersion (manifest files) are translated every time and not recorded
     bare = [copy.deepcopy(n) for n in snap.nodes]
     for node in bare:
         del node["metadata"]["uid"]
-    out: dict[str, tuple[str, Any]] = {}
-    cluster_from(Snapshot(tuple(bare), (), snap.pools, snap.jobs), memo, out)
-    assert not any(isinstance(v, Node) for _, v in out.values())
+    out = TranslationCache(memo)
+    cluster_from(Snapshot(tuple(bare), (), snap.pools, snap.jobs), out)
+    assert not any(isinstance(v.item, Node) for v in out.objects.values())
+    assert any(isinstance(v.item, Job) for v in out.objects.values())
 
 
 def test_kinds_never_share_a_memo_entry() -> None:
@@ -159,10 +162,10 @@ def test_kinds_never_share_a_memo_entry() -> None:
     job["metadata"]["uid"] = "same"
     pod = {"kind": "Pod", "metadata": {"name": "x", "namespace": "ml", "uid": "same", "resourceVersion": "7"},
            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
-    memo: dict[str, tuple[str, Any]] = {}
-    cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), None, memo)
-    assert len(memo) == 3
-    again = cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), memo, {})
+    cache = TranslationCache()
+    cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), cache)
+    assert len(cache.objects) == 3
+    again = cluster_from(Snapshot((node,), (pod,), snap.pools, (job,)), cache)
     assert isinstance(again.nodes[0], Node) and isinstance(again.pods[0], Pod) and isinstance(again.jobs[0], Job)
     assert again.nodes[0].name == "n000" and again.pods[0].name == "x" and again.jobs[0].name == "job-000"
 

@@ -16,10 +16,11 @@ _PROBE = """
 import json, sys
 from walras.manifests.preload import preload
 from walras.planner import build_plan
+from walras.planner.translate import cluster_from
 from bench.planner import POLICIES, cluster
 seconds = preload()
 before = set(sys.modules)
-plan = build_plan(cluster(500, len(set(POLICIES)) * 2, 100, 5))
+plan = build_plan(cluster_from(cluster(500, len(set(POLICIES)) * 2, 100, 5)))
 policies = sorted({p.policy for p in plan.pools.values() if p.policy})
 print(json.dumps({"seconds": seconds, "new": sorted(set(sys.modules) - before), "policies": policies,
                   "placed": sum(1 for p in plan.pods if p.node is not None)}))

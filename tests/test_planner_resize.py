@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from walras.kube.encode import job_status
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
+
+from tests.planning import build_plan
 
 
 def node(name: str, cpu: str = "16", gpu: str = "4") -> dict[str, Any]:

@@ -15,18 +15,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.encode import plan_document
-from walras.planner import Plan, Snapshot, build_plan, rounds
+from walras.planner import Plan, Snapshot, rounds
 from walras.planner import plan as plan_module
+from walras.planner.capacity import TableEntry
 from walras.planner.invariants import check_plan
+from walras.planner.lifecycle import TallyEntry
 from walras.planner.market import MarketResult, solve_market
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
+from walras.planner.observe import ObservedEntry
 from walras.planner.plan import PlanOptions
-from walras.planner.reuse import frozen
+from walras.planner.resize import ResizeEntry
+from walras.planner.results import PlanContext
+from walras.planner.reuse import PlanCache, Reuse, frozen
+from walras.planner.rounds import HostableEntry, KeptUseEntry, MarketEntry, PodVectorsEntry
 from walras.planner.spec import UtilitySpec
-from walras.planner.status import job_statuses
+from walras.planner.status import StatusEntry, job_statuses
 from walras.planner.translate import cluster_from
 
 from bench.planner import cluster, grow_one_job, running
+from tests.planning import build_plan, caches, entry
 
 REUSE = PlanOptions(reuse=True)
 FRESH = PlanOptions(reuse=False)
@@ -71,8 +78,9 @@ def test_bench_scenarios_plan_alike_with_and_without_reuse() -> None:
     shared = {id(p) for p in steady_plan.pods}
     assert sum(id(p) in shared for p in again.pods) == len(again.pods)
     # the status phase took every job's pods' name order and counts from the steady plan (the same tuple object)
-    assert again._statuses and all(again._statuses[key][1] is steady_plan._statuses[key][1]
-                                   for key in again._statuses)
+    keys = list(again.jobs)
+    assert keys and all(entry(again, StatusEntry, key).ordered is entry(steady_plan, StatusEntry, key).ordered
+                        for key in keys)
     warm = both(grow_one_job(steady), again)
     assert sum(id(p) in {id(q) for q in again.pods} for p in warm.pods) > len(warm.pods) // 2
     assert warm.jobs[("team-0", "job-0000")].observed_generation == 2
@@ -292,14 +300,14 @@ def test_an_unchanged_cluster_reuses_each_phase_plan_after_plan() -> None:
     snapshot, previous = _steady(None)
     second = both(snapshot, previous)
     third = both(snapshot, second)
-    for phase in ("lifecycle", "capacity", "observe", "resize", "sellable", "hostable"):
-        assert phase in third._phases, phase
-    assert third._sequences[""][3] is previous._sequences[""][3]
-    assert third._phases["lifecycle"][2] is previous._phases["lifecycle"][2]
-    assert third._phases["capacity"][2].alloc is previous._phases["capacity"][2].alloc
-    assert third._phases["capacity"][2].masks and third._phases["capacity"][2].labels
-    assert not third._phases["capacity"][2].alloc.flags.writeable
-    assert third._phases["observe"][2].running is previous._phases["observe"][2].running
+    for kind in (TallyEntry, TableEntry, ObservedEntry, ResizeEntry, KeptUseEntry, HostableEntry, PodVectorsEntry):
+        assert entry(third, kind) is not None, kind
+    assert caches(third)[1].sequences[""].items is caches(previous)[1].sequences[""].items
+    assert entry(third, TallyEntry).tallies is entry(previous, TallyEntry).tallies
+    assert entry(third, TableEntry).table.alloc is entry(previous, TableEntry).table.alloc
+    assert entry(third, TableEntry).table.masks and entry(third, TableEntry).table.labels
+    assert not entry(third, TableEntry).table.alloc.flags.writeable
+    assert entry(third, ObservedEntry).observed.running is entry(previous, ObservedEntry).observed.running
 
 
 @pytest.fixture
@@ -334,17 +342,17 @@ def test_an_unchanged_market_reuses_the_previous_plans_result(market_solves: lis
     assert market_solves == []
     assert comparable(fourth) == comparable(build_plan(snapshot, third, options=FRESH))
     assert len(market_solves) == 1  # the plan without reuse solved
-    reused = fourth._phases["market"][2]
-    assert reused.prices is third._phases["market"][2].prices
+    reused = entry(fourth, MarketEntry).result
+    assert reused.prices is entry(third, MarketEntry).result.prices
     assert not reused.prices.flags.writeable and not reused.allocation.flags.writeable
     assert reused.seconds == 0.0 and fourth.solver.seconds == 0.0
     assert reused.reused and fourth.solver.reused  # said, not inferred from 0 s
     assert not build_plan(snapshot, third, options=FRESH).solver.reused  # a plan that solved says so too
-    assert fourth.solver.iterations == third._phases["market"][2].iterations  # the statistics of the solve it took
+    assert fourth.solver.iterations == entry(third, MarketEntry).result.iterations  # the statistics of its solve
     assert plan_document(fourth)["solver"]["reused"] is True
     market_solves.clear()
     fifth = both(snapshot, fourth)  # the reused result was recorded again
-    assert len(market_solves) == 1 and fifth._phases["market"][2].prices is reused.prices
+    assert len(market_solves) == 1 and entry(fifth, MarketEntry).result.prices is reused.prices
 
 
 def _job_written(snapshot: Snapshot, which: int, edit: Any) -> Snapshot:
@@ -418,11 +426,13 @@ def test_the_market_memo_key_covers_every_input(monkeypatch: pytest.MonkeyPatch)
         "demand": np.array([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]]), "warm": np.array([0.5, 0.25, 0.0]),
         "device": "cpu", "max_iter": 60}
 
-    def call(args: dict[str, Any], memo: dict[str, Any] | None) -> tuple[MarketResult, dict[str, Any]]:
-        record: dict[str, Any] = {}
-        got = rounds._market(args["throughput"], args["capacity"], args["specs"], args["weights"], args["demand"],
-                             args["warm"], device=args["device"], max_iter=args["max_iter"], memo=memo,
-                             record=record)
+    def call(args: dict[str, Any], memo: PlanCache | None) -> tuple[MarketResult, PlanCache]:
+        record = memo.fork() if memo is not None else PlanCache()
+        reuse = Reuse(record, read=memo is not None)
+        got = rounds._market(rounds.MarketInputs(args["throughput"], args["capacity"], tuple(args["specs"]),
+                                                 tuple(args["weights"]), args["demand"], args["warm"],
+                                                 args["device"], args["max_iter"]), reuse)
+        reuse.commit()
         return got, record
 
     first, memo = call(base, None)
@@ -432,7 +442,8 @@ def test_the_market_memo_key_covers_every_input(monkeypatch: pytest.MonkeyPatch)
     again, record = call(same, memo)
     assert len(calls) == 1
     assert again.prices is first.prices and again.iterations == 7 and again.seconds == 0.0
-    assert record["market"][2] is again
+    market = record.get(rounds.MarketEntry)
+    assert market is not None and market.result is again
     variants = {
         "throughput": np.array([[1.0, 2.5, 0.0], [0.0, 1.0, 3.0]]),
         "capacity": np.array([4.0, 5.0, 5.5]),
@@ -473,25 +484,31 @@ def _status_inputs(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
     captured: list[tuple[Any, ...]] = []
     real = plan_module.job_statuses
 
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        captured.append(copy.deepcopy(args))
-        return real(*args, **kwargs)
+    def spy(ctx: PlanContext, *args: Any, **kwargs: Any) -> Any:
+        captured.append(copy.deepcopy((replace(ctx, reuse=Reuse.off()), *args)))  # the cache is the test's own
+        return real(ctx, *args, **kwargs)
 
     monkeypatch.setattr(plan_module, "job_statuses", spy)
     _steady(None, (12, 3, 6, 3))
     return captured[-1]
 
 
-def _statuses(inputs: tuple[Any, ...], edit: Any, memo: dict[Any, Any] | None) -> tuple[Any, dict[Any, Any]]:
+def _statuses(inputs: tuple[Any, ...], edit: Any, memo: PlanCache | None) -> tuple[Any, PlanCache]:
     """What the status phase writes (every job's status body and the plan's events) for a copy of ``inputs`` changed
-    by ``edit``, with the status memo ``memo``; and what it recorded."""
-    objects, outcome, actions, resizes, plan, previous = copy.deepcopy(inputs)
-    edit(objects, outcome, actions, resizes)
+    by ``edit``, reading the cache ``memo`` (None: no cache to read); and the cache of what it recorded."""
+    ctx, outcome, actions, resizes, draft = copy.deepcopy(inputs)
+    edit(ctx.objects, outcome, actions, resizes)
     outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
-    record: dict[Any, Any] = {}
-    job_statuses(objects, outcome, actions, resizes, plan, previous, memo=memo, record=record)
-    body = plan_document(plan)
+    record = memo.fork() if memo is not None else PlanCache()
+    reuse = Reuse(record, read=memo is not None)
+    job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, draft)
+    reuse.commit()
+    body = plan_document(Plan(jobs=draft.jobs, events=draft.events))
     return (body["jobs"], body["events"]), record
+
+
+def _status_entries(cache: PlanCache) -> dict[Any, StatusEntry]:
+    return {group: e for (kind, group), e in cache.entries.items() if isinstance(e, StatusEntry)}
 
 
 def _pods(actions: Any, key: tuple[str, str], edit: Any) -> None:
@@ -559,7 +576,10 @@ def test_the_status_memo_key_covers_every_input(name: str, monkeypatch: pytest.M
     before, memo = _statuses(inputs, start, None)
     again, record = _statuses(inputs, start, memo)
     assert again == before
-    assert all(record[key][7] is memo[key][7] and record[key][9] is memo[key][9] for key in record)
+    recorded, remembered = _status_entries(record), _status_entries(memo)
+    assert recorded and recorded.keys() == remembered.keys()
+    assert all(recorded[key].text is remembered[key].text and recorded[key].done is remembered[key].done
+               for key in recorded)
 
     def changed_input(*args: Any) -> None:
         start(*args)

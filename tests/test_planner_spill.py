@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from walras.planner import Plan, Snapshot, build_plan
+from walras.planner import Plan, Snapshot
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
+
+from tests.planning import build_plan
 
 
 def node(name: str, kind: str) -> dict[str, Any]:

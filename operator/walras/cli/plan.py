@@ -374,7 +374,9 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if ahead is not None:
             ahead.close()
-    plan = build_plan(snapshot)
+    from walras.planner.translate import cluster_from
+
+    plan = build_plan(cluster_from(snapshot))
     if args.emit_pods:
         pods = emitted_pods(plan, snapshot, bound=not args.unbound)
         try:

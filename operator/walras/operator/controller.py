@@ -26,7 +26,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from walras.collector import paused
@@ -40,11 +40,13 @@ from walras.operator.statuses import StatusWriter
 from walras.operator.watch import SnapshotIndex, Watcher
 from walras.planner.model import Plan, Snapshot
 from walras.planner.plan import PlanOptions
+from walras.planner.reuse import PlanCache
+from walras.planner.translate import TranslationCache, cluster_from
 
 logger = logging.getLogger("walras.operator")
 
 JSON = dict[str, Any]
-#: ``planner(snapshot, previous, *, assumed=..., options=...) -> Plan`` (:func:`walras.planner.build_plan`).
+#: ``planner(cluster, previous, *, cache=..., assumed=..., options=...) -> Plan`` (:func:`walras.planner.build_plan`).
 Planner = Callable[..., Plan]
 
 
@@ -99,6 +101,10 @@ class Controller:
     watcher: Watcher = field(default_factory=Watcher)
     actuator: Actuator = field(init=False)
     statuses: StatusWriter = field(init=False)
+    #: the planner's reuse between plans (walras.planner.reuse) and the translations of the API objects
+    #: (walras.planner.translate), owned here
+    plan_cache: PlanCache = field(default_factory=PlanCache)
+    translations: TranslationCache = field(default_factory=TranslationCache)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
@@ -167,14 +173,14 @@ class Controller:
         self.assumed.prune(seen, (object_key(n)[1] for n in snapshot.nodes), time.monotonic())
         options = self.plan_options()
         try:
-            planner = self.planned_without_gc if self.options.pause_gc else self.planner
+            planner = self.planned_without_gc if self.options.pause_gc else self.planned_from
             plan = await asyncio.to_thread(planner, snapshot, self.plan, assumed=self.assumed.pods(), options=options)
         except Exception:
             self.metrics.plan_failed()
             logger.exception("planning failed")
             return None
         if not plan.seconds:
-            plan.seconds = time.perf_counter() - started
+            plan = replace(plan, seconds=time.perf_counter() - started)
         self.plan = plan
         if self.options.freeze_gc:
             self.settle_gc()
@@ -183,6 +189,12 @@ class Controller:
         await self.act(plan, snapshot, index)
         self.planned.set()
         return plan
+
+    def planned_from(self, snapshot: Snapshot, previous: Plan | None, **kwargs: Any) -> Plan:
+        """``snapshot`` translated (with the controller's translation cache) and planned by ``self.planner`` after
+        ``previous`` with the controller's plan cache."""
+        cluster = cluster_from(snapshot, self.translations)
+        return self.planner(cluster, previous, cache=self.plan_cache, **kwargs)
 
     def planned_without_gc(self, *args: Any, **kwargs: Any) -> Plan:
         """``self.planner(*args, **kwargs)`` with the cyclic garbage collector paused, and its setting restored after
@@ -196,7 +208,7 @@ class Controller:
         collected once the collector runs again. Done here, by the process owner: the planner itself changes no
         process state (:func:`walras.collector.paused`)."""
         with paused():
-            return self.planner(*args, **kwargs)
+            return self.planned_from(*args, **kwargs)
 
     @staticmethod
     def settle_gc() -> None:

@@ -10,14 +10,13 @@ it is Ready and not cordoned; a job's pods may go to the usable nodes its templa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from walras.planner.cluster import PODS, Cluster, Constraints, Node
-from walras.planner.reuse import frozen, recorded, same_items
+from walras.planner.reuse import Inputs, Reuse, Same, frozen
 
 #: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
 EPS = 1e-9
@@ -107,28 +106,36 @@ class NodeTable:
         ]
 
 
-def node_table(cluster: Cluster, memo: Mapping[str, Any] | None = None,
-               record: MutableMapping[str, Any] | None = None) -> NodeTable:
+@dataclass(frozen=True)
+class TableEntry:
+    """The capacity phase's record (:mod:`.reuse`): the node table of the nodes and pods in ``inputs``
+    (``(Same(nodes), Same(pods))``), its arrays read-only, with the admitted masks and label columns plans added."""
+
+    inputs: Inputs
+    table: NodeTable
+
+
+def node_table(cluster: Cluster, reuse: Reuse | None = None) -> NodeTable:
     """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there. With
-    ``memo`` (the previous plan's phase records, :mod:`.reuse`), a cluster with the same node and pod objects in the
-    same order as the previous plan's table was built from gets that table (its arrays shared read-only, ``used``
-    copied: later phases reserve in it); ``record`` receives this plan's."""
-    before = recorded(memo, "capacity")
-    if before is not None and same_items(before[0], cluster.nodes) and same_items(before[1], cluster.pods):
-        t: NodeTable = before[2]
+    ``reuse`` (the caller's cache, :mod:`.reuse`), a cluster with the same node and pod objects in the same order as
+    the recorded table was built from gets that table (its arrays shared read-only, ``used`` copied: later phases
+    reserve in it); this plan's is recorded."""
+    reuse = reuse or Reuse.off()
+    inputs = (Same(cluster.nodes), Same(cluster.pods))
+    hit = reuse.lookup(TableEntry, inputs)
+    if hit is not None:
+        t = hit.table
         table = NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used.copy(), t.usable,
                           dict(t.masks), dict(t.labels))
-        if record is not None:  # the same arrays, with this plan's masks and label columns
-            record["capacity"] = (cluster.nodes, cluster.pods, NodeTable(t.nodes, t.names, t.index, t.resources,
-                                                                          t.column, t.alloc, t.used, t.usable,
-                                                                          table.masks, table.labels))
+        # the same arrays, with this plan's masks and label columns
+        reuse.store(TableEntry(inputs, NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used,
+                                                 t.usable, table.masks, table.labels)))
         return table
     table = _node_table(cluster)
-    if record is not None:
-        shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
-                           frozen(table.used.copy()), frozen(table.usable), table.masks,
-                           table.labels)  # masks and label columns: this plan's too
-        record["capacity"] = (cluster.nodes, cluster.pods, shared)
+    shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
+                       frozen(table.used.copy()), frozen(table.usable), table.masks,
+                       table.labels)  # masks and label columns: this plan's too
+    reuse.store(TableEntry(inputs, shared))
     return table
 
 

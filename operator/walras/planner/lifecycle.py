@@ -45,27 +45,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, rfc3339
-from walras.planner.objects import Objects
-from walras.planner.reconcile import Actions
-from walras.planner.reuse import recorded, same_items
+from walras.planner.results import NODE_LOSS_GRACE, Actions, PlanContext, PlanDraft
+from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
 
 #: batch/v1 Job's pod failure backoff: 10 s, doubled per failure, at most 6 minutes.
 BACKOFF_BASE = 10.0
 BACKOFF_CAP = 360.0
-#: kube-controller-manager's default wait before the pods of a NotReady node are evicted (the
-#: ``node.kubernetes.io/not-ready`` NoExecute toleration of 300 s).
-NODE_LOSS_GRACE = 300.0
-
 #: Conditions of the market's view that mean nothing for a job out of the market.
 _MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas")
 
@@ -134,44 +128,64 @@ def _lost(node: Node | None, name: str, now: float | None, grace: float) -> str 
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Of a job's pods: how many are live (neither terminal nor terminating), how many succeeded, the failed ones."""
+
+    live: int
+    succeeded: int
+    failed: tuple[Pod, ...]
+
+
+_NO_PODS = Tally(0, 0, ())
+
+
+@dataclass(frozen=True)
+class TallyEntry:
+    """The lifecycle phase's record (:mod:`.reuse`): each job's :class:`Tally` of the pods and nodes in ``inputs``
+    (``(Same(pods), Same(nodes))``), from a pass that lost and evicted nothing."""
+
+    inputs: Inputs
+    tallies: Mapping[ObjectKey, Tally]
+
+
 def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
-            grace: float = NODE_LOSS_GRACE, memo: Mapping[str, Any] | None = None,
-            record: MutableMapping[str, Any] | None = None) -> Lifecycle:
+            grace: float = NODE_LOSS_GRACE, reuse: Reuse | None = None) -> Lifecycle:
     """The pre-market step (see the module docstring): lost pods out, effective replicas of each valid job. With
-    ``memo`` (the previous plan's phase records, :mod:`.reuse`), the pass over the pods (each job's live, succeeded
+    ``reuse`` (the caller's cache, :mod:`.reuse`), the pass over the pods (each job's live, succeeded
     and failed pods, :func:`_tally`) is the previous plan's when its pods and nodes are the same objects in the same
     order, no pod was lost or evicted then, and none can be now (every node is Ready, or has no transition time, or
     there is no clock: a pod is then lost only on a node that is gone, and the nodes are the same; the previous plan
-    evicted nothing). ``record`` receives this plan's pass when it lost and evicted nothing."""
+    evicted nothing). This plan's pass is recorded when it lost and evicted nothing."""
+    reuse = reuse or Reuse.off()
     nodes = {n.name: n for n in cluster.nodes}
     # nodes whose pods cannot be lost at this clock (_lost is None for them): one set lookup per pod, not a call
     safe = {n.name for n in cluster.nodes if n.ready or n.not_ready_since is None or now is None}
     evicting = {(p.namespace, p.name): p for p in previous.pods if p.action == "evict"} if previous is not None else {}
     out = Lifecycle(cluster, now=now)
     steady = not evicting and len(safe) == len(cluster.nodes)  # nothing evicted, no node lost by time
-    before = recorded(memo, "lifecycle") if steady else None
-    if before is not None and same_items(before[0], cluster.pods) and same_items(before[1], cluster.nodes):
+    inputs = (Same(cluster.pods), Same(cluster.nodes))
+    hit = reuse.lookup(TallyEntry, inputs) if steady else None
+    if hit is not None:
         pods: Sequence[Pod] = cluster.pods  # nothing lost or leaving: the pods as they are
-        tallies: Mapping[ObjectKey, Tally] = before[2]
-        if record is not None:
-            record["lifecycle"] = before
+        tallies: Mapping[ObjectKey, Tally] = hit.tallies
+        reuse.store(hit)
     else:
-        pods, by_job = _pass(cluster, nodes, safe, evicting, now, grace, out)
+        pods, by_job = _pass(cluster, nodes, safe, evicting, (now, grace), out)
         tallies = {key: _tally(group) for key, group in by_job.items()}
-        if record is not None and steady and not out.lost:
-            record["lifecycle"] = (cluster.pods, cluster.nodes, tallies)
+        if steady and not out.lost:
+            reuse.store(TallyEntry(inputs, tallies))
     jobs: list[Job] = []
-    no_pods: Tally = (0, 0, ())
     changed = bool(out.lost) or out.evicting
     for job in cluster.jobs:
         spec = job.spec
         if spec is None:
             jobs.append(job)
             continue
-        tally = tallies.get(job.key, no_pods)
+        tally = tallies.get(job.key, _NO_PODS)
         life = _job_life(job, spec, tally, previous, now)
         out.jobs[job.key] = life
-        for pod in tally[2]:
+        for pod in tally.failed:
             if not pod.terminating:
                 out.pods[job.key].append(PodPlan(
                     pod.namespace, pod.name, spec.name, pod.pool or "", pod.node, {}, {}, "delete", True,
@@ -189,9 +203,10 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
 
 
 def _pass(cluster: Cluster, nodes: Mapping[str, Node], safe: set[str], evicting: Mapping[ObjectKey, PodPlan],
-          now: float | None, grace: float, out: Lifecycle) -> tuple[list[Pod], dict[ObjectKey, list[Pod]]]:
+          clock: tuple[float | None, float], out: Lifecycle) -> tuple[list[Pod], dict[ObjectKey, list[Pod]]]:
     """The pass over the pods: lost pods force-deleted (into ``out``), pods the previous plan evicted marked leaving;
-    the effective pods, and each job's pods."""
+    the effective pods, and each job's pods. ``clock``: (now, grace)."""
+    now, grace = clock
     pods: list[Pod] = []
     by_job: dict[ObjectKey, list[Pod]] = defaultdict(list)
     for pod in cluster.pods:
@@ -219,10 +234,6 @@ def _pass(cluster: Cluster, nodes: Mapping[str, Node], safe: set[str], evicting:
     return pods, dict(by_job)
 
 
-#: Of a job's pods: how many are live (neither terminal nor terminating), how many succeeded, the failed ones.
-Tally = tuple[int, int, tuple[Pod, ...]]
-
-
 def _tally(pods: list[Pod]) -> Tally:
     """A job's :data:`Tally` (one pass: a plan reads 20,000 pods here)."""
     live = succeeded = 0
@@ -235,13 +246,13 @@ def _tally(pods: list[Pod]) -> Tally:
             failed.append(p)
         elif not p.terminating:
             live += 1
-    return live, succeeded, tuple(failed)
+    return Tally(live, succeeded, tuple(failed))
 
 
 def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now: float | None) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
     reported = job.reported
-    live, succeeded, failed = tally
+    live, succeeded, failed = tally.live, tally.succeeded, tally.failed
     new: list[Pod] = []
     counted: frozenset[str] = frozenset()  # no failed pod visible: none to count, none counted
     if failed:
@@ -277,12 +288,13 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
     return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at)
 
 
-def conclude(life: Lifecycle, objects: Objects, actions: Actions, moved: Mapping[ObjectKey, int], plan: Plan,
-             previous: Plan | None) -> None:
+def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping[ObjectKey, int],
+             plan: PlanDraft) -> None:
     """The post-status step (see the module docstring); ``moved``: pods the migration phase moved per job."""
     for key, plans in life.pods.items():
         actions.pods[key].extend(plans)
-    in_market = {info.key for info in objects.jobs}
+    in_market = {info.key for info in ctx.objects.jobs}
+    previous = ctx.previous
     for job in life.cluster.jobs:
         jp = plan.jobs.get(job.key)
         if jp is None:
@@ -307,7 +319,8 @@ def conclude(life: Lifecycle, objects: Objects, actions: Actions, moved: Mapping
                                          "planned elsewhere."))
 
 
-def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle, plan: Plan) -> None:
+def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle,
+                  plan: PlanDraft) -> None:
     spec = life.spec
     jp.failures = life.failures
     jp.last_failure = life.last_failure
@@ -338,13 +351,13 @@ def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, who
         message = (f"{life.failures} failed pod(s), more than spec.backoffLimit {spec.backoff_limit}: the job's pods "
                    "are deleted and its share released")
         jp.conditions.append(Condition("Failed", "True", "BackoffLimitExceeded", message))
-        _reason(actions, jp.key, f"BackoffLimitExceeded: {message}")
+        _reason(actions, jp, f"BackoffLimitExceeded: {message}")
         if before != "Failed":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "BackoffLimitExceeded", message))
     elif life.state == "Suspended":
         message = "spec.suspend is true: the job's pods are deleted and its share released"
         jp.conditions.append(Condition("Suspended", "True", "JobSuspended", message))
-        _reason(actions, jp.key, f"Suspended: {message}")
+        _reason(actions, jp, f"Suspended: {message}")
         if before != "Suspended":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Suspended", message))
     elif life.state == "Backoff" and life.retry_at is not None:
@@ -357,11 +370,18 @@ def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, who
                         "spec.suspend is false: the job is planned again."))
 
 
-def _reason(actions: Actions, key: ObjectKey, reason: str) -> None:
-    """The reason of the deletions the reconcile phase planned for a job that left the market."""
-    for p in actions.pods.get(key, []):
+def _reason(actions: Actions, jp: JobPlan, reason: str) -> None:
+    """The reason of the deletions the reconcile phase planned for a job that left the market (new plans in place of
+    the old ones, in the job's actions and its listed pods)."""
+    plans = actions.pods.get(jp.key)
+    if not plans:
+        return
+    renamed: dict[int, PodPlan] = {}
+    for q, p in enumerate(plans):
         if p.action == "delete" and p.reason.startswith("surplus"):
-            p.reason = reason
+            plans[q] = renamed[id(p)] = dataclasses.replace(p, reason=reason)
+    if renamed:  # the status phase listed the same plans on the job
+        jp.pods = [renamed.get(id(p), p) for p in jp.pods]
 
 
 def _placed_over_real_replicas(jp: JobPlan, spec: JobSpec) -> None:

@@ -138,6 +138,16 @@ class MarketResult:
     reused: bool = False
 
 
+@dataclass(frozen=True)
+class MarketSettings:
+    """How :func:`solve_market` runs: the device, the bound on dual evaluations and the duality-gap tolerance (None:
+    the allocator's default)."""
+
+    device: str = "cpu"
+    max_iter: int = 60
+    eps: float | None = None
+
+
 def solve_market(
     throughput: np.ndarray,
     capacity: np.ndarray,
@@ -145,18 +155,16 @@ def solve_market(
     weights: Sequence[float],
     demand: np.ndarray,
     prices: np.ndarray | None,
-    *,
-    device: str = "cpu",
-    max_iter: int = 60,
-    eps: float | None = None,
+    settings: MarketSettings = MarketSettings(),
 ) -> MarketResult:
     """Price discovery (004, Alg. 2) for ``n`` jobs over ``m`` pools, warm-started at ``prices`` when given.
 
     ``demand[i, j]`` is job i's use of pool j's priced resource when it runs there all the time (its replicas times
     its demand per replica), so the coupling constraint is ``sum_i demand_ij x_ij <= capacity_j`` (004 Sec. 7.1).
-    ``max_iter`` bounds the dual evaluations so that one plan stays within its time budget; the returned allocation
-    is feasible either way and the gap says how far from optimal it may be. ``eps`` is the allocator's tolerance on
-    the duality gap ``g(p) - U(X)`` (default ``1e-3 n``, the default of :func:`allocator.pricing.solve`).
+    ``settings.max_iter`` bounds the dual evaluations so that one plan stays within its time budget; the returned
+    allocation is feasible either way and the gap says how far from optimal it may be. ``settings.eps`` is the
+    allocator's tolerance on the duality gap ``g(p) - U(X)`` (default ``1e-3 n``, the default of
+    :func:`allocator.pricing.solve`); ``settings.device`` where the solve runs.
 
     The prices of :func:`allocator.pricing.solve` are dual-optimal, but its allocation (the column-scaled point of
     004 Sec. 5) can stay a few percent below ``U*`` when jobs are indifferent between pools at those prices (kinks of
@@ -177,11 +185,11 @@ def solve_market(
             dual=0.0,
             converged=True,
             seconds=0.0,
-            device=device,
+            device=settings.device,
         )
     utility = build_utility(specs, weights)
     # pricing.solve runs a CPU solve on the numpy route (no torch), a CUDA one on torch (allocator.pricing.problem).
-    result = _solve(throughput, capacity, utility, demand, prices, max_iter, device, eps)
+    result = _solve(throughput, capacity, utility, demand, prices, settings)
     allocation, repaired = feasible(np.asarray(result.allocation, dtype=np.float64), demand, capacity)
     tol = float(result.eps)  # the allocator's own tolerance (1e-3 n for log, scaled per job for target-priority)
     throughputs = np.asarray(result.throughputs, dtype=np.float64)
@@ -218,9 +226,7 @@ def _solve(
     utility: MixedUtility,
     demand: np.ndarray,
     prices: np.ndarray | None,
-    max_iter: int,
-    device: str,
-    eps: float | None,
+    settings: MarketSettings,
 ) -> pricing.PricingResult:
     return pricing.solve(
         throughput,
@@ -228,10 +234,10 @@ def _solve(
         utility,
         demand=demand,
         prices=prices,
-        max_iter=max_iter,
-        device=device,
+        max_iter=settings.max_iter,
+        device=settings.device,
         dtype="float64",
-        eps=eps,
+        eps=settings.eps,
     )
 
 

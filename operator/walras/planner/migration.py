@@ -39,20 +39,18 @@ without a clock (``now`` None) nothing moves.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from walras.planner.capacity import NodeTable
-from walras.planner.cluster import JobTemplate, Pod, pod_vector
+from walras.planner.cluster import Pod, pod_vector
 from walras.planner.market import utility_values
-from walras.planner.model import ObjectKey, Plan, PlanEvent, PodPlan
-from walras.planner.objects import JobInfo, Objects
-from walras.planner.observe import Observed
+from walras.planner.model import ObjectKey, PlanEvent, PodPlan
 from walras.planner.quantity import format_quantity
-from walras.planner.reconcile import Actions, pod_base
+from walras.planner.reconcile import pod_base
 from walras.planner.replicas import largest_remainder
-from walras.planner.rounds import Outcome
+from walras.planner.results import Actions, Observed, Outcome, PlanContext, PlanDraft
 from walras.planner.spec import restart_cost
 
 
@@ -75,17 +73,32 @@ def finishes_sooner(remaining: float, before: float, after: float, restart: floa
     return restart + remaining / after < remaining / before
 
 
-def migrate(objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
-            templates: Sequence[JobTemplate], admitted: Sequence[np.ndarray], previous: Plan | None, plan: Plan, *,
-            now: float | None, budget: int, held: Collection[ObjectKey] = ()) -> dict[ObjectKey, int]:
-    """Plan the moves of the module docstring into ``actions`` (and events into ``plan``); return the pods moved
-    per job. Jobs in ``held`` (the lifecycle holds them below their spec: completing, in backoff, out of the market)
-    are not moved."""
+@dataclass(frozen=True)
+class _Move:
+    """One step of a job's rebalancing: its pod ``pod`` (planned ``plan``) moves from pool ``source`` to pool
+    ``target``, node ``node``; the utility ``before`` and ``after`` with the relative ``gain``, and a note (rule f)."""
+
+    pod: Pod
+    plan: PodPlan
+    source: int
+    target: int
+    node: int
+    gain: float
+    before: float
+    after: float
+    note: str = ""
+
+
+def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, plan: PlanDraft, *,
+            held: Collection[ObjectKey] = ()) -> dict[ObjectKey, int]:
+    """Plan the moves of the module docstring into ``actions`` (and events into ``plan``), with the clock and the
+    budget of ``ctx.options``; return the pods moved per job. Jobs in ``held`` (the lifecycle holds them below their
+    spec: completing, in backoff, out of the market) are not moved."""
     moved: dict[ObjectKey, int] = {}
+    now, budget, previous = ctx.options.now, ctx.options.max_migrations, ctx.previous
     if now is None or budget <= 0:
         return moved
-    table = outcome.table
-    for i, info in enumerate(objects.jobs):
+    for i, info in enumerate(ctx.objects.jobs):
         if budget <= 0:
             break
         spec = info.spec
@@ -97,17 +110,20 @@ def migrate(objects: Objects, observed: Observed, outcome: Outcome, actions: Act
                 if t is not None]
         if last and now - max(last) < rules.cooldown_seconds:
             continue
-        count = _move_job(i, info, objects, observed, outcome, actions, templates[i], admitted[i], table, plan,
-                          now=now, limit=min(rules.max_pods_per_cycle, budget))
+        count = _move_job(ctx, i, observed, outcome, actions, plan, min(rules.max_pods_per_cycle, budget))
         if count:
             moved[info.key] = count
             budget -= count
     return moved
 
 
-def _move_job(i: int, info: JobInfo, objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
-              template: JobTemplate, admitted: np.ndarray, table: NodeTable, plan: Plan, *, now: float,
+def _move_job(ctx: PlanContext, i: int, observed: Observed, outcome: Outcome, actions: Actions, plan: PlanDraft,
               limit: int) -> int:
+    """Job row i's moves (at most ``limit``), one at a time, the largest gain first; the pods moved."""
+    objects = ctx.objects
+    info = objects.jobs[i]
+    now = ctx.options.now
+    assert now is not None
     spec = info.spec
     rules = spec.migration
     assert rules is not None
@@ -160,7 +176,7 @@ def _move_job(i: int, info: JobInfo, objects: Objects, observed: Observed, outco
             elif not (after[q] > t and finishes_sooner(remaining, initial, float(after[q]), restart)):
                 continue
             j, k = pairs[q]
-            node = _room(k, info, objects, outcome, template, admitted, table)
+            node = _room(ctx, i, k, outcome)
             if node is not None:
                 step = (j, k, node, gains[q], float(values[q]), float(after[q]))
                 break
@@ -171,19 +187,18 @@ def _move_job(i: int, info: JobInfo, objects: Objects, observed: Observed, outco
         note = "" if remaining is None else (
             f"; finishes {remaining / initial - restart - remaining / faster:.0f} s sooner with {remaining:g} work "
             f"left (restart {restart:g} s)" if initial > 0 else f"; {remaining:g} work left")
-        _apply(pod, pp, j, k, node, gain, before, value, info, objects, observed, outcome, actions, template, table,
-               plan, note)
+        _apply(ctx, i, _Move(pod, pp, j, k, node, gain, before, value, note), observed, outcome, (actions, plan))
         placed[j] -= 1
         placed[k] += 1
         done += 1
     return done
 
 
-def _room(k: int, info: JobInfo, objects: Objects, outcome: Outcome, template: JobTemplate, admitted: np.ndarray,
-          table: NodeTable) -> int | None:
+def _room(ctx: PlanContext, i: int, k: int, outcome: Outcome) -> int | None:
     """The node of pool k that takes the job's replacement pod (rule e): the admitted usable node with room for the
     whole request vector and a slot, most free priced resource first (ties to the lower index); None when none."""
-    pool = objects.pools[k]
+    info, template, admitted, table = ctx.objects.jobs[i], ctx.templates[i], ctx.admitted[i], outcome.table
+    pool = ctx.objects.pools[k]
     nodes = pool.usable
     if nodes.size == 0:
         return None
@@ -204,13 +219,20 @@ def _room(k: int, info: JobInfo, objects: Objects, outcome: Outcome, template: J
     return int(nodes[best])
 
 
-def _apply(pod: Pod, pp: PodPlan, j: int, k: int, node: int, gain: float, before: float, after: float,
-           info: JobInfo, objects: Objects, observed: Observed, outcome: Outcome, actions: Actions,
-           template: JobTemplate, table: NodeTable, plan: Plan, note: str = "") -> None:
+def _apply(ctx: PlanContext, i: int, move: _Move, observed: Observed, outcome: Outcome,
+           out: tuple[Actions, PlanDraft]) -> None:
+    """Carry out ``move`` of job row i: the replacement reserved on its node, the moved pod's plan replaced by an
+    ``evict`` (a new plan: the old one may be shared with the previous plan), a ``create`` for the replacement, the
+    placed replicas moved and a ``Rebalanced`` event."""
+    actions, plan = out
+    info, template, table = ctx.objects.jobs[i], ctx.templates[i], outcome.table
     spec = info.spec
     key = info.key
-    source, target = objects.pools[j], objects.pools[k]
-    how = f"utility {before:.4g} -> {after:.4g} ({'+inf' if gain == float('inf') else f'+{100 * gain:.1f}%'}){note}"
+    pod, node = move.pod, move.node
+    source, target = ctx.objects.pools[move.source], ctx.objects.pools[move.target]
+    gain = move.gain
+    how = (f"utility {move.before:.4g} -> {move.after:.4g} "
+           f"({'+inf' if gain == float('inf') else f'+{100 * gain:.1f}%'}){move.note}")
     vec = table.vector(pod_vector(template, spec, target.spec.resource, spec.demand))
     table.add(node, vec)
     outcome.walras_count[node] += 1
@@ -221,13 +243,13 @@ def _apply(pod: Pod, pp: PodPlan, j: int, k: int, node: int, gain: float, before
         counter += 1
     name = f"{base}-{counter}"
     taken.add(name)
-    pp.action = "evict"
-    pp.grace = None
-    pp.reason = f"rebalanced from pool {source.name!r} to {target.name!r} (replaced by {name}): {how}"
+    plans = actions.pods[key]
+    at = next(q for q, p in enumerate(plans) if p is move.plan)
+    plans[at] = replace(move.plan, action="evict", grace=None,
+                        reason=f"rebalanced from pool {source.name!r} to {target.name!r} (replaced by {name}): {how}")
     requests = {**spec.resource_text, target.spec.resource: format_quantity(spec.demand)}
-    actions.pods[key].append(PodPlan(spec.namespace, name, spec.name, target.name, table.names[node], requests,
-                                     dict(requests), "create", False,
-                                     f"replaces {pod.name} (rebalanced from pool {source.name!r})"))
+    plans.append(PodPlan(spec.namespace, name, spec.name, target.name, table.names[node], requests, dict(requests),
+                         "create", False, f"replaces {pod.name} (rebalanced from pool {source.name!r})"))
     placed = actions.placed[key]
     placed[source.name] -= 1
     if placed[source.name] <= 0:

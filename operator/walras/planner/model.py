@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, Literal
 
 #: API group and version of the Walras custom resources.
@@ -72,9 +73,11 @@ class PlanEvent:
 PodAction = Literal["create", "bind", "keep", "resize", "delete", "evict"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class PodPlan:
-    """One pod of a FungibleJob: where it goes and what it gets.
+    """One pod of a FungibleJob: where it goes and what it gets. Frozen: a plan shares unchanged pods' plans with
+    the plan before it (:mod:`walras.planner.reconcile`); a phase that changes one builds a new one
+    (``dataclasses.replace``).
 
     ``action`` says what the operator must do: ``create`` a new pod (named ``name``, so re-creating after a restart
     is idempotent), ``bind`` an existing pending pod to ``node``, ``keep`` a running pod as it is, ``resize`` a running
@@ -108,22 +111,6 @@ class PodPlan:
         }
 
 
-@dataclass(frozen=True)
-class PlacementMemo:
-    """A pool's placement as the planner computed it, kept in the plan so that the next plan can reuse it.
-
-    ``digest`` identifies the placement request (see :func:`walras.planner.plan.placement_digest`); ``node[q]`` and
-    ``amount[q]`` are the policy's answer for the request's pod q (node index into the request's nodes, -1 when
-    unplaced); ``fallback`` is the message of a policy failure that made the pool fall back to spread placement.
-    """
-
-    digest: str
-    node: tuple[int, ...]
-    amount: tuple[float, ...]
-    fallback: str | None = None
-    notes: tuple[str, ...] = ()
-
-
 @dataclass
 class PoolPlan:
     """A ResourcePool's market state and placement summary."""
@@ -141,8 +128,6 @@ class PoolPlan:
     pods_bound: int = 0
     conditions: list[Condition] = field(default_factory=list)
     observed_generation: int | None = None
-    #: The placement of this plan's new and pending pods, reused by the next plan when its request is unchanged.
-    placement: PlacementMemo | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -204,52 +189,37 @@ class SolverStats:
     reused: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
-    """Everything the operator, the extender and the metrics need from one planning pass."""
+    """Everything the operator, the extender and the metrics need from one planning pass. Frozen, its pods and events
+    tuples (lists given are stored as tuples); the reuse state between plans is not here but in the caller's
+    :class:`walras.planner.reuse.PlanCache`."""
 
-    pools: dict[str, PoolPlan] = field(default_factory=dict)
-    jobs: dict[ObjectKey, JobPlan] = field(default_factory=dict)
-    pods: list[PodPlan] = field(default_factory=list)
-    profiles: dict[str, list[Condition]] = field(default_factory=dict)  # ColocationProfile name -> conditions
-    events: list[PlanEvent] = field(default_factory=list)
+    pools: Mapping[str, PoolPlan] = field(default_factory=dict)
+    jobs: Mapping[ObjectKey, JobPlan] = field(default_factory=dict)
+    pods: tuple[PodPlan, ...] = ()
+    profiles: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)  # ColocationProfile -> conditions
+    events: tuple[PlanEvent, ...] = ()
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
-    _index: dict[tuple[str, str], PodPlan] | None = field(default=None, init=False, repr=False, compare=False)
-    #: The planner's parse of each pod, node and job: memo key (uid) -> (resourceVersion, translation), reused by the
-    #: next plan (see walras.planner.translate).
-    _pod_memo: dict[str, tuple[str, Any]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _index_key: tuple[int, int, int] = field(default=(0, 0, 0), init=False, repr=False, compare=False)
-    #: The ``keep`` plans of each (job, pool) whose running pods were all kept, with those pods, reused by the next
-    #: plan where the pods are the same objects (see walras.planner.reconcile). A plan's pod plans may therefore be
-    #: shared with the plan before it: treat a returned plan as read-only.
-    _kept: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    #: Per job: its pod plans as listed, in name order, and their counts (reused by the next plan's status phase where
-    #: they are the same objects), its allocation text and its conditions, phase and warnings with the inputs they
-    #: were computed from (reused where those are equal; see walras.planner.status).
-    _statuses: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    #: Per kind (pods, nodes, jobs): the uids and resourceVersions the translation read, in order, with its sorted
-    #: result, reused whole by the next plan when they are the same (see walras.planner.translate).
-    _sequences: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
-    #: Per phase: what it computed and the inputs it was computed from, reused by the next plan's phase where those
-    #: inputs are unchanged (the reuse table of docs/planner.md; walras.planner.reuse).
-    _phases: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("pods", "events"):
+            value = getattr(self, name)
+            if type(value) is not tuple:
+                object.__setattr__(self, name, tuple(value))
+
+    __hash__ = object.__hash__  # by identity (the extender and the operator cache by plan)
 
     @property
     def prices(self) -> dict[str, float]:
         return {name: pool.price for name, pool in self.pools.items()}
 
-    def pod(self, namespace: str, name: str) -> PodPlan | None:
-        """The plan for one pod, or None if Walras does not manage it (O(1) through an index of ``pods``, rebuilt
-        whenever the list changed length or its first/last entries were replaced)."""
-        index = self._index
-        if index is None or self._index_key != self._key():
-            index = {(p.namespace, p.name): p for p in self.pods}
-            self._index = index
-            self._index_key = self._key()
-        return index.get((namespace, name))
+    @cached_property
+    def _by_key(self) -> dict[tuple[str, str], PodPlan]:
+        return {(p.namespace, p.name): p for p in self.pods}
 
-    def _key(self) -> tuple[int, int, int]:
-        if not self.pods:
-            return (0, 0, 0)
-        return (len(self.pods), id(self.pods[0]), id(self.pods[-1]))
+    def pod(self, namespace: str, name: str) -> PodPlan | None:
+        """The plan for one pod, or None if Walras does not manage it (O(1) through an index of ``pods``, built on
+        first use)."""
+        return self._by_key.get((namespace, name))

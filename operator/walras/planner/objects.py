@@ -9,57 +9,19 @@ the capacity phase's question, not this one's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Cluster, Job
-from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PoolPlan
-from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
+from walras.planner.cluster import Cluster
+from walras.planner.model import Condition, JobPlan, PoolPlan
+from walras.planner.results import JobInfo, Objects, PlanDraft, PoolInfo
+from walras.planner.spec import ProfileSpec
+
+__all__ = ["JobInfo", "Objects", "PoolInfo", "build_objects", "select"]
 
 
-@dataclass
-class PoolInfo:
-    """A valid pool: its spec and profile, the node indices it claims and the usable ones among them."""
-
-    spec: PoolSpec
-    profile: ProfileSpec | None
-    members: np.ndarray
-    usable: np.ndarray
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-@dataclass
-class JobInfo:
-    """A valid job and the pools it may use (``pools[j]`` over :attr:`Objects.pools`)."""
-
-    job: Job
-    spec: JobSpec
-    pools: np.ndarray  # bool (m,)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.job.key
-
-
-@dataclass
-class Objects:
-    pools: list[PoolInfo] = field(default_factory=list)
-    jobs: list[JobInfo] = field(default_factory=list)
-    pool_of_node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: in no pool
-    invalid_jobs: set[tuple[str, str]] = field(default_factory=set)
-
-    @property
-    def pool_index(self) -> dict[str, int]:
-        return {p.name: j for j, p in enumerate(self.pools)}
-
-
-def _warn(plan: Plan, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-    plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
+def _warn(plan: PlanDraft, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+    plan.warn(kind, namespace, name, reason, message)
 
 
 def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -78,7 +40,7 @@ def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.nda
     return mask
 
 
-def build_objects(cluster: Cluster, table: NodeTable, plan: Plan) -> Objects:
+def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Objects:
     """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
     out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
     profiles: dict[str, ProfileSpec] = {}

@@ -13,51 +13,17 @@ wants any more (with why). Pure bookkeeping over the typed cluster; the reconcil
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Cluster, Pod
-from walras.planner.objects import Objects
-from walras.planner.reuse import array_key, frozen, recorded, same_items
+from walras.planner.results import Objects, Observed, PlanContext
+from walras.planner.reuse import Inputs, Same, array_key, frozen
 
-
-@dataclass
-class Observed:
-    """Per job row and pool, the pods (read-only lists: empty cells may share one list)."""
-
-    running: list[list[list[Pod]]]  # [row][pool] -> pods
-    pending: list[list[list[Pod]]]
-    surplus: list[tuple[Pod, str]] = field(default_factory=list)  # (pod, why) for pods of no wanted replica
-    frozen: list[Pod] = field(default_factory=list)
-    names: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # every pod name each job has (read-only)
-    walras_count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # managed pods per node
-    #: The names each job has once this plan's new pods are named (:meth:`taken`); :attr:`names` is shared.
-    own: dict[tuple[str, str], set[str]] = field(default_factory=dict)
-
-    def taken(self, key: tuple[str, str]) -> set[str]:
-        """The pod names job ``key`` has, as a set this plan adds its new pods' names to (a copy of its
-        :attr:`names` entry, made on first use: the entry may be shared with the previous plan)."""
-        own = self.own.get(key)
-        if own is None:
-            own = self.own[key] = set(self.names.get(key, ()))
-        return own
-
-    #: :meth:`counts` once computed (read-only arrays; shared with the next plan's Observed when it reuses the lists).
-    tallies: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def counts(self, which: str) -> np.ndarray:
-        """Pods per (job row, pool) of ``running`` or ``pending`` (read-only)."""
-        got = self.tallies.get(which)
-        if got is None:
-            rows = self.running if which == "running" else self.pending
-            m = len(rows[0]) if rows else 0
-            got = np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
-            self.tallies[which] = frozen(got)
-        return got
+__all__ = ["Observed", "ObservedEntry", "observe"]
 
 
 def _signature(objects: Objects, table: NodeTable) -> tuple[Any, ...]:
@@ -69,23 +35,31 @@ def _signature(objects: Objects, table: NodeTable) -> tuple[Any, ...]:
             [info.key for info in jobs], array_key(usable), objects.invalid_jobs)
 
 
-def observe(cluster: Cluster, objects: Objects, table: NodeTable, memo: Mapping[str, Any] | None = None,
-            record: MutableMapping[str, Any] | None = None) -> Observed:
-    """The :class:`Observed` of ``cluster`` (see the module docstring). With ``memo`` (the previous plan's phase
-    records, :mod:`.reuse`), a cluster with the same pod objects in the same order, read against an equal
-    :func:`_signature`, gets the previous plan's lists (shared read-only; ``walras_count`` copied); ``record``
-    receives this plan's."""
-    before = recorded(memo, "observe")
-    signature = _signature(objects, table) if before is not None or record is not None else None
-    if before is not None and same_items(before[0], cluster.pods) and before[1] == signature:
-        was: Observed = before[2]
+@dataclass(frozen=True)
+class ObservedEntry:
+    """The observe phase's record (:mod:`.reuse`): the :class:`Observed` of the pods and :func:`_signature` in
+    ``inputs`` (``(Same(pods), signature)``), its lists and arrays read-only."""
+
+    inputs: Inputs
+    observed: Observed
+
+
+def observe(ctx: PlanContext) -> Observed:
+    """The :class:`Observed` of the context's cluster (see the module docstring). With the context's reuse
+    (:mod:`.reuse`), a cluster with the same pod objects in the same order, read against an equal
+    :func:`_signature`, gets the recorded lists (shared read-only; ``walras_count`` copied); this plan's are
+    recorded."""
+    cluster, objects, table, reuse = ctx.cluster, ctx.objects, ctx.table, ctx.reuse
+    inputs = (Same(cluster.pods), _signature(objects, table))
+    hit = reuse.lookup(ObservedEntry, inputs)
+    if hit is not None:
+        was = hit.observed
         out = Observed(was.running, was.pending, was.surplus, was.frozen, was.names, was.walras_count.copy(),
                        tallies=dict(was.tallies))
     else:
         out = _observe(cluster, objects, table)
-    if record is not None:
-        frozen(out.walras_count)  # shared with the next plan (which copies it)
-        record["observe"] = (cluster.pods, signature, out)
+    frozen(out.walras_count)  # shared with the next plan (which copies it)
+    reuse.store(ObservedEntry(inputs, out))
     return out
 
 

@@ -18,15 +18,13 @@ A policy that raises or breaks its contract is reported (``PolicyApplied=False``
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from walras.planner.capacity import EPS, NodeTable
-from walras.planner.cluster import PODS, JobTemplate, pod_vector
-from walras.planner.model import Condition, PlacementMemo, Plan, PoolPlan
-from walras.planner.objects import JobInfo, PoolInfo
+from walras.planner.cluster import PODS, pod_vector
+from walras.planner.model import Condition
 from walras.planner.policies import (
     UNLIMITED,
     PlacementRequest,
@@ -35,28 +33,11 @@ from walras.planner.policies import (
     check_result,
     get_policy,
 )
+from walras.planner.results import Batch, Placed, PlanContext, PlanDraft, Reservations
+from walras.planner.reuse import Inputs, Reuse
+from walras.planner.spec import PoolSpec
 
-Warn = Callable[[str, str, str, str, str], None]
-
-
-@dataclass
-class Batch:
-    """Pods to place in one pool: ``rows[q]`` the job row of pod q (into the job list), ``optional[q]`` whether it
-    is an elastic job's offer that the policy may leave out."""
-
-    pool: int
-    rows: list[int]
-    optional: list[bool]
-
-
-@dataclass
-class Placed:
-    """``node[q]``: global node index of pod q (-1 unplaced); ``amount[q]``: its priced amount; ``why[q]``: for an
-    unplaced pod, ``"DegreeLimited"``, ``"Fragmented"`` or ``"InsufficientCapacity"``."""
-
-    node: np.ndarray
-    amount: np.ndarray
-    why: list[str]
+__all__ = ["Batch", "Placed", "PlacementEntry", "effective_free", "place_batch", "placement_digest", "propose"]
 
 
 def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np.ndarray) -> np.ndarray:
@@ -79,30 +60,20 @@ def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np
     return out
 
 
-def place_batch(
-    batch: Batch,
-    pool: PoolInfo,
-    jobs: list[JobInfo],
-    templates: list[JobTemplate],
-    throughput: np.ndarray,
-    admitted: list[np.ndarray],
-    table: NodeTable,
-    walras_count: np.ndarray,
-    pool_plan: PoolPlan,
-    previous: Plan | None,
-    warn: Warn,
-    *,
-    memoise: bool,
-) -> Placed:
-    """Place ``batch`` in ``pool`` (Filter, Score by the pool's policy, Reserve into ``table`` and ``walras_count``)."""
+def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Reservations, plan: PlanDraft, *,
+                memoise: bool) -> Placed:
+    """Place ``batch`` in its pool (Filter, Score by the pool's policy, Reserve into ``work``); ``throughput`` is
+    the round's (n, m) ``a_ij``; the pool's policy conditions and warnings go to ``plan``. ``memoise``: read and
+    record the pool's proposal in the context's reuse (:func:`_placement`)."""
     n = len(batch.rows)
-    node = np.full(n, -1, dtype=np.int64)
-    amount = np.zeros(n)
-    why = [""] * n
+    out = Placed(np.full(n, -1, dtype=np.int64), np.zeros(n), [""] * n)
+    pool = ctx.objects.pools[batch.pool]
     if n == 0:
         if memoise:
-            pool_plan.placement = None
-        return Placed(node, amount, why)
+            ctx.reuse.drop(PlacementEntry, pool.name)
+        return out
+    jobs, templates = ctx.objects.jobs, ctx.templates
+    table, walras_count = work.table, work.count
     spec = pool.spec
     priced = spec.resource
     nodes_k = pool.usable
@@ -141,15 +112,27 @@ def place_batch(
         pod_job=pod_local,
         profile=pool.profile,
     )
-    result = _placement(request, pool_plan, previous, warn, memoise=memoise)
+    result = _placement(request, plan, ctx.reuse if memoise else None)
     # Reserve, in pod order: the proposal when it passes the Filter, else the best node that does.
+    vectors_of: dict[tuple[int, float], np.ndarray] = {}
+    if _reserve_as_proposed(ctx, batch, result, work, nodes_k, spec, vectors_of, out):
+        return out
+    _reserve_one_by_one(ctx, batch, result, work, nodes_k, spec, vectors_of, out)
+    return out
+
+
+def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult, work: Reservations,
+                        nodes_k: np.ndarray, spec: PoolSpec, vectors_of: dict[tuple[int, float], np.ndarray],
+                        out: Placed) -> None:
+    """Reserve pod by pod: the proposal when it passes the Filter, else the Filter-passing node with the most free
+    priced resource; an unplaced pod gets its reason in ``out.why``."""
+    jobs, templates, admitted = ctx.objects.jobs, ctx.templates, ctx.admitted
+    table, walras_count = work.table, work.count
+    priced = spec.resource
     priced_col = table.column.get(priced)
     degree = spec.degree_limit
-    vectors_of: dict[tuple[int, float], np.ndarray] = {}
-    if _reserve_as_proposed(batch, result, nodes_k, jobs, templates, admitted, table, walras_count, degree, priced,
-                            vectors_of, node, amount):
-        return Placed(node, amount, why)
-    for q in range(n):
+    node, amount, why = out.node, out.amount, out.why
+    for q in range(len(batch.rows)):
         row = batch.rows[q]
         proposed = int(result.node[q])
         if proposed < 0 and batch.optional[q]:
@@ -176,18 +159,19 @@ def place_batch(
         amount[q] = got
         table.add(k, vec)
         walras_count[k] += 1
-    return Placed(node, amount, why)
 
 
-def _reserve_as_proposed(batch: Batch, result: PlacementResult, nodes_k: np.ndarray, jobs: list[JobInfo],
-                         templates: list[JobTemplate], admitted: list[np.ndarray], table: NodeTable,
-                         walras_count: np.ndarray, degree: int | None, priced: str,
-                         vectors_of: dict[tuple[int, float], np.ndarray], node: np.ndarray, amount: np.ndarray) -> bool:
+def _reserve_as_proposed(ctx: PlanContext, batch: Batch, result: PlacementResult, work: Reservations,
+                         nodes_k: np.ndarray, spec: PoolSpec, vectors_of: dict[tuple[int, float], np.ndarray],
+                         out: Placed) -> bool:
     """Reserve the whole proposal at once when every pod of it passes the Filter together: each pod placed or an
     optional one left out, each on a node its template admits, each node within its degree limit and with room on
     every resource for all the pods proposed there. Requests are non-negative, so then every pod passes the
     pod-by-pod check as well, with the same sums in the same order (``np.add.at`` adds in pod order): the result is
     the sequential loop's, without a Filter call per pod. Returns False, reserving nothing, when some pod fails."""
+    jobs, templates, admitted = ctx.objects.jobs, ctx.templates, ctx.admitted
+    table, walras_count = work.table, work.count
+    priced, degree = spec.resource, spec.degree_limit
     proposed = result.node
     placed = proposed >= 0
     if np.any(~placed & ~np.asarray(batch.optional, dtype=bool)):
@@ -217,8 +201,8 @@ def _reserve_as_proposed(batch: Batch, result: PlacementResult, nodes_k: np.ndar
         return False
     table.used[:] = used
     walras_count += counts.astype(walras_count.dtype)
-    node[qs] = ks
-    amount[qs] = amounts
+    out.node[qs] = ks
+    out.amount[qs] = amounts
     return True
 
 
@@ -262,36 +246,44 @@ def placement_digest(request: PlacementRequest) -> str:
     return h.hexdigest()
 
 
-def _placement(request: PlacementRequest, pool_plan: PoolPlan, previous: Plan | None, warn: Warn, *,
-               memoise: bool) -> PlacementResult:
-    """The policy's proposal for ``request``: the previous plan's when its digest is unchanged, else :func:`propose`.
-    ``memoise=False`` (a second batch in the same pool) neither reads nor replaces the memo."""
-    memo: PlacementMemo | None = None
-    digest = ""
-    if memoise:
-        digest = placement_digest(request)
-        memo = pool_plan.placement  # an earlier round of this plan
-        if memo is None or memo.digest != digest:
-            old_pool = previous.pools.get(request.pool.name) if previous is not None else None
-            memo = old_pool.placement if old_pool is not None else None
-    if memo is not None and memo.digest == digest and len(memo.node) == request.n_pods:
-        result = PlacementResult(node=np.array(memo.node, dtype=np.int64),
-                                 amount=np.array(memo.amount, dtype=np.float64), notes=list(memo.notes))
-        fallback = memo.fallback
+@dataclass(frozen=True)
+class PlacementEntry:
+    """A pool's placement as its policy proposed it (:mod:`.reuse`, one entry per pool): ``inputs`` is
+    ``(digest, pods)`` of the request (:func:`placement_digest`); ``node[q]`` and ``amount[q]`` are the policy's
+    answer for the request's pod q (node index into the request's nodes, -1 when unplaced); ``fallback`` is the
+    message of a policy failure that made the pool fall back to spread placement; ``notes`` the policy's."""
+
+    inputs: Inputs
+    node: tuple[int, ...]
+    amount: tuple[float, ...]
+    fallback: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _placement(request: PlacementRequest, plan: PlanDraft, reuse: Reuse | None) -> PlacementResult:
+    """The policy's proposal for ``request``: the recorded one (of an earlier round of this plan, else of the
+    previous plan) when its digest is unchanged, else :func:`propose`; this plan's is recorded. Without ``reuse``
+    (a second batch in the same pool) it neither reads nor records."""
+    inputs = (placement_digest(request), request.n_pods) if reuse is not None else ()
+    hit = reuse.lookup(PlacementEntry, inputs, request.pool.name) if reuse is not None else None
+    if hit is not None and reuse is not None:
+        result = PlacementResult(node=np.array(hit.node, dtype=np.int64),
+                                 amount=np.array(hit.amount, dtype=np.float64), notes=list(hit.notes))
+        fallback = hit.fallback
+        reuse.store(hit, request.pool.name)
     else:
         result, fallback = propose(request)
-        if memoise:
-            memo = PlacementMemo(digest, tuple(result.node.tolist()), tuple(result.amount.tolist()), fallback,
-                                 tuple(result.notes))
+        if reuse is not None:
+            reuse.store(PlacementEntry(inputs, tuple(result.node.tolist()), tuple(result.amount.tolist()),
+                                       fallback, tuple(result.notes)), request.pool.name)
+    pool_plan = plan.pools[request.pool.name]
     reports = [("PolicyApplied", "PolicyFallback", fallback)] if fallback is not None else []
     reports += [("PolicyCertified", "SolverCapped", note) for note in result.notes]
     for type_, reason, message in reports:
         condition = Condition(type_, "False", reason, message)
         if condition not in pool_plan.conditions:  # a later round may place the same request again
             pool_plan.conditions.append(condition)
-            warn("ResourcePool", "", request.pool.name, reason, message)
-    if memoise:
-        pool_plan.placement = memo
+            plan.warn("ResourcePool", "", request.pool.name, reason, message)
     return result
 
 

@@ -1,9 +1,9 @@
-"""``build_plan(cluster, previous) -> Plan``: the planning pass, as named phases (kube-scheduler's framework over a
-Kueue-style snapshot). Each phase is a module with one entry function, testable alone:
+"""``build_plan(cluster, previous, cache=...) -> Plan``: the planning pass, as named phases (kube-scheduler's
+framework over a Kueue-style snapshot). Each phase is a module with one entry function, testable alone:
 
 ====================  ===============================================================================================
-translate             raw API objects -> the typed :class:`~.cluster.Cluster` (:mod:`.translate`; skipped when a
-                      Cluster is passed)
+translate             raw API objects -> the typed :class:`~.cluster.Cluster` (:mod:`.translate`; the caller runs
+                      it before ``build_plan``, with its own :class:`~.translate.TranslationCache`)
 lifecycle (pre)       lost pods force-deleted; each job's state over time (complete, failed pods and their
                       backoff, backoff limit, suspended) as the replicas the market may plan (:mod:`.lifecycle`)
 capacity              per-node allocatable and requested vectors over every resource (:mod:`.capacity`)
@@ -23,17 +23,17 @@ lifecycle (post)      phases Complete/Failed/Suspended, failure and migration co
 
 Time enters only through ``PlanOptions.now`` (docs/lifecycle.md). Pure and deterministic: no I/O, no process-global
 state (the market restores any torch setting it touches), objects in name order, ties broken by index. ``previous``
-warm-starts the prices, lends its per-pool placement proposals to pools whose request is unchanged
-(:mod:`.placement`), its pod translations to pods whose uid and resourceVersion are unchanged
-(:mod:`.translate`), and each phase's result to the phase whose inputs are unchanged (:mod:`.reuse`; the reuse table
-of docs/planner.md).
+warm-starts the prices and carries the jobs' counters; the caller's :class:`~.reuse.PlanCache` lends each phase's
+recorded result to the phase whose inputs are unchanged, the per-pool placement proposals to pools whose request is
+unchanged (:mod:`.placement`) and the kept pods' plans (:mod:`.reconcile`) (:mod:`.reuse`; the reuse table of
+docs/planner.md). The phases read a :class:`~.results.PlanContext`, return their results
+(:mod:`.results`), and write their conditions and events into the plan's draft, which ``build_plan`` freezes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 
 import numpy as np
@@ -41,100 +41,77 @@ import numpy as np
 from walras.planner.assume import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
-from walras.planner.lifecycle import NODE_LOSS_GRACE, conclude, prepare
+from walras.planner.lifecycle import conclude, prepare
 from walras.planner.migration import migrate
-from walras.planner.model import Plan, PlanEvent, Snapshot, SolverStats
+from walras.planner.model import Plan, PodPlan, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
 from walras.planner.reconcile import reconcile
 from walras.planner.resize import plan_resizes
+from walras.planner.results import Actions, PlanContext, PlanDraft, PlanOptions
+from walras.planner.reuse import PlanCache, Reuse
 from walras.planner.rounds import run_rounds
-from walras.planner.status import job_statuses, pool_statuses
-from walras.planner.translate import cluster_from
+from walras.planner.status import PoolCounts, job_statuses, pool_statuses
+
+__all__ = ["PlanCache", "PlanOptions", "build_plan"]
 
 _name = attrgetter("name")
 
 
-@dataclass(frozen=True)
-class PlanOptions:
-    """Knobs of one plan. ``max_rounds``: market/placement rounds; ``max_deletes``: running pods one plan may delete
-    (the churn budget; None = no bound); ``market_iterations``: dual evaluations per market solve; ``now``: the plan's
-    clock in epoch seconds, for the time-dependent rules (backoff of failed pods, node-loss grace, minimum run time
-    and cooldown of migrations); None means no clock: no node is lost by time, no backoff is measured, nothing
-    migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
-    a node may be NotReady before its pods are force-deleted and re-planned. ``reuse``: reuse ``previous``'s
-    memoised work for what did not change (translations, each phase's result whose inputs are unchanged, kept pods'
-    plans; see the module docstring); False recomputes it all and gives an equal plan (tests/test_planner_reuse.py
-    compares the two)."""
-
-    device: str = "cpu"
-    max_rounds: int = 3
-    max_deletes: int | None = None
-    market_iterations: int = 60
-    now: float | None = None
-    max_migrations: int = 10
-    node_loss_grace: float = NODE_LOSS_GRACE
-    reuse: bool = True
-
-
-def build_plan(source: Snapshot | Cluster, previous: Plan | None = None, *, device: str = "cpu",
-               options: PlanOptions | None = None, assumed: Sequence[Pod] = ()) -> Plan:
-    """Plan prices, allocations and pod placements for ``source`` (a snapshot of raw objects, or a typed cluster),
-    warm-started from ``previous``, counting the operator's ``assumed`` pods (:mod:`.cache`) where the source does
-    not show them yet. See the module docstring for the phases."""
+def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCache | None = None,
+               options: PlanOptions | None = None, device: str = "cpu", assumed: Sequence[Pod] = ()) -> Plan:
+    """Plan prices, allocations and pod placements for the typed ``cluster`` (a raw snapshot is translated first,
+    :func:`walras.planner.translate.cluster_from`), after ``previous`` (its prices warm-start the market, its
+    counters and evictions carry over), counting the operator's ``assumed`` pods (:mod:`.cache`) where the cluster
+    does not show them yet. With ``cache`` (the caller's :class:`PlanCache`, and ``options.reuse``) each phase whose
+    inputs are unchanged reuses what the cache recorded, and the cache then holds this plan's records; without one,
+    or with ``reuse=False`` (which still records), everything is computed, to an equal plan. See the module
+    docstring for the phases."""
     started = time.perf_counter()
     opts = options or PlanOptions(device=device)
-    plan = Plan()
-    if isinstance(source, Cluster):
-        cluster = source
-    else:
-        memo = previous._pod_memo if previous is not None and opts.reuse else None
-        sequences = previous._sequences if previous is not None and opts.reuse else None
-        cluster = cluster_from(source, memo, plan._pod_memo, sequences, plan._sequences)
-    phases = previous._phases if previous is not None and opts.reuse else None
-    record = plan._phases
-    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, memo=phases,
-                   record=record)
+    reuse = Reuse(cache, read=opts.reuse) if cache is not None else Reuse.off()
+    draft = PlanDraft()
+    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
     cluster = life.cluster
-    table = node_table(cluster, phases, record)
-    objects = build_objects(cluster, table, plan)
-    observed = observe(cluster, objects, table, phases, record)
-    resizes = plan_resizes(objects, observed, table, phases, record)
-    templates = [info.job.template for info in objects.jobs]
+    table = node_table(cluster, reuse)
+    objects = build_objects(cluster, table, draft)
+    templates = tuple(info.job.template for info in objects.jobs)
     masks: dict[Constraints, np.ndarray] = {}
     for template in templates:
         if template.constraints not in masks:
             masks[template.constraints] = table.admitted(template.constraints)
-    admitted = [masks[t.constraints] for t in templates]
-
-    def warn(kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-        plan.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
-
-    outcome = run_rounds(objects, observed, templates, admitted, table, previous, plan, warn,
-                         device=opts.device, max_rounds=opts.max_rounds, market_iterations=opts.market_iterations,
-                         memo=phases, record=record)
-    actions = reconcile(objects, observed, outcome, resizes, outcome.table, max_deletes=opts.max_deletes,
-                        memo=previous._kept if previous is not None and opts.reuse else None, record=plan._kept)
-    moved = migrate(objects, observed, outcome, actions, templates, admitted, previous, plan, now=opts.now,
-                    budget=opts.max_migrations, held=life.held)
+    ctx = PlanContext(opts, cluster, table, objects, templates, tuple(masks[t.constraints] for t in templates),
+                      previous, reuse)
+    observed = observe(ctx)
+    resizes = plan_resizes(ctx, observed)
+    outcome = run_rounds(ctx, observed, draft)
+    actions = reconcile(ctx, observed, outcome, resizes)
+    moved = migrate(ctx, observed, outcome, actions, draft, held=life.held)
     market = outcome.market
-    plan.solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
-                              market.seconds, market.device, outcome.rounds, market.eps, market.reused)
-    counted = job_statuses(objects, outcome, actions, resizes, plan, previous,
-                           memo=previous._statuses if previous is not None and opts.reuse else None,
-                           record=plan._statuses)
-    pool_statuses(objects, outcome, actions, plan, previous, counted)
-    conclude(life, objects, actions, moved, plan, previous)
+    solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
+                         market.seconds, market.device, outcome.rounds, market.eps, market.reused)
+    counted = job_statuses(ctx, outcome, actions, resizes, draft)
+    pool_statuses(ctx, outcome, actions, draft, counted)
+    conclude(life, ctx, actions, moved, draft)
+    pods = _listed(draft, actions, counted)
+    reuse.commit()
+    return Plan(pools=draft.pools, jobs=draft.jobs, pods=tuple(pods),
+                profiles={name: tuple(conditions) for name, conditions in draft.profiles.items()},
+                events=tuple(draft.events), solver=solver, seconds=time.perf_counter() - started)
+
+
+def _listed(draft: PlanDraft, actions: Actions, counted: dict[tuple[str, str], PoolCounts]) -> list[PodPlan]:
+    """Every pod plan, job by job in key order, each job's in name order (and listed on its job)."""
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
-        job = plan.jobs.get(key)
+        job = draft.jobs.get(key)
         if job is not None and not job.pods:
             job.pods = sorted(plans, key=_name)
+    pods: list[PodPlan] = []
     for key in sorted(actions.pods):
         plans = actions.pods[key]
-        job = plan.jobs.get(key)
+        job = draft.jobs.get(key)
         # a valid job's pods are listed in name order already (the status phase sorted them, lifecycle.conclude
         # re-sorted those it added to)
         in_order = job is not None and key in counted and len(job.pods) == len(plans)
-        plan.pods.extend(job.pods if in_order and job is not None else sorted(plans, key=_name))
-    plan.seconds = time.perf_counter() - started
-    return plan
+        pods.extend(job.pods if in_order and job is not None else sorted(plans, key=_name))
+    return pods

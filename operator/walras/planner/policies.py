@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from walras.planner.replicas import largest_remainder
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, ProfileSpec
 
 #: Slots of a node without a degree limit (larger than any pod count a node can hold).
@@ -414,32 +415,6 @@ class FairPolicy:
             proposed[pods[: targets.size]] = targets
         node = _fit(proposed, demand_pod, request.free, request.slots)
         return PlacementResult(node=node, amount=np.where(node >= 0, demand_pod, 0.0), notes=notes)
-
-
-def largest_remainder(shares: np.ndarray, total: int) -> np.ndarray:
-    """Round non-negative ``shares`` to integers summing to ``total`` (Hamilton's largest-remainder method).
-
-    When ``total`` lies between the sum of the floors and the sum of the ceilings (the case of rounding a vector whose
-    sum is ``total``), every entry gets its floor and the ``total - sum(floors)`` entries with the largest remainders
-    one more (ties to the lower index), so each entry stays within one unit of its share. Otherwise the shares are
-    first scaled to sum to ``total``.
-    """
-    shares = np.asarray(shares, dtype=np.float64)
-    if shares.ndim != 1 or np.any(shares < 0) or not np.all(np.isfinite(shares)):
-        raise ValueError("shares must be a finite non-negative vector")
-    if total < 0:
-        raise ValueError(f"total must be non-negative, got {total}")
-    if total == 0:
-        return np.zeros(shares.shape, dtype=np.int64)
-    if shares.sum() <= 0:
-        raise ValueError(f"cannot distribute a total of {total} over shares that are all zero")
-    if not np.floor(shares).sum() <= total <= np.ceil(shares).sum():
-        shares = shares * (total / shares.sum())
-    base = np.floor(shares).astype(np.int64)
-    left = total - int(base.sum())
-    order = np.lexsort((np.arange(shares.size), -(shares - base)))
-    base[order[:left]] += 1
-    return base
 
 
 PolicyFactory = Callable[[], PlacementPolicy]

@@ -18,21 +18,21 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from operator import attrgetter, is_
+from operator import attrgetter
+from typing import cast
 
 import numpy as np
 
-from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod
 from walras.planner.model import PodAction, PodPlan
-from walras.planner.objects import Objects
-from walras.planner.observe import Observed
 from walras.planner.quantity import format_quantity
-from walras.planner.resize import Resizes
-from walras.planner.rounds import Outcome
+from walras.planner.results import Actions, Objects, Observed, Outcome, PlanContext, Resizes
+from walras.planner.reuse import Inputs, Same
+
+__all__ = ["Actions", "KeptEntry", "pod_base", "reconcile"]
 
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
 _name = attrgetter("name")
@@ -53,30 +53,31 @@ def _text_items(items: tuple[tuple[str, float], ...]) -> tuple[tuple[str, str], 
     return tuple((name, format_quantity(value)) for name, value in sorted(items) if name != PODS)
 
 
-@dataclass
-class Actions:
-    """Pod plans per job key, and per job what the churn budget deferred and where placed pods went."""
+@dataclass(frozen=True)
+class KeptEntry:
+    """The reconcile phase's record of one (job key, pool name) whose running pods were all kept (:mod:`.reuse`):
+    ``inputs`` is ``(Same(pods),)``, the pods in name order; ``plans`` their ``keep`` plans in that order;
+    ``running`` the observe phase's list of those pods (when the next plan's is the same list object, its name order
+    is this one)."""
 
-    pods: dict[tuple[str, str], list[PodPlan]] = field(default_factory=lambda: defaultdict(list))
-    deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
-    placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
-    unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+    inputs: Inputs
+    plans: tuple[PodPlan, ...]
+    running: list[Pod]
+
+    @property
+    def pods(self) -> Sequence[Pod]:
+        return cast(Same, self.inputs[0]).items
 
 
-KeptMemo = dict[tuple[tuple[str, str], str], tuple[tuple[Pod, ...], list[PodPlan], list[Pod]]]
-"""The ``keep`` plans of each (job key, pool name) whose running pods were all kept: the pods (by identity) and their
-plans, in name order, and the observe phase's list of those pods (when the next plan's is the same list object, its
-name order is this one). A plan records its own (:attr:`walras.planner.model.Plan._kept`) for the next one."""
-
-
-def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: Resizes, table: NodeTable,
-              *, max_deletes: int | None = None, memo: KeptMemo | None = None,
-              record: KeptMemo | None = None) -> Actions:
-    """One :class:`PodPlan` per pod (see the module docstring). With ``memo`` (the previous plan's record), a pool's
-    running pods that are all kept reuse the previous plan's ``keep`` plans when they are the same pod objects (the
-    translation memo gives an unchanged pod the same object, so identity means same content) of the same job and
-    pool: the plans are shared with the previous plan, not rebuilt. Jobs with ``spec.migration`` are left out (the
-    migration phase turns their ``keep`` plans into evictions in place). ``record`` receives this plan's groups."""
+def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: Resizes) -> Actions:
+    """One :class:`PodPlan` per pod (see the module docstring), at most ``ctx.options.max_deletes`` running pods
+    deleted. With the context's reuse (:mod:`.reuse`), a pool's running pods that are all kept reuse the recorded
+    ``keep`` plans when they are the same pod objects (the translation cache gives an unchanged pod the same object,
+    so identity means same content) of the same job and pool: the plans are shared with the previous plan, not
+    rebuilt (they are frozen). Jobs with ``spec.migration`` are left out (the migration phase replaces their
+    ``keep`` plans by evictions)."""
+    objects, reuse = ctx.objects, ctx.reuse
+    max_deletes = ctx.options.max_deletes
     out = Actions()
     deletes = 0
 
@@ -116,21 +117,18 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             if not running and not pending:
                 continue
             group = (key, pool.name)
-            previous = memo.get(group) if memo else None
+            previous = reuse.recorded(KeptEntry, group)
             # the same running list as the previous plan's (the observe phase reused it): its name order too
-            same = previous is not None and previous[2] is running
-            kept: Sequence[Pod] = previous[0] if same and previous is not None else sorted(running, key=_name)
+            kept: Sequence[Pod] = previous.pods if previous is not None and previous.running is running else sorted(
+                running, key=_name)
             want = int(targets[row][j])
             if (kept and len(kept) <= want and info.spec.migration is None
                     and not (done and any((pod.namespace, pod.name) in done for pod in kept))):
-                # every running pod kept as it is: the previous plan's keep plans when they are the same pods
-                if previous is not None and (same or (len(previous[0]) == len(kept)
-                                                      and all(map(is_, previous[0], kept)))):
-                    reused = previous[1]
-                else:
-                    reused = [keep(pod, job_name, pool.name) for pod in kept]
-                if record is not None:
-                    record[group] = (tuple(kept), reused, running)
+                # every running pod kept as it is: the recorded keep plans when they are the same pods
+                inputs = (Same(tuple(kept)),)
+                hit = reuse.lookup(KeptEntry, inputs, group) if previous is not None else None
+                reused = hit.plans if hit is not None else tuple(keep(pod, job_name, pool.name) for pod in kept)
+                reuse.store(KeptEntry(inputs, reused, running), group)
                 plans.extend(reused)
             else:
                 for q, pod in enumerate(kept):
@@ -154,6 +152,16 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             del out.pods[key]
         if not placed_here:
             del out.placed[key]
+    _placed(objects, observed, outcome, out)
+    _leftovers(objects, observed, outcome, delete, out)
+    return out
+
+
+def _placed(objects: Objects, observed: Observed, outcome: Outcome, out: Actions) -> None:
+    """The plans of the batches' pods: ``bind`` (or ``keep`` without a node) for a pending pod, ``create`` for a
+    new one placed; a wanted pod that found no node counted as unplaced, with why."""
+    pools = objects.pools
+    table = outcome.table
     rendered: dict[tuple[int, str, float], dict[str, str]] = {}  # (row, priced resource, amount) -> requests text
     for batch, placed, existing in outcome.batches:
         pool = pools[batch.pool]
@@ -194,6 +202,13 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
             elif not batch.optional[q]:
                 count, why = out.unplaced[key].get(pool.name, (0, ""))
                 out.unplaced[key][pool.name] = (count + 1, why or placed.why[q])
+
+
+def _leftovers(objects: Objects, observed: Observed, outcome: Outcome, delete: Callable[[Pod, str, str, bool], None],
+               out: Actions) -> None:
+    """What rounding dropped (unplaced), the surplus pods (deleted) and the pods of invalid jobs (kept)."""
+    pools = objects.pools
+    table = outcome.table
     for i, j in zip(*np.nonzero(outcome.dropped), strict=True):  # wanted, but the pool has no room for them now
         key = objects.jobs[int(i)].key
         name = pools[int(j)].name
@@ -206,4 +221,3 @@ def reconcile(objects: Objects, observed: Observed, outcome: Outcome, resizes: R
         out.pods[(pod.namespace, pod.job or "")].append(PodPlan(
             pod.namespace, pod.name, pod.job or "", pod.pool or "", pod.node, _text(pod.requests),
             _text(pod.requests), "keep", True, "the job's spec is invalid: kept as it is"))
-    return out

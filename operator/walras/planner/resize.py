@@ -11,8 +11,7 @@ node has left on every resource; where it does not, the pod keeps its resources 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -20,37 +19,17 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod
-from walras.planner.objects import Objects
-from walras.planner.observe import Observed
 from walras.planner.quantity import format_quantity, parse_quantity
-from walras.planner.reuse import recorded
+from walras.planner.results import Objects, Observed, PlanContext, Resizes, ResizeTarget
+from walras.planner.reuse import Inputs, Same
 from walras.planner.spec import JobSpec, PoolSpec
+
+__all__ = ["RESIZABLE", "ResizeEntry", "ResizeTarget", "Resizes", "plan_resizes", "resize_target"]
 
 #: The resources Kubernetes can change in a running pod (in-place resize, KEP-1287: cpu and memory only).
 RESIZABLE = frozenset({"cpu", "memory"})
 
 _Items = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class ResizeTarget:
-    """New requests/limits of a running pod (text), the change of each request (amount), what changes in place
-    (``reason``, empty when nothing does), and what cannot change in place and waits for the next pod (``later``)."""
-
-    requests: dict[str, str]
-    limits: dict[str, str]
-    delta: tuple[tuple[str, float], ...]
-    reason: str
-    later: str = ""
-
-
-@dataclass
-class Resizes:
-    """Per pod (namespace, name): the resize it gets; per job: pods blocked (no room) and deferred (not in place)."""
-
-    done: dict[tuple[str, str], ResizeTarget] = field(default_factory=dict)
-    blocked: dict[tuple[str, str], list[str]] = field(default_factory=dict)
-    later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=4096)
@@ -119,23 +98,31 @@ def _inputs(objects: Objects) -> tuple[list[tuple[Any, ...]], list[tuple[str, st
             [(pool.spec.resource, pool.spec.policy) for pool in objects.pools])
 
 
-def plan_resizes(objects: Objects, observed: Observed, table: NodeTable, memo: Mapping[str, Any] | None = None,
-                 record: MutableMapping[str, Any] | None = None) -> Resizes:
-    """Decide every running pod's resize and reserve the increases in ``table`` (before placement, so new pods see
-    the resized amounts). With ``memo`` (the previous plan's phase records, :mod:`.reuse`): when the previous plan
-    resized nothing, blocked nothing and deferred nothing, and this plan's running pods are the same lists (the
-    observe phase reused them, so the same pods in the same job rows and pools) and each row's job asks the same
-    resources and demand of the same pool resources and policies, nothing is resized now either (no pod's target
-    changed, and the node room is read only for a resize); ``record`` receives this plan's when it is empty."""
-    before = recorded(memo, "resize")
-    inputs = _inputs(objects) if before is not None or record is not None else None
-    if before is not None and before[0] is observed.running and before[1] == inputs:
-        if record is not None:
-            record["resize"] = before
+@dataclass(frozen=True)
+class ResizeEntry:
+    """The resize phase's record (:mod:`.reuse`), kept only when it resized, blocked and deferred nothing: the
+    running pod lists and what :func:`resize_target` reads of the jobs and pools, in ``inputs``
+    (``(Same((running,)), jobs and pools)``)."""
+
+    inputs: Inputs
+
+
+def plan_resizes(ctx: PlanContext, observed: Observed) -> Resizes:
+    """Decide every running pod's resize and reserve the increases in the context's node table (before placement,
+    so new pods see the resized amounts). With the context's reuse (:mod:`.reuse`): when the recorded plan resized
+    nothing, blocked nothing and deferred nothing, and this plan's running pods are the same lists (the observe phase
+    reused them, so the same pods in the same job rows and pools) and each row's job asks the same resources and
+    demand of the same pool resources and policies, nothing is resized now either (no pod's target changed, and the
+    node room is read only for a resize); this plan's is recorded when it is empty."""
+    reuse = ctx.reuse
+    inputs = (Same((observed.running,)), _inputs(ctx.objects))
+    hit = reuse.lookup(ResizeEntry, inputs)
+    if hit is not None:
+        reuse.store(hit)
         return Resizes()
-    out = _plan_resizes(objects, observed, table)
-    if record is not None and not (out.done or out.blocked or out.later):
-        record["resize"] = (observed.running, inputs)
+    out = _plan_resizes(ctx.objects, observed, ctx.table)
+    if not (out.done or out.blocked or out.later):
+        reuse.store(ResizeEntry(inputs))
     return out
 
 

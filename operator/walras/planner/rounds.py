@@ -21,73 +21,46 @@ reported on the job with the reason (:mod:`.status`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import JobTemplate, Pod, pod_vector
-from walras.planner.market import MarketResult, solve_market
-from walras.planner.model import Plan, PlanEvent
-from walras.planner.objects import Objects
-from walras.planner.observe import Observed
-from walras.planner.placement import Batch, Placed, Warn, place_batch
+from walras.planner.cluster import Pod, pod_vector
+from walras.planner.market import MarketResult, MarketSettings, solve_market
+from walras.planner.model import PlanEvent
+from walras.planner.placement import place_batch
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
-from walras.planner.reuse import array_key, frozen, recorded, same_items
+from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, PlanDraft, Reservations
+from walras.planner.reuse import Inputs, Reuse, Same, array_key, frozen, matches
 from walras.planner.spec import UtilitySpec
 
-
-@dataclass
-class Outcome:
-    """The last round: market result, replica targets, and what placement did with each batch."""
-
-    market: MarketResult
-    allocation: np.ndarray  # (n, m) X over every job row (zero rows for jobs out of the market)
-    throughput: np.ndarray  # (n, m) a_ij as the market saw it in the last round
-    offered: np.ndarray  # (n, m) bool: pools the job may use with throughput > 0 (before any was withdrawn)
-    demand: np.ndarray  # (n, m)
-    capacity: np.ndarray  # (m,) the sellable capacity of the last round
-    target: np.ndarray  # (n, m) wanted replicas
-    batches: list[tuple[Batch, Placed, list[Pod | None]]]  # pod q: existing pending pod, or None for a new one
-    table: NodeTable  # after reservations
-    walras_count: np.ndarray
-    rounds: int = 1
-    blocked: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, pool) no longer offered, and why
-    below_min: dict[int, int] = field(default_factory=dict)  # elastic job row -> replicas it would have (< min)
-    #: (n, m) wanted replicas that rounding took out of a pool without room now (:func:`.replicas.fit_columns`);
-    #: not in ``target``, reported on the job as unplaced (``InsufficientCapacity``).
-    dropped: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
-
-    @cached_property
-    def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
-        """:attr:`blocked` grouped by job row: row -> [(pool, why)] in pool order."""
-        out: dict[int, list[tuple[int, str]]] = {}
-        for (i, j), why in sorted(self.blocked.items()):
-            out.setdefault(i, []).append((j, why))
-        return out
+__all__ = ["MarketEntry", "MarketInputs", "Outcome", "replica_targets", "run_rounds"]
 
 
-def _sellable(objects: Objects, observed: Observed, table: NodeTable, memo: Mapping[str, Any] | None = None,
-              record: MutableMapping[str, Any] | None = None) -> np.ndarray:
+@dataclass(frozen=True)
+class KeptUseEntry:
+    """The sellable capacity's record (:mod:`.reuse`): per pool, the priced resource its kept replicas use, for the
+    running pod lists and the node names, pool resources and usable nodes in ``inputs``."""
+
+    inputs: Inputs
+    kept: tuple[float, ...]
+
+
+def _sellable(ctx: PlanContext, observed: Observed) -> np.ndarray:
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
-    kept replicas use there. With ``memo`` (the previous plan's phase records, :mod:`.reuse`), the per-pool sums over
-    the kept replicas are the previous plan's when the running pods are the same lists (the observe phase reused
-    them) on the same nodes and each pool has the same usable nodes and priced resource; ``record`` receives this
-    plan's."""
+    kept replicas use there. With the context's reuse (:mod:`.reuse`), the per-pool sums over the kept replicas are
+    the recorded ones when the running pods are the same lists (the observe phase reused them) on the same nodes and
+    each pool has the same usable nodes and priced resource; this plan's are recorded."""
+    objects, table, reuse = ctx.objects, ctx.table, ctx.reuse
     m = len(objects.pools)
     out = np.zeros(m)
     resources = [pool.spec.resource for pool in objects.pools]
-    key = (table.names, resources, [array_key(pool.usable) for pool in objects.pools])
-    before = recorded(memo, "sellable")
-    if before is not None and before[0] is observed.running and before[1] == key:
-        kept: list[float] = before[2]
-    else:
-        kept = _kept(objects, observed, table, resources)
-    if record is not None:
-        record["sellable"] = (observed.running, key, kept)
+    inputs = (Same((observed.running,)), table.names, resources, [array_key(pool.usable) for pool in objects.pools])
+    hit = reuse.lookup(KeptUseEntry, inputs)
+    kept = hit.kept if hit is not None else tuple(_kept(objects, observed, table, resources))
+    reuse.store(hit if hit is not None else KeptUseEntry(inputs, kept))
     for j, pool in enumerate(objects.pools):
         c = table.column.get(pool.spec.resource)
         if c is None or pool.usable.size == 0:
@@ -136,34 +109,60 @@ def _room(objects: Objects, table: NodeTable) -> np.ndarray:
     return out
 
 
-def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.ndarray], table: NodeTable,
-              walras_count: np.ndarray, memo: Mapping[str, Any] | None = None,
-              record: MutableMapping[str, Any] | None = None) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
+@dataclass(frozen=True, slots=True)
+class PodVector:
+    """A job's pod vector (its bytes) for one priced resource, with what it was computed from: ``inputs`` is
+    ``(Same((template, spec.resources)), demand)``."""
+
+    inputs: Inputs
+    data: bytes
+
+
+@dataclass(frozen=True)
+class HostableEntry:
+    """The hostable counts' record (:mod:`.reuse`): per pool, the evaluation of each (admitted mask, pod vector)
+    pair, valid for the node table, Walras pods per node and pool set-up in ``inputs`` (the dicts are copied before
+    a plan adds to them)."""
+
+    inputs: Inputs
+    caches: tuple[dict[tuple[bytes, bytes], tuple[int, str | None]], ...]
+
+
+@dataclass(frozen=True)
+class PodVectorsEntry:
+    """Each job's pod vector per priced resource (:mod:`.reuse`), valid for the node table's resources in
+    ``inputs``; each vector is checked against its own inputs (:class:`PodVector`)."""
+
+    inputs: Inputs
+    vectors: Mapping[tuple[tuple[str, str], str], PodVector]
+
+
+def _hostable(ctx: PlanContext, walras_count: np.ndarray) -> tuple[np.ndarray, dict[tuple[int, int], str]]:
     """``(n, m)``: how many more pods of job i pool j's nodes can take now (room on every resource and slots); and
     the (job, pool) pairs where no pod of the job can ever run, with why: ``NoEligibleNode`` (no usable node admits
     the template) or ``TooLarge`` (no admitted node's allocatable holds the pod's requests).
 
     Jobs with the same admitted mask and pod vector have the same answer in a pool: one evaluation per distinct
-    (mask, vector) pair. With ``memo`` (the previous plan's phase records, :mod:`.reuse`): a job's pod vector is the
-    previous plan's when its template and requested resources are the same objects (the translation memo's), its
-    demand is equal and the resources are the same; the evaluations are the previous plan's when the node table
-    (allocatable, requested), the Walras pods per node, and each pool's usable nodes, degree limit and priced resource
-    are equal (an evaluation reads nothing else but its mask and vector, which are its key). ``record`` receives this
-    plan's."""
+    (mask, vector) pair. With the context's reuse (:mod:`.reuse`): a job's pod vector is the recorded one when its
+    template and requested resources are the same objects (the translation cache's), its demand is equal and the
+    resources are the same; the evaluations are the recorded ones when the node table (allocatable, requested), the
+    Walras pods per node, and each pool's usable nodes, degree limit and priced resource are equal (an evaluation
+    reads nothing else but its mask and vector, which are its key). This plan's are recorded."""
+    objects, templates, admitted, table, reuse = ctx.objects, ctx.templates, ctx.admitted, ctx.table, ctx.reuse
     n, m = len(objects.jobs), len(objects.pools)
     out = np.zeros((n, m), dtype=np.int64)
     never: dict[tuple[int, int], str] = {}
     in_pool = np.array([info.pools for info in objects.jobs], dtype=bool).reshape(n, m)
-    state = (table.resources, array_key(table.alloc), array_key(table.used), array_key(walras_count),
-             [(array_key(p.usable), p.spec.degree_limit, p.spec.resource) for p in objects.pools])
-    before = recorded(memo, "hostable")
-    caches: list[dict[tuple[bytes, bytes], tuple[int, str | None]]] = (
-        [dict(c) for c in before[1]] if before is not None and before[0] == state else [{} for _ in range(m)])
-    known = before[2] if before is not None and before[0][0] == table.resources else {}
-    # (job key, priced resource) -> (template, resources, demand, the pod vector's bytes), computed once
-    vectors: dict[tuple[tuple[str, str], str], tuple[JobTemplate, Any, float, bytes]] = {}
+    inputs = (table.resources, array_key(table.alloc), array_key(table.used), array_key(walras_count),
+              [(array_key(p.usable), p.spec.degree_limit, p.spec.resource) for p in objects.pools])
+    hit = reuse.lookup(HostableEntry, inputs)
+    caches = [dict(c) for c in hit.caches] if hit is not None else [{} for _ in range(m)]
+    recorded_vectors = reuse.lookup(PodVectorsEntry, (table.resources,))
+    known: Mapping[tuple[tuple[str, str], str], PodVector] = (
+        recorded_vectors.vectors if recorded_vectors is not None else {})
+    # (job key, priced resource) -> its pod vector, computed once
+    vectors: dict[tuple[tuple[str, str], str], PodVector] = {}
     masks: dict[int, bytes] = {}  # id(mask) -> its bytes (the masks are alive for the whole call)
-
     by_row: dict[tuple[int, str], bytes] = {}
 
     def _vector_bytes(i: int, resource: str) -> bytes:
@@ -174,15 +173,15 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
         got = vectors.get((info.key, resource))
         if got is None:
             template, spec = templates[i], info.spec
+            parts = (Same((template, spec.resources)), spec.demand)
             was = known.get((info.key, resource))
-            if was is not None and was[0] is template and was[1] is spec.resources and was[2] == spec.demand:
+            if was is not None and matches(was.inputs, parts):
                 got = was
             else:
-                got = (template, spec.resources, spec.demand,
-                       table.vector(pod_vector(template, spec, resource, spec.demand)).tobytes())
+                got = PodVector(parts, table.vector(pod_vector(template, spec, resource, spec.demand)).tobytes())
             vectors[(info.key, resource)] = got
-        by_row[(i, resource)] = got[3]
-        return got[3]
+        by_row[(i, resource)] = got.data
+        return got.data
 
     for j, pool in enumerate(objects.pools):
         nodes = pool.usable
@@ -198,8 +197,8 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
             if mask_bytes is None:
                 mask_bytes = masks[id(mask)] = mask.tobytes()
             key = (mask_bytes, _vector_bytes(i, pool.spec.resource))
-            hit = cache.get(key)
-            if hit is None:
+            found = cache.get(key)
+            if found is None:
                 vec = np.frombuffer(key[1])
                 ok = mask[nodes]
                 why: str | None = None
@@ -207,12 +206,12 @@ def _hostable(objects: Objects, templates: list[JobTemplate], admitted: list[np.
                     why = "NoEligibleNode"
                 elif not np.any(np.all(alloc[ok] + 1e-9 >= vec, axis=1)):
                     why = "TooLarge"
-                hit = cache[key] = (int(np.minimum(table.fit_count(vec, nodes), slots)[ok].sum()), why)
-            out[i, j] = hit[0]
-            if hit[1] is not None:
-                never[(i, j)] = hit[1]
-    if record is not None:
-        record["hostable"] = (state, caches, vectors)
+                found = cache[key] = (int(np.minimum(table.fit_count(vec, nodes), slots)[ok].sum()), why)
+            out[i, j] = found[0]
+            if found[1] is not None:
+                never[(i, j)] = found[1]
+    reuse.store(HostableEntry(inputs, tuple(caches)))
+    reuse.store(PodVectorsEntry((table.resources,), vectors))
     return out, never
 
 
@@ -250,35 +249,57 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     return target
 
 
-def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate], admitted: list[np.ndarray],
-               table: NodeTable, previous: Plan | None, plan: Plan, warn: Warn, *, device: str, max_rounds: int,
-               market_iterations: int, memo: Mapping[str, Any] | None = None,
-               record: MutableMapping[str, Any] | None = None) -> Outcome:
-    """Run the rounds described in the module docstring; return the last one. ``memo`` and ``record``: the previous
-    plan's phase records and this plan's (:mod:`.reuse`; :func:`_hostable`, :func:`_sellable`, round 1's
-    :func:`_market`)."""
-    jobs = objects.jobs
-    n, m = len(jobs), len(objects.pools)
+@dataclass(frozen=True)
+class _Fixed:
+    """What every round of :func:`run_rounds` reads and no round changes (per job row: replicas, demand per replica,
+    elastic, minimum; per row and pool: running and existing pods, throughput, demand; per pool: fair, free room)."""
+
+    replicas: np.ndarray
+    per_replica: np.ndarray
+    running: np.ndarray
+    existing: np.ndarray
+    A: np.ndarray
+    D: np.ndarray
+    room: np.ndarray
+    elastic: np.ndarray
+    low: np.ndarray
+    fair_pool: np.ndarray
+
+
+def _fixed(ctx: PlanContext, observed: Observed) -> _Fixed:
+    jobs = ctx.objects.jobs
+    pools = ctx.objects.pools
+    n, m = len(jobs), len(pools)
     replicas = np.array([info.spec.replicas for info in jobs], dtype=np.int64)
     per_replica = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     running = observed.counts("running").reshape(n, m)
-    pending = observed.counts("pending").reshape(n, m)
-    existing = running + pending
-    hostable, never = _hostable(objects, templates, admitted, table, observed.walras_count, memo, record)
-    cap = running + hostable
+    existing = running + observed.counts("pending").reshape(n, m)
     A = np.zeros((n, m))
     for i, info in enumerate(jobs):
         for j in np.flatnonzero(info.pools).tolist():
-            A[i, j] = info.spec.throughput[objects.pools[j].name]
-    blocked: dict[tuple[int, int], str] = {}
-    for i, j in zip(*np.nonzero((A > 0) & (cap == 0)), strict=True):
-        blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
+            A[i, j] = info.spec.throughput[pools[j].name]
     D = np.repeat((np.maximum(replicas, 1) * per_replica)[:, None], m, axis=1) if n else np.zeros((0, m))
-    R = _sellable(objects, observed, table, memo, record)
-    room = _room(objects, table)
-    elastic = np.array([info.spec.elastic for info in jobs], dtype=bool)
-    low = np.array([info.spec.min_replicas for info in jobs], dtype=np.int64)
-    fair_pool = np.array([p.spec.policy == "fair" for p in objects.pools], dtype=bool)
+    return _Fixed(replicas, per_replica, running, existing, A, D, _room(ctx.objects, ctx.table),
+                  np.array([info.spec.elastic for info in jobs], dtype=bool),
+                  np.array([info.spec.min_replicas for info in jobs], dtype=np.int64),
+                  np.array([p.spec.policy == "fair" for p in pools], dtype=bool))
+
+
+def run_rounds(ctx: PlanContext, observed: Observed, plan: PlanDraft) -> Outcome:
+    """Run the rounds described in the module docstring; return the last one. The context's reuse serves
+    :func:`_hostable`, :func:`_sellable` and round 1's :func:`_market` (:mod:`.reuse`); the market's and the
+    placement policies' warnings go to ``plan``."""
+    objects, opts = ctx.objects, ctx.options
+    jobs = objects.jobs
+    n, m = len(jobs), len(objects.pools)
+    f = _fixed(ctx, observed)
+    hostable, never = _hostable(ctx, observed.walras_count)
+    cap = f.running + hostable
+    blocked: dict[tuple[int, int], str] = {}
+    for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
+        blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
+    R = _sellable(ctx, observed)
+    previous = ctx.previous
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
@@ -286,81 +307,91 @@ def run_rounds(objects: Objects, observed: Observed, templates: list[JobTemplate
     last_short = 1 << 62
     while True:
         rounds += 1
-        A_eff = A.copy()
+        A_eff = f.A.copy()
         for i, j in blocked:
             A_eff[i, j] = 0.0
-        active = np.flatnonzero((replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
-        market = _market(A_eff[active], R, [jobs[i].spec.utility for i in active], [1.0] * active.size, D[active],
-                         warm, device=device, max_iter=market_iterations, memo=memo if rounds == 1 else None,
-                         record=record if rounds == 1 else None)
+        active = np.flatnonzero((f.replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
+        market = _market(MarketInputs(A_eff[active], R, tuple(jobs[i].spec.utility for i in active),
+                                      (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations),
+                         ctx.reuse if rounds == 1 else None)
         X = np.zeros((n, m))
         X[active] = market.allocation
-        fair_share = elastic[:, None] & fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (existing > 0))
+        fair_share = f.elastic[:, None] & f.fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (f.existing > 0))
         fair_elastic = fair_share.any(axis=1)
         dropped = np.zeros((n, m), dtype=np.int64)
-        target = replica_targets(replicas[:, None] * X, replicas, existing, elastic, low, fair_elastic,
-                                 (per_replica, room, running, A_eff > 0), dropped)
-        work = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
-                         table.used.copy(), table.usable)
-        count = observed.walras_count.copy()
+        target = replica_targets(f.replicas[:, None] * X, f.replicas, f.existing, f.elastic, f.low, fair_elastic,
+                                 (f.per_replica, f.room, f.running, A_eff > 0), dropped)
+        table = ctx.table
+        work = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
+                                      table.alloc, table.used.copy(), table.usable), observed.walras_count.copy())
+        granted = fair_elastic[:, None] & fair_share
         batches = []
         short = np.zeros((n, m), dtype=np.int64)
         reasons: dict[tuple[int, int], str] = {}
-        wants = target - running
-        granted_all = fair_elastic[:, None] & fair_share
-        for j, pool in enumerate(objects.pools):
-            rows: list[int] = []
-            optional: list[bool] = []
-            pods: list[Pod | None] = []
-            # Only rows that want pods here or may be granted some contribute to the batch.
-            candidates = np.flatnonzero((wants[:, j] > 0) | granted_all[:, j]).tolist() if n else []
-            want_j = wants[:, j].tolist() if n else []
-            for i in candidates:
-                want = int(want_j[i])
-                for q, pod in enumerate(observed.pending[i][j]):
-                    if q < want:
-                        rows.append(i)
-                        optional.append(False)
-                        pods.append(pod)
-                new = max(want - len(observed.pending[i][j]), 0)
-                offer = 0
-                granted = bool(granted_all[i, j])
-                if granted:  # the fair mechanism decides how many of an elastic job's new pods it takes (002)
-                    offer = _offer(replicas[i] - int(target[i].sum()), fair_share[i], X[i], existing[i], j)
-                rows.extend([i] * (new + offer))
-                optional.extend([granted] * new + [True] * offer)
-                pods.extend([None] * (new + offer))
-            batch = Batch(j, rows, optional)
-            placed = place_batch(batch, pool, jobs, templates, A_eff, admitted, work, count, plan.pools[pool.name],
-                                 previous, warn, memoise=True)
+        for j in range(m):
+            batch, pods = _batch(observed, f, j, target - f.running, (granted, fair_share, X, target))
+            placed = place_batch(ctx, batch, A_eff, work, plan, memoise=True)
             batches.append((batch, placed, pods))
-            for q, (i, k) in enumerate(zip(rows, placed.node.tolist(), strict=True)):
-                if k < 0 and not optional[q]:
+            for q, (i, k) in enumerate(zip(batch.rows, placed.node.tolist(), strict=True)):
+                if k < 0 and not batch.optional[q]:
                     short[i, j] += 1
                     reasons[(i, j)] = placed.why[q] or reasons.get((i, j), "")
-        below_min = _gang(objects, templates, batches, running, work, count)
-        if not short.any() or rounds >= max_rounds or short.sum() >= last_short:
+        below_min = _gang(ctx, batches, f.running, work)
+        if not short.any() or rounds >= opts.max_rounds or short.sum() >= last_short:
             break  # realised, out of rounds, or the feedback no longer helps
         last_short = int(short.sum())
         # Feed back what placement could not realise, and re-price from the last prices.
         warm = market.prices
         for i, j in zip(*np.nonzero(short), strict=True):
             i, j = int(i), int(j)
-            placed_here = int(target[i, j] - short[i, j] - running[i, j])
-            if placed_here <= 0 and running[i, j] == 0:
+            placed_here = int(target[i, j] - short[i, j] - f.running[i, j])
+            if placed_here <= 0 and f.running[i, j] == 0:
                 blocked[(i, j)] = reasons.get((i, j)) or "NoRoom"
-            R[j] = max(R[j] - short[i, j] * per_replica[i], 0.0)
-    outcome = Outcome(market, X, A_eff, A > 0, D, R, target, batches, work, count, rounds, blocked, below_min,
-                      dropped)
+            R[j] = max(R[j] - short[i, j] * f.per_replica[i], 0.0)
+    outcome = Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
+                      below_min, dropped)
     _report_market(plan, objects, market)
     return outcome
 
 
-def _gang(objects: Objects, templates: list[JobTemplate], batches: list[tuple[Batch, Placed, list[Pod | None]]],
-          running: np.ndarray, table: NodeTable, count: np.ndarray) -> dict[int, int]:
+def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
+           fair: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> tuple[Batch, list[Pod | None]]:
+    """Pool j's batch of one round: each row's pending pods it still wants (first), then its new pods, then the
+    optional pods an elastic job offers a fair pool; with, per pod, the pending pod or None for a new one. ``fair``:
+    (granted (n, m), fair share (n, m), X, target)."""
+    granted_all, fair_share, X, target = fair
+    rows: list[int] = []
+    optional: list[bool] = []
+    pods: list[Pod | None] = []
+    n = wants.shape[0]
+    # Only rows that want pods here or may be granted some contribute to the batch.
+    candidates = np.flatnonzero((wants[:, j] > 0) | granted_all[:, j]).tolist() if n else []
+    want_j = wants[:, j].tolist() if n else []
+    for i in candidates:
+        want = int(want_j[i])
+        pending = observed.pending[i][j]
+        for q, pod in enumerate(pending):
+            if q < want:
+                rows.append(i)
+                optional.append(False)
+                pods.append(pod)
+        new = max(want - len(pending), 0)
+        offer = 0
+        granted = bool(granted_all[i, j])
+        if granted:  # the fair mechanism decides how many of an elastic job's new pods it takes (002)
+            offer = _offer(int(f.replicas[i]) - int(target[i].sum()), fair_share[i], X[i], f.existing[i], j)
+        rows.extend([i] * (new + offer))
+        optional.extend([granted] * new + [True] * offer)
+        pods.extend([None] * (new + offer))
+    return Batch(j, rows, optional), pods
+
+
+def _gang(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
+          work: Reservations) -> dict[int, int]:
     """An elastic job whose replicas (running and placed) stay below ``spec.replicas.min`` gets no new pod: it could
     not run with fewer (its pods are a gang). Its new pods are unplaced again and their room given back. Returns the
     rows concerned with the replicas they would have had."""
+    objects, templates, table, count = ctx.objects, ctx.templates, work.table, work.count
     placed = running.sum(axis=1).astype(np.int64)
     for batch, result, _ in batches:
         for q, row in enumerate(batch.rows):
@@ -399,7 +430,7 @@ def _offer(left: int, share: np.ndarray, x: np.ndarray, existing: np.ndarray, j:
     return int(largest_remainder(weights, left)[j])
 
 
-def _report_market(plan: Plan, objects: Objects, market: MarketResult) -> None:
+def _report_market(plan: PlanDraft, objects: Objects, market: MarketResult) -> None:
     first = objects.pools[0].name if objects.pools else ""
     if market.repaired > 1e-6:
         plan.events.append(PlanEvent(
@@ -411,25 +442,54 @@ def _report_market(plan: Plan, objects: Objects, market: MarketResult) -> None:
             f"Price discovery stopped after {market.iterations} evaluations with a duality gap of {market.gap:.4g}."))
 
 
-def _market(throughput: np.ndarray, capacity: np.ndarray, specs: list[UtilitySpec], weights: Sequence[float],
-            demand: np.ndarray, warm: np.ndarray | None, *, device: str, max_iter: int,
-            memo: Mapping[str, Any] | None = None, record: MutableMapping[str, Any] | None = None) -> MarketResult:
-    """The market of one round (004, Alg. 2): :func:`.market.solve_market` of these arguments. With ``memo`` (the
-    previous plan's phase records, :mod:`.reuse`), the previous plan's result when every argument is equal (the
-    throughput, capacity and demand arrays and the warm prices by their bytes, a cold start only after a cold start;
-    the utility specs, the weights, the device and the evaluation bound), which the solve reads and nothing else: a
-    copy sharing its arrays, with 0 seconds and ``reused`` set (no solve ran in this plan). ``record`` receives this
-    plan's arguments and result, whose arrays are then read-only (shared with the next plan). The planner passes both
-    in round 1 only: later rounds re-price a capacity that placement feedback lowered."""
-    key = (array_key(throughput), array_key(capacity), array_key(demand), None if warm is None else array_key(warm),
-           tuple(weights), device, max_iter)
-    before = recorded(memo, "market")
-    if before is not None and before[0] == key and (same_items(before[1], specs) or before[1] == specs):
-        market: MarketResult = replace(before[2], seconds=0.0, reused=True)
+@dataclass(frozen=True)
+class MarketInputs:
+    """The arguments of one round's :func:`.market.solve_market`: throughput ``a`` (rows: the jobs in the market),
+    sellable capacity, the jobs' utility specs and weights, demand, warm-start prices (None: a cold start), device
+    and the bound on dual evaluations."""
+
+    throughput: np.ndarray
+    capacity: np.ndarray
+    specs: tuple[UtilitySpec, ...]
+    weights: tuple[float, ...]
+    demand: np.ndarray
+    warm: np.ndarray | None
+    device: str
+    max_iter: int
+
+    def key(self) -> Inputs:
+        """Everything the solve reads, comparable: the arrays by their bytes (a cold start only matches a cold
+        start), the rest by value."""
+        return (array_key(self.throughput), array_key(self.capacity), array_key(self.demand),
+                None if self.warm is None else array_key(self.warm), self.weights, self.device, self.max_iter,
+                self.specs)
+
+
+@dataclass(frozen=True)
+class MarketEntry:
+    """The market's record (:mod:`.reuse`): the result of the solve of the inputs in ``inputs``
+    (:meth:`MarketInputs.key`), its arrays read-only."""
+
+    inputs: Inputs
+    result: MarketResult
+
+
+def _market(args: MarketInputs, reuse: Reuse | None) -> MarketResult:
+    """The market of one round (004, Alg. 2): :func:`.market.solve_market` of ``args``. With ``reuse``
+    (:mod:`.reuse`), the recorded result when every argument is equal (:meth:`MarketInputs.key`), which the solve
+    reads and nothing else: a copy sharing its arrays, with 0 seconds and ``reused`` set (no solve ran in this
+    plan). This plan's arguments and result are recorded, the result's arrays then read-only (shared with the next
+    plan). The planner passes ``reuse`` in round 1 only: later rounds re-price a capacity that placement feedback
+    lowered."""
+    key = args.key() if reuse is not None else ()
+    hit = reuse.lookup(MarketEntry, key) if reuse is not None else None
+    if hit is not None:
+        market: MarketResult = replace(hit.result, seconds=0.0, reused=True)
     else:
-        market = solve_market(throughput, capacity, specs, weights, demand, warm, device=device, max_iter=max_iter)
-    if record is not None:
+        market = solve_market(args.throughput, args.capacity, args.specs, args.weights, args.demand, args.warm,
+                              MarketSettings(args.device, args.max_iter))
+    if reuse is not None:
         for array in (market.prices, market.allocation, market.throughputs):
             frozen(array)
-        record["market"] = (key, specs, market)
+        reuse.store(MarketEntry(key, market))
     return market

@@ -11,17 +11,16 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import attrgetter, is_
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, Plan, PlanEvent, PodPlan
-from walras.planner.objects import Objects
-from walras.planner.reconcile import Actions
-from walras.planner.resize import Resizes
-from walras.planner.rounds import Outcome
+from walras.planner.model import Condition, PlanEvent, PodPlan
+from walras.planner.results import Actions, Outcome, PlanContext, PlanDraft, Resizes
+from walras.planner.reuse import Inputs, Same, matches
 
 _WHY = {
     "DegreeLimited": "the pool's degree limit leaves no slot on a node with room",
@@ -53,19 +52,33 @@ Given = tuple[Any, ...]
 """Everything :func:`_conditions` reads of one job (its inputs, see there), compared by value."""
 Concluded = tuple[tuple[Condition, ...], str, tuple[PlanEvent, ...]]
 """What :func:`_conditions` returns: the conditions it adds, the phase, the events it raises."""
-PodsMemo = dict[tuple[str, str], tuple[tuple[PodPlan, ...], tuple[PodPlan, ...], int, int, bool, PoolCounts,
-                                       dict[str, float], str, Given, Concluded]]
-"""Per job: its pod plans as the reconcile phase listed them (by identity), those plans in name order, what
-:func:`_pod_counts` and :func:`_pool_counts` found in them, its priced allocation with its text
-(:func:`allocation_text`), and :func:`_conditions`'s inputs with its result. A plan records its own
-(:attr:`walras.planner.model.Plan._statuses`)."""
 
 
-def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: Resizes, plan: Plan,
-                 previous: Plan | None, *, memo: PodsMemo | None = None,
-                 record: PodsMemo | None = None) -> dict[tuple[str, str], PoolCounts]:
-    """Fill every valid job's :class:`JobPlan` and its events. With ``memo`` (the previous plan's record), a job
-    takes from it, each part only where every input of that part is equal to what it was then:
+@dataclass(frozen=True)
+class StatusEntry:
+    """One job's record of the status phase (:mod:`.reuse`), in three parts, each reused where its own inputs
+    :func:`~.reuse.matches` the present ones: ``inputs`` (``(Same(listed),)``, its pod plans as the reconcile phase
+    listed them) for those plans in name order (``ordered``) and what :func:`_pod_counts` (``live``, ``resized``,
+    ``bound``) and :func:`_pool_counts` (``pools``) found in them; ``allocation`` (its priced allocation) for its
+    ``text`` (:func:`allocation_text`); ``given`` (:func:`_conditions`'s inputs) for ``done``, its result."""
+
+    inputs: Inputs
+    ordered: tuple[PodPlan, ...]
+    live: int
+    resized: int
+    bound: bool
+    pools: PoolCounts
+    allocation: dict[str, float]
+    text: str
+    given: Given
+    done: Concluded
+
+
+def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
+                 plan: PlanDraft) -> dict[tuple[str, str], PoolCounts]:
+    """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
+    per job, :mod:`.reuse`), a job takes from the recorded entry, each part only where every input of that part is
+    equal to what it was then:
 
     - its pods' name order and counts, where its pod plans are the same objects in the same order as then (the
       reconcile phase reuses unchanged jobs' ``keep`` plans, :mod:`.reconcile`);
@@ -75,8 +88,9 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
       why, what was unplaced, deferred, resize-blocked and resize-deferred, the replicas below its minimum).
 
     The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
-    and the ``Planned`` event (which compares with the previous plan's replicas) for each job. ``record`` receives
-    this plan's. Returns each valid job's pods planned and bound per pool (for :func:`pool_statuses`)."""
+    and the ``Planned`` event (which compares with the previous plan's replicas) for each job. This plan's entries
+    are recorded. Returns each valid job's pods planned and bound per pool (for :func:`pool_statuses`)."""
+    objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
     prices = outcome.market.prices if outcome.market.prices.size == m else np.zeros(m)
@@ -136,9 +150,11 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
         jp.throughput = placed_t_l[i]
         jp.cost = costs[i]
         listed = actions.pods.get(key, no_pods)
-        before = memo.get(key) if memo else None
-        if before is not None and len(before[0]) == len(listed) and all(map(is_, before[0], listed)):
-            ordered, live, resized, bound, pools = before[1:6]
+        before = reuse.recorded(StatusEntry, key)
+        inputs = (Same(tuple(listed)),)
+        if before is not None and matches(before.inputs, inputs):
+            ordered, live, resized, bound = before.ordered, before.live, before.resized, before.bound
+            pools = before.pools
             jp.pods = list(ordered)
         else:
             jp.pods = sorted(listed, key=_name)
@@ -146,19 +162,19 @@ def job_statuses(objects: Objects, outcome: Outcome, actions: Actions, resizes: 
             live, resized, bound = _pod_counts(ordered)
             pools = _pool_counts(ordered)
         per_pool[key] = pools
-        text = before[7] if before is not None and before[6] == allocation else allocation_text(allocation)
+        text = before.text if before is not None and matches((before.allocation,), (allocation,)) else (
+            allocation_text(allocation))
         jp.allocation_text = text
         blocked_pools = [(names[j], why) for j, why in blocked_by_row.get(i, ())]
         given = (spec.replicas, spec.min_replicas, sum(replicas.values()), sum(rows_target[i]), offered_counts[i],
                  live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
                  resize_blocked.get(key), resize_later.get(key), below_min.get(i))
-        done = before[9] if before is not None and before[8] == given else _conditions(key, given)
+        done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
         conditions, jp.phase, raised = done
         jp.conditions.extend(conditions)
         if raised:
             events.extend(raised)
-        if record is not None:
-            record[key] = (tuple(listed), ordered, live, resized, bound, pools, allocation, text, given, done)
+        reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
@@ -281,11 +297,12 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
     return tuple(conditions), phase, tuple(raised)
 
 
-def pool_statuses(objects: Objects, outcome: Outcome, actions: Actions, plan: Plan, previous: Plan | None,
+def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: PlanDraft,
                   counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> None:
     """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change.
     ``counted``: what :func:`job_statuses` returned for the same ``actions`` (the jobs' pods per pool, counted
     there); the pods of other jobs are counted here."""
+    objects, previous = ctx.objects, ctx.previous
     table = outcome.table
     prices = outcome.market.prices
     planned: dict[str, int] = {}

@@ -5,23 +5,24 @@ field that cannot be read counts as absent (a quantity that does not parse is 0,
 refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails validation becomes an object with
 ``spec=None`` and ``error`` saying why, so that one bad object never stops the others.
 
-Pods, nodes and FungibleJobs are memoised by ``(metadata.uid, metadata.resourceVersion)``: the API server changes the
-resourceVersion on every write, so the same pair means the same content, and the operator's next plan reuses the
-translation (the kube-scheduler snapshot's incremental update, Kueue's cache/snapshot split). One memo mapping holds
-all three kinds, keyed by uid: a pod's key is its uid, a node's and a job's carry the kind in front of it
-(``"Node/<uid>"``, ``"FungibleJob/<uid>"``), so no key of one kind can meet another's; the value is the pair
-``(resourceVersion, translation)``, used only when the resourceVersion is the object's. A reused pair is recorded
-as the same tuple, so an unchanged object costs the next plan no new object. An object without a uid or a
-resourceVersion (a manifest file) is translated every time.
+Pods, nodes and FungibleJobs are memoised by ``(metadata.uid, metadata.resourceVersion)`` in a
+:class:`TranslationCache` the caller owns: the API server changes the resourceVersion on every write, so the same pair
+means the same content, and the caller's next translation reuses it (the kube-scheduler snapshot's incremental update,
+Kueue's cache/snapshot split). One mapping holds all three kinds, keyed by uid: a pod's key is its uid, a node's and a
+job's carry the kind in front of it (``"Node/<uid>"``, ``"FungibleJob/<uid>"``), so no key of one kind can meet
+another's; the value is a :class:`Translated` (resourceVersion, translation), used only when the resourceVersion is
+the object's. A reused entry is recorded as the same object, so an unchanged object costs the next call no new one.
+An object without a uid or a resourceVersion (a manifest file) is translated every time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter, itemgetter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 from walras.planner.cluster import (
     DEFAULT_MAX_PODS,
@@ -44,11 +45,6 @@ from walras.planner.quantity import parse_quantity
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
 T = TypeVar("T", Pod, Node, Job)
-
-PodMemo = MutableMapping[str, tuple[str, Any]]
-"""The translations of one plan by memo key (see the module docstring): values are ``(resourceVersion, item)`` with
-item a :class:`Pod`, :class:`Node` or :class:`Job` according to the key."""
-
 
 # The type checks below test for the plain dict first: decoded JSON is made of dicts, and an isinstance check
 # against the Mapping ABC costs several times more (it ran ~15 times per pod).
@@ -345,11 +341,47 @@ def profile_from(obj: Mapping[str, Any]) -> Profile:
         return Profile(name, _generation(obj), None, str(exc))
 
 
+class Translated(NamedTuple):
+    """One object's translation: the ``resourceVersion`` it was read at and the typed item (a named tuple: one is
+    made per object translated, 25,000 in a cold plan of the bench)."""
+
+    version: str
+    item: Any
+
+
+@dataclass(frozen=True, slots=True)
+class KindSequence:
+    """The translations of one kind in one call: the objects' uids and resourceVersions in input order, their entries
+    in that order, and the result (sorted)."""
+
+    uids: list[str]
+    versions: list[str]
+    entries: list[Translated]
+    items: tuple[Any, ...]
+
+
+class TranslationCache:
+    """The translations of the last :func:`cluster_from` call made with this cache, owned by the caller: per memo key
+    (see the module docstring) the :class:`Translated` entry, and per kind the whole :class:`KindSequence`. Each call
+    reads them and replaces them with its own (an object no longer listed is dropped); :meth:`fork` gives a second
+    cache that starts from the same (frozen) entries."""
+
+    __slots__ = ("objects", "sequences")
+
+    def __init__(self, objects: Mapping[str, Translated] | None = None,
+                 sequences: Mapping[str, KindSequence] | None = None) -> None:
+        self.objects: Mapping[str, Translated] = objects if objects is not None else {}
+        self.sequences: Mapping[str, KindSequence] = sequences if sequences is not None else {}
+
+    def fork(self) -> TranslationCache:
+        return TranslationCache(self.objects, self.sequences)
+
+
 def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
-              expected: type[T], memo: Mapping[str, tuple[str, Any]], out: PodMemo | None,
-              entries: list[tuple[str, Any]] | None = None) -> list[T]:
+              expected: type[T], memo: Mapping[str, Translated], out: dict[str, Translated] | None,
+              entries: list[Translated] | None = None) -> list[T]:
     """``translate`` over ``objs`` (None results dropped), reusing ``memo``'s translation of an object whose memo key
-    and resourceVersion are there and recording this call's in ``out`` (a reused entry as the same tuple) and, in
+    and resourceVersion are there and recording this call's in ``out`` (a reused entry as the same object) and, in
     input order, in ``entries``."""
     result: list[T] = []
     append = result.append
@@ -367,23 +399,17 @@ def _memoised(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[
         key = prefix + uid if type(uid) is str else prefix + str(uid)
         rv = rv if type(rv) is str else str(rv)
         entry = memo.get(key)
-        if entry is None or entry[0] != rv or not isinstance(entry[1], expected):
+        if entry is None or entry.version != rv or not isinstance(entry.item, expected):
             item = translate(obj)
             if item is None:
                 continue
-            entry = (rv, item)
+            entry = Translated(rv, item)
         if out is not None:
             out[key] = entry
         if entries is not None:
             entries.append(entry)
-        append(entry[1])
+        append(entry.item)
     return result
-
-
-#: The translations of one kind in one call, recorded for the next plan (see :func:`_translated`): the kind's
-#: objects' uids and resourceVersions in input order, their memo entries in that order, and the result (sorted).
-KindSequence = tuple[list[str], list[str], list[tuple[str, Any]], tuple[Any, ...]]
-SequenceMemo = MutableMapping[str, KindSequence]
 
 
 _METADATA, _UID, _RESOURCE_VERSION = itemgetter("metadata"), itemgetter("uid"), itemgetter("resourceVersion")
@@ -404,73 +430,81 @@ def _identities(objs: list[Any] | tuple[Any, ...]) -> tuple[list[str], list[str]
     return uids, rvs
 
 
-def _translated(objs: Iterable[Mapping[str, Any]], kind: str, translate: Callable[[Mapping[str, Any]], T | None],
-                expected: type[T], order: Callable[[Any], Any], memo: Mapping[str, tuple[str, Any]] | None,
-                out: PodMemo | None, sequences: Mapping[str, KindSequence] | None,
-                record: SequenceMemo | None) -> list[T]:
-    """The objects of one kind translated and sorted by ``order``. Whole-sequence reuse first: when ``sequences``
-    (the previous plan's record) holds this kind with the same uids and resourceVersions in the same order, every
-    object's translation is the memo's (same uid and resourceVersion, same content) and so is the sorted result, which
-    is returned as it was, without a memo lookup per object or a sort; otherwise :func:`_memoised` per object.
-    ``record`` receives this call's sequence when every object had a uid and a resourceVersion and translated."""
+@dataclass(frozen=True)
+class _Kind:
+    """How one kind is translated: its memo-key prefix, its translation, its type and its order."""
+
+    name: str
+    translate: Callable[[Mapping[str, Any]], Any]
+    expected: type
+    order: Callable[[Any], Any]
+
+
+def _translated(objs: Iterable[Mapping[str, Any]], kind: _Kind, before: TranslationCache | None,
+                after: TranslationCache | None) -> list[Any]:
+    """The objects of one kind translated and sorted by ``kind.order``. Whole-sequence reuse first: when ``before``
+    holds this kind's sequence with the same uids and resourceVersions in the same order, every object's translation
+    is the cache's (same uid and resourceVersion, same content) and so is the sorted result, which is returned as it
+    was, without a lookup per object or a sort; otherwise :func:`_memoised` per object. ``after`` receives this
+    call's entries, and its sequence when every object had a uid and a resourceVersion and translated."""
     objs = objs if type(objs) is tuple or type(objs) is list else tuple(objs)
-    ids = _identities(objs) if (sequences is not None or record is not None) else None
-    if ids is not None and sequences is not None:
-        hit = sequences.get(kind)
-        if hit is not None and hit[0] == ids[0] and hit[1] == ids[1]:
-            if out is not None:
-                prefix = f"{kind}/" if kind else ""
-                out.update(zip([prefix + uid for uid in ids[0]] if prefix else ids[0], hit[2], strict=True))
-            if record is not None:
-                record[kind] = hit
-            return list(hit[3])
-    entries: list[tuple[str, Any]] | None = [] if ids is not None and record is not None else None
-    items = _memoised(objs, kind, translate, expected, memo or {}, out, entries)
-    items.sort(key=order)
-    if ids is not None and entries is not None and record is not None and len(entries) == len(objs):
-        record[kind] = (ids[0], ids[1], entries, tuple(items))
+    ids = _identities(objs) if after is not None else None
+    out = cast(dict[str, Translated], after.objects) if after is not None else None
+    sequences = cast(dict[str, KindSequence], after.sequences) if after is not None else None
+    if ids is not None and before is not None and out is not None and sequences is not None:
+        hit = before.sequences.get(kind.name)
+        if hit is not None and hit.uids == ids[0] and hit.versions == ids[1]:
+            prefix = f"{kind.name}/" if kind.name else ""
+            out.update(zip([prefix + uid for uid in ids[0]] if prefix else ids[0], hit.entries, strict=True))
+            sequences[kind.name] = hit
+            return list(hit.items)
+    entries: list[Translated] | None = [] if ids is not None else None
+    items = _memoised(objs, kind.name, kind.translate, kind.expected, before.objects if before is not None else {},
+                      out, entries)
+    items.sort(key=kind.order)
+    if ids is not None and entries is not None and sequences is not None and len(entries) == len(objs):
+        sequences[kind.name] = KindSequence(ids[0], ids[1], entries, tuple(items))
     return items
 
 
-def pods_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-              out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
-              record: SequenceMemo | None = None) -> list[Pod]:
-    """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``memo``'s
-    translations by (uid, resourceVersion) and records this call's in ``out`` (and the whole sequence, see
-    :func:`_translated`)."""
+_BY_KEY = attrgetter("namespace", "name")
+
+
+def pods_from(objs: Iterable[Mapping[str, Any]], before: TranslationCache | None = None,
+              after: TranslationCache | None = None) -> list[Pod]:
+    """Pods in (namespace, name) order, terminal ones included (phases count them out); reuses ``before``'s
+    translations by (uid, resourceVersion) and records this call's in ``after`` (see :func:`_translated`)."""
     shapes: PodShapes = {}
-    return _translated(objs, "", lambda obj: pod_from(obj, shapes), Pod, attrgetter("namespace", "name"), memo,
-                       out, sequences, record)
+    return _translated(objs, _Kind("", lambda obj: pod_from(obj, shapes), Pod, _BY_KEY), before, after)
 
 
-def nodes_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-               out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
-               record: SequenceMemo | None = None) -> list[Node]:
-    """Nodes in name order; reuses ``memo``'s translations by (uid, resourceVersion) and records this call's in
-    ``out`` (and the whole sequence, see :func:`_translated`)."""
-    return _translated(objs, "Node", node_from, Node, attrgetter("name"), memo, out, sequences, record)
+def nodes_from(objs: Iterable[Mapping[str, Any]], before: TranslationCache | None = None,
+               after: TranslationCache | None = None) -> list[Node]:
+    """Nodes in name order; reuses ``before``'s translations by (uid, resourceVersion) and records this call's in
+    ``after`` (see :func:`_translated`)."""
+    return _translated(objs, _Kind("Node", node_from, Node, attrgetter("name")), before, after)
 
 
-def jobs_from(objs: Iterable[Mapping[str, Any]], memo: Mapping[str, tuple[str, Any]] | None = None,
-              out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
-              record: SequenceMemo | None = None) -> list[Job]:
-    """FungibleJobs in (namespace, name) order; reuses ``memo``'s translations by (uid, resourceVersion) and records
-    this call's in ``out`` (and the whole sequence, see :func:`_translated`)."""
-    return _translated(objs, "FungibleJob", job_from, Job, attrgetter("namespace", "name"), memo, out, sequences,
-                       record)
+def jobs_from(objs: Iterable[Mapping[str, Any]], before: TranslationCache | None = None,
+              after: TranslationCache | None = None) -> list[Job]:
+    """FungibleJobs in (namespace, name) order; reuses ``before``'s translations by (uid, resourceVersion) and
+    records this call's in ``after`` (see :func:`_translated`)."""
+    return _translated(objs, _Kind("FungibleJob", job_from, Job, _BY_KEY), before, after)
 
 
-def cluster_from(snapshot: Snapshot, memo: Mapping[str, tuple[str, Any]] | None = None,
-                 out: PodMemo | None = None, sequences: Mapping[str, KindSequence] | None = None,
-                 record: SequenceMemo | None = None) -> Cluster:
-    """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring): pods, nodes and
-    jobs reuse ``memo``'s translations (the previous plan's) and this call's are recorded in ``out``; a kind whose
-    uids and resourceVersions are those of ``sequences`` (the previous plan's record) in the same order reuses the
-    whole sorted result, and ``record`` receives this call's sequences."""
-    return Cluster(
-        nodes=tuple(nodes_from(snapshot.nodes, memo, out, sequences, record)),
-        pods=tuple(pods_from(snapshot.pods, memo, out, sequences, record)),
+def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> Cluster:
+    """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring). With ``cache``
+    (the caller's, from its previous call): pods, nodes and jobs whose uid and resourceVersion are unchanged reuse
+    its translations, a kind whose uids and resourceVersions are the same in the same order reuses the whole sorted
+    result, and the cache is then replaced by this call's translations."""
+    after = TranslationCache({}, {}) if cache is not None else None
+    out = Cluster(
+        nodes=tuple(nodes_from(snapshot.nodes, cache, after)),
+        pods=tuple(pods_from(snapshot.pods, cache, after)),
         pools=tuple(sorted(map(pool_from, snapshot.pools), key=lambda p: p.name)),
-        jobs=tuple(jobs_from(snapshot.jobs, memo, out, sequences, record)),
+        jobs=tuple(jobs_from(snapshot.jobs, cache, after)),
         profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
     )
+    if cache is not None and after is not None:
+        cache.objects, cache.sequences = after.objects, after.sequences
+    return out

@@ -41,7 +41,7 @@ import numpy as np
 from walras.planner.cluster import PODS, Cluster, Job, Pod, ReportedStatus
 from walras.planner.invariants import check_plan
 from walras.planner.model import Plan
-from walras.planner.plan import PlanOptions, build_plan
+from walras.planner.plan import PlanCache, PlanOptions, build_plan
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import MigrationSpec
 from walras.simulate.cluster import GPUS
@@ -194,11 +194,12 @@ class MarketAllocation:
 
     utility: str = "log"
     previous: Plan | None = None
+    cache: PlanCache = field(default_factory=PlanCache)  # the planner's reuse from one plan to the next
 
     def __call__(self, state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict[str, float] | None]:
         specs = tuple(Job(NAMESPACE, job_name(i), 1, job_spec(state, i, utility=self.utility)) for i in jobs)
         cluster = Cluster(nodes=state.cluster.typed_nodes, pools=state.cluster.typed_pools(), jobs=specs)
-        plan = build_plan(cluster, self.previous, options=PlanOptions(now=state.now))
+        plan = build_plan(cluster, self.previous, cache=self.cache, options=PlanOptions(now=state.now))
         self.previous = plan
         types = state.cluster.types
         out = np.zeros((len(jobs), len(types)))
@@ -226,6 +227,7 @@ class WalrasPolicy:
     max_migrations: int = 10
     check: bool = True
     previous: Plan | None = field(default=None, init=False)
+    cache: PlanCache = field(default_factory=PlanCache, init=False)  # the planner's reuse from one plan to the next
     _pods: dict[str, Pod] = field(default_factory=dict, init=False)
     _jobs: dict[int, Job] = field(default_factory=dict, init=False)
     _serial: int = field(default=0, init=False)
@@ -248,8 +250,8 @@ class WalrasPolicy:
         self._pods = {name: pod for name, pod in self._pods.items() if pod.job in live}
         cluster = Cluster(nodes=state.cluster.typed_nodes, pods=tuple(sorted(self._pods.values(), key=lambda p: p.key)),
                           pools=state.cluster.typed_pools(), jobs=tuple(self._jobs[i] for i in sorted(self._jobs)))
-        plan = build_plan(cluster, self.previous, options=PlanOptions(now=state.now,
-                                                                      max_migrations=self.max_migrations))
+        plan = build_plan(cluster, self.previous, cache=self.cache,
+                          options=PlanOptions(now=state.now, max_migrations=self.max_migrations))
         self.previous = plan
         violations = [str(v) for v in check_plan(cluster, plan)] if self.check else []
         index = {name: k for k, name in enumerate(state.cluster.node_names)}

@@ -1,0 +1,250 @@
+"""The planner's result types, in one module so that the phases depend on it and not on each other (the import
+graph stays shallow): what each phase returns, the options and context every phase reads, and the draft of the plan
+that :func:`walras.planner.plan.build_plan` assembles.
+
+Phase by phase: *objects* -> :class:`Objects` (:class:`PoolInfo`, :class:`JobInfo`); *observe* -> :class:`Observed`;
+*resize* -> :class:`Resizes` (:class:`ResizeTarget`); *placement* -> :class:`Placed` of a :class:`Batch`;
+*market/replicas/placement rounds* -> :class:`Outcome`; *reconcile* (and *migration*, *lifecycle*) ->
+:class:`Actions`. The node table is :class:`walras.planner.capacity.NodeTable`, the market's result
+:class:`walras.planner.market.MarketResult`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Cluster, Job, JobTemplate, Pod
+from walras.planner.market import MarketResult
+from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PodPlan, PoolPlan
+from walras.planner.reuse import Reuse, frozen
+from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
+
+#: kube-controller-manager's default wait before the pods of a NotReady node are evicted (the
+#: ``node.kubernetes.io/not-ready`` NoExecute toleration of 300 s).
+NODE_LOSS_GRACE = 300.0
+
+
+@dataclass
+class PoolInfo:
+    """A valid pool: its spec and profile, the node indices it claims and the usable ones among them."""
+
+    spec: PoolSpec
+    profile: ProfileSpec | None
+    members: np.ndarray
+    usable: np.ndarray
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class JobInfo:
+    """A valid job and the pools it may use (``pools[j]`` over :attr:`Objects.pools`)."""
+
+    job: Job
+    spec: JobSpec
+    pools: np.ndarray  # bool (m,)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.job.key
+
+
+@dataclass
+class Objects:
+    pools: list[PoolInfo] = field(default_factory=list)
+    jobs: list[JobInfo] = field(default_factory=list)
+    pool_of_node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: in no pool
+    invalid_jobs: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def pool_index(self) -> dict[str, int]:
+        return {p.name: j for j, p in enumerate(self.pools)}
+
+
+@dataclass
+class Observed:
+    """Per job row and pool, the pods (read-only lists: empty cells may share one list)."""
+
+    running: list[list[list[Pod]]]  # [row][pool] -> pods
+    pending: list[list[list[Pod]]]
+    surplus: list[tuple[Pod, str]] = field(default_factory=list)  # (pod, why) for pods of no wanted replica
+    frozen: list[Pod] = field(default_factory=list)
+    names: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # every pod name each job has (read-only)
+    walras_count: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # managed pods per node
+    #: The names each job has once this plan's new pods are named (:meth:`taken`); :attr:`names` is shared.
+    own: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def taken(self, key: tuple[str, str]) -> set[str]:
+        """The pod names job ``key`` has, as a set this plan adds its new pods' names to (a copy of its
+        :attr:`names` entry, made on first use: the entry may be shared with the previous plan)."""
+        own = self.own.get(key)
+        if own is None:
+            own = self.own[key] = set(self.names.get(key, ()))
+        return own
+
+    #: :meth:`counts` once computed (read-only arrays; shared with the next plan's Observed when it reuses the lists).
+    tallies: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def counts(self, which: str) -> np.ndarray:
+        """Pods per (job row, pool) of ``running`` or ``pending`` (read-only)."""
+        got = self.tallies.get(which)
+        if got is None:
+            rows = self.running if which == "running" else self.pending
+            m = len(rows[0]) if rows else 0
+            got = np.array([[len(pods) for pods in row] for row in rows], dtype=np.int64).reshape(len(rows), m)
+            self.tallies[which] = frozen(got)
+        return got
+
+
+@dataclass(frozen=True)
+class ResizeTarget:
+    """New requests/limits of a running pod (text), the change of each request (amount), what changes in place
+    (``reason``, empty when nothing does), and what cannot change in place and waits for the next pod (``later``)."""
+
+    requests: dict[str, str]
+    limits: dict[str, str]
+    delta: tuple[tuple[str, float], ...]
+    reason: str
+    later: str = ""
+
+
+@dataclass
+class Resizes:
+    """Per pod (namespace, name): the resize it gets; per job: pods blocked (no room) and deferred (not in place)."""
+
+    done: dict[tuple[str, str], ResizeTarget] = field(default_factory=dict)
+    blocked: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """Pods to place in one pool: ``rows[q]`` the job row of pod q (into the job list), ``optional[q]`` whether it
+    is an elastic job's offer that the policy may leave out."""
+
+    pool: int
+    rows: list[int]
+    optional: list[bool]
+
+
+@dataclass
+class Placed:
+    """``node[q]``: global node index of pod q (-1 unplaced); ``amount[q]``: its priced amount; ``why[q]``: for an
+    unplaced pod, ``"DegreeLimited"``, ``"Fragmented"`` or ``"InsufficientCapacity"``."""
+
+    node: np.ndarray
+    amount: np.ndarray
+    why: list[str]
+
+
+@dataclass
+class Reservations:
+    """The node table and the Walras pods per node of one round, which placement reserves into (copies of the
+    capacity phase's, made per round)."""
+
+    table: NodeTable
+    count: np.ndarray
+
+
+@dataclass
+class Outcome:
+    """The last round: market result, replica targets, and what placement did with each batch."""
+
+    market: MarketResult
+    allocation: np.ndarray  # (n, m) X over every job row (zero rows for jobs out of the market)
+    throughput: np.ndarray  # (n, m) a_ij as the market saw it in the last round
+    offered: np.ndarray  # (n, m) bool: pools the job may use with throughput > 0 (before any was withdrawn)
+    demand: np.ndarray  # (n, m)
+    capacity: np.ndarray  # (m,) the sellable capacity of the last round
+    target: np.ndarray  # (n, m) wanted replicas
+    batches: list[tuple[Batch, Placed, list[Pod | None]]]  # pod q: existing pending pod, or None for a new one
+    table: NodeTable  # after reservations
+    walras_count: np.ndarray
+    rounds: int = 1
+    blocked: dict[tuple[int, int], str] = field(default_factory=dict)  # (row, pool) no longer offered, and why
+    below_min: dict[int, int] = field(default_factory=dict)  # elastic job row -> replicas it would have (< min)
+    #: (n, m) wanted replicas that rounding took out of a pool without room now (:func:`.replicas.fit_columns`);
+    #: not in ``target``, reported on the job as unplaced (``InsufficientCapacity``).
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+
+    @cached_property
+    def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
+        """:attr:`blocked` grouped by job row: row -> [(pool, why)] in pool order."""
+        out: dict[int, list[tuple[int, str]]] = {}
+        for (i, j), why in sorted(self.blocked.items()):
+            out.setdefault(i, []).append((j, why))
+        return out
+
+
+@dataclass
+class Actions:
+    """Pod plans per job key, and per job what the churn budget deferred and where placed pods went."""
+
+    pods: dict[tuple[str, str], list[PodPlan]] = field(default_factory=lambda: defaultdict(list))
+    deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Knobs of one plan. ``max_rounds``: market/placement rounds; ``max_deletes``: running pods one plan may delete
+    (the churn budget; None = no bound); ``market_iterations``: dual evaluations per market solve; ``now``: the plan's
+    clock in epoch seconds, for the time-dependent rules (backoff of failed pods, node-loss grace, minimum run time
+    and cooldown of migrations); None means no clock: no node is lost by time, no backoff is measured, nothing
+    migrates. ``max_migrations``: pods all migrating jobs together may move in one plan. ``node_loss_grace``: seconds
+    a node may be NotReady before its pods are force-deleted and re-planned. ``reuse``: take from the
+    caller's :class:`~walras.planner.reuse.PlanCache` what did not change (each phase's result whose inputs are
+    unchanged, placement proposals, kept pods' plans; :mod:`walras.planner.plan`); False recomputes it all (still
+    recording into the cache) and gives an equal plan (tests/test_planner_reuse.py compares the two)."""
+
+    device: str = "cpu"
+    max_rounds: int = 3
+    max_deletes: int | None = None
+    market_iterations: int = 60
+    now: float | None = None
+    max_migrations: int = 10
+    node_loss_grace: float = NODE_LOSS_GRACE
+    reuse: bool = True
+
+
+@dataclass
+class PlanDraft:
+    """The plan under construction: what the phases report per pool, job and profile, and the events, in the order
+    they were raised. :meth:`freeze` gives the :class:`walras.planner.model.Plan`."""
+
+    pools: dict[str, PoolPlan] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], JobPlan] = field(default_factory=dict)
+    profiles: dict[str, list[Condition]] = field(default_factory=dict)
+    events: list[PlanEvent] = field(default_factory=list)
+
+    def warn(self, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+        """Raise a Warning event against an object."""
+        self.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What every phase after *objects* reads: the options, the clock, the effective typed cluster and its tables
+    (node table as capacity built it, the valid objects, each job's template and admitted-node mask), the previous
+    plan (read-only: prices to warm-start from, counters to carry) and this plan's access to the caller's cache."""
+
+    options: PlanOptions
+    cluster: Cluster
+    table: NodeTable
+    objects: Objects
+    templates: tuple[JobTemplate, ...]
+    admitted: tuple[np.ndarray, ...]
+    previous: Plan | None
+    reuse: Reuse
+
+    @property
+    def now(self) -> float | None:
+        return self.options.now
