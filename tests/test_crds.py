@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,13 @@ def applied_crds(control_plane: Any) -> Any:
     # written by an earlier test before these CRDs existed, it lacks walras.dev, and ``kubectl explain`` does not
     # refresh it on a miss (``get`` does). ``api-resources`` without --cached re-reads discovery.
     control_plane.kubectl("api-resources", "--api-group=walras.dev")
+    # The API server publishes a CRD's OpenAPI v3 schema (what ``kubectl explain`` reads) a moment after the CRD is
+    # Established; until then explain answers "couldn't find resource". Wait for each kind's schema, bounded.
+    deadline = time.monotonic() + 60
+    for kind in ("fungiblejobs", "resourcepools", "colocationprofiles"):
+        while control_plane.kubectl("explain", f"{kind}.spec", check=False).returncode != 0:
+            assert time.monotonic() < deadline, f"the OpenAPI schema of {kind} was not published within 60 s"
+            time.sleep(0.5)
     return control_plane
 
 
