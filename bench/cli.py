@@ -198,8 +198,8 @@ def first_call(runs: int, judged: bool, say: Any) -> None:
 def write_manifests(n_nodes: int, n_jobs: int, replicas: int) -> tuple[Path, dict[str, int]]:
     """The planner bench's cluster in its steady state, as YAML files in ``PLAN_DIR`` (one per kind)."""
     import yaml
+    from walras.kube.decode import cluster_from
     from walras.planner import build_plan
-    from walras.planner.translate import cluster_from
 
     from bench.planner import cluster, running
 
@@ -228,7 +228,7 @@ _PHASES = (
     "from walras.manifests import load_manifests\n"
     "from walras.planner import build_plan\n"
     "from walras.kube.encode import plan_document\n"
-    "from walras.planner.translate import cluster_from\n"
+    "from walras.kube.decode import cluster_from\n"
     "t1 = time.perf_counter()\n"
     "taken = [0]\n"
     "if ahead is not None:\n"
@@ -267,7 +267,7 @@ _OPERATOR_FIRST = (
     "from walras.manifests import load_manifests\n"
     "from walras.manifests.preload import preload\n"
     "from walras.planner import build_plan\n"
-    "from walras.planner.translate import cluster_from\n"
+    "from walras.kube.decode import cluster_from\n"
     "t1 = time.perf_counter()\n"
     "warmup = preload()\n"
     "snap = load_manifests([sys.argv[1]])\n"
@@ -305,11 +305,11 @@ def operator_first_plan(folder: Path, runs: int, judged: bool, say: Any) -> None
 def plan_rows(runs: int, quick: bool, say: Any) -> None:
     import orjson
     import yaml
+    from walras.kube.decode import cluster_from
     from walras.kube.encode import plan_document
     from walras.manifests import load_manifests
     from walras.manifests.reader import load_yaml
     from walras.planner import build_plan
-    from walras.planner.translate import cluster_from
 
     n_nodes, n_jobs = (500, 100) if quick else (5000, 1000)
     t0 = time.perf_counter()

@@ -43,12 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 from walras.collector import paused
+from walras.kube.decode import TranslationCache, cluster_from
 from walras.planner import Plan, Snapshot, build_plan
 from walras.planner.invariants import check_plan
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.placement import PlacementEntry
 from walras.planner.reuse import PlanCache
-from walras.planner.translate import TranslationCache, cluster_from
 
 from bench._machine import cpu_model
 from bench.scenario import cluster as gavel_cluster

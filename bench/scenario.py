@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 import numpy as np
+from walras.kube.decode import cluster_from
 from walras.planner import Snapshot, build_plan
-from walras.planner.translate import cluster_from
 
 from allocator.datasets import gavel_throughputs
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             for j in snap.jobs]
     stale = Snapshot(snap.nodes, (), snap.pools, tuple(more), snap.profiles)
     try:
-        from walras.planner.translate import pod_from
+        from walras.kube.decode import pod_from
 
         assumed = [pod_from(p) for p in truth.pods]
         second = build_plan(cluster_from(stale), plan, assumed=assumed)

@@ -28,18 +28,18 @@ def _preload() -> None:
     import test_ha_support  # noqa: F401
     import walras.cli.run
     import walras.extender
+    import walras.kube.decode
     import walras.manifests
     import walras.operator
     import walras.operator.leader
     import walras.planner
-    import walras.planner.translate
     from test_ha_support import MANIFESTS
 
     # one plan of the e2e scenario: the planner's lazy imports and its numba kernels (from the on-disk cache) are
     # loaded here, once, instead of stalling every forked replica's first plan
     snapshot = walras.manifests.load_manifests([str(MANIFESTS / n) for n in ("nodes.yaml", "pools.yaml", "jobs.yaml")],
                                                validate=False)
-    walras.planner.build_plan(walras.planner.translate.cluster_from(snapshot))
+    walras.planner.build_plan(walras.kube.decode.cluster_from(snapshot))
 
 
 def _child(request: dict[str, object]) -> None:

@@ -1,5 +1,5 @@
-"""Planning in tests as a caller does it: a raw snapshot translated first (:func:`walras.planner.translate.cluster_from`
-with a :class:`~walras.planner.translate.TranslationCache`), then :func:`walras.planner.plan.build_plan` with a
+"""Planning in tests as a caller does it: a raw snapshot translated first (:func:`walras.kube.decode.cluster_from`
+with a :class:`~walras.kube.decode.TranslationCache`), then :func:`walras.planner.plan.build_plan` with a
 :class:`~walras.planner.reuse.PlanCache`.
 
 Tests chain plans by passing the previous plan, and sometimes plan twice from the same one (with and without
@@ -17,12 +17,12 @@ import weakref
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
+from walras.kube.decode import TranslationCache, cluster_from
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.model import Plan, Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.plan import build_plan as plan_cluster
 from walras.planner.reuse import PlanCache
-from walras.planner.translate import TranslationCache, cluster_from
 
 __all__ = ["build_plan", "caches", "entry", "with_caches"]
 

@@ -17,13 +17,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from walras.kube.decode import cluster_from, pod_from, pod_requests
+from walras.kube.decode import quantities as parse_quantities
 from walras.kube.encode import job_status, pod_manifest
 from walras.operator.assumed import AssumedPods
 from walras.planner import Plan, Snapshot
 from walras.planner.cluster import Cluster, Pod
 from walras.planner.invariants import Violation, check_cluster, check_plan
-from walras.planner.translate import cluster_from, pod_from, pod_requests
-from walras.planner.translate import quantities as parse_quantities
 
 from tests.planning import build_plan
 

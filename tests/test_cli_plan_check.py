@@ -40,9 +40,9 @@ def test_compact_json_carries_the_values_json_dumps_writes(cluster_dir: Path) ->
     """``walras plan -o json`` writes with orjson: the same values as the standard library's ``json.dumps`` of
     ``walras.kube.encode.plan_document`` (checked independently of the writer), non-ASCII text as UTF-8, one line."""
     from walras.cli.plan import plan_json
+    from walras.kube.decode import cluster_from
     from walras.manifests import load_manifests
     from walras.planner import build_plan
-    from walras.planner.translate import cluster_from
 
     plan = build_plan(cluster_from(load_manifests([cluster_dir])))
     compact = plan_json(plan)

@@ -87,9 +87,9 @@ def test_printer_columns_show_price_allocation_throughput_phase() -> None:
 
 
 def test_status_schema_accepts_what_the_planner_writes() -> None:
+    from walras.kube.decode import cluster_from
     from walras.manifests import load_manifests
     from walras.planner import build_plan
-    from walras.planner.translate import cluster_from
 
     plan = build_plan(cluster_from(load_manifests(ROOT / "examples")))
     for pool in plan.pools.values():

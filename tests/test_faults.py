@@ -371,10 +371,10 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
     objects; a plan of that snapshot with nothing but ``keep``; every bound pod Running and every job's status
     written for its generation."""
     from walras.cli.check import live_snapshot
+    from walras.kube.decode import cluster_from
     from walras.planner import build_plan
     from walras.planner.invariants import check_cluster
     from walras.planner.plan import PlanOptions
-    from walras.planner.translate import cluster_from
 
     snapshot = live_snapshot(str(cp.kubeconfig), None)
     violations = [str(v) for v in check_cluster(cluster_from(snapshot))

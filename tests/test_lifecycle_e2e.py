@@ -256,11 +256,11 @@ def in_phase(env: Env, job: str, phase: str) -> dict[str, Any] | None:
 def invariants(env: Env) -> list[str]:
     """``walras check``'s invariants on the live cluster (every node, the module's namespace and pools), and on a
     fresh plan of it."""
+    from walras.kube.decode import cluster_from
     from walras.planner import build_plan
     from walras.planner.invariants import check_cluster, check_plan
     from walras.planner.model import Snapshot
     from walras.planner.plan import PlanOptions
-    from walras.planner.translate import cluster_from
 
     snapshot = Snapshot(
         nodes=tuple(env.get("/api/v1/nodes")["items"]),

@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import yaml
 from walras.kube.client import KubeClient, KubeConfig, RetryPolicy
+from walras.kube.decode import cluster_from
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.planner import build_plan
 from walras.planner.invariants import check_cluster, check_plan
 from walras.planner.model import Snapshot
 from walras.planner.plan import PlanOptions
-from walras.planner.translate import cluster_from
 from walras_testbed.emulator import Emulator
 from walras_testbed.emulator.store import Store
 
@@ -343,8 +343,8 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
     assumed-pods cache (as a deletion does) and records ``Evicted``; a replacement ``create`` is assumed. ``delete``
     passes the planned grace period and the pod's uid."""
     from walras.kube.client import Eviction
+    from walras.kube.decode import pod_from
     from walras.planner.model import Plan, PodPlan
-    from walras.planner.translate import pod_from
 
     calls: list[tuple[Any, ...]] = []
     answers = ["blocked", "blocked", "evicted"]

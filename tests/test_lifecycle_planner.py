@@ -11,6 +11,7 @@ import jsonschema
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.decode import cluster_from
 from walras.kube.encode import job_status
 from walras.manifests.schema import to_json_schema
 from walras.planner import Plan, Snapshot
@@ -18,7 +19,6 @@ from walras.planner.invariants import check_plan
 from walras.planner.lifecycle import backoff_delay
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
 from walras.planner.plan import PlanOptions
-from walras.planner.translate import cluster_from
 
 from tests.planning import build_plan
 from tests.test_planner import ROOT

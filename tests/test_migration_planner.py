@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.decode import cluster_from
 from walras.kube.encode import job_status
 from walras.planner import Plan, Snapshot
 from walras.planner.invariants import check_plan
@@ -16,7 +17,6 @@ from walras.planner.migration import relative_gain
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, rfc3339
 from walras.planner.plan import PlanOptions
 from walras.planner.spec import parse_job, restart_cost
-from walras.planner.translate import cluster_from
 
 from tests.planning import build_plan
 from tests.test_lifecycle_planner import NOW, pod, pool, status_validator

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.decode import cluster_from
 from walras.kube.encode import plan_document
 from walras.manifests import load_manifests
 from walras.planner import Plan, Snapshot, invariants
@@ -28,7 +29,6 @@ from walras.planner.policies import (
 from walras.planner.quantity import format_quantity, parse_quantity
 from walras.planner.replicas import largest_remainder
 from walras.planner.spec import CurveSpec, JobSpec, PoolSpec, UtilitySpec, parse_job, parse_pool, parse_profile
-from walras.planner.translate import cluster_from
 
 from tests.planning import build_plan
 

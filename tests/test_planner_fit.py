@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from walras.kube.decode import cluster_from
 from walras.planner import Snapshot
 from walras.planner.invariants import check_plan
 from walras.planner.replicas import largest_remainder, largest_remainder_rows
-from walras.planner.translate import cluster_from
 
 from tests.planning import build_plan
 

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.decode import TranslationCache, cluster_from
 from walras.kube.encode import plan_document
 from walras.planner import Plan, Snapshot
 from walras.planner.cluster import Job, Node, Pod
 from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL
 from walras.planner.replicas import fit_columns, largest_remainder_rows
-from walras.planner.translate import TranslationCache, cluster_from
 
 from tests.planning import build_plan, with_caches
 

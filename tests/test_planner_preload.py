@@ -16,7 +16,7 @@ _PROBE = """
 import json, sys
 from walras.manifests.preload import preload
 from walras.planner import build_plan
-from walras.planner.translate import cluster_from
+from walras.kube.decode import cluster_from
 from bench.planner import POLICIES, cluster
 seconds = preload()
 before = set(sys.modules)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from walras.kube.decode import cluster_from
 from walras.kube.encode import plan_document
 from walras.planner import Plan, Snapshot, rounds
 from walras.planner import plan as plan_module
@@ -30,7 +31,6 @@ from walras.planner.reuse import PlanCache, Reuse, frozen
 from walras.planner.rounds import HostableEntry, KeptUseEntry, MarketEntry, PodVectorsEntry
 from walras.planner.spec import UtilitySpec
 from walras.planner.status import StatusEntry, job_statuses
-from walras.planner.translate import cluster_from
 
 from bench.planner import cluster, grow_one_job, running
 from tests.planning import build_plan, caches, entry

@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     """Check the cluster; print violations; 0 when none, 1 otherwise."""
     import json
 
+    from walras.kube.decode import cluster_from
     from walras.manifests.loader import load_manifests
     from walras.planner.invariants import check_cluster
-    from walras.planner.translate import cluster_from
 
     if args.files:
         try:

@@ -374,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if ahead is not None:
             ahead.close()
-    from walras.planner.translate import cluster_from
+    from walras.kube.decode import cluster_from
 
     plan = build_plan(cluster_from(snapshot))
     if args.emit_pods:

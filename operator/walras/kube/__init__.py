@@ -4,8 +4,11 @@
   :class:`TooManyRequests`...) and the mapping of the client libraries' exceptions into it;
 * :mod:`walras.kube.client`: the asynchronous API client the operator writes through (retries, backoff), the
   kubeconfig, and the one-shot listing ``walras check`` reads;
+* :mod:`walras.kube.decode`: raw API objects -> the planner's typed, frozen :class:`~walras.planner.cluster.Cluster`
+  (quantities parsed once; memoised by uid and resourceVersion in a :class:`~walras.kube.decode.TranslationCache`
+  the caller owns);
 * :mod:`walras.kube.snapshot`: the planner's :class:`~walras.planner.model.Snapshot` of the watched objects, and
-  the fingerprint of an object (its decode, :mod:`walras.planner.translate`);
+  the fingerprint of an object (its decode, :mod:`walras.kube.decode`);
 * :mod:`walras.kube.encode`: typed plan -> pod manifests (from each job's template, parsed once), resize patches,
   status bodies and patches, Events.
 

@@ -1,7 +1,7 @@
 """What the watch delivers, as the planner reads it: the :class:`~walras.planner.model.Snapshot` of the operator's
 caches (:func:`snapshot_from`) and the part of one object that matters to a plan (:func:`fingerprint`).
 
-:func:`fingerprint` is the decode itself (:mod:`walras.planner.translate`, the one parse of an API object into the
+:func:`fingerprint` is the decode itself (:mod:`walras.kube.decode`, the one parse of an API object into the
 planner's typed values), so an event triggers a re-plan exactly when it changes something the planner reads, and a
 field the planner starts reading needs no second list here. One part is left out: a FungibleJob's reported status
 (:class:`~walras.planner.cluster.ReportedStatus`), which the operator itself writes from the plan, so that its own
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from walras.kube.decode import job_from, node_from, pod_from, pool_from, profile_from
 from walras.planner.cluster import ReportedStatus
 from walras.planner.model import LABEL_MANAGED, Snapshot
-from walras.planner.translate import job_from, node_from, pod_from, pool_from, profile_from
 
 #: The decode of each watched kind (kind -> raw object -> typed value).
 DECODERS: Mapping[str, Any] = {

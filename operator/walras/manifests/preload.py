@@ -23,9 +23,9 @@ __all__ = ["preload"]
 def preload() -> float:
     """Load what a first plan would (see the module docstring) by planning the example cluster once; the seconds it
     took. Pure: the plan is discarded and no process state but the imported modules changes."""
+    from walras.kube.decode import cluster_from
     from walras.manifests.examples import snapshot
     from walras.planner.plan import build_plan
-    from walras.planner.translate import cluster_from
 
     started = time.perf_counter()
     build_plan(cluster_from(snapshot()))

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 
 from walras.kube.client import KubeClient
+from walras.kube.decode import pod_from
 from walras.kube.encode import TemplateCache, build_pod, resize_containers
 from walras.kube.errors import ApiError, Conflict
 from walras.metrics import WalrasMetrics
@@ -35,7 +36,6 @@ from walras.operator.assumed import AssumedPods
 from walras.operator.recorder import Recorder
 from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan
-from walras.planner.translate import pod_from
 
 logger = logging.getLogger("walras.operator")
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from walras.collector import paused
 from walras.kube.client import KubeClient
+from walras.kube.decode import TranslationCache, cluster_from
 from walras.kube.snapshot import object_key
 from walras.metrics import WalrasMetrics
 from walras.operator.actuator import Actuator
@@ -41,7 +42,6 @@ from walras.operator.watch import SnapshotIndex, Watcher
 from walras.planner.model import Plan, Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.reuse import PlanCache
-from walras.planner.translate import TranslationCache, cluster_from
 
 logger = logging.getLogger("walras.operator")
 
@@ -102,7 +102,7 @@ class Controller:
     actuator: Actuator = field(init=False)
     statuses: StatusWriter = field(init=False)
     #: the planner's reuse between plans (walras.planner.reuse) and the translations of the API objects
-    #: (walras.planner.translate), owned here
+    #: (walras.kube.decode), owned here
     plan_cache: PlanCache = field(default_factory=PlanCache)
     translations: TranslationCache = field(default_factory=TranslationCache)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)

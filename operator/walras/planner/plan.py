@@ -2,8 +2,8 @@
 framework over a Kueue-style snapshot). Each phase is a module with one entry function, testable alone:
 
 ====================  ===============================================================================================
-translate             raw API objects -> the typed :class:`~.cluster.Cluster` (:mod:`.translate`; the caller runs
-                      it before ``build_plan``, with its own :class:`~.translate.TranslationCache`)
+decode (caller)       raw API objects -> the typed :class:`~.cluster.Cluster` (:mod:`walras.kube.decode`; the caller
+                      runs it before ``build_plan``, with its own :class:`~walras.kube.decode.TranslationCache`)
 lifecycle (pre)       lost pods force-deleted; each job's state over time (complete, failed pods and their
                       backoff, backoff limit, suspended) as the replicas the market may plan (:mod:`.lifecycle`)
 capacity              per-node allocatable and requested vectors over every resource (:mod:`.capacity`)
@@ -61,7 +61,7 @@ _name = attrgetter("name")
 def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCache | None = None,
                options: PlanOptions | None = None, device: str = "cpu", assumed: Sequence[Pod] = ()) -> Plan:
     """Plan prices, allocations and pod placements for the typed ``cluster`` (a raw snapshot is translated first,
-    :func:`walras.planner.translate.cluster_from`), after ``previous`` (its prices warm-start the market, its
+    :func:`walras.kube.decode.cluster_from`), after ``previous`` (its prices warm-start the market, its
     counters and evictions carry over), counting the operator's ``assumed`` pods (:mod:`.cache`) where the cluster
     does not show them yet. With ``cache`` (the caller's :class:`PlanCache`, and ``options.reuse``) each phase whose
     inputs are unchanged reuses what the cache recorded, and the cache then holds this plan's records; without one,

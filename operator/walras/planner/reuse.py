@@ -3,7 +3,7 @@ docs/planner.md).
 
 A phase may take its result from an earlier plan only where every input it reads is unchanged. The planner's inputs
 are values, but comparing them by value would cost as much as recomputing; instead the translation cache
-(:class:`walras.planner.translate.TranslationCache`) gives an object whose uid and resourceVersion did not change the
+(:class:`walras.kube.decode.TranslationCache`) gives an object whose uid and resourceVersion did not change the
 *same* Python object, so "the same objects in the same order" means "the same content" and is a C-level pass of
 identity tests (:class:`Same`, :func:`same_items`). Arrays are compared by their bytes (:func:`array_key`).
 

@@ -1,9 +1,10 @@
-"""The translation layer: raw API objects (dicts, as the API server or a manifest gives them) -> :mod:`.cluster`.
+"""The decode half of the Kubernetes boundary: raw API objects (dicts, as the API server or a manifest gives them) ->
+the planner's typed, frozen :mod:`walras.planner.cluster` values.
 
-This is the only module of the planner that reads a raw object. Malformed content never raises here: a node or pod
-field that cannot be read counts as absent (a quantity that does not parse is 0, as the API server would have
-refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails validation becomes an object with
-``spec=None`` and ``error`` saying why, so that one bad object never stops the others.
+This is the only module that reads a raw object for planning; the planner never imports it (callers decode first).
+Malformed content never raises here: a node or pod field that cannot be read counts as absent (a quantity that does not
+parse is 0, as the API server would have refused it), and a FungibleJob, ResourcePool or ColocationProfile that fails
+validation becomes an object with ``spec=None`` and ``error`` saying why, so that one bad object never stops the others.
 
 Pods, nodes and FungibleJobs are memoised by ``(metadata.uid, metadata.resourceVersion)`` in a
 :class:`TranslationCache` the caller owns: the API server changes the resourceVersion on every write, so the same pair
