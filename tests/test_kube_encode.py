@@ -26,8 +26,10 @@ from walras.kube.encode import (
     thaw,
     with_resize_pending,
 )
-from walras.planner import Snapshot, build_plan
+from walras.planner import Snapshot
 from walras.planner.model import ANNOTATION_NODE, API_VERSION, LABEL_JOB, LABEL_MANAGED, LABEL_POOL, PodPlan
+
+from tests.planning import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NODES = ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml"
