@@ -24,7 +24,7 @@ from walras.kube.snapshot import fingerprint, snapshot_from
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
 from walras.planner.cluster import Cluster
-from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan, Snapshot
+from walras.planner.model import JobPlan, Plan, PodPlan, PoolPlan
 from walras_testbed.emulator import Emulator, Fault
 from walras_testbed.emulator.store import Store
 

@@ -14,7 +14,6 @@ from typing import Any, cast
 from walras.kube.client import KubeClient
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, OperatorOptions
-from walras.kube.client import KubeClient
 from walras.planner import Plan, Snapshot
 
 from bench.planner import cluster, grow_one_job, running

@@ -494,16 +494,16 @@ def _status_inputs(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
 
 
 def _statuses(inputs: tuple[Any, ...], edit: Any, memo: PlanCache | None) -> tuple[Any, PlanCache]:
-    """What the status phase writes (every job's status body and the plan's events) for a copy of ``inputs`` changed
+    """What the status phase gives (every job's status body and the events it raises) for a copy of ``inputs`` changed
     by ``edit``, reading the cache ``memo`` (None: no cache to read); and the cache of what it recorded."""
-    ctx, outcome, actions, resizes, draft = copy.deepcopy(inputs)
+    ctx, outcome, actions, resizes, jobs = copy.deepcopy(inputs)
     edit(ctx.objects, outcome, actions, resizes)
     outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
     record = memo.fork() if memo is not None else PlanCache()
     reuse = Reuse(record, read=memo is not None)
-    job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, draft)
+    statuses = job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, jobs)
     reuse.commit()
-    body = plan_document(Plan(jobs=draft.jobs, events=draft.events))
+    body = plan_document(Plan(jobs=jobs, events=statuses.events))
     return (body["jobs"], body["events"]), record
 
 

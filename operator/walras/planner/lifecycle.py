@@ -53,7 +53,7 @@ import numpy as np
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, rfc3339
-from walras.planner.results import NODE_LOSS_GRACE, Actions, PlanContext, PlanDraft
+from walras.planner.results import NODE_LOSS_GRACE, Actions, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
 
@@ -289,14 +289,16 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
 
 
 def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping[ObjectKey, int],
-             plan: PlanDraft) -> None:
-    """The post-status step (see the module docstring); ``moved``: pods the migration phase moved per job."""
+             job_plans: Mapping[ObjectKey, JobPlan]) -> tuple[PlanEvent, ...]:
+    """The post-status step (see the module docstring) on the job plans ``job_plans``; ``moved``: pods the migration
+    phase moved per job. Returns the events it raised, job by job."""
+    events: list[PlanEvent] = []
     for key, plans in life.pods.items():
         actions.pods[key].extend(plans)
     in_market = {info.key for info in ctx.objects.jobs}
     previous = ctx.previous
     for job in life.cluster.jobs:
-        jp = plan.jobs.get(job.key)
+        jp = job_plans.get(job.key)
         if jp is None:
             continue
         old = previous.jobs.get(job.key) if previous is not None else None
@@ -306,7 +308,7 @@ def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping
             reported.last_migration, old.last_migration if old is not None else None)
         state = life.jobs.get(job.key)
         if state is not None:
-            _conclude_job(jp, state, actions, old.phase if old is not None else reported.phase, life, plan)
+            _conclude_job(jp, state, actions, old.phase if old is not None else reported.phase, life, events)
         else:  # an invalid job: its counters are carried as its status reports them
             jp.failures, jp.last_failure = reported.failures, reported.last_failure
             jp.completion_time = reported.completed
@@ -314,19 +316,21 @@ def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping
             jp.pods = sorted(actions.pods.get(job.key, []), key=lambda p: p.name)
         if life.lost.get(job.key):
             count = life.lost[job.key]
-            plan.events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
-                                         f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
-                                         "planned elsewhere."))
+            events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
+                                    f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
+                                    "planned elsewhere."))
+    return tuple(events)
 
 
 def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle,
-                  plan: PlanDraft) -> None:
+                  events: list[PlanEvent]) -> None:
+    """One job's lifecycle phase, counters and conditions on ``jp``, its events added to ``events``."""
     spec = life.spec
     jp.failures = life.failures
     jp.last_failure = life.last_failure
     jp.counted_failures = life.counted
     jp.completion_time = life.completion
-    event = plan.events.append
+    event = events.append
     for pod in life.new_failures:
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodFailed",
                         f"Pod {pod.name} failed{f' ({pod.reason})' if pod.reason else ''}: failure {life.failures} "

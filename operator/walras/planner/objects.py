@@ -13,15 +13,16 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Cluster
-from walras.planner.model import Condition, JobPlan, PoolPlan
-from walras.planner.results import JobInfo, Objects, PlanDraft, PoolInfo
+from walras.planner.model import Condition, JobPlan, PlanEvent, PoolPlan
+from walras.planner.results import JobInfo, Objects, PoolInfo, Reported
 from walras.planner.spec import ProfileSpec
 
 __all__ = ["JobInfo", "Objects", "PoolInfo", "build_objects", "select"]
 
 
-def _warn(plan: PlanDraft, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-    plan.warn(kind, namespace, name, reason, message)
+def _warn(events: list[PlanEvent], kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+    """Add a Warning event against an object to ``events``."""
+    events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
 
 def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -40,18 +41,23 @@ def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.nda
     return mask
 
 
-def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Objects:
-    """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
+def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported]:
+    """Validate profiles, pools and jobs into :class:`Objects`; with what is :class:`Reported` of each (its plan,
+    conditions and events)."""
     out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
+    events: list[PlanEvent] = []
+    pool_plans: dict[str, PoolPlan] = {}
+    job_plans: dict[tuple[str, str], JobPlan] = {}
+    profile_conditions: dict[str, list[Condition]] = {}
     profiles: dict[str, ProfileSpec] = {}
     columns = table.labels  # each label key's values over the nodes, kept with the table (read-only)
     for obj in cluster.profiles:
         if obj.spec is None:
-            plan.profiles[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
-            _warn(plan, "ColocationProfile", "", obj.name, "InvalidSpec", obj.error or "")
+            profile_conditions[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
+            _warn(events, "ColocationProfile", "", obj.name, "InvalidSpec", obj.error or "")
             continue
         profiles[obj.name] = obj.spec
-        plan.profiles[obj.name] = [Condition("Valid", "True", "Valid", f"{len(obj.spec.types)} types")]
+        profile_conditions[obj.name] = [Condition("Valid", "True", "Valid", f"{len(obj.spec.types)} types")]
 
     for pool in cluster.pools:
         name = pool.name
@@ -59,8 +65,8 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
             pp = PoolPlan(name, "", "", 0, [], 0.0, 0.0, 0.0, 0.0)
             pp.conditions.append(Condition("Valid", "False", "InvalidSpec", pool.error or ""))
             pp.observed_generation = pool.generation
-            plan.pools[name] = pp
-            _warn(plan, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
+            pool_plans[name] = pp
+            _warn(events, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
             continue
         spec = pool.spec
         profile: ProfileSpec | None = None
@@ -71,8 +77,8 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
                 pp = PoolPlan(name, spec.resource, spec.policy, 0, [], 0.0, 0.0, 0.0, 0.0)
                 pp.conditions.append(Condition("Valid", "False", "ProfileNotFound", message))
                 pp.observed_generation = pool.generation
-                plan.pools[name] = pp
-                _warn(plan, "ResourcePool", "", name, "ProfileNotFound", message)
+                pool_plans[name] = pp
+                _warn(events, "ResourcePool", "", name, "ProfileNotFound", message)
                 continue
         conditions: list[Condition] = []
         match = select(table, spec.node_selector, columns)
@@ -81,7 +87,7 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
             other = out.pools[int(out.pool_of_node[np.flatnonzero(overlap)[0]])].name
             message = f"{int(overlap.sum())} node(s) also match pool {other!r}; they stay in {other!r}"
             conditions.append(Condition("NodesOverlap", "True", "SelectorOverlap", message))
-            _warn(plan, "ResourcePool", "", name, "SelectorOverlap", message)
+            _warn(events, "ResourcePool", "", name, "SelectorOverlap", message)
         members = np.flatnonzero(match & (out.pool_of_node < 0))
         out.pool_of_node[members] = len(out.pools)
         usable = members[table.usable[members]]
@@ -90,13 +96,13 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
         if usable.size == 0:
             conditions.append(Condition("Ready", "False", "NoNodes", "no Ready, schedulable node matches"))
             message = "no Ready, schedulable node matches the pool's nodeSelector"
-            _warn(plan, "ResourcePool", "", name, "NoNodes", message)
+            _warn(events, "ResourcePool", "", name, "NoNodes", message)
         else:
             conditions.append(Condition("Ready", "True", "NodesReady", f"{usable.size} node(s) ready"))
         pp = PoolPlan(name, spec.resource, spec.policy, int(usable.size), [table.names[k] for k in usable],
                       0.0, 0.0, 0.0, 0.0, conditions=conditions)
         pp.observed_generation = pool.generation
-        plan.pools[name] = pp
+        pool_plans[name] = pp
 
     index = out.pool_index
     m = len(out.pools)
@@ -105,14 +111,14 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
         if job.spec is None:
             jp = JobPlan(namespace, name, "Invalid", observed_generation=job.generation)
             jp.conditions.append(Condition("Valid", "False", "InvalidSpec", job.error or ""))
-            plan.jobs[job.key] = jp
+            job_plans[job.key] = jp
             out.invalid_jobs.add(job.key)
-            _warn(plan, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
+            _warn(events, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
             continue
         job_spec = job.spec
         jp = JobPlan(namespace, name, "Pending", observed_generation=job_spec.generation,
                      target=job_spec.utility.target)
-        plan.jobs[job.key] = jp
+        job_plans[job.key] = jp
         ok = np.zeros(m, dtype=bool)
         usable_any = False
         problems: list[str] = []
@@ -134,13 +140,14 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
                         f"types {list(info.profile.types)}"
                     )
                     problems.append(f"pool {pool_name!r}: {message}")
-                    plan.profiles[info.profile.name].append(Condition("TypesComplete", "False", "MissingType", message))
-                    _warn(plan, "ColocationProfile", "", info.profile.name, "MissingType", message)
+                    profile_conditions[info.profile.name].append(
+                        Condition("TypesComplete", "False", "MissingType", message))
+                    _warn(events, "ColocationProfile", "", info.profile.name, "MissingType", message)
                     continue
             ok[j] = True
             usable_any = True
         for problem in problems:
-            _warn(plan, "FungibleJob", namespace, name, "PoolUnusable", problem)
+            _warn(events, "FungibleJob", namespace, name, "PoolUnusable", problem)
         if problems:
             jp.conditions.append(Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems)))
         else:
@@ -149,7 +156,8 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
             jp.phase = "Unschedulable"
             message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
             jp.conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
-            _warn(plan, "FungibleJob", namespace, name, "NoUsablePool", message)
+            _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
             continue
         out.jobs.append(JobInfo(job, job_spec, ok))
-    return out
+    reported = {name: tuple(conditions) for name, conditions in profile_conditions.items()}
+    return out, Reported(pool_plans, job_plans, reported, tuple(events))

@@ -1,17 +1,18 @@
 """The planner's result types, in one module so that the phases depend on it and not on each other (the import
-graph stays shallow): what each phase returns, the options and context every phase reads, and the draft of the plan
-that :func:`walras.planner.plan.build_plan` assembles.
+graph stays shallow): what each phase returns (with the conditions and events it raised), and the options and
+context every phase reads; :func:`walras.planner.plan.build_plan` assembles the plan from the results.
 
-Phase by phase: *objects* -> :class:`Objects` (:class:`PoolInfo`, :class:`JobInfo`); *observe* -> :class:`Observed`;
-*resize* -> :class:`Resizes` (:class:`ResizeTarget`); *placement* -> :class:`Placed` of a :class:`Batch`;
-*market/replicas/placement rounds* -> :class:`Outcome`; *reconcile* (and *migration*, *lifecycle*) ->
-:class:`Actions`. The node table is :class:`walras.planner.capacity.NodeTable`, the market's result
-:class:`walras.planner.market.MarketResult`.
+Phase by phase: *objects* -> :class:`Objects` (:class:`PoolInfo`, :class:`JobInfo`) and :class:`Reported`;
+*observe* -> :class:`Observed`; *resize* -> :class:`Resizes` (:class:`ResizeTarget`); *placement* -> :class:`Placed`
+of a :class:`Batch`; *market/replicas/placement rounds* -> :class:`Outcome`; *reconcile* (and *migration*,
+*lifecycle*) -> :class:`Actions`, *migration* -> :class:`Migrated`; *job status* -> :class:`JobStatuses`. The node
+table is :class:`walras.planner.capacity.NodeTable`, the market's result :class:`walras.planner.market.MarketResult`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -142,6 +143,9 @@ class Placed:
     node: np.ndarray
     amount: np.ndarray
     why: list[str]
+    #: The pool's policy reports of this placement (``PolicyApplied``/``PolicyCertified`` conditions, each also
+    #: raised as a Warning against the pool); the rounds phase keeps each once per pool.
+    conditions: tuple[Condition, ...] = ()
 
 
 @dataclass
@@ -173,6 +177,10 @@ class Outcome:
     #: (n, m) wanted replicas that rounding took out of a pool without room now (:func:`.replicas.fit_columns`);
     #: not in ``target``, reported on the job as unplaced (``InsufficientCapacity``).
     dropped: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    #: Conditions the placement policies added per pool name (each once, in the order raised) and the rounds' events
+    #: (the policies' warnings, then the market's), in the order raised.
+    pool_conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)
+    events: tuple[PlanEvent, ...] = ()
 
     @cached_property
     def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
@@ -191,6 +199,35 @@ class Actions:
     deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What the migration phase did besides its actions: the pods moved per job key, and their ``Rebalanced``
+    events in the order the moves were made."""
+
+    moved: Mapping[tuple[str, str], int]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
+class JobStatuses:
+    """What the job-status phase returns besides the job plans it fills: each valid job's pods planned and bound
+    per pool (``(pool, planned, bound)``, for the pool-status phase) and the events it raised, in job order."""
+
+    counted: Mapping[tuple[str, str], tuple[tuple[str, int, int], ...]]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the objects phase reports: each pool's and job's plan as validation leaves it (the later phases fill
+    them), each profile's conditions, and the Warning events of what is invalid, in the order raised."""
+
+    pools: Mapping[str, PoolPlan]
+    jobs: Mapping[tuple[str, str], JobPlan]
+    profiles: Mapping[str, tuple[Condition, ...]]
+    events: tuple[PlanEvent, ...]
 
 
 @dataclass(frozen=True)
@@ -213,21 +250,6 @@ class PlanOptions:
     max_migrations: int = 10
     node_loss_grace: float = NODE_LOSS_GRACE
     reuse: bool = True
-
-
-@dataclass
-class PlanDraft:
-    """The plan under construction: what the phases report per pool, job and profile, and the events, in the order
-    they were raised. :meth:`freeze` gives the :class:`walras.planner.model.Plan`."""
-
-    pools: dict[str, PoolPlan] = field(default_factory=dict)
-    jobs: dict[tuple[str, str], JobPlan] = field(default_factory=dict)
-    profiles: dict[str, list[Condition]] = field(default_factory=dict)
-    events: list[PlanEvent] = field(default_factory=list)
-
-    def warn(self, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-        """Raise a Warning event against an object."""
-        self.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, PlanEvent, PodPlan
-from walras.planner.results import Actions, Outcome, PlanContext, PlanDraft, Resizes
+from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan
+from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
 _WHY = {
@@ -75,7 +75,7 @@ class StatusEntry:
 
 
 def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
-                 plan: PlanDraft) -> dict[tuple[str, str], PoolCounts]:
+                 job_plans: Mapping[tuple[str, str], JobPlan]) -> JobStatuses:
     """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
     per job, :mod:`.reuse`), a job takes from the recorded entry, each part only where every input of that part is
     equal to what it was then:
@@ -89,7 +89,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
 
     The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
     and the ``Planned`` event (which compares with the previous plan's replicas) for each job. This plan's entries
-    are recorded. Returns each valid job's pods planned and bound per pool (for :func:`pool_statuses`)."""
+    are recorded. Fills each valid job's plan in ``job_plans``; returns each valid job's pods planned and bound per
+    pool (for :func:`pool_statuses`) and the events raised."""
     objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
@@ -133,10 +134,10 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     blocked_by_row = outcome.blocked_by_row
     below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
     resize_blocked, resize_later = resizes.blocked, resizes.later
-    events = plan.events
+    events: list[PlanEvent] = []
     for i, info in enumerate(jobs):
         key = keys[i]
-        jp = plan.jobs[key]
+        jp = job_plans[key]
         spec = info.spec
         jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
@@ -178,11 +179,11 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
-            plan.events.append(PlanEvent(
+            events.append(PlanEvent(
                 "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
                 f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
                 f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
-    return per_pool
+    return JobStatuses(per_pool, tuple(events))
 
 
 def _pool_counts(pods: Sequence[PodPlan]) -> PoolCounts:
@@ -297,9 +298,10 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
     return tuple(conditions), phase, tuple(raised)
 
 
-def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: PlanDraft,
-                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> None:
-    """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change.
+def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, pool_plans: Mapping[str, PoolPlan],
+                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> tuple[PlanEvent, ...]:
+    """Fill every valid pool's :class:`PoolPlan` in ``pool_plans`` (price, what is used, pods); return a ``Priced``
+    event for each pool whose price changed.
     ``counted``: what :func:`job_statuses` returned for the same ``actions`` (the jobs' pods per pool, counted
     there); the pods of other jobs are counted here."""
     objects, previous = ctx.objects, ctx.previous
@@ -312,8 +314,9 @@ def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: Pl
         for at, count, held in pools if pools is not None else _pool_counts(plans):
             planned[at] = planned.get(at, 0) + count
             bound[at] = bound.get(at, 0) + held
+    events: list[PlanEvent] = []
     for j, pool in enumerate(objects.pools):
-        pp = plan.pools[pool.name]
+        pp = pool_plans[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0
         c = table.column.get(pool.spec.resource)
         used = float(table.used[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
@@ -327,5 +330,6 @@ def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: Pl
         pp.pods_bound = bound.get(pool.name, 0)
         old = previous.pools.get(pool.name) if previous is not None else None
         if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
-            plan.events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
-                                         f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))
+            events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
+                                    f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))
+    return tuple(events)
