@@ -50,7 +50,7 @@ def stand_in_planner(store: Store) -> Any:
 
     def plan(cluster: Cluster, previous: Plan | None, **_: Any) -> Plan:
         node = sorted(n.name for n in cluster.nodes)[0]
-        pools = {pool.name: PoolPlan(pool.name, "cpu", "utility", len(cluster.nodes), [node], 8.0, 1.0, 0.25, 0.125)
+        pools = {pool.name: PoolPlan(pool.name, "cpu", "utility", len(cluster.nodes), (node,), 8.0, 1.0, 0.25, 0.125)
                  for pool in cluster.pools}
         annotations = {(j["metadata"]["namespace"], j["metadata"]["name"]): j["metadata"]["annotations"]
                        for j in store.list(store.types[JOB], None)}

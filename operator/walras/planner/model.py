@@ -111,22 +111,23 @@ class PodPlan:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolPlan:
-    """A ResourcePool's market state and placement summary."""
+    """A ResourcePool's market state and placement summary. Frozen: the objects phase builds it, the phases after
+    it return changed copies (``dataclasses.replace``)."""
 
     name: str
     resource: str
     policy: str
     node_count: int
-    nodes: list[str]
+    nodes: tuple[str, ...]
     capacity: float
     used: float
     price: float
     utilisation: float
     pods_planned: int = 0
     pods_bound: int = 0
-    conditions: list[Condition] = field(default_factory=list)
+    conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
 
 

@@ -62,10 +62,9 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
     for pool in cluster.pools:
         name = pool.name
         if pool.spec is None:
-            pp = PoolPlan(name, "", "", 0, [], 0.0, 0.0, 0.0, 0.0)
-            pp.conditions.append(Condition("Valid", "False", "InvalidSpec", pool.error or ""))
-            pp.observed_generation = pool.generation
-            pool_plans[name] = pp
+            pool_plans[name] = PoolPlan(name, "", "", 0, (), 0.0, 0.0, 0.0, 0.0,
+                                        conditions=(Condition("Valid", "False", "InvalidSpec", pool.error or ""),),
+                                        observed_generation=pool.generation)
             _warn(events, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
             continue
         spec = pool.spec
@@ -74,10 +73,9 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
             profile = profiles.get(spec.profile or "")
             if profile is None:
                 message = f"ColocationProfile {spec.profile!r} does not exist or is invalid"
-                pp = PoolPlan(name, spec.resource, spec.policy, 0, [], 0.0, 0.0, 0.0, 0.0)
-                pp.conditions.append(Condition("Valid", "False", "ProfileNotFound", message))
-                pp.observed_generation = pool.generation
-                pool_plans[name] = pp
+                pool_plans[name] = PoolPlan(name, spec.resource, spec.policy, 0, (), 0.0, 0.0, 0.0, 0.0,
+                                            conditions=(Condition("Valid", "False", "ProfileNotFound", message),),
+                                            observed_generation=pool.generation)
                 _warn(events, "ResourcePool", "", name, "ProfileNotFound", message)
                 continue
         conditions: list[Condition] = []
@@ -99,10 +97,9 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
             _warn(events, "ResourcePool", "", name, "NoNodes", message)
         else:
             conditions.append(Condition("Ready", "True", "NodesReady", f"{usable.size} node(s) ready"))
-        pp = PoolPlan(name, spec.resource, spec.policy, int(usable.size), [table.names[k] for k in usable],
-                      0.0, 0.0, 0.0, 0.0, conditions=conditions)
-        pp.observed_generation = pool.generation
-        pool_plans[name] = pp
+        pool_plans[name] = PoolPlan(name, spec.resource, spec.policy, int(usable.size),
+                                    tuple(table.names[k] for k in usable), 0.0, 0.0, 0.0, 0.0,
+                                    conditions=tuple(conditions), observed_generation=pool.generation)
 
     index = out.pool_index
     m = len(out.pools)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import attrgetter
 
 import numpy as np
@@ -87,7 +88,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     resizes = plan_resizes(ctx, observed)
     outcome = run_rounds(ctx, observed)
     for name, conditions in outcome.pool_conditions.items():
-        pools[name].conditions.extend(conditions)
+        pools[name] = replace(pools[name], conditions=pools[name].conditions + conditions)
     actions = reconcile(ctx, observed, outcome, resizes)
     migrated = migrate(ctx, observed, outcome, actions, held=life.held)
     market = outcome.market
@@ -95,11 +96,12 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused)
     statuses = job_statuses(ctx, outcome, actions, resizes, jobs)
     priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)
+    pools.update(priced.pools)
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
     pods = _listed(jobs, actions, statuses.counted)
     reuse.commit()
     # the events in the order the phases raised them
-    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced, *concluded)
+    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events, *concluded)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started)
 

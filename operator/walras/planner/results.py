@@ -220,6 +220,15 @@ class JobStatuses:
 
 
 @dataclass(frozen=True)
+class PoolStatuses:
+    """What the pool-status phase returns: each valid pool's plan with its price, use and pods, and the ``Priced``
+    events, in pool order."""
+
+    pools: Mapping[str, PoolPlan]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
 class Reported:
     """What the objects phase reports: each pool's and job's plan as validation leaves it (the later phases fill
     them), each profile's conditions, and the Warning events of what is invalid, in the order raised."""

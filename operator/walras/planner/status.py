@@ -11,7 +11,7 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan
-from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, Resizes
+from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
 _WHY = {
@@ -299,9 +299,9 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
 
 
 def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, pool_plans: Mapping[str, PoolPlan],
-                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> tuple[PlanEvent, ...]:
-    """Fill every valid pool's :class:`PoolPlan` in ``pool_plans`` (price, what is used, pods); return a ``Priced``
-    event for each pool whose price changed.
+                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> PoolStatuses:
+    """Every valid pool's :class:`PoolPlan`, from its plan in ``pool_plans`` with its price, what is used and its
+    pods; and a ``Priced`` event for each pool whose price changed.
     ``counted``: what :func:`job_statuses` returned for the same ``actions`` (the jobs' pods per pool, counted
     there); the pods of other jobs are counted here."""
     objects, previous = ctx.objects, ctx.previous
@@ -315,21 +315,18 @@ def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, pool_pla
             planned[at] = planned.get(at, 0) + count
             bound[at] = bound.get(at, 0) + held
     events: list[PlanEvent] = []
+    out: dict[str, PoolPlan] = {}
     for j, pool in enumerate(objects.pools):
-        pp = pool_plans[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0
         c = table.column.get(pool.spec.resource)
         used = float(table.used[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
         alloc = float(table.alloc[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
         capacity = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
-        pp.price = price
-        pp.capacity = capacity
-        pp.used = used
-        pp.utilisation = float(min(used / capacity, 1.0)) if capacity > 0 else 0.0
-        pp.pods_planned = planned.get(pool.name, 0)
-        pp.pods_bound = bound.get(pool.name, 0)
+        out[pool.name] = replace(pool_plans[pool.name], price=price, capacity=capacity, used=used,
+                                 utilisation=float(min(used / capacity, 1.0)) if capacity > 0 else 0.0,
+                                 pods_planned=planned.get(pool.name, 0), pods_bound=bound.get(pool.name, 0))
         old = previous.pools.get(pool.name) if previous is not None else None
         if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
             events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
                                     f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))
-    return tuple(events)
+    return PoolStatuses(out, tuple(events))
