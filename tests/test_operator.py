@@ -79,7 +79,8 @@ def stand_in_planner(store: Store) -> Any:
             for (pns, pname), pod in existing.items():
                 if pns == ns and pod.job == name and int(pname.rsplit("-", 1)[1]) >= want:
                     pods.append(PodPlan(ns, pname, name, "p", None, action="delete", exists=True))
-            jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25, pods=pods)
+            jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25,
+                                       pods=tuple(pods))
             all_pods.extend(pods)
         return Plan(pools=pools, jobs=jobs, pods=tuple(all_pods))
 

@@ -503,7 +503,7 @@ def _statuses(inputs: tuple[Any, ...], edit: Any, memo: PlanCache | None) -> tup
     reuse = Reuse(record, read=memo is not None)
     statuses = job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, jobs)
     reuse.commit()
-    body = plan_document(Plan(jobs=jobs, events=statuses.events))
+    body = plan_document(Plan(jobs={**jobs, **statuses.jobs}, events=statuses.events))
     return (body["jobs"], body["events"]), record
 
 

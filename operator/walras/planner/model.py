@@ -131,9 +131,11 @@ class PoolPlan:
     observed_generation: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobPlan:
-    """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it."""
+    """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it.
+    Frozen: the objects phase builds it, the status and lifecycle phases return changed copies
+    (``dataclasses.replace``)."""
 
     namespace: str
     name: str
@@ -149,8 +151,8 @@ class JobPlan:
     priced_cost: float = 0.0  # sum_j p_j d_ij x_ij
     throughput_unit: str = "/s"
     target: float | None = None  # target throughput for target-priority utilities
-    pods: list[PodPlan] = field(default_factory=list)
-    conditions: list[Condition] = field(default_factory=list)
+    pods: tuple[PodPlan, ...] = ()
+    conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
     #: Lifecycle counters (:mod:`walras.planner.lifecycle`, :mod:`walras.planner.migration`); times in epoch seconds.
     failures: int = 0  # failed pods counted so far (status.failedPods)

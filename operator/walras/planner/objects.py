@@ -106,16 +106,12 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
     for job in cluster.jobs:
         namespace, name = job.key
         if job.spec is None:
-            jp = JobPlan(namespace, name, "Invalid", observed_generation=job.generation)
-            jp.conditions.append(Condition("Valid", "False", "InvalidSpec", job.error or ""))
-            job_plans[job.key] = jp
+            job_plans[job.key] = JobPlan(namespace, name, "Invalid", observed_generation=job.generation,
+                                         conditions=(Condition("Valid", "False", "InvalidSpec", job.error or ""),))
             out.invalid_jobs.add(job.key)
             _warn(events, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
             continue
         job_spec = job.spec
-        jp = JobPlan(namespace, name, "Pending", observed_generation=job_spec.generation,
-                     target=job_spec.utility.target)
-        job_plans[job.key] = jp
         ok = np.zeros(m, dtype=bool)
         usable_any = False
         problems: list[str] = []
@@ -146,14 +142,18 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
         for problem in problems:
             _warn(events, "FungibleJob", namespace, name, "PoolUnusable", problem)
         if problems:
-            jp.conditions.append(Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems)))
+            job_conditions = [Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems))]
         else:
-            jp.conditions.append(Condition("PoolsValid", "True", "PoolsValid", ""))
+            job_conditions = [Condition("PoolsValid", "True", "PoolsValid", "")]
+        phase = "Pending"
         if not usable_any:
-            jp.phase = "Unschedulable"
+            phase = "Unschedulable"
             message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
-            jp.conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
+            job_conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
             _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
+        job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
+                                     target=job_spec.utility.target, conditions=tuple(job_conditions))
+        if not usable_any:
             continue
         out.jobs.append(JobInfo(job, job_spec, ok))
     reported = {name: tuple(conditions) for name, conditions in profile_conditions.items()}

@@ -95,24 +95,28 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused)
     statuses = job_statuses(ctx, outcome, actions, resizes, jobs)
+    jobs.update(statuses.jobs)
     priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)
     pools.update(priced.pools)
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
+    jobs.update(concluded.jobs)
     pods = _listed(jobs, actions, statuses.counted)
     reuse.commit()
     # the events in the order the phases raised them
-    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events, *concluded)
+    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events,
+              *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started)
 
 
-def _listed(jobs: Mapping[tuple[str, str], JobPlan], actions: Actions,
+def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,
             counted: Mapping[tuple[str, str], PoolCounts]) -> list[PodPlan]:
-    """Every pod plan, job by job in key order, each job's in name order (and listed on its job)."""
+    """Every pod plan, job by job in key order, each job's in name order (and listed on its job: a job that lists
+    none yet gets its plan in ``jobs`` replaced by one that lists them)."""
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
         job = jobs.get(key)
         if job is not None and not job.pods:
-            job.pods = sorted(plans, key=_name)
+            jobs[key] = replace(job, pods=tuple(sorted(plans, key=_name)))
     pods: list[PodPlan] = []
     for key in sorted(actions.pods):
         plans = actions.pods[key]

@@ -212,10 +212,20 @@ class Migrated:
 
 @dataclass(frozen=True)
 class JobStatuses:
-    """What the job-status phase returns besides the job plans it fills: each valid job's pods planned and bound
-    per pool (``(pool, planned, bound)``, for the pool-status phase) and the events it raised, in job order."""
+    """What the job-status phase returns: each valid job's plan, its pods planned and bound per pool
+    (``(pool, planned, bound)``, for the pool-status phase) and the events it raised, in job order."""
 
+    jobs: Mapping[tuple[str, str], JobPlan]
     counted: Mapping[tuple[str, str], tuple[tuple[str, int, int], ...]]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """What the post-status lifecycle step returns: every job's plan with its lifecycle phase, counters and
+    conditions, and the events it raised, job by job."""
+
+    jobs: Mapping[tuple[str, str], JobPlan]
     events: tuple[PlanEvent, ...]
 
 

@@ -89,7 +89,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
 
     The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
     and the ``Planned`` event (which compares with the previous plan's replicas) for each job. This plan's entries
-    are recorded. Fills each valid job's plan in ``job_plans``; returns each valid job's pods planned and bound per
+    are recorded. Returns each valid job's plan (its plan in ``job_plans`` filled in), its pods planned and bound per
     pool (for :func:`pool_statuses`) and the events raised."""
     objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
     jobs = objects.jobs
@@ -135,47 +135,40 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
     resize_blocked, resize_later = resizes.blocked, resizes.later
     events: list[PlanEvent] = []
+    out: dict[tuple[str, str], JobPlan] = {}
     for i, info in enumerate(jobs):
         key = keys[i]
-        jp = job_plans[key]
         spec = info.spec
-        jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
         allocation = allocations[i]
-        jp.allocation = allocation
-        jp.throughput_unit = spec.throughput_unit
-        jp.wanted = wanted_rows[i]
-        jp.replicas = replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
-        jp.priced_throughput = priced_t_l[i]
-        jp.priced_cost = priced_cost_l[i]
-        jp.throughput = placed_t_l[i]
-        jp.cost = costs[i]
+        replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         listed = actions.pods.get(key, no_pods)
         before = reuse.recorded(StatusEntry, key)
         inputs = (Same(tuple(listed)),)
         if before is not None and matches(before.inputs, inputs):
             ordered, live, resized, bound = before.ordered, before.live, before.resized, before.bound
             pools = before.pools
-            jp.pods = list(ordered)
         else:
-            jp.pods = sorted(listed, key=_name)
-            ordered = tuple(jp.pods)
+            ordered = tuple(sorted(listed, key=_name))
             live, resized, bound = _pod_counts(ordered)
             pools = _pool_counts(ordered)
         per_pool[key] = pools
         text = before.text if before is not None and matches((before.allocation,), (allocation,)) else (
             allocation_text(allocation))
-        jp.allocation_text = text
         blocked_pools = [(names[j], why) for j, why in blocked_by_row.get(i, ())]
         given = (spec.replicas, spec.min_replicas, sum(replicas.values()), sum(rows_target[i]), offered_counts[i],
                  live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
                  resize_blocked.get(key), resize_later.get(key), below_min.get(i))
         done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
-        conditions, jp.phase, raised = done
-        jp.conditions.extend(conditions)
+        conditions, phase, raised = done
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
+        jp = out[key] = replace(
+            job_plans[key], utility=utilities_l[i], allocation=allocation, throughput_unit=spec.throughput_unit,
+            wanted=wanted_rows[i], replicas=replicas, priced_throughput=priced_t_l[i], priced_cost=priced_cost_l[i],
+            throughput=placed_t_l[i], cost=costs[i], pods=ordered, allocation_text=text, phase=phase,
+            conditions=job_plans[key].conditions + conditions)
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
@@ -183,7 +176,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
                 "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
                 f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
                 f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
-    return JobStatuses(per_pool, tuple(events))
+    return JobStatuses(out, per_pool, tuple(events))
 
 
 def _pool_counts(pods: Sequence[PodPlan]) -> PoolCounts:
