@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Cluster
+from walras.planner.cluster import Cluster, Job
 from walras.planner.model import Condition, JobPlan, PlanEvent, PoolPlan
 from walras.planner.results import JobInfo, Objects, PoolInfo, Reported
 from walras.planner.spec import ProfileSpec
@@ -44,7 +44,10 @@ def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.nda
 def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported]:
     """Validate profiles, pools and jobs into :class:`Objects`; with what is :class:`Reported` of each (its plan,
     conditions and events)."""
-    out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
+    pool_of_node = np.full(len(table.names), -1, dtype=np.int64)
+    pool_infos: list[PoolInfo] = []
+    job_infos: list[JobInfo] = []
+    invalid: set[tuple[str, str]] = set()
     events: list[PlanEvent] = []
     pool_plans: dict[str, PoolPlan] = {}
     job_plans: dict[tuple[str, str], JobPlan] = {}
@@ -80,16 +83,16 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
                 continue
         conditions: list[Condition] = []
         match = select(table, spec.node_selector, columns)
-        overlap = match & (out.pool_of_node >= 0)
+        overlap = match & (pool_of_node >= 0)
         if overlap.any():
-            other = out.pools[int(out.pool_of_node[np.flatnonzero(overlap)[0]])].name
+            other = pool_infos[int(pool_of_node[np.flatnonzero(overlap)[0]])].name
             message = f"{int(overlap.sum())} node(s) also match pool {other!r}; they stay in {other!r}"
             conditions.append(Condition("NodesOverlap", "True", "SelectorOverlap", message))
             _warn(events, "ResourcePool", "", name, "SelectorOverlap", message)
-        members = np.flatnonzero(match & (out.pool_of_node < 0))
-        out.pool_of_node[members] = len(out.pools)
+        members = np.flatnonzero(match & (pool_of_node < 0))
+        pool_of_node[members] = len(pool_infos)
         usable = members[table.usable[members]]
-        out.pools.append(PoolInfo(spec, profile, members, usable))
+        pool_infos.append(PoolInfo(spec, profile, members, usable))
         conditions.insert(0, Condition("Valid", "True", "Valid", f"{usable.size} usable node(s)"))
         if usable.size == 0:
             conditions.append(Condition("Ready", "False", "NoNodes", "no Ready, schedulable node matches"))
@@ -101,44 +104,18 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
                                     tuple(table.names[k] for k in usable), 0.0, 0.0, 0.0, 0.0,
                                     conditions=tuple(conditions), observed_generation=pool.generation)
 
-    index = out.pool_index
-    m = len(out.pools)
+    index = {p.name: j for j, p in enumerate(pool_infos)}
     for job in cluster.jobs:
         namespace, name = job.key
         if job.spec is None:
             job_plans[job.key] = JobPlan(namespace, name, "Invalid", observed_generation=job.generation,
                                          conditions=(Condition("Valid", "False", "InvalidSpec", job.error or ""),))
-            out.invalid_jobs.add(job.key)
+            invalid.add(job.key)
             _warn(events, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
             continue
         job_spec = job.spec
-        ok = np.zeros(m, dtype=bool)
-        usable_any = False
-        problems: list[str] = []
-        for pool_name, value in sorted(job_spec.throughput.items()):
-            j = index.get(pool_name)
-            if j is None:
-                problems.append(f"throughput names unknown or invalid pool {pool_name!r}")
-                continue
-            if value <= 0:
-                continue
-            info = out.pools[j]
-            if info.profile is not None:
-                if job_spec.colocation_type is None:
-                    problems.append(f"pool {pool_name!r} uses the colocation policy but spec.colocation is missing")
-                    continue
-                if job_spec.colocation_type not in info.profile.types:
-                    message = (
-                        f"type {job_spec.colocation_type!r} of job {namespace}/{name} is missing from the profile's "
-                        f"types {list(info.profile.types)}"
-                    )
-                    problems.append(f"pool {pool_name!r}: {message}")
-                    profile_conditions[info.profile.name].append(
-                        Condition("TypesComplete", "False", "MissingType", message))
-                    _warn(events, "ColocationProfile", "", info.profile.name, "MissingType", message)
-                    continue
-            ok[j] = True
-            usable_any = True
+        ok, problems = _usable_pools(job, pool_infos, index, profile_conditions, events)
+        usable_any = bool(ok.any())
         for problem in problems:
             _warn(events, "FungibleJob", namespace, name, "PoolUnusable", problem)
         if problems:
@@ -155,6 +132,45 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
                                      target=job_spec.utility.target, conditions=tuple(job_conditions))
         if not usable_any:
             continue
-        out.jobs.append(JobInfo(job, job_spec, ok))
+        job_infos.append(JobInfo(job, job_spec, ok))
+    pool_of_node.setflags(write=False)
+    out = Objects(tuple(pool_infos), tuple(job_infos), pool_of_node, frozenset(invalid))
     reported = {name: tuple(conditions) for name, conditions in profile_conditions.items()}
     return out, Reported(pool_plans, job_plans, reported, tuple(events))
+
+
+def _usable_pools(job: Job, pools: list[PoolInfo], index: dict[str, int],
+                  profile_conditions: dict[str, list[Condition]],
+                  events: list[PlanEvent]) -> tuple[np.ndarray, list[str]]:
+    """Which of the valid ``pools`` (``index``: by name) the valid ``job`` may use (throughput > 0 there, and its
+    colocation type in the pool's profile), and the problems of the pools it names but may not use; a type missing
+    from a profile adds a condition to the profile (in ``profile_conditions``) and a Warning to ``events``."""
+    job_spec = job.spec
+    assert job_spec is not None
+    namespace, name = job.key
+    ok = np.zeros(len(pools), dtype=bool)
+    problems: list[str] = []
+    for pool_name, value in sorted(job_spec.throughput.items()):
+        j = index.get(pool_name)
+        if j is None:
+            problems.append(f"throughput names unknown or invalid pool {pool_name!r}")
+            continue
+        if value <= 0:
+            continue
+        info = pools[j]
+        if info.profile is not None:
+            if job_spec.colocation_type is None:
+                problems.append(f"pool {pool_name!r} uses the colocation policy but spec.colocation is missing")
+                continue
+            if job_spec.colocation_type not in info.profile.types:
+                message = (
+                    f"type {job_spec.colocation_type!r} of job {namespace}/{name} is missing from the profile's "
+                    f"types {list(info.profile.types)}"
+                )
+                problems.append(f"pool {pool_name!r}: {message}")
+                profile_conditions[info.profile.name].append(
+                    Condition("TypesComplete", "False", "MissingType", message))
+                _warn(events, "ColocationProfile", "", info.profile.name, "MissingType", message)
+                continue
+        ok[j] = True
+    return ok, problems

@@ -30,7 +30,7 @@ from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
 NODE_LOSS_GRACE = 300.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolInfo:
     """A valid pool: its spec and profile, the node indices it claims and the usable ones among them."""
 
@@ -44,7 +44,7 @@ class PoolInfo:
         return self.spec.name
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobInfo:
     """A valid job and the pools it may use (``pools[j]`` over :attr:`Objects.pools`)."""
 
@@ -57,19 +57,22 @@ class JobInfo:
         return self.job.key
 
 
-@dataclass
+@dataclass(frozen=True)
 class Objects:
-    pools: list[PoolInfo] = field(default_factory=list)
-    jobs: list[JobInfo] = field(default_factory=list)
+    """The valid pools and jobs (in name order), each node's pool (``-1``: in no pool; read-only) and the keys of
+    the invalid jobs."""
+
+    pools: tuple[PoolInfo, ...] = ()
+    jobs: tuple[JobInfo, ...] = ()
     pool_of_node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: in no pool
-    invalid_jobs: set[tuple[str, str]] = field(default_factory=set)
+    invalid_jobs: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def pool_index(self) -> dict[str, int]:
         return {p.name: j for j, p in enumerate(self.pools)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observed:
     """Per job row and pool, the pods (read-only lists: empty cells may share one list)."""
 
@@ -116,7 +119,7 @@ class ResizeTarget:
     later: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resizes:
     """Per pod (namespace, name): the resize it gets; per job: pods blocked (no room) and deferred (not in place)."""
 
@@ -125,7 +128,7 @@ class Resizes:
     later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Batch:
     """Pods to place in one pool: ``rows[q]`` the job row of pod q (into the job list), ``optional[q]`` whether it
     is an elastic job's offer that the policy may leave out."""
@@ -135,7 +138,7 @@ class Batch:
     optional: list[bool]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Placed:
     """``node[q]``: global node index of pod q (-1 unplaced); ``amount[q]``: its priced amount; ``why[q]``: for an
     unplaced pod, ``"DegreeLimited"``, ``"Fragmented"`` or ``"InsufficientCapacity"``."""
@@ -148,7 +151,7 @@ class Placed:
     conditions: tuple[Condition, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reservations:
     """The node table and the Walras pods per node of one round, which placement reserves into (copies of the
     capacity phase's, made per round)."""
@@ -157,7 +160,7 @@ class Reservations:
     count: np.ndarray
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """The last round: market result, replica targets, and what placement did with each batch."""
 
@@ -191,7 +194,7 @@ class Outcome:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Actions:
     """Pod plans per job key, and per job what the churn budget deferred and where placed pods went."""
 
