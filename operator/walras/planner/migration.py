@@ -39,11 +39,13 @@ without a clock (``now`` None) nothing moves.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.market import utility_values
 from walras.planner.model import ObjectKey, PlanEvent, PodPlan
@@ -91,17 +93,18 @@ class _Move:
 
 def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, *,
             held: Collection[ObjectKey] = ()) -> Migrated:
-    """Plan the moves of the module docstring into ``actions``, with the clock and the budget of ``ctx.options``;
-    return the pods moved per job and their ``Rebalanced`` events. Jobs in ``held`` (the lifecycle holds them below
-    their spec: completing, in backoff, out of the market) are not moved."""
+    """Plan the moves of the module docstring, with the clock and the budget of ``ctx.options``; return the pods
+    moved per job, their ``Rebalanced`` events, and the actions and outcome after them (new ones, with the moves'
+    pod plans and placed replicas and their reservations on a copy of the node table, where a job may move; else
+    ``actions`` and ``outcome`` themselves). Jobs in ``held`` (the lifecycle holds them below their spec:
+    completing, in backoff, out of the market) are not moved."""
     moved: dict[ObjectKey, int] = {}
     events: list[PlanEvent] = []
     now, budget, previous = ctx.options.now, ctx.options.max_migrations, ctx.previous
     if now is None or budget <= 0:
-        return Migrated(moved, ())
+        return Migrated(moved, (), actions, outcome)
+    candidates: list[int] = []
     for i, info in enumerate(ctx.objects.jobs):
-        if budget <= 0:
-            break
         spec = info.spec
         rules = spec.migration
         if rules is None or spec.replicas <= 0 or info.key in held:
@@ -111,11 +114,28 @@ def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
                 if t is not None]
         if last and now - max(last) < rules.cooldown_seconds:
             continue
+        candidates.append(i)
+    if not candidates:
+        return Migrated(moved, (), actions, outcome)
+    table = outcome.table
+    outcome = replace(outcome, table=NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
+                                               table.alloc, table.used.copy(), table.usable),
+                      walras_count=outcome.walras_count.copy())
+    placed: defaultdict[ObjectKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    placed.update((key, defaultdict(int, counts)) for key, counts in actions.placed.items())
+    actions = Actions(defaultdict(list, ((key, list(plans)) for key, plans in actions.pods.items())),
+                      actions.deferred, placed, actions.unplaced)
+    for i in candidates:
+        if budget <= 0:
+            break
+        info = ctx.objects.jobs[i]
+        rules = info.spec.migration
+        assert rules is not None
         count = _move_job(ctx, i, observed, outcome, actions, events, min(rules.max_pods_per_cycle, budget))
         if count:
             moved[info.key] = count
             budget -= count
-    return Migrated(moved, tuple(events))
+    return Migrated(moved, tuple(events), actions, outcome)
 
 
 def _move_job(ctx: PlanContext, i: int, observed: Observed, outcome: Outcome, actions: Actions,

@@ -91,6 +91,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
         pools[name] = replace(pools[name], conditions=pools[name].conditions + conditions)
     actions = reconcile(ctx, observed, outcome, resizes)
     migrated = migrate(ctx, observed, outcome, actions, held=life.held)
+    outcome, actions = migrated.outcome, migrated.actions
     market = outcome.market
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused)

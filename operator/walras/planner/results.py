@@ -206,11 +206,13 @@ class Actions:
 
 @dataclass(frozen=True)
 class Migrated:
-    """What the migration phase did besides its actions: the pods moved per job key, and their ``Rebalanced``
-    events in the order the moves were made."""
+    """What the migration phase returns: the pods moved per job key, their ``Rebalanced`` events in the order the
+    moves were made, and the actions and outcome after the moves (:func:`walras.planner.migration.migrate`)."""
 
     moved: Mapping[tuple[str, str], int]
     events: tuple[PlanEvent, ...]
+    actions: Actions
+    outcome: Outcome
 
 
 @dataclass(frozen=True)
