@@ -291,11 +291,13 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
 def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping[ObjectKey, int],
              job_plans: Mapping[ObjectKey, JobPlan]) -> Concluded:
     """The post-status step (see the module docstring) on the job plans ``job_plans``; ``moved``: pods the migration
-    phase moved per job. Returns every job's concluded plan and the events it raised, job by job."""
+    phase moved per job. Returns every job's concluded plan, the events it raised, job by job, and the actions with
+    the lifecycle's deletions added and the reasons of a stopped job's deletions (new lists where they change)."""
     events: list[PlanEvent] = []
     out: dict[ObjectKey, JobPlan] = {}
+    pods: dict[ObjectKey, list[PodPlan]] = defaultdict(list, actions.pods)  # lists shared until one changes
     for key, plans in life.pods.items():
-        actions.pods[key].extend(plans)
+        pods[key] = [*pods.get(key, ()), *plans]
     in_market = {info.key for info in ctx.objects.jobs}
     previous = ctx.previous
     for job in life.cluster.jobs:
@@ -310,24 +312,25 @@ def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping
                 reported.last_migration, old.last_migration if old is not None else None))
         state = life.jobs.get(job.key)
         if state is not None:
-            jp = _conclude_job(jp, state, actions, old.phase if old is not None else reported.phase, life, events)
+            jp = _conclude_job(jp, state, pods, old.phase if old is not None else reported.phase, life, events)
         else:  # an invalid job: its counters are carried as its status reports them
             jp = dataclasses.replace(jp, failures=reported.failures, last_failure=reported.last_failure,
                                      completion_time=reported.completed)
         if job.key in in_market and life.pods.get(job.key):  # else the status phase's order stands
-            jp = dataclasses.replace(jp, pods=tuple(sorted(actions.pods.get(job.key, []), key=lambda p: p.name)))
+            jp = dataclasses.replace(jp, pods=tuple(sorted(pods.get(job.key, []), key=lambda p: p.name)))
         out[job.key] = jp
         if life.lost.get(job.key):
             count = life.lost[job.key]
             events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
                                     f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
                                     "planned elsewhere."))
-    return Concluded(out, tuple(events))
+    return Concluded(out, tuple(events), Actions(pods, actions.deferred, actions.placed, actions.unplaced))
 
 
-def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle,
+def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan]], before: str, whole: Lifecycle,
                   events: list[PlanEvent]) -> JobPlan:
-    """One job's plan with its lifecycle phase, counters and conditions; its events added to ``events``."""
+    """One job's plan with its lifecycle phase, counters and conditions; its events added to ``events``, its
+    deletions' new reasons to ``pods`` (the pod plans per job)."""
     spec = life.spec
     jp = dataclasses.replace(jp, failures=life.failures, last_failure=life.last_failure,
                              counted_failures=life.counted, completion_time=life.completion)
@@ -357,13 +360,13 @@ def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, who
         message = (f"{life.failures} failed pod(s), more than spec.backoffLimit {spec.backoff_limit}: the job's pods "
                    "are deleted and its share released")
         conditions.append(Condition("Failed", "True", "BackoffLimitExceeded", message))
-        jp = _reason(actions, jp, f"BackoffLimitExceeded: {message}")
+        jp = _reason(pods, jp, f"BackoffLimitExceeded: {message}")
         if before != "Failed":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "BackoffLimitExceeded", message))
     elif life.state == "Suspended":
         message = "spec.suspend is true: the job's pods are deleted and its share released"
         conditions.append(Condition("Suspended", "True", "JobSuspended", message))
-        jp = _reason(actions, jp, f"Suspended: {message}")
+        jp = _reason(pods, jp, f"Suspended: {message}")
         if before != "Suspended":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Suspended", message))
     elif life.state == "Backoff" and life.retry_at is not None:
@@ -377,18 +380,19 @@ def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, who
     return dataclasses.replace(jp, conditions=tuple(conditions))
 
 
-def _reason(actions: Actions, jp: JobPlan, reason: str) -> JobPlan:
+def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> JobPlan:
     """The reason of the deletions the reconcile phase planned for a job that left the market (new plans in place of
-    the old ones, in the job's actions and in the listed pods of the job plan returned)."""
-    plans = actions.pods.get(jp.key)
+    the old ones, in a new list of the job's in ``pods`` and in the listed pods of the job plan returned)."""
+    plans = pods.get(jp.key)
     if not plans:
         return jp
     renamed: dict[int, PodPlan] = {}
-    for q, p in enumerate(plans):
+    for p in plans:
         if p.action == "delete" and p.reason.startswith("surplus"):
-            plans[q] = renamed[id(p)] = dataclasses.replace(p, reason=reason)
+            renamed[id(p)] = dataclasses.replace(p, reason=reason)
     if not renamed:
         return jp
+    pods[jp.key] = [renamed.get(id(p), p) for p in plans]
     # the status phase listed the same plans on the job
     return dataclasses.replace(jp, pods=tuple(renamed.get(id(p), p) for p in jp.pods))
 

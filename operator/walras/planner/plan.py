@@ -101,7 +101,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     pools.update(priced.pools)
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
     jobs.update(concluded.jobs)
-    pods = _listed(jobs, actions, statuses.counted)
+    pods = _listed(jobs, concluded.actions, statuses.counted)
     reuse.commit()
     # the events in the order the phases raised them
     events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events,

@@ -228,10 +228,11 @@ class JobStatuses:
 @dataclass(frozen=True)
 class Concluded:
     """What the post-status lifecycle step returns: every job's plan with its lifecycle phase, counters and
-    conditions, and the events it raised, job by job."""
+    conditions, the events it raised, job by job, and the actions with the lifecycle's deletions."""
 
     jobs: Mapping[tuple[str, str], JobPlan]
     events: tuple[PlanEvent, ...]
+    actions: Actions
 
 
 @dataclass(frozen=True)
