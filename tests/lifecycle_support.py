@@ -133,10 +133,10 @@ class ScriptedPlanner:
         with self._lock:
             pods = [PodPlan(**p.to_dict()) for p in self._pods]
             self.snapshots += 1
-        jobs: dict[tuple[str, str], JobPlan] = {}
+        listed: dict[tuple[str, str], list[PodPlan]] = {}
         for pp in pods:
-            job = jobs.setdefault((pp.namespace, pp.job), JobPlan(pp.namespace, pp.job, "Running"))
-            job.pods.append(pp)
+            listed.setdefault((pp.namespace, pp.job), []).append(pp)
+        jobs = {key: JobPlan(key[0], key[1], "Running", pods=tuple(plans)) for key, plans in listed.items()}
         return Plan(jobs=jobs, pods=tuple(pods))
 
 

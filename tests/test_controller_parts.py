@@ -93,8 +93,8 @@ def test_the_status_writer_patches_once_per_change_and_posts_each_event_once() -
     writer = StatusWriter(client, Recorder(client, "me"))  # type: ignore[arg-type]
     pool_obj = {"apiVersion": "walras.dev/v1alpha1", "kind": "ResourcePool",
                 "metadata": {"name": "p", "resourceVersion": "1", "generation": 2}}
-    pool = PoolPlan("p", "gpu", "spread", 1, ["n1"], 4.0, 1.0, 0.5, 0.25,
-                    conditions=[Condition("Ready", "True", "Priced")], observed_generation=2)
+    pool = PoolPlan("p", "gpu", "spread", 1, ("n1",), 4.0, 1.0, 0.5, 0.25,
+                    conditions=(Condition("Ready", "True", "Priced"),), observed_generation=2)
     event = PlanEvent("ResourcePool", "", "p", "Normal", "Priced", "priced")
     plan = Plan(pools={"p": pool}, events=[event])
     index = SnapshotIndex.of(Snapshot(pools=(pool_obj,)))

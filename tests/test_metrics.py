@@ -20,9 +20,9 @@ def samples(metrics: WalrasMetrics) -> dict[tuple[str, tuple[tuple[str, str], ..
 
 def make_plan(n_jobs: int = 3) -> Plan:
     plan = Plan(solver=SolverStats(iterations=42, gap=1e-5, converged=False, seconds=0.02), seconds=0.05)
-    plan.pools["v100"] = PoolPlan("v100", "nvidia.com/gpu", "utility", 2, ["a", "b"], 8.0, 6.0, 1.5, 0.75)
-    plan.pools["cpu"] = PoolPlan("cpu", "cpu", "colocation", 1, ["c"], 64.0, 16.0, 0.1, 0.25,
-                                 conditions=[Condition("Valid", "False", "InvalidSelector", "bad")])
+    plan.pools["v100"] = PoolPlan("v100", "nvidia.com/gpu", "utility", 2, ("a", "b"), 8.0, 6.0, 1.5, 0.75)
+    plan.pools["cpu"] = PoolPlan("cpu", "cpu", "colocation", 1, ("c",), 64.0, 16.0, 0.1, 0.25,
+                                 conditions=(Condition("Valid", "False", "InvalidSelector", "bad"),))
     for i in range(n_jobs):
         plan.jobs[("ns", f"j{i}")] = JobPlan("ns", f"j{i}", "Running", {"v100": 1.0}, {"v100": 1}, throughput=10.0 + i,
                                              utility=float(i), cost=float(i), target=5.0 if i == 0 else None)

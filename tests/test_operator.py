@@ -50,7 +50,7 @@ def stand_in_planner(store: Store) -> Any:
 
     def plan(cluster: Cluster, previous: Plan | None, **_: Any) -> Plan:
         node = sorted(n.name for n in cluster.nodes)[0]
-        pools = {pool.name: PoolPlan(pool.name, "cpu", "utility", len(cluster.nodes), [node], 8.0, 1.0, 0.25, 0.125)
+        pools = {pool.name: PoolPlan(pool.name, "cpu", "utility", len(cluster.nodes), (node,), 8.0, 1.0, 0.25, 0.125)
                  for pool in cluster.pools}
         annotations = {(j["metadata"]["namespace"], j["metadata"]["name"]): j["metadata"]["annotations"]
                        for j in store.list(store.types[JOB], None)}
@@ -79,7 +79,8 @@ def stand_in_planner(store: Store) -> Any:
             for (pns, pname), pod in existing.items():
                 if pns == ns and pod.job == name and int(pname.rsplit("-", 1)[1]) >= want:
                     pods.append(PodPlan(ns, pname, name, "p", None, action="delete", exists=True))
-            jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25, pods=pods)
+            jobs[(ns, name)] = JobPlan(ns, name, "Running", {"p": 1.0}, {"p": want}, float(want), 1.0, 0.25,
+                                       pods=tuple(pods))
             all_pods.extend(pods)
         return Plan(pools=pools, jobs=jobs, pods=tuple(all_pods))
 

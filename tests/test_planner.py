@@ -495,8 +495,9 @@ def test_warm_start_passes_previous_prices(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(rounds_module, "solve_market", spy)
     snap = small_cluster()
     first = build_plan(snap)
-    first.pools["a"].price, first.pools["b"].price = 0.25, 0.75
-    build_plan(snap, first)
+    pools = {**first.pools, "a": dataclasses.replace(first.pools["a"], price=0.25),
+             "b": dataclasses.replace(first.pools["b"], price=0.75)}
+    build_plan(snap, dataclasses.replace(first, pools=pools))
     assert seen[0] is None
     assert seen[1].tolist() == [0.25, 0.75]
 
@@ -692,9 +693,9 @@ def test_node_selector_needs_every_label() -> None:
     two = pool("a1", "a")
     two["spec"]["nodeSelector"]["zone"] = "1"
     alone = build_plan(Snapshot(nodes=tuple(nodes), pools=(two,)))
-    assert alone.pools["a1"].nodes == ["x"]
+    assert alone.pools["a1"].nodes == ("x",)
     # pools claim nodes in name order: "a" takes x and y, "a1" keeps none and reports the overlap
     plan = build_plan(Snapshot(nodes=tuple(nodes), pools=(two, pool("a", "a"))))
-    assert plan.pools["a"].nodes == ["x", "y"]
-    assert plan.pools["a1"].nodes == []
+    assert plan.pools["a"].nodes == ("x", "y")
+    assert plan.pools["a1"].nodes == ()
     assert any(c.type == "NodesOverlap" for c in plan.pools["a1"].conditions)

@@ -494,16 +494,18 @@ def _status_inputs(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
 
 
 def _statuses(inputs: tuple[Any, ...], edit: Any, memo: PlanCache | None) -> tuple[Any, PlanCache]:
-    """What the status phase writes (every job's status body and the plan's events) for a copy of ``inputs`` changed
+    """What the status phase gives (every job's status body and the events it raises) for a copy of ``inputs`` changed
     by ``edit``, reading the cache ``memo`` (None: no cache to read); and the cache of what it recorded."""
-    ctx, outcome, actions, resizes, draft = copy.deepcopy(inputs)
-    edit(ctx.objects, outcome, actions, resizes)
+    ctx, outcome, actions, resizes, jobs = copy.deepcopy(inputs)
+    objects = edit(ctx.objects, outcome, actions, resizes)  # a new Objects where the edit changes one (frozen)
+    if objects is not None:
+        ctx = replace(ctx, objects=objects)
     outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
     record = memo.fork() if memo is not None else PlanCache()
     reuse = Reuse(record, read=memo is not None)
-    job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, draft)
+    statuses = job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, jobs)
     reuse.commit()
-    body = plan_document(Plan(jobs=draft.jobs, events=draft.events))
+    body = plan_document(Plan(jobs={**jobs, **statuses.jobs}, events=statuses.events))
     return (body["jobs"], body["events"]), record
 
 
@@ -515,8 +517,10 @@ def _pods(actions: Any, key: tuple[str, str], edit: Any) -> None:
     actions.pods[key] = [edit(k, p) for k, p in enumerate(actions.pods[key])]
 
 
-def _spec(objects: Any, **changes: Any) -> None:
-    objects.jobs[0].spec = replace(objects.jobs[0].spec, **changes)
+def _spec(objects: Any, **changes: Any) -> Any:
+    """``objects`` with job 0's spec changed by ``changes``."""
+    first = replace(objects.jobs[0], spec=replace(objects.jobs[0].spec, **changes))
+    return replace(objects, jobs=(first, *objects.jobs[1:]))
 
 
 def _placed(actions: Any, key: tuple[str, str]) -> None:
@@ -581,9 +585,9 @@ def test_the_status_memo_key_covers_every_input(name: str, monkeypatch: pytest.M
     assert all(recorded[key].text is remembered[key].text and recorded[key].done is remembered[key].done
                for key in recorded)
 
-    def changed_input(*args: Any) -> None:
-        start(*args)
-        change(*args)
+    def changed_input(objects: Any, *rest: Any) -> Any:
+        objects = start(objects, *rest) or objects
+        return change(objects, *rest) or objects
 
     fresh, _ = _statuses(inputs, changed_input, None)
     assert fresh != before, name

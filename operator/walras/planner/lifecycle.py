@@ -53,7 +53,7 @@ import numpy as np
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, rfc3339
-from walras.planner.results import NODE_LOSS_GRACE, Actions, PlanContext, PlanDraft
+from walras.planner.results import NODE_LOSS_GRACE, Actions, Concluded, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
 
@@ -289,104 +289,117 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
 
 
 def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping[ObjectKey, int],
-             plan: PlanDraft) -> None:
-    """The post-status step (see the module docstring); ``moved``: pods the migration phase moved per job."""
+             job_plans: Mapping[ObjectKey, JobPlan]) -> Concluded:
+    """The post-status step (see the module docstring) on the job plans ``job_plans``; ``moved``: pods the migration
+    phase moved per job. Returns every job's concluded plan, the events it raised, job by job, and the actions with
+    the lifecycle's deletions added and the reasons of a stopped job's deletions (new lists where they change)."""
+    events: list[PlanEvent] = []
+    out: dict[ObjectKey, JobPlan] = {}
+    pods: dict[ObjectKey, list[PodPlan]] = defaultdict(list, actions.pods)  # lists shared until one changes
     for key, plans in life.pods.items():
-        actions.pods[key].extend(plans)
+        pods[key] = [*pods.get(key, ()), *plans]
     in_market = {info.key for info in ctx.objects.jobs}
     previous = ctx.previous
     for job in life.cluster.jobs:
-        jp = plan.jobs.get(job.key)
+        jp = job_plans.get(job.key)
         if jp is None:
             continue
         old = previous.jobs.get(job.key) if previous is not None else None
         reported = job.reported
-        jp.migrations = max(reported.migrations, old.migrations if old is not None else 0) + moved.get(job.key, 0)
-        jp.last_migration = life.now if moved.get(job.key) else latest(
-            reported.last_migration, old.last_migration if old is not None else None)
+        jp = dataclasses.replace(
+            jp, migrations=max(reported.migrations, old.migrations if old is not None else 0) + moved.get(job.key, 0),
+            last_migration=life.now if moved.get(job.key) else latest(
+                reported.last_migration, old.last_migration if old is not None else None))
         state = life.jobs.get(job.key)
         if state is not None:
-            _conclude_job(jp, state, actions, old.phase if old is not None else reported.phase, life, plan)
+            jp = _conclude_job(jp, state, pods, old.phase if old is not None else reported.phase, life, events)
         else:  # an invalid job: its counters are carried as its status reports them
-            jp.failures, jp.last_failure = reported.failures, reported.last_failure
-            jp.completion_time = reported.completed
+            jp = dataclasses.replace(jp, failures=reported.failures, last_failure=reported.last_failure,
+                                     completion_time=reported.completed)
         if job.key in in_market and life.pods.get(job.key):  # else the status phase's order stands
-            jp.pods = sorted(actions.pods.get(job.key, []), key=lambda p: p.name)
+            jp = dataclasses.replace(jp, pods=tuple(sorted(pods.get(job.key, []), key=lambda p: p.name)))
+        out[job.key] = jp
         if life.lost.get(job.key):
             count = life.lost[job.key]
-            plan.events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
-                                         f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
-                                         "planned elsewhere."))
+            events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
+                                    f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
+                                    "planned elsewhere."))
+    return Concluded(out, tuple(events), Actions(pods, actions.deferred, actions.placed, actions.unplaced))
 
 
-def _conclude_job(jp: JobPlan, life: JobLife, actions: Actions, before: str, whole: Lifecycle,
-                  plan: PlanDraft) -> None:
+def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan]], before: str, whole: Lifecycle,
+                  events: list[PlanEvent]) -> JobPlan:
+    """One job's plan with its lifecycle phase, counters and conditions; its events added to ``events``, its
+    deletions' new reasons to ``pods`` (the pod plans per job)."""
     spec = life.spec
-    jp.failures = life.failures
-    jp.last_failure = life.last_failure
-    jp.counted_failures = life.counted
-    jp.completion_time = life.completion
-    event = plan.events.append
+    jp = dataclasses.replace(jp, failures=life.failures, last_failure=life.last_failure,
+                             counted_failures=life.counted, completion_time=life.completion)
+    event = events.append
     for pod in life.new_failures:
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodFailed",
                         f"Pod {pod.name} failed{f' ({pod.reason})' if pod.reason else ''}: failure {life.failures} "
                         f"of backoffLimit {spec.backoff_limit}; replaced after {backoff_delay(life.failures):g} s."))
     if life.replicas != spec.replicas:
-        _placed_over_real_replicas(jp, spec)
+        jp = _placed_over_real_replicas(jp, spec)
+    conditions = list(jp.conditions)
     if life.state in ("Complete", "Failed", "Suspended"):
-        jp.conditions = [c for c in jp.conditions if c.type not in _MARKET_CONDITIONS]
-        jp.phase = life.state
+        conditions = [c for c in conditions if c.type not in _MARKET_CONDITIONS]
+        jp = dataclasses.replace(jp, phase=life.state)
     if life.state == "Complete":
-        jp.conditions.append(Condition("Complete", "True", "PodSucceeded",
-                                       f"{life.succeeded} pod(s) succeeded and none runs any more; the job's share "
-                                       "is released"))
+        conditions.append(Condition("Complete", "True", "PodSucceeded",
+                                    f"{life.succeeded} pod(s) succeeded and none runs any more; the job's share "
+                                    "is released"))
         if before != "Complete":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Completed",
                             f"Complete at {rfc3339(life.completion) if life.completion is not None else 'unknown'}; "
                             "its capacity is priced again."))
     elif life.state == "Completing":
-        jp.conditions.append(Condition("Complete", "False", "PodsFinishing",
-                                       f"a pod succeeded: no new pod is created; {life.live} pod(s) still run"))
+        conditions.append(Condition("Complete", "False", "PodsFinishing",
+                                    f"a pod succeeded: no new pod is created; {life.live} pod(s) still run"))
     elif life.state == "Failed":
         message = (f"{life.failures} failed pod(s), more than spec.backoffLimit {spec.backoff_limit}: the job's pods "
                    "are deleted and its share released")
-        jp.conditions.append(Condition("Failed", "True", "BackoffLimitExceeded", message))
-        _reason(actions, jp, f"BackoffLimitExceeded: {message}")
+        conditions.append(Condition("Failed", "True", "BackoffLimitExceeded", message))
+        jp = _reason(pods, jp, f"BackoffLimitExceeded: {message}")
         if before != "Failed":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "BackoffLimitExceeded", message))
     elif life.state == "Suspended":
         message = "spec.suspend is true: the job's pods are deleted and its share released"
-        jp.conditions.append(Condition("Suspended", "True", "JobSuspended", message))
-        _reason(actions, jp, f"Suspended: {message}")
+        conditions.append(Condition("Suspended", "True", "JobSuspended", message))
+        jp = _reason(pods, jp, f"Suspended: {message}")
         if before != "Suspended":
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Suspended", message))
     elif life.state == "Backoff" and life.retry_at is not None:
-        jp.conditions.append(Condition(
+        conditions.append(Condition(
             "Backoff", "True", "FailedPodBackoff",
             f"{life.failures} failed pod(s) (backoffLimit {spec.backoff_limit}): no new pod before "
             f"{rfc3339(life.retry_at)} ({backoff_delay(life.failures):g} s after the last failure)"))
     if before == "Suspended" and life.state != "Suspended":
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Resumed",
                         "spec.suspend is false: the job is planned again."))
+    return dataclasses.replace(jp, conditions=tuple(conditions))
 
 
-def _reason(actions: Actions, jp: JobPlan, reason: str) -> None:
+def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> JobPlan:
     """The reason of the deletions the reconcile phase planned for a job that left the market (new plans in place of
-    the old ones, in the job's actions and its listed pods)."""
-    plans = actions.pods.get(jp.key)
+    the old ones, in a new list of the job's in ``pods`` and in the listed pods of the job plan returned)."""
+    plans = pods.get(jp.key)
     if not plans:
-        return
+        return jp
     renamed: dict[int, PodPlan] = {}
-    for q, p in enumerate(plans):
+    for p in plans:
         if p.action == "delete" and p.reason.startswith("surplus"):
-            plans[q] = renamed[id(p)] = dataclasses.replace(p, reason=reason)
-    if renamed:  # the status phase listed the same plans on the job
-        jp.pods = [renamed.get(id(p), p) for p in jp.pods]
+            renamed[id(p)] = dataclasses.replace(p, reason=reason)
+    if not renamed:
+        return jp
+    pods[jp.key] = [renamed.get(id(p), p) for p in plans]
+    # the status phase listed the same plans on the job
+    return dataclasses.replace(jp, pods=tuple(renamed.get(id(p), p) for p in jp.pods))
 
 
-def _placed_over_real_replicas(jp: JobPlan, spec: JobSpec) -> None:
-    """Throughput and utility of the placed replicas over the spec's replica count (the status phase divided by the
-    effective count): replica k of N runs a 1/N share of the job (004 Sec. 2.1)."""
+def _placed_over_real_replicas(jp: JobPlan, spec: JobSpec) -> JobPlan:
+    """The job plan with the throughput and utility of the placed replicas over the spec's replica count (the status
+    phase divided by the effective count): replica k of N runs a 1/N share of the job (004 Sec. 2.1)."""
     t = sum(spec.throughput.get(pool, 0.0) * count for pool, count in jp.replicas.items()) / max(spec.replicas, 1)
-    jp.throughput = float(t)
-    jp.utility = float(utility_values([spec.utility], [1.0], np.array([t]))[0])
+    return dataclasses.replace(jp, throughput=float(t),
+                               utility=float(utility_values([spec.utility], [1.0], np.array([t]))[0]))

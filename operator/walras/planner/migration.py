@@ -39,18 +39,20 @@ without a clock (``now`` None) nothing moves.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.market import utility_values
 from walras.planner.model import ObjectKey, PlanEvent, PodPlan
 from walras.planner.quantity import format_quantity
 from walras.planner.reconcile import pod_base
 from walras.planner.replicas import largest_remainder
-from walras.planner.results import Actions, Observed, Outcome, PlanContext, PlanDraft
+from walras.planner.results import Actions, Migrated, Observed, Outcome, PlanContext
 from walras.planner.spec import restart_cost
 
 
@@ -89,18 +91,20 @@ class _Move:
     note: str = ""
 
 
-def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, plan: PlanDraft, *,
-            held: Collection[ObjectKey] = ()) -> dict[ObjectKey, int]:
-    """Plan the moves of the module docstring into ``actions`` (and events into ``plan``), with the clock and the
-    budget of ``ctx.options``; return the pods moved per job. Jobs in ``held`` (the lifecycle holds them below their
-    spec: completing, in backoff, out of the market) are not moved."""
+def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, *,
+            held: Collection[ObjectKey] = ()) -> Migrated:
+    """Plan the moves of the module docstring, with the clock and the budget of ``ctx.options``; return the pods
+    moved per job, their ``Rebalanced`` events, and the actions and outcome after them (new ones, with the moves'
+    pod plans and placed replicas and their reservations on a copy of the node table, where a job may move; else
+    ``actions`` and ``outcome`` themselves). Jobs in ``held`` (the lifecycle holds them below their spec:
+    completing, in backoff, out of the market) are not moved."""
     moved: dict[ObjectKey, int] = {}
+    events: list[PlanEvent] = []
     now, budget, previous = ctx.options.now, ctx.options.max_migrations, ctx.previous
     if now is None or budget <= 0:
-        return moved
+        return Migrated(moved, (), actions, outcome)
+    candidates: list[int] = []
     for i, info in enumerate(ctx.objects.jobs):
-        if budget <= 0:
-            break
         spec = info.spec
         rules = spec.migration
         if rules is None or spec.replicas <= 0 or info.key in held:
@@ -110,16 +114,34 @@ def migrate(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
                 if t is not None]
         if last and now - max(last) < rules.cooldown_seconds:
             continue
-        count = _move_job(ctx, i, observed, outcome, actions, plan, min(rules.max_pods_per_cycle, budget))
+        candidates.append(i)
+    if not candidates:
+        return Migrated(moved, (), actions, outcome)
+    table = outcome.table
+    outcome = replace(outcome, table=NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
+                                               table.alloc, table.used.copy(), table.usable),
+                      walras_count=outcome.walras_count.copy())
+    placed: defaultdict[ObjectKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    placed.update((key, defaultdict(int, counts)) for key, counts in actions.placed.items())
+    actions = Actions(defaultdict(list, ((key, list(plans)) for key, plans in actions.pods.items())),
+                      actions.deferred, placed, actions.unplaced)
+    for i in candidates:
+        if budget <= 0:
+            break
+        info = ctx.objects.jobs[i]
+        rules = info.spec.migration
+        assert rules is not None
+        count = _move_job(ctx, i, observed, outcome, actions, events, min(rules.max_pods_per_cycle, budget))
         if count:
             moved[info.key] = count
             budget -= count
-    return moved
+    return Migrated(moved, tuple(events), actions, outcome)
 
 
-def _move_job(ctx: PlanContext, i: int, observed: Observed, outcome: Outcome, actions: Actions, plan: PlanDraft,
-              limit: int) -> int:
-    """Job row i's moves (at most ``limit``), one at a time, the largest gain first; the pods moved."""
+def _move_job(ctx: PlanContext, i: int, observed: Observed, outcome: Outcome, actions: Actions,
+              events: list[PlanEvent], limit: int) -> int:
+    """Job row i's moves (at most ``limit``), one at a time, the largest gain first, their events added to
+    ``events``; the pods moved."""
     objects = ctx.objects
     info = objects.jobs[i]
     now = ctx.options.now
@@ -187,7 +209,7 @@ def _move_job(ctx: PlanContext, i: int, observed: Observed, outcome: Outcome, ac
         note = "" if remaining is None else (
             f"; finishes {remaining / initial - restart - remaining / faster:.0f} s sooner with {remaining:g} work "
             f"left (restart {restart:g} s)" if initial > 0 else f"; {remaining:g} work left")
-        _apply(ctx, i, _Move(pod, pp, j, k, node, gain, before, value, note), observed, outcome, (actions, plan))
+        _apply(ctx, i, _Move(pod, pp, j, k, node, gain, before, value, note), observed, outcome, (actions, events))
         placed[j] -= 1
         placed[k] += 1
         done += 1
@@ -220,11 +242,11 @@ def _room(ctx: PlanContext, i: int, k: int, outcome: Outcome) -> int | None:
 
 
 def _apply(ctx: PlanContext, i: int, move: _Move, observed: Observed, outcome: Outcome,
-           out: tuple[Actions, PlanDraft]) -> None:
+           out: tuple[Actions, list[PlanEvent]]) -> None:
     """Carry out ``move`` of job row i: the replacement reserved on its node, the moved pod's plan replaced by an
     ``evict`` (a new plan: the old one may be shared with the previous plan), a ``create`` for the replacement, the
     placed replicas moved and a ``Rebalanced`` event."""
-    actions, plan = out
+    actions, events = out
     info, template, table = ctx.objects.jobs[i], ctx.templates[i], outcome.table
     spec = info.spec
     key = info.key
@@ -255,6 +277,6 @@ def _apply(ctx: PlanContext, i: int, move: _Move, observed: Observed, outcome: O
     if placed[source.name] <= 0:
         del placed[source.name]
     placed[target.name] = placed.get(target.name, 0) + 1
-    plan.events.append(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Rebalanced",
-                                 f"Pod {pod.name} moves from pool {source.name!r} to {target.name!r} "
-                                 f"(node {table.names[node]}): {how}."))
+    events.append(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Rebalanced",
+                            f"Pod {pod.name} moves from pool {source.name!r} to {target.name!r} "
+                            f"(node {table.names[node]}): {how}."))

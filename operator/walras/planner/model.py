@@ -111,28 +111,31 @@ class PodPlan:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolPlan:
-    """A ResourcePool's market state and placement summary."""
+    """A ResourcePool's market state and placement summary. Frozen: the objects phase builds it, the phases after
+    it return changed copies (``dataclasses.replace``)."""
 
     name: str
     resource: str
     policy: str
     node_count: int
-    nodes: list[str]
+    nodes: tuple[str, ...]
     capacity: float
     used: float
     price: float
     utilisation: float
     pods_planned: int = 0
     pods_bound: int = 0
-    conditions: list[Condition] = field(default_factory=list)
+    conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobPlan:
-    """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it."""
+    """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it.
+    Frozen: the objects phase builds it, the status and lifecycle phases return changed copies
+    (``dataclasses.replace``)."""
 
     namespace: str
     name: str
@@ -148,8 +151,8 @@ class JobPlan:
     priced_cost: float = 0.0  # sum_j p_j d_ij x_ij
     throughput_unit: str = "/s"
     target: float | None = None  # target throughput for target-priority utilities
-    pods: list[PodPlan] = field(default_factory=list)
-    conditions: list[Condition] = field(default_factory=list)
+    pods: tuple[PodPlan, ...] = ()
+    conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
     #: Lifecycle counters (:mod:`walras.planner.lifecycle`, :mod:`walras.planner.migration`); times in epoch seconds.
     failures: int = 0  # failed pods counted so far (status.failedPods)

@@ -12,16 +12,17 @@ from __future__ import annotations
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Cluster
-from walras.planner.model import Condition, JobPlan, PoolPlan
-from walras.planner.results import JobInfo, Objects, PlanDraft, PoolInfo
+from walras.planner.cluster import Cluster, Job
+from walras.planner.model import Condition, JobPlan, PlanEvent, PoolPlan
+from walras.planner.results import JobInfo, Objects, PoolInfo, Reported
 from walras.planner.spec import ProfileSpec
 
 __all__ = ["JobInfo", "Objects", "PoolInfo", "build_objects", "select"]
 
 
-def _warn(plan: PlanDraft, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-    plan.warn(kind, namespace, name, reason, message)
+def _warn(events: list[PlanEvent], kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+    """Add a Warning event against an object to ``events``."""
+    events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
 
 def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -40,27 +41,34 @@ def select(table: NodeTable, selector: dict[str, str], columns: dict[str, np.nda
     return mask
 
 
-def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Objects:
-    """Validate profiles, pools and jobs into :class:`Objects`; record conditions and events for each in ``plan``."""
-    out = Objects(pool_of_node=np.full(len(table.names), -1, dtype=np.int64))
+def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported]:
+    """Validate profiles, pools and jobs into :class:`Objects`; with what is :class:`Reported` of each (its plan,
+    conditions and events)."""
+    pool_of_node = np.full(len(table.names), -1, dtype=np.int64)
+    pool_infos: list[PoolInfo] = []
+    job_infos: list[JobInfo] = []
+    invalid: set[tuple[str, str]] = set()
+    events: list[PlanEvent] = []
+    pool_plans: dict[str, PoolPlan] = {}
+    job_plans: dict[tuple[str, str], JobPlan] = {}
+    profile_conditions: dict[str, list[Condition]] = {}
     profiles: dict[str, ProfileSpec] = {}
     columns = table.labels  # each label key's values over the nodes, kept with the table (read-only)
     for obj in cluster.profiles:
         if obj.spec is None:
-            plan.profiles[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
-            _warn(plan, "ColocationProfile", "", obj.name, "InvalidSpec", obj.error or "")
+            profile_conditions[obj.name] = [Condition("Valid", "False", "InvalidSpec", obj.error or "")]
+            _warn(events, "ColocationProfile", "", obj.name, "InvalidSpec", obj.error or "")
             continue
         profiles[obj.name] = obj.spec
-        plan.profiles[obj.name] = [Condition("Valid", "True", "Valid", f"{len(obj.spec.types)} types")]
+        profile_conditions[obj.name] = [Condition("Valid", "True", "Valid", f"{len(obj.spec.types)} types")]
 
     for pool in cluster.pools:
         name = pool.name
         if pool.spec is None:
-            pp = PoolPlan(name, "", "", 0, [], 0.0, 0.0, 0.0, 0.0)
-            pp.conditions.append(Condition("Valid", "False", "InvalidSpec", pool.error or ""))
-            pp.observed_generation = pool.generation
-            plan.pools[name] = pp
-            _warn(plan, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
+            pool_plans[name] = PoolPlan(name, "", "", 0, (), 0.0, 0.0, 0.0, 0.0,
+                                        conditions=(Condition("Valid", "False", "InvalidSpec", pool.error or ""),),
+                                        observed_generation=pool.generation)
+            _warn(events, "ResourcePool", "", name, "InvalidSpec", pool.error or "")
             continue
         spec = pool.spec
         profile: ProfileSpec | None = None
@@ -68,88 +76,101 @@ def build_objects(cluster: Cluster, table: NodeTable, plan: PlanDraft) -> Object
             profile = profiles.get(spec.profile or "")
             if profile is None:
                 message = f"ColocationProfile {spec.profile!r} does not exist or is invalid"
-                pp = PoolPlan(name, spec.resource, spec.policy, 0, [], 0.0, 0.0, 0.0, 0.0)
-                pp.conditions.append(Condition("Valid", "False", "ProfileNotFound", message))
-                pp.observed_generation = pool.generation
-                plan.pools[name] = pp
-                _warn(plan, "ResourcePool", "", name, "ProfileNotFound", message)
+                pool_plans[name] = PoolPlan(name, spec.resource, spec.policy, 0, (), 0.0, 0.0, 0.0, 0.0,
+                                            conditions=(Condition("Valid", "False", "ProfileNotFound", message),),
+                                            observed_generation=pool.generation)
+                _warn(events, "ResourcePool", "", name, "ProfileNotFound", message)
                 continue
         conditions: list[Condition] = []
         match = select(table, spec.node_selector, columns)
-        overlap = match & (out.pool_of_node >= 0)
+        overlap = match & (pool_of_node >= 0)
         if overlap.any():
-            other = out.pools[int(out.pool_of_node[np.flatnonzero(overlap)[0]])].name
+            other = pool_infos[int(pool_of_node[np.flatnonzero(overlap)[0]])].name
             message = f"{int(overlap.sum())} node(s) also match pool {other!r}; they stay in {other!r}"
             conditions.append(Condition("NodesOverlap", "True", "SelectorOverlap", message))
-            _warn(plan, "ResourcePool", "", name, "SelectorOverlap", message)
-        members = np.flatnonzero(match & (out.pool_of_node < 0))
-        out.pool_of_node[members] = len(out.pools)
+            _warn(events, "ResourcePool", "", name, "SelectorOverlap", message)
+        members = np.flatnonzero(match & (pool_of_node < 0))
+        pool_of_node[members] = len(pool_infos)
         usable = members[table.usable[members]]
-        out.pools.append(PoolInfo(spec, profile, members, usable))
+        pool_infos.append(PoolInfo(spec, profile, members, usable))
         conditions.insert(0, Condition("Valid", "True", "Valid", f"{usable.size} usable node(s)"))
         if usable.size == 0:
             conditions.append(Condition("Ready", "False", "NoNodes", "no Ready, schedulable node matches"))
             message = "no Ready, schedulable node matches the pool's nodeSelector"
-            _warn(plan, "ResourcePool", "", name, "NoNodes", message)
+            _warn(events, "ResourcePool", "", name, "NoNodes", message)
         else:
             conditions.append(Condition("Ready", "True", "NodesReady", f"{usable.size} node(s) ready"))
-        pp = PoolPlan(name, spec.resource, spec.policy, int(usable.size), [table.names[k] for k in usable],
-                      0.0, 0.0, 0.0, 0.0, conditions=conditions)
-        pp.observed_generation = pool.generation
-        plan.pools[name] = pp
+        pool_plans[name] = PoolPlan(name, spec.resource, spec.policy, int(usable.size),
+                                    tuple(table.names[k] for k in usable), 0.0, 0.0, 0.0, 0.0,
+                                    conditions=tuple(conditions), observed_generation=pool.generation)
 
-    index = out.pool_index
-    m = len(out.pools)
+    index = {p.name: j for j, p in enumerate(pool_infos)}
     for job in cluster.jobs:
         namespace, name = job.key
         if job.spec is None:
-            jp = JobPlan(namespace, name, "Invalid", observed_generation=job.generation)
-            jp.conditions.append(Condition("Valid", "False", "InvalidSpec", job.error or ""))
-            plan.jobs[job.key] = jp
-            out.invalid_jobs.add(job.key)
-            _warn(plan, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
+            job_plans[job.key] = JobPlan(namespace, name, "Invalid", observed_generation=job.generation,
+                                         conditions=(Condition("Valid", "False", "InvalidSpec", job.error or ""),))
+            invalid.add(job.key)
+            _warn(events, "FungibleJob", namespace, name, "InvalidSpec", job.error or "")
             continue
         job_spec = job.spec
-        jp = JobPlan(namespace, name, "Pending", observed_generation=job_spec.generation,
-                     target=job_spec.utility.target)
-        plan.jobs[job.key] = jp
-        ok = np.zeros(m, dtype=bool)
-        usable_any = False
-        problems: list[str] = []
-        for pool_name, value in sorted(job_spec.throughput.items()):
-            j = index.get(pool_name)
-            if j is None:
-                problems.append(f"throughput names unknown or invalid pool {pool_name!r}")
-                continue
-            if value <= 0:
-                continue
-            info = out.pools[j]
-            if info.profile is not None:
-                if job_spec.colocation_type is None:
-                    problems.append(f"pool {pool_name!r} uses the colocation policy but spec.colocation is missing")
-                    continue
-                if job_spec.colocation_type not in info.profile.types:
-                    message = (
-                        f"type {job_spec.colocation_type!r} of job {namespace}/{name} is missing from the profile's "
-                        f"types {list(info.profile.types)}"
-                    )
-                    problems.append(f"pool {pool_name!r}: {message}")
-                    plan.profiles[info.profile.name].append(Condition("TypesComplete", "False", "MissingType", message))
-                    _warn(plan, "ColocationProfile", "", info.profile.name, "MissingType", message)
-                    continue
-            ok[j] = True
-            usable_any = True
+        ok, problems = _usable_pools(job, pool_infos, index, profile_conditions, events)
+        usable_any = bool(ok.any())
         for problem in problems:
-            _warn(plan, "FungibleJob", namespace, name, "PoolUnusable", problem)
+            _warn(events, "FungibleJob", namespace, name, "PoolUnusable", problem)
         if problems:
-            jp.conditions.append(Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems)))
+            job_conditions = [Condition("PoolsValid", "False", "PoolUnusable", "; ".join(problems))]
         else:
-            jp.conditions.append(Condition("PoolsValid", "True", "PoolsValid", ""))
+            job_conditions = [Condition("PoolsValid", "True", "PoolsValid", "")]
+        phase = "Pending"
         if not usable_any:
-            jp.phase = "Unschedulable"
+            phase = "Unschedulable"
             message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
-            jp.conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
-            _warn(plan, "FungibleJob", namespace, name, "NoUsablePool", message)
+            job_conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
+            _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
+        job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
+                                     target=job_spec.utility.target, conditions=tuple(job_conditions))
+        if not usable_any:
             continue
-        out.jobs.append(JobInfo(job, job_spec, ok))
-    return out
+        job_infos.append(JobInfo(job, job_spec, ok))
+    pool_of_node.setflags(write=False)
+    out = Objects(tuple(pool_infos), tuple(job_infos), pool_of_node, frozenset(invalid))
+    reported = {name: tuple(conditions) for name, conditions in profile_conditions.items()}
+    return out, Reported(pool_plans, job_plans, reported, tuple(events))
+
+
+def _usable_pools(job: Job, pools: list[PoolInfo], index: dict[str, int],
+                  profile_conditions: dict[str, list[Condition]],
+                  events: list[PlanEvent]) -> tuple[np.ndarray, list[str]]:
+    """Which of the valid ``pools`` (``index``: by name) the valid ``job`` may use (throughput > 0 there, and its
+    colocation type in the pool's profile), and the problems of the pools it names but may not use; a type missing
+    from a profile adds a condition to the profile (in ``profile_conditions``) and a Warning to ``events``."""
+    job_spec = job.spec
+    assert job_spec is not None
+    namespace, name = job.key
+    ok = np.zeros(len(pools), dtype=bool)
+    problems: list[str] = []
+    for pool_name, value in sorted(job_spec.throughput.items()):
+        j = index.get(pool_name)
+        if j is None:
+            problems.append(f"throughput names unknown or invalid pool {pool_name!r}")
+            continue
+        if value <= 0:
+            continue
+        info = pools[j]
+        if info.profile is not None:
+            if job_spec.colocation_type is None:
+                problems.append(f"pool {pool_name!r} uses the colocation policy but spec.colocation is missing")
+                continue
+            if job_spec.colocation_type not in info.profile.types:
+                message = (
+                    f"type {job_spec.colocation_type!r} of job {namespace}/{name} is missing from the profile's "
+                    f"types {list(info.profile.types)}"
+                )
+                problems.append(f"pool {pool_name!r}: {message}")
+                profile_conditions[info.profile.name].append(
+                    Condition("TypesComplete", "False", "MissingType", message))
+                _warn(events, "ColocationProfile", "", info.profile.name, "MissingType", message)
+                continue
+        ok[j] = True
+    return ok, problems

@@ -70,11 +70,10 @@ def _observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
     # Most (job, pool) cells hold no pod: they all point at one empty list, never appended to (a cell gets its own
     # list with its first pod), instead of 2 n m lists allocated per plan (20,000 at 1,000 jobs x 10 pools).
     none: list[Pod] = []
-    out = Observed(
-        running=[[none] * m for _ in objects.jobs],
-        pending=[[none] * m for _ in objects.jobs],
-        walras_count=np.zeros(len(table.names), dtype=np.int64),
-    )
+    running: list[list[list[Pod]]] = [[none] * m for _ in objects.jobs]
+    pending: list[list[list[Pod]]] = [[none] * m for _ in objects.jobs]
+    frozen_pods: list[Pod] = []
+    surplus: list[tuple[Pod, str]] = []
     names: dict[tuple[str, str], set[str]] = defaultdict(set)
     node_index = table.index
     pool_of_node = objects.pool_of_node.tolist()
@@ -94,22 +93,22 @@ def _observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
         if pod.terminating:
             continue
         if key in invalid:
-            out.frozen.append(pod)
+            frozen_pods.append(pod)
             continue
         row = row_of.get(key)
         if row is None:
-            out.surplus.append((pod, "its FungibleJob is gone or can run in no pool"))
+            surplus.append((pod, "its FungibleJob is gone or can run in no pool"))
             continue
         usable = usable_pools[row]
         if pod.node is not None:
             if k is None:
-                out.surplus.append((pod, f"its node {pod.node} is gone"))
+                surplus.append((pod, f"its node {pod.node} is gone"))
                 continue
             j = pool_of_node[k]
             if j < 0 or not usable[j]:
-                out.surplus.append((pod, f"its node {pod.node} is in no pool the job can use"))
+                surplus.append((pod, f"its node {pod.node} is in no pool the job can use"))
                 continue
-            cells = out.running[row]
+            cells = running[row]
             if cells[j] is none:
                 cells[j] = [pod]
             else:
@@ -117,13 +116,11 @@ def _observe(cluster: Cluster, objects: Objects, table: NodeTable) -> Observed:
         else:
             j = pool_index.get(pod.pool or "", -1)
             if j < 0 or not usable[j]:
-                out.surplus.append((pod, f"its pool {pod.pool!r} is not one the job can use"))
+                surplus.append((pod, f"its pool {pod.pool!r} is not one the job can use"))
                 continue
-            cells = out.pending[row]
+            cells = pending[row]
             if cells[j] is none:
                 cells[j] = [pod]
             else:
                 cells[j].append(pod)
-    out.walras_count = np.array(count, dtype=np.int64)
-    out.names = dict(names)
-    return out
+    return Observed(running, pending, surplus, frozen_pods, dict(names), np.array(count, dtype=np.int64))

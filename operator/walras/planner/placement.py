@@ -33,7 +33,7 @@ from walras.planner.policies import (
     check_result,
     get_policy,
 )
-from walras.planner.results import Batch, Placed, PlanContext, PlanDraft, Reservations
+from walras.planner.results import Batch, Placed, PlanContext, Reservations
 from walras.planner.reuse import Inputs, Reuse
 from walras.planner.spec import PoolSpec
 
@@ -60,11 +60,12 @@ def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np
     return out
 
 
-def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Reservations, plan: PlanDraft, *,
+def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Reservations, *,
                 memoise: bool) -> Placed:
     """Place ``batch`` in its pool (Filter, Score by the pool's policy, Reserve into ``work``); ``throughput`` is
-    the round's (n, m) ``a_ij``; the pool's policy conditions and warnings go to ``plan``. ``memoise``: read and
-    record the pool's proposal in the context's reuse (:func:`_placement`)."""
+    the round's (n, m) ``a_ij``; the pool's policy conditions are returned with the placement
+    (:attr:`Placed.conditions`). ``memoise``: read and record the pool's proposal in the context's reuse
+    (:func:`_placement`)."""
     n = len(batch.rows)
     out = Placed(np.full(n, -1, dtype=np.int64), np.zeros(n), [""] * n)
     pool = ctx.objects.pools[batch.pool]
@@ -112,7 +113,8 @@ def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Re
         pod_job=pod_local,
         profile=pool.profile,
     )
-    result = _placement(request, plan, ctx.reuse if memoise else None)
+    result, reports = _placement(request, ctx.reuse if memoise else None)
+    out = Placed(out.node, out.amount, out.why, reports)
     # Reserve, in pod order: the proposal when it passes the Filter, else the best node that does.
     vectors_of: dict[tuple[int, float], np.ndarray] = {}
     if _reserve_as_proposed(ctx, batch, result, work, nodes_k, spec, vectors_of, out):
@@ -260,10 +262,11 @@ class PlacementEntry:
     notes: tuple[str, ...] = ()
 
 
-def _placement(request: PlacementRequest, plan: PlanDraft, reuse: Reuse | None) -> PlacementResult:
+def _placement(request: PlacementRequest, reuse: Reuse | None) -> tuple[PlacementResult, tuple[Condition, ...]]:
     """The policy's proposal for ``request``: the recorded one (of an earlier round of this plan, else of the
     previous plan) when its digest is unchanged, else :func:`propose`; this plan's is recorded. Without ``reuse``
-    (a second batch in the same pool) it neither reads nor records."""
+    (a second batch in the same pool) it neither reads nor records. With it, the conditions the proposal reports
+    on the pool (a policy's fallback, a solver's notes)."""
     inputs = (placement_digest(request), request.n_pods) if reuse is not None else ()
     hit = reuse.lookup(PlacementEntry, inputs, request.pool.name) if reuse is not None else None
     if hit is not None and reuse is not None:
@@ -276,15 +279,9 @@ def _placement(request: PlacementRequest, plan: PlanDraft, reuse: Reuse | None) 
         if reuse is not None:
             reuse.store(PlacementEntry(inputs, tuple(result.node.tolist()), tuple(result.amount.tolist()),
                                        fallback, tuple(result.notes)), request.pool.name)
-    pool_plan = plan.pools[request.pool.name]
     reports = [("PolicyApplied", "PolicyFallback", fallback)] if fallback is not None else []
     reports += [("PolicyCertified", "SolverCapped", note) for note in result.notes]
-    for type_, reason, message in reports:
-        condition = Condition(type_, "False", reason, message)
-        if condition not in pool_plan.conditions:  # a later round may place the same request again
-            pool_plan.conditions.append(condition)
-            plan.warn("ResourcePool", "", request.pool.name, reason, message)
-    return result
+    return result, tuple(Condition(type_, "False", reason, message) for type_, reason, message in reports)
 
 
 def propose(request: PlacementRequest) -> tuple[PlacementResult, str | None]:

@@ -26,14 +26,16 @@ state (the market restores any torch setting it touches), objects in name order,
 warm-starts the prices and carries the jobs' counters; the caller's :class:`~.reuse.PlanCache` lends each phase's
 recorded result to the phase whose inputs are unchanged, the per-pool placement proposals to pools whose request is
 unchanged (:mod:`.placement`) and the kept pods' plans (:mod:`.reconcile`) (:mod:`.reuse`; the reuse table of
-docs/planner.md). The phases read a :class:`~.results.PlanContext`, return their results
-(:mod:`.results`), and write their conditions and events into the plan's draft, which ``build_plan`` freezes.
+docs/planner.md). The phases read a :class:`~.results.PlanContext` and return their results
+(:mod:`.results`) with the conditions and events they raised; ``build_plan`` assembles the plan from them (the
+events in the order the phases ran, each phase's in the order it raised them).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import attrgetter
 
 import numpy as np
@@ -43,12 +45,12 @@ from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.lifecycle import conclude, prepare
 from walras.planner.migration import migrate
-from walras.planner.model import Plan, PodPlan, SolverStats
+from walras.planner.model import JobPlan, Plan, PodPlan, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
 from walras.planner.reconcile import reconcile
 from walras.planner.resize import plan_resizes
-from walras.planner.results import Actions, PlanContext, PlanDraft, PlanOptions
+from walras.planner.results import Actions, PlanContext, PlanOptions
 from walras.planner.reuse import PlanCache, Reuse
 from walras.planner.rounds import run_rounds
 from walras.planner.status import PoolCounts, job_statuses, pool_statuses
@@ -70,11 +72,11 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     started = time.perf_counter()
     opts = options or PlanOptions(device=device)
     reuse = Reuse(cache, read=opts.reuse) if cache is not None else Reuse.off()
-    draft = PlanDraft()
     life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
     cluster = life.cluster
     table = node_table(cluster, reuse)
-    objects = build_objects(cluster, table, draft)
+    objects, reported = build_objects(cluster, table)
+    pools, jobs = dict(reported.pools), dict(reported.jobs)
     templates = tuple(info.job.template for info in objects.jobs)
     masks: dict[Constraints, np.ndarray] = {}
     for template in templates:
@@ -84,32 +86,42 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
                       previous, reuse)
     observed = observe(ctx)
     resizes = plan_resizes(ctx, observed)
-    outcome = run_rounds(ctx, observed, draft)
+    outcome = run_rounds(ctx, observed)
+    for name, conditions in outcome.pool_conditions.items():
+        pools[name] = replace(pools[name], conditions=pools[name].conditions + conditions)
     actions = reconcile(ctx, observed, outcome, resizes)
-    moved = migrate(ctx, observed, outcome, actions, draft, held=life.held)
+    migrated = migrate(ctx, observed, outcome, actions, held=life.held)
+    outcome, actions = migrated.outcome, migrated.actions
     market = outcome.market
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused)
-    counted = job_statuses(ctx, outcome, actions, resizes, draft)
-    pool_statuses(ctx, outcome, actions, draft, counted)
-    conclude(life, ctx, actions, moved, draft)
-    pods = _listed(draft, actions, counted)
+    statuses = job_statuses(ctx, outcome, actions, resizes, jobs)
+    jobs.update(statuses.jobs)
+    priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)
+    pools.update(priced.pools)
+    concluded = conclude(life, ctx, actions, migrated.moved, jobs)
+    jobs.update(concluded.jobs)
+    pods = _listed(jobs, concluded.actions, statuses.counted)
     reuse.commit()
-    return Plan(pools=draft.pools, jobs=draft.jobs, pods=tuple(pods),
-                profiles={name: tuple(conditions) for name, conditions in draft.profiles.items()},
-                events=tuple(draft.events), solver=solver, seconds=time.perf_counter() - started)
+    # the events in the order the phases raised them
+    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events,
+              *concluded.events)
+    return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
+                solver=solver, seconds=time.perf_counter() - started)
 
 
-def _listed(draft: PlanDraft, actions: Actions, counted: dict[tuple[str, str], PoolCounts]) -> list[PodPlan]:
-    """Every pod plan, job by job in key order, each job's in name order (and listed on its job)."""
+def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,
+            counted: Mapping[tuple[str, str], PoolCounts]) -> list[PodPlan]:
+    """Every pod plan, job by job in key order, each job's in name order (and listed on its job: a job that lists
+    none yet gets its plan in ``jobs`` replaced by one that lists them)."""
     for key, plans in actions.pods.items():  # pods of invalid, unschedulable or deleted jobs
-        job = draft.jobs.get(key)
+        job = jobs.get(key)
         if job is not None and not job.pods:
-            job.pods = sorted(plans, key=_name)
+            jobs[key] = replace(job, pods=tuple(sorted(plans, key=_name)))
     pods: list[PodPlan] = []
     for key in sorted(actions.pods):
         plans = actions.pods[key]
-        job = draft.jobs.get(key)
+        job = jobs.get(key)
         # a valid job's pods are listed in name order already (the status phase sorted them, lifecycle.conclude
         # re-sorted those it added to)
         in_order = job is not None and key in counted and len(job.pods) == len(plans)

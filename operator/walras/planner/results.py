@@ -1,17 +1,18 @@
 """The planner's result types, in one module so that the phases depend on it and not on each other (the import
-graph stays shallow): what each phase returns, the options and context every phase reads, and the draft of the plan
-that :func:`walras.planner.plan.build_plan` assembles.
+graph stays shallow): what each phase returns (with the conditions and events it raised), and the options and
+context every phase reads; :func:`walras.planner.plan.build_plan` assembles the plan from the results.
 
-Phase by phase: *objects* -> :class:`Objects` (:class:`PoolInfo`, :class:`JobInfo`); *observe* -> :class:`Observed`;
-*resize* -> :class:`Resizes` (:class:`ResizeTarget`); *placement* -> :class:`Placed` of a :class:`Batch`;
-*market/replicas/placement rounds* -> :class:`Outcome`; *reconcile* (and *migration*, *lifecycle*) ->
-:class:`Actions`. The node table is :class:`walras.planner.capacity.NodeTable`, the market's result
-:class:`walras.planner.market.MarketResult`.
+Phase by phase: *objects* -> :class:`Objects` (:class:`PoolInfo`, :class:`JobInfo`) and :class:`Reported`;
+*observe* -> :class:`Observed`; *resize* -> :class:`Resizes` (:class:`ResizeTarget`); *placement* -> :class:`Placed`
+of a :class:`Batch`; *market/replicas/placement rounds* -> :class:`Outcome`; *reconcile* (and *migration*,
+*lifecycle*) -> :class:`Actions`, *migration* -> :class:`Migrated`; *job status* -> :class:`JobStatuses`. The node
+table is :class:`walras.planner.capacity.NodeTable`, the market's result :class:`walras.planner.market.MarketResult`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -29,7 +30,7 @@ from walras.planner.spec import JobSpec, PoolSpec, ProfileSpec
 NODE_LOSS_GRACE = 300.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolInfo:
     """A valid pool: its spec and profile, the node indices it claims and the usable ones among them."""
 
@@ -43,7 +44,7 @@ class PoolInfo:
         return self.spec.name
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobInfo:
     """A valid job and the pools it may use (``pools[j]`` over :attr:`Objects.pools`)."""
 
@@ -56,19 +57,22 @@ class JobInfo:
         return self.job.key
 
 
-@dataclass
+@dataclass(frozen=True)
 class Objects:
-    pools: list[PoolInfo] = field(default_factory=list)
-    jobs: list[JobInfo] = field(default_factory=list)
+    """The valid pools and jobs (in name order), each node's pool (``-1``: in no pool; read-only) and the keys of
+    the invalid jobs."""
+
+    pools: tuple[PoolInfo, ...] = ()
+    jobs: tuple[JobInfo, ...] = ()
     pool_of_node: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # -1: in no pool
-    invalid_jobs: set[tuple[str, str]] = field(default_factory=set)
+    invalid_jobs: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def pool_index(self) -> dict[str, int]:
         return {p.name: j for j, p in enumerate(self.pools)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Observed:
     """Per job row and pool, the pods (read-only lists: empty cells may share one list)."""
 
@@ -115,7 +119,7 @@ class ResizeTarget:
     later: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resizes:
     """Per pod (namespace, name): the resize it gets; per job: pods blocked (no room) and deferred (not in place)."""
 
@@ -124,7 +128,7 @@ class Resizes:
     later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Batch:
     """Pods to place in one pool: ``rows[q]`` the job row of pod q (into the job list), ``optional[q]`` whether it
     is an elastic job's offer that the policy may leave out."""
@@ -134,7 +138,7 @@ class Batch:
     optional: list[bool]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Placed:
     """``node[q]``: global node index of pod q (-1 unplaced); ``amount[q]``: its priced amount; ``why[q]``: for an
     unplaced pod, ``"DegreeLimited"``, ``"Fragmented"`` or ``"InsufficientCapacity"``."""
@@ -142,9 +146,12 @@ class Placed:
     node: np.ndarray
     amount: np.ndarray
     why: list[str]
+    #: The pool's policy reports of this placement (``PolicyApplied``/``PolicyCertified`` conditions, each also
+    #: raised as a Warning against the pool); the rounds phase keeps each once per pool.
+    conditions: tuple[Condition, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reservations:
     """The node table and the Walras pods per node of one round, which placement reserves into (copies of the
     capacity phase's, made per round)."""
@@ -153,7 +160,7 @@ class Reservations:
     count: np.ndarray
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """The last round: market result, replica targets, and what placement did with each batch."""
 
@@ -173,6 +180,10 @@ class Outcome:
     #: (n, m) wanted replicas that rounding took out of a pool without room now (:func:`.replicas.fit_columns`);
     #: not in ``target``, reported on the job as unplaced (``InsufficientCapacity``).
     dropped: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
+    #: Conditions the placement policies added per pool name (each once, in the order raised) and the rounds' events
+    #: (the policies' warnings, then the market's), in the order raised.
+    pool_conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)
+    events: tuple[PlanEvent, ...] = ()
 
     @cached_property
     def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:
@@ -183,7 +194,7 @@ class Outcome:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Actions:
     """Pod plans per job key, and per job what the churn budget deferred and where placed pods went."""
 
@@ -191,6 +202,57 @@ class Actions:
     deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What the migration phase returns: the pods moved per job key, their ``Rebalanced`` events in the order the
+    moves were made, and the actions and outcome after the moves (:func:`walras.planner.migration.migrate`)."""
+
+    moved: Mapping[tuple[str, str], int]
+    events: tuple[PlanEvent, ...]
+    actions: Actions
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class JobStatuses:
+    """What the job-status phase returns: each valid job's plan, its pods planned and bound per pool
+    (``(pool, planned, bound)``, for the pool-status phase) and the events it raised, in job order."""
+
+    jobs: Mapping[tuple[str, str], JobPlan]
+    counted: Mapping[tuple[str, str], tuple[tuple[str, int, int], ...]]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """What the post-status lifecycle step returns: every job's plan with its lifecycle phase, counters and
+    conditions, the events it raised, job by job, and the actions with the lifecycle's deletions."""
+
+    jobs: Mapping[tuple[str, str], JobPlan]
+    events: tuple[PlanEvent, ...]
+    actions: Actions
+
+
+@dataclass(frozen=True)
+class PoolStatuses:
+    """What the pool-status phase returns: each valid pool's plan with its price, use and pods, and the ``Priced``
+    events, in pool order."""
+
+    pools: Mapping[str, PoolPlan]
+    events: tuple[PlanEvent, ...]
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the objects phase reports: each pool's and job's plan as validation leaves it (the later phases fill
+    them), each profile's conditions, and the Warning events of what is invalid, in the order raised."""
+
+    pools: Mapping[str, PoolPlan]
+    jobs: Mapping[tuple[str, str], JobPlan]
+    profiles: Mapping[str, tuple[Condition, ...]]
+    events: tuple[PlanEvent, ...]
 
 
 @dataclass(frozen=True)
@@ -213,21 +275,6 @@ class PlanOptions:
     max_migrations: int = 10
     node_loss_grace: float = NODE_LOSS_GRACE
     reuse: bool = True
-
-
-@dataclass
-class PlanDraft:
-    """The plan under construction: what the phases report per pool, job and profile, and the events, in the order
-    they were raised. :meth:`freeze` gives the :class:`walras.planner.model.Plan`."""
-
-    pools: dict[str, PoolPlan] = field(default_factory=dict)
-    jobs: dict[tuple[str, str], JobPlan] = field(default_factory=dict)
-    profiles: dict[str, list[Condition]] = field(default_factory=dict)
-    events: list[PlanEvent] = field(default_factory=list)
-
-    def warn(self, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-        """Raise a Warning event against an object."""
-        self.events.append(PlanEvent(kind, namespace, name, "Warning", reason, message))
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ import numpy as np
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.market import MarketResult, MarketSettings, solve_market
-from walras.planner.model import PlanEvent
+from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
-from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, PlanDraft, Reservations
+from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, Reservations
 from walras.planner.reuse import Inputs, Reuse, Same, array_key, frozen, matches
 from walras.planner.spec import UtilitySpec
 
@@ -285,10 +285,10 @@ def _fixed(ctx: PlanContext, observed: Observed) -> _Fixed:
                   np.array([p.spec.policy == "fair" for p in pools], dtype=bool))
 
 
-def run_rounds(ctx: PlanContext, observed: Observed, plan: PlanDraft) -> Outcome:
+def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     """Run the rounds described in the module docstring; return the last one. The context's reuse serves
-    :func:`_hostable`, :func:`_sellable` and round 1's :func:`_market` (:mod:`.reuse`); the market's and the
-    placement policies' warnings go to ``plan``."""
+    :func:`_hostable`, :func:`_sellable` and round 1's :func:`_market` (:mod:`.reuse`); the placement policies'
+    conditions (each once per pool) and warnings and the market's warnings are returned in the outcome."""
     objects, opts = ctx.objects, ctx.options
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
@@ -305,6 +305,8 @@ def run_rounds(ctx: PlanContext, observed: Observed, plan: PlanDraft) -> Outcome
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
     rounds = 0
     last_short = 1 << 62
+    reported: dict[str, list[Condition]] = {}
+    events: list[PlanEvent] = []
     while True:
         rounds += 1
         A_eff = f.A.copy()
@@ -330,8 +332,9 @@ def run_rounds(ctx: PlanContext, observed: Observed, plan: PlanDraft) -> Outcome
         reasons: dict[tuple[int, int], str] = {}
         for j in range(m):
             batch, pods = _batch(observed, f, j, target - f.running, (granted, fair_share, X, target))
-            placed = place_batch(ctx, batch, A_eff, work, plan, memoise=True)
+            placed = place_batch(ctx, batch, A_eff, work, memoise=True)
             batches.append((batch, placed, pods))
+            _report_policy(reported, events, objects.pools[j].name, placed.conditions)
             for q, (i, k) in enumerate(zip(batch.rows, placed.node.tolist(), strict=True)):
                 if k < 0 and not batch.optional[q]:
                     short[i, j] += 1
@@ -348,10 +351,10 @@ def run_rounds(ctx: PlanContext, observed: Observed, plan: PlanDraft) -> Outcome
             if placed_here <= 0 and f.running[i, j] == 0:
                 blocked[(i, j)] = reasons.get((i, j)) or "NoRoom"
             R[j] = max(R[j] - short[i, j] * f.per_replica[i], 0.0)
-    outcome = Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
-                      below_min, dropped)
-    _report_market(plan, objects, market)
-    return outcome
+    events.extend(_report_market(objects, market))
+    return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
+                   below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
+                   tuple(events))
 
 
 def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
@@ -430,16 +433,30 @@ def _offer(left: int, share: np.ndarray, x: np.ndarray, existing: np.ndarray, j:
     return int(largest_remainder(weights, left)[j])
 
 
-def _report_market(plan: PlanDraft, objects: Objects, market: MarketResult) -> None:
+def _report_policy(reported: dict[str, list[Condition]], events: list[PlanEvent], pool: str,
+                   conditions: tuple[Condition, ...]) -> None:
+    """Add to ``reported[pool]`` the policy ``conditions`` it does not hold yet (a later round may place the same
+    request again), each with a Warning event against the pool in ``events``."""
+    held = reported.setdefault(pool, [])
+    for condition in conditions:
+        if condition not in held:
+            held.append(condition)
+            events.append(PlanEvent("ResourcePool", "", pool, "Warning", condition.reason, condition.message))
+
+
+def _report_market(objects: Objects, market: MarketResult) -> list[PlanEvent]:
+    """The market's warnings: its allocation repaired to fit a capacity, its solver not converged."""
     first = objects.pools[0].name if objects.pools else ""
+    events: list[PlanEvent] = []
     if market.repaired > 1e-6:
-        plan.events.append(PlanEvent(
+        events.append(PlanEvent(
             "ResourcePool", "", first, "Warning", "MarketInfeasible",
             f"The price solver's allocation broke a capacity by {market.repaired:.3g}; it was scaled back to fit."))
     if not market.converged:
-        plan.events.append(PlanEvent(
+        events.append(PlanEvent(
             "ResourcePool", "", first, "Warning", "SolverNotConverged",
             f"Price discovery stopped after {market.iterations} evaluations with a duality gap of {market.gap:.4g}."))
+    return events
 
 
 @dataclass(frozen=True)

@@ -11,15 +11,15 @@ cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, PlanEvent, PodPlan
-from walras.planner.results import Actions, Outcome, PlanContext, PlanDraft, Resizes
+from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan
+from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
 _WHY = {
@@ -75,7 +75,7 @@ class StatusEntry:
 
 
 def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
-                 plan: PlanDraft) -> dict[tuple[str, str], PoolCounts]:
+                 job_plans: Mapping[tuple[str, str], JobPlan]) -> JobStatuses:
     """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
     per job, :mod:`.reuse`), a job takes from the recorded entry, each part only where every input of that part is
     equal to what it was then:
@@ -89,7 +89,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
 
     The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
     and the ``Planned`` event (which compares with the previous plan's replicas) for each job. This plan's entries
-    are recorded. Returns each valid job's pods planned and bound per pool (for :func:`pool_statuses`)."""
+    are recorded. Returns each valid job's plan (its plan in ``job_plans`` filled in), its pods planned and bound per
+    pool (for :func:`pool_statuses`) and the events raised."""
     objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
@@ -133,56 +134,49 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     blocked_by_row = outcome.blocked_by_row
     below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
     resize_blocked, resize_later = resizes.blocked, resizes.later
-    events = plan.events
+    events: list[PlanEvent] = []
+    out: dict[tuple[str, str], JobPlan] = {}
     for i, info in enumerate(jobs):
         key = keys[i]
-        jp = plan.jobs[key]
         spec = info.spec
-        jp.utility = utilities_l[i]
         placed = actions.placed.get(key, {})
         allocation = allocations[i]
-        jp.allocation = allocation
-        jp.throughput_unit = spec.throughput_unit
-        jp.wanted = wanted_rows[i]
-        jp.replicas = replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
-        jp.priced_throughput = priced_t_l[i]
-        jp.priced_cost = priced_cost_l[i]
-        jp.throughput = placed_t_l[i]
-        jp.cost = costs[i]
+        replicas = {name: int(c) for name, c in sorted(placed.items()) if c > 0}
         listed = actions.pods.get(key, no_pods)
         before = reuse.recorded(StatusEntry, key)
         inputs = (Same(tuple(listed)),)
         if before is not None and matches(before.inputs, inputs):
             ordered, live, resized, bound = before.ordered, before.live, before.resized, before.bound
             pools = before.pools
-            jp.pods = list(ordered)
         else:
-            jp.pods = sorted(listed, key=_name)
-            ordered = tuple(jp.pods)
+            ordered = tuple(sorted(listed, key=_name))
             live, resized, bound = _pod_counts(ordered)
             pools = _pool_counts(ordered)
         per_pool[key] = pools
         text = before.text if before is not None and matches((before.allocation,), (allocation,)) else (
             allocation_text(allocation))
-        jp.allocation_text = text
         blocked_pools = [(names[j], why) for j, why in blocked_by_row.get(i, ())]
         given = (spec.replicas, spec.min_replicas, sum(replicas.values()), sum(rows_target[i]), offered_counts[i],
                  live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
                  resize_blocked.get(key), resize_later.get(key), below_min.get(i))
         done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
-        conditions, jp.phase, raised = done
-        jp.conditions.extend(conditions)
+        conditions, phase, raised = done
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
+        jp = out[key] = replace(
+            job_plans[key], utility=utilities_l[i], allocation=allocation, throughput_unit=spec.throughput_unit,
+            wanted=wanted_rows[i], replicas=replicas, priced_throughput=priced_t_l[i], priced_cost=priced_cost_l[i],
+            throughput=placed_t_l[i], cost=costs[i], pods=ordered, allocation_text=text, phase=phase,
+            conditions=job_plans[key].conditions + conditions)
         old = previous.jobs.get(key) if previous is not None else None
         if old is None or old.replicas != jp.replicas:
             placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
-            plan.events.append(PlanEvent(
+            events.append(PlanEvent(
                 "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
                 f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
                 f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
-    return per_pool
+    return JobStatuses(out, per_pool, tuple(events))
 
 
 def _pool_counts(pods: Sequence[PodPlan]) -> PoolCounts:
@@ -297,9 +291,10 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
     return tuple(conditions), phase, tuple(raised)
 
 
-def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: PlanDraft,
-                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> None:
-    """Fill every valid pool's :class:`PoolPlan` (price, what is used, pods) and a ``Priced`` event on a change.
+def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, pool_plans: Mapping[str, PoolPlan],
+                  counted: Mapping[tuple[str, str], PoolCounts] | None = None) -> PoolStatuses:
+    """Every valid pool's :class:`PoolPlan`, from its plan in ``pool_plans`` with its price, what is used and its
+    pods; and a ``Priced`` event for each pool whose price changed.
     ``counted``: what :func:`job_statuses` returned for the same ``actions`` (the jobs' pods per pool, counted
     there); the pods of other jobs are counted here."""
     objects, previous = ctx.objects, ctx.previous
@@ -312,20 +307,19 @@ def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, plan: Pl
         for at, count, held in pools if pools is not None else _pool_counts(plans):
             planned[at] = planned.get(at, 0) + count
             bound[at] = bound.get(at, 0) + held
+    events: list[PlanEvent] = []
+    out: dict[str, PoolPlan] = {}
     for j, pool in enumerate(objects.pools):
-        pp = plan.pools[pool.name]
         price = float(prices[j]) if j < prices.size else 0.0
         c = table.column.get(pool.spec.resource)
         used = float(table.used[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
         alloc = float(table.alloc[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
         capacity = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
-        pp.price = price
-        pp.capacity = capacity
-        pp.used = used
-        pp.utilisation = float(min(used / capacity, 1.0)) if capacity > 0 else 0.0
-        pp.pods_planned = planned.get(pool.name, 0)
-        pp.pods_bound = bound.get(pool.name, 0)
+        out[pool.name] = replace(pool_plans[pool.name], price=price, capacity=capacity, used=used,
+                                 utilisation=float(min(used / capacity, 1.0)) if capacity > 0 else 0.0,
+                                 pods_planned=planned.get(pool.name, 0), pods_bound=bound.get(pool.name, 0))
         old = previous.pools.get(pool.name) if previous is not None else None
         if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
-            plan.events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
-                                         f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))
+            events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
+                                    f"Price is {price:.6g} per {pool.spec.resource} (capacity {capacity:g})."))
+    return PoolStatuses(out, tuple(events))
