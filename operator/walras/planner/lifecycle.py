@@ -52,7 +52,7 @@ import numpy as np
 
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, rfc3339
+from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, evolve, rfc3339
 from walras.planner.results import NODE_LOSS_GRACE, Actions, Concluded, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
@@ -314,10 +314,10 @@ def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping
         if state is not None:
             jp = _conclude_job(jp, state, pods, old.phase if old is not None else reported.phase, life, events)
         else:  # an invalid job: its counters are carried as its status reports them
-            jp = dataclasses.replace(jp, failures=reported.failures, last_failure=reported.last_failure,
+            jp = evolve(jp, failures=reported.failures, last_failure=reported.last_failure,
                                      completion_time=reported.completed)
         if job.key in in_market and life.pods.get(job.key):  # else the status phase's order stands
-            jp = dataclasses.replace(jp, pods=tuple(sorted(pods.get(job.key, []), key=lambda p: p.name)))
+            jp = evolve(jp, pods=tuple(sorted(pods.get(job.key, []), key=lambda p: p.name)))
         out[job.key] = jp
         if life.lost.get(job.key):
             count = life.lost[job.key]
@@ -332,7 +332,7 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
     """One job's plan with its lifecycle phase, counters and conditions; its events added to ``events``, its
     deletions' new reasons to ``pods`` (the pod plans per job)."""
     spec = life.spec
-    jp = dataclasses.replace(jp, failures=life.failures, last_failure=life.last_failure,
+    jp = evolve(jp, failures=life.failures, last_failure=life.last_failure,
                              counted_failures=life.counted, completion_time=life.completion)
     event = events.append
     for pod in life.new_failures:
@@ -344,7 +344,7 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
     conditions = list(jp.conditions)
     if life.state in ("Complete", "Failed", "Suspended"):
         conditions = [c for c in conditions if c.type not in _MARKET_CONDITIONS]
-        jp = dataclasses.replace(jp, phase=life.state)
+        jp = evolve(jp, phase=life.state)
     if life.state == "Complete":
         conditions.append(Condition("Complete", "True", "PodSucceeded",
                                     f"{life.succeeded} pod(s) succeeded and none runs any more; the job's share "
@@ -377,7 +377,7 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
     if before == "Suspended" and life.state != "Suspended":
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Resumed",
                         "spec.suspend is false: the job is planned again."))
-    return dataclasses.replace(jp, conditions=tuple(conditions))
+    return evolve(jp, conditions=tuple(conditions))
 
 
 def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> JobPlan:
@@ -394,12 +394,12 @@ def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> J
         return jp
     pods[jp.key] = [renamed.get(id(p), p) for p in plans]
     # the status phase listed the same plans on the job
-    return dataclasses.replace(jp, pods=tuple(renamed.get(id(p), p) for p in jp.pods))
+    return evolve(jp, pods=tuple(renamed.get(id(p), p) for p in jp.pods))
 
 
 def _placed_over_real_replicas(jp: JobPlan, spec: JobSpec) -> JobPlan:
     """The job plan with the throughput and utility of the placed replicas over the spec's replica count (the status
     phase divided by the effective count): replica k of N runs a 1/N share of the job (004 Sec. 2.1)."""
     t = sum(spec.throughput.get(pool, 0.0) * count for pool, count in jp.replicas.items()) / max(spec.replicas, 1)
-    return dataclasses.replace(jp, throughput=float(t),
+    return evolve(jp, throughput=float(t),
                                utility=float(utility_values([spec.utility], [1.0], np.array([t]))[0]))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 #: API group and version of the Walras custom resources.
 GROUP = "walras.dev"
@@ -73,6 +73,27 @@ class PlanEvent:
 PodAction = Literal["create", "bind", "keep", "resize", "delete", "evict"]
 
 
+_V = TypeVar("_V", "PodPlan", "JobPlan")
+
+
+def evolve(value: _V, **changes: Any) -> _V:
+    """``dataclasses.replace(value, **changes)`` for :class:`PodPlan` and :class:`JobPlan`, which have no
+    ``__post_init__``, no ``init=False`` field and no cached attribute: a new instance whose fields are ``value``'s
+    with ``changes``, set in one step instead of through the frozen ``__init__``, which sets each field with
+    ``object.__setattr__`` (about 9 us per copy of a JobPlan's 25 fields against 1 us; the lifecycle and status
+    phases copy each job plan up to four times a plan). An unknown field name is a ``TypeError``, as with
+    ``replace``."""
+    cls = type(value)
+    names = cls.__dataclass_fields__
+    if not changes.keys() <= names.keys():
+        raise TypeError(f"{cls.__name__} has no field(s) {sorted(changes.keys() - names.keys())}")
+    state = {name: value.__dict__[name] for name in names}
+    state.update(changes)
+    new = object.__new__(cls)
+    object.__setattr__(new, "__dict__", state)
+    return new
+
+
 @dataclass(frozen=True)
 class PodPlan:
     """One pod of a FungibleJob: where it goes and what it gets. Frozen: a plan shares unchanged pods' plans with
@@ -101,6 +122,20 @@ class PodPlan:
     #: For ``delete``/``evict``: the grace period to ask for (seconds; 0 forces the deletion of a pod on a lost node,
     #: whose kubelet will never confirm it); None keeps the pod's own terminationGracePeriodSeconds.
     grace: int | None = None
+
+    @classmethod
+    def kept(cls, namespace: str, name: str, job: str, pool: str, node: str | None,
+             requests: Mapping[str, str]) -> PodPlan:
+        """The ``keep`` plan of a running pod (its limits written as its requests), built without the frozen
+        ``__init__`` (one ``object.__setattr__`` per field: 1.6 us per plan against 0.5 us here; a steady cluster of
+        20,000 pods builds one per pod). Equal to ``PodPlan(namespace, name, job, pool, node, dict(requests),
+        dict(requests), "keep", True, "")``."""
+        plan = object.__new__(cls)
+        object.__setattr__(plan, "__dict__", {
+            "namespace": namespace, "name": name, "job": job, "pool": pool, "node": node,
+            "requests": dict(requests), "limits": dict(requests), "action": "keep", "exists": True, "reason": "",
+            "grace": None})
+        return plan
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (a flat copy: ``dataclasses.asdict`` deep-copies and took 1.1 s for 18,688 pods)."""

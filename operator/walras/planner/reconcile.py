@@ -104,7 +104,7 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
         text = texts.get(id(pod.requests))
         if text is None:
             text = texts[id(pod.requests)] = _text(pod.requests)
-        return PodPlan(pod.namespace, pod.name, job_name, pool, pod.node, dict(text), dict(text), "keep", True, "")
+        return PodPlan.kept(pod.namespace, pod.name, job_name, pool, pod.node, text)
 
     for row, info in enumerate(objects.jobs):
         key = info.key

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from walras.planner.market import utility_values
-from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan
+from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan, evolve
 from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
@@ -164,7 +164,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
-        jp = out[key] = replace(
+        jp = out[key] = evolve(
             job_plans[key], utility=utilities_l[i], allocation=allocation, throughput_unit=spec.throughput_unit,
             wanted=wanted_rows[i], replicas=replicas, priced_throughput=priced_t_l[i], priced_cost=priced_cost_l[i],
             throughput=placed_t_l[i], cost=costs[i], pods=ordered, allocation_text=text, phase=phase,
