@@ -248,7 +248,7 @@ class KubeClient:
                 await self.request("POST", self.pod_path(namespace, name, "binding"), body)
                 return True
             except Conflict:
-                pass
+                pass  # a 409 is answered by reading the pod back (below), never by a blind retry
             pod = await self.get_pod(namespace, name)
             if pod is None:
                 raise NotFound(404, "NotFound", f"pod {namespace}/{name} is gone")
