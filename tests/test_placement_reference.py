@@ -16,8 +16,24 @@ import numpy as np
 import pytest
 
 from tests.reference import generate, optimum, snapshot, throughputs, tiny
-from tests.reference.clusters import GPU, NO_LIMIT, RESOURCES, Instance
-from tests.reference.metrics import idle_while_waiting, parse_quantity
+from tests.reference.clusters import GPU, NO_LIMIT, RESOURCES, Instance, parse_quantity
+from tests.reference.metrics import idle_while_waiting
+
+
+def _u(inst: Instance, i: int, t: float) -> float:
+    """004's utility families, restated: w log t, w t, w t^p, w t^(1-a)/(1-a), w min(t - target, 0)."""
+    kind, p = inst.utility[i] if inst.utility else ("log", 0.0)
+    w = float(inst.weight[i])
+    if kind == "log":
+        return w * math.log(t) if t > 0 else -math.inf
+    if kind == "linear":
+        return w * t
+    if kind == "power":
+        return w * t**p
+    if kind == "alpha":
+        return w * t ** (1 - p) / (1 - p) if t > 0 else -math.inf  # p > 1 here
+    assert kind == "target"
+    return w * min(t - p, 0.0)
 
 
 def brute_force(inst: Instance) -> tuple[int, float, np.ndarray]:
@@ -54,17 +70,24 @@ def brute_force(inst: Instance) -> tuple[int, float, np.ndarray]:
         for k in range(K):
             per_pool[:, inst.node_pool[k]] += y[:, k]
         t = (inst.a * per_pool).sum(axis=1) / inst.replicas
-        served = t > 0
-        value = (int(served.sum()), float(np.sum(inst.weight[served] * np.log(t[served] / r[served]))))
+        count, total = 0, 0.0
+        for i in range(inst.n):
+            if math.isinf(_u(inst, i, 0.0)):  # served first; an unserved such job counts 0
+                if t[i] <= 0:
+                    continue
+                count += 1
+            total += _u(inst, i, float(t[i])) - _u(inst, i, float(r[i]))
+        value = (count, total)
         if value[0] > best[0] or (value[0] == best[0] and value[1] > best[1] + 1e-12):
             best, best_y = value, y
     return best[0], best[1], best_y
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_reference_equals_brute_force_on_tiny_instances(seed: int) -> None:
-    inst = tiny(seed)
-    print(f"tiny seed {seed}: {inst.n} jobs, {len(inst.nodes)} nodes, degree {inst.degree}, N {inst.replicas}")
+@pytest.mark.parametrize(("seed", "mixed"), [(s, False) for s in range(24)] + [(s, True) for s in range(24, 40)])
+def test_reference_equals_brute_force_on_tiny_instances(seed: int, mixed: bool) -> None:
+    inst = tiny(seed, mixed)
+    print(f"tiny seed {seed}: {inst.n} jobs, {len(inst.nodes)} nodes, degree {inst.degree}, N {inst.replicas}, "
+          f"utilities {inst.utility or 'log'}")
     served, value, _ = brute_force(inst)
     ref = optimum(inst, time_limit=10)
     assert ref.status == "optimal", ref.status
@@ -75,7 +98,7 @@ def test_reference_equals_brute_force_on_tiny_instances(seed: int) -> None:
     # the solution it returns is feasible and its reported numbers are its own
     t = throughputs(inst, ref.replicas)
     np.testing.assert_allclose(ref.throughput, t)
-    assert int((t > 0).sum()) == served
+    assert int(sum(t[i] > 0 for i in range(inst.n) if math.isinf(_u(inst, i, 0.0)))) == served
     assert np.all(ref.replicas.sum(axis=1) <= inst.replicas)
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,8 @@ import numpy as np
 
 from allocator.datasets import GAVEL_GPU_TYPES, gavel_throughputs
 
-__all__ = ["GPU", "NO_LIMIT", "RESOURCES", "Instance", "applied", "generate", "snapshot", "tiny"]
+__all__ = ["GPU", "NO_LIMIT", "RESOURCES", "Instance", "applied", "from_snapshot", "generate", "parse_quantity",
+           "snapshot", "tiny"]
 
 GPU = "nvidia.com/gpu"
 #: The resources of a node and of a replica, in this order: GPUs, cpu cores, memory in GiB, pod slots.
@@ -44,6 +46,18 @@ NAMESPACE = "ml"
 POOL_LABEL = "walras.dev/bench-pool"
 GPU_POLICIES = ("utility", "throughput", "fair")
 MAX_PODS = 110
+_SUFFIX = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0**10, "Mi": 2.0**20,
+           "Gi": 2.0**30, "Ti": 2.0**40}
+_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+
+def parse_quantity(text: str) -> float:
+    """A Kubernetes quantity (``"2"``, ``"500m"``, ``"16Gi"``) as a number (written here: the reference reads no
+    planner code)."""
+    match = _QUANTITY.match(str(text).strip())
+    if match is None:
+        raise ValueError(f"not a quantity: {text!r}")
+    return float(match.group(1)) * _SUFFIX[match.group(2) or ""]
+
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,18 @@ class Instance:
     base: np.ndarray  # (n, R) per replica, the priced resource and pods excluded
     weight: np.ndarray  # (n,)
     namespace: str = NAMESPACE
+    #: per job (family, parameter): ("log", 0), ("linear", 0), ("power", exponent), ("alpha", alpha),
+    #: ("target", target throughput); empty: every job log (the generated clusters)
+    utility: tuple[tuple[str, float], ...] = ()
+    #: per job its namespace; empty: every job in ``namespace``
+    namespaces: tuple[str, ...] = ()
     manifests: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False, compare=False)
+
+    def utility_of(self, i: int) -> tuple[str, float]:
+        return self.utility[i] if self.utility else ("log", 0.0)
+
+    def namespace_of(self, i: int) -> str:
+        return self.namespaces[i] if self.namespaces else self.namespace
 
     @property
     def n(self) -> int:
@@ -199,10 +224,11 @@ def generate(seed: int) -> Instance:
                     demand=demand, replicas=replicas, base=base, weight=np.ones(n), manifests=manifests)
 
 
-def tiny(seed: int) -> Instance:
+def tiny(seed: int, mixed: bool = False) -> Instance:
     """A tiny instance for brute force (at most 6 (job, node) pairs, at most 3 replicas a job): 1-2 pools of 1-2
     nodes with 2-4 GPUs, 2-3 jobs of 1-2 GPUs per replica, cpu that binds sometimes, an optional degree limit.
-    No manifests (the planner is not run on these)."""
+    With ``mixed``, each job's utility is drawn from 004's five families (log, linear, power 0.5, alpha-fair 2,
+    target-priority at a throughput it may or may not reach). No manifests (the planner is not run on these)."""
     rng = np.random.default_rng(10_000 + seed)
     while True:
         m = int(rng.integers(1, 3))
@@ -225,10 +251,16 @@ def tiny(seed: int) -> Instance:
     base[:, 2] = 8.0
     replicas = rng.integers(1, 4, n)
     weight = rng.choice([1.0, 2.0], n)
+    families: tuple[tuple[str, float], ...] = ()
+    if mixed:
+        options = [("log", 0.0), ("linear", 0.0), ("power", 0.5), ("alpha", 2.0), ("target", 0.0)]
+        picks = [options[int(c)] for c in rng.integers(len(options), size=n)]
+        families = tuple((f, round(float(rng.uniform(0.3, 1.0)) * float(a[i].max()), 3)) if f == "target" else (f, p)
+                         for i, (f, p) in enumerate(picks))
     return Instance(seed=seed, pools=tuple(f"p{j}" for j in range(m)), pool_resource=tuple(GPU for _ in range(m)),
                     degree=degree, nodes=tuple(f"n{k}" for k in range(K)), node_pool=node_pool, capacity=capacity,
                     jobs=tuple(f"j{i}" for i in range(n)), a=a, demand=demand, replicas=replicas, base=base,
-                    weight=weight)
+                    weight=weight, utility=families)
 
 
 def snapshot(instance: Instance) -> Any:
@@ -275,3 +307,58 @@ def applied(snap: Any, plan: Any, *, bound: bool = True) -> Any:
             pod["metadata"]["resourceVersion"] = str(next(_rv))
             pods[key] = pod
     return Snapshot(snap.nodes, tuple(pods.values()), snap.pools, snap.jobs, snap.profiles)
+
+
+_FAMILIES = {"log": "log", "linear": "linear", "power": "power", "alpha-fair": "alpha", "target-priority": "target"}
+_PARAMS = {"log": None, "linear": None, "power": "exponent", "alpha-fair": "alpha", "target-priority": "target"}
+
+
+def from_snapshot(snap: Any) -> Instance:
+    """The instance of a snapshot of raw manifests (nodes, pools, jobs; no pods), read here from the objects'
+    fields as the CRDs document them: a node is in the first pool (by name) whose ``nodeSelector`` its labels
+    match; a job's ``throughput`` per pool, ``demand``, ``replicas.count`` (an elastic job: ``replicas.max``),
+    ``resources`` cpu and memory, ``utility`` (family, parameter, weight) times ``spec.weight``. What the model
+    leaves out: colocation interference (a colocation pool's throughputs are taken as written), an elastic job's
+    minimum, ``throughputDemand`` and AA utility curves."""
+    pools = sorted(snap.pools, key=lambda p: p["metadata"]["name"])
+    names, resources, degree, selectors = [], [], [], []
+    for pool in pools:
+        spec = pool["spec"]
+        names.append(pool["metadata"]["name"])
+        resources.append(spec["resource"])
+        degree.append(int(spec.get("degreeLimit", NO_LIMIT)))
+        selectors.append(spec["nodeSelector"])
+    nodes, node_pool, caps = [], [], []
+    for node in sorted(snap.nodes, key=lambda n: n["metadata"]["name"]):
+        labels = node["metadata"].get("labels", {})
+        alloc = node["status"]["allocatable"]
+        nodes.append(node["metadata"]["name"])
+        node_pool.append(next((j for j, sel in enumerate(selectors)
+                               if all(labels.get(k) == v for k, v in sel.items())), -1))
+        caps.append([parse_quantity(alloc.get(GPU, "0")), parse_quantity(alloc.get("cpu", "0")),
+                     parse_quantity(alloc.get("memory", "0")) / 2.0**30,
+                     parse_quantity(alloc.get("pods", str(MAX_PODS)))])
+    jobs = sorted(snap.jobs, key=lambda j: (j["metadata"]["namespace"], j["metadata"]["name"]))
+    n = len(jobs)
+    a, demand, replicas = np.zeros((n, len(pools))), np.zeros(n), np.zeros(n, dtype=np.int64)
+    base, weight = np.zeros((n, len(RESOURCES))), np.ones(n)
+    utilities: list[tuple[str, float]] = []
+    for i, job in enumerate(jobs):
+        spec = job["spec"]
+        for j, name in enumerate(names):
+            a[i, j] = float(spec["throughput"].get(name, 0.0))
+        demand[i] = float(spec.get("demand", 1))
+        count = spec["replicas"]
+        replicas[i] = int(count["count"] if "count" in count else count["max"])
+        res = spec.get("resources", {})
+        base[i, 1] = parse_quantity(res.get("cpu", "0"))
+        base[i, 2] = parse_quantity(res.get("memory", "0")) / 2.0**30
+        util = spec.get("utility", {"type": "linear"})
+        param = _PARAMS[util["type"]]
+        utilities.append((_FAMILIES[util["type"]], float(util[param]) if param else 0.0))
+        weight[i] = float(util.get("weight", 1.0)) * float(spec.get("weight", 1.0))
+    return Instance(seed=-1, pools=tuple(names), pool_resource=tuple(resources), degree=np.array(degree),
+                    nodes=tuple(nodes), node_pool=np.array(node_pool), capacity=np.array(caps),
+                    jobs=tuple(j["metadata"]["name"] for j in jobs), a=a, demand=demand, replicas=replicas,
+                    base=base, weight=weight, utility=tuple(utilities),
+                    namespaces=tuple(j["metadata"]["namespace"] for j in jobs))

@@ -22,33 +22,18 @@ replica's work at best).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tests.reference.clusters import RESOURCES, Instance
+from tests.reference.clusters import RESOURCES, Instance, parse_quantity
 from tests.reference.placement_milp import Reference, lexicographic
 
 __all__ = ["Metrics", "evaluate", "fixed_point_actions", "parse_quantity", "placement"]
 
 PLACED = ("create", "bind", "keep", "resize")
-_SUFFIX = {"": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2.0**10, "Mi": 2.0**20,
-           "Gi": 2.0**30, "Ti": 2.0**40}
-_QUANTITY = re.compile(r"^([0-9.]+(?:[eE][-+]?[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-
-
-def parse_quantity(text: str) -> float:
-    """A Kubernetes quantity (``"2"``, ``"500m"``, ``"16Gi"``) as a number (written here: the reference reads no
-    planner code)."""
-    match = _QUANTITY.match(str(text).strip())
-    if match is None:
-        raise ValueError(f"not a quantity: {text!r}")
-    return float(match.group(1)) * _SUFFIX[match.group(2) or ""]
-
-
 @dataclass(frozen=True)
 class Metrics:
     """Issue 33's measures of one plan (module docstring). ``throughput[i]``: the plan's ``T_i``."""
@@ -69,7 +54,7 @@ class Metrics:
 def placement(instance: Instance, plan: Any) -> tuple[np.ndarray, int, np.ndarray]:
     """(replica-equivalents per (job, node), under-demand pods, priced units per (job, node)) of the plan's placed
     pods (module docstring)."""
-    job_index = {name: i for i, name in enumerate(instance.jobs)}
+    job_index = {(instance.namespace_of(i), name): i for i, name in enumerate(instance.jobs)}
     node_index = {name: k for k, name in enumerate(instance.nodes)}
     K = len(instance.nodes)
     reps = np.zeros((instance.n, K))
@@ -77,9 +62,9 @@ def placement(instance: Instance, plan: Any) -> tuple[np.ndarray, int, np.ndarra
     pods = np.zeros((instance.n, K), dtype=np.int64)
     under = 0
     for pod in plan.pods:
-        if pod.action not in PLACED or pod.node is None or pod.namespace != instance.namespace:
+        if pod.action not in PLACED or pod.node is None:
             continue
-        i, k = job_index.get(pod.job), node_index.get(pod.node)
+        i, k = job_index.get((pod.namespace, pod.job)), node_index.get(pod.node)
         if i is None or k is None:
             continue
         j = int(instance.node_pool[k])

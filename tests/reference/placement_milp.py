@@ -42,7 +42,7 @@ import numpy as np
 
 from tests.reference.clusters import RESOURCES, Instance
 
-__all__ = ["GRID_RATIO", "Reference", "lexicographic", "optimum"]
+__all__ = ["GRID_RATIO", "Reference", "infinite_at_zero", "lexicographic", "optimum", "throughputs", "utility"]
 
 #: Ratio between consecutive tangent points: the cut envelope overestimates log by at most ~(log ratio)^2 / 8
 #: between two points (about 5e-5 per job at 1.02).
@@ -69,13 +69,57 @@ class Reference:
     gpus: float  # priced units the solution uses (replicas x demand)
 
 
+def utility(instance: Instance, i: int, t: float) -> float:
+    """``u_i(t)`` of 004's families (eq. 1, eq. 2, Sec. 2.2), with the job's weight; ``-inf`` at ``log 0``."""
+    kind, param = instance.utility_of(i)
+    w = float(instance.weight[i])
+    if kind == "linear":
+        return w * t
+    if kind == "target":
+        return w * min(t - param, 0.0)
+    if kind == "power":
+        return w * t**param
+    if kind == "log" or (kind == "alpha" and param == 1.0):
+        return w * math.log(t) if t > 0 else -math.inf
+    if kind == "alpha":
+        if t <= 0:
+            return -math.inf if param > 1 else 0.0
+        return w * t ** (1 - param) / (1 - param)
+    raise ValueError(f"unknown utility family {kind!r}")
+
+
+def _derivative(instance: Instance, i: int, t: float) -> float:
+    kind, param = instance.utility_of(i)
+    w = float(instance.weight[i])
+    if kind == "power":
+        return w * param * t ** (param - 1)
+    if kind == "log" or (kind == "alpha" and param == 1.0):
+        return w / t
+    if kind == "alpha":
+        return w * t ** (-param)
+    raise ValueError(f"no tangent grid for {kind!r}")
+
+
+def infinite_at_zero(instance: Instance, i: int) -> bool:
+    """Whether ``u_i(0) = -inf`` (log, alpha-fair with alpha >= 1): such a job counts in the served count."""
+    kind, param = instance.utility_of(i)
+    return kind == "log" or (kind == "alpha" and param >= 1.0)
+
+
 def lexicographic(instance: Instance, throughput: np.ndarray) -> tuple[int, float]:
-    """(jobs served, ``sum over served of w_i log(T_i / r_i)``) of per-job throughputs ``throughput`` (the order
-    the reference maximises; module docstring)."""
-    served = throughput > 0
+    """(jobs with ``u(0) = -inf`` served, ``sum_i (u_i(T_i) - u_i(r_i))`` with an unserved such job counting 0) of
+    per-job throughputs ``throughput``: the order the reference maximises (module docstring)."""
     r = instance.a.max(axis=1)
-    value = float(np.sum(instance.weight[served] * np.log(throughput[served] / r[served])))
-    return int(served.sum()), value
+    served, value = 0, 0.0
+    for i in range(instance.n):
+        if r[i] <= 0:
+            continue
+        if infinite_at_zero(instance, i):
+            if throughput[i] <= 0:
+                continue
+            served += 1
+        value += utility(instance, i, float(throughput[i])) - utility(instance, i, float(r[i]))
+    return served, value
 
 
 def _pairs(instance: Instance) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray]:
@@ -135,17 +179,49 @@ class _Solver:
             self.rows.append(({**upper, self.s0 + i: -1.0}, 0.0, math.inf))
 
     def add_cut(self, i: int, x: float) -> None:
-        """``t_i <= w (log(x/r) + T_i/x - 1) + w M (1 - s_i)``, ``M = 1 - log(x/r)``."""
+        """The tangent of ``u_i - u_i(r_i)`` at ``T = x`` as a cut on ``t_i``, switched off by ``s_i = 0`` for a
+        family with ``u(0) = -inf`` (``M = -(tangent at 0)``, so the cut reads ``t_i <= 0`` then): for log,
+        ``t_i <= w (log(x/r) + T_i/x - 1) + w (1 - log(x/r)) (1 - s_i)``."""
         if x in self.cuts[i]:
             return
         self.cuts[i].add(x)
-        inst, w, r = self.inst, float(self.inst.weight[i]), float(self.r[i])
-        big = 1.0 - math.log(x / r)
-        row = {self.t0 + i: 1.0, self.s0 + i: w * big}
+        inst, r = self.inst, float(self.r[i])
+        kind, param = inst.utility_of(i)
+        if kind == "linear":
+            value, slope = utility(inst, i, x), float(inst.weight[i])
+        elif kind == "target":
+            slope = float(inst.weight[i]) if x < param else 0.0
+            value = utility(inst, i, x)
+        else:
+            value, slope = utility(inst, i, x), _derivative(inst, i, x)
+        at_zero = value - utility(inst, i, r) - slope * x  # the cut's right-hand side at T = 0
+        big = max(0.0, -at_zero) if infinite_at_zero(inst, i) else 0.0
+        row = {self.t0 + i: 1.0}
+        if big > 0:
+            row[self.s0 + i] = big
         for c, (ii, k) in enumerate(self.pairs):
             if ii == i:
-                row[c] = -w * float(inst.a[i, inst.node_pool[k]]) / (float(inst.replicas[i]) * x)
-        self.rows.append((row, -math.inf, w * (math.log(x / r) - 1.0 + big)))
+                row[c] = -slope * float(inst.a[i, inst.node_pool[k]]) / float(inst.replicas[i])
+        self.rows.append((row, -math.inf, at_zero + big))
+
+    def add_cuts(self, i: int) -> None:
+        """The first cuts of job i: exact pieces for linear and target-priority, a geometric grid of tangents
+        otherwise; and ``t_i <= u(0) - u(r)`` while unserved for a family with a finite ``u(0)``."""
+        kind, param = self.inst.utility_of(i)
+        r = float(self.r[i])
+        if kind == "linear":
+            self.add_cut(i, r)
+        elif kind == "target":
+            self.add_cut(i, min(r, param) / 2.0)
+            if r > param:
+                self.add_cut(i, r)
+        else:
+            for x in _grid(float(self.tmin[i]), r):
+                self.add_cut(i, x)
+        if not infinite_at_zero(self.inst, i):
+            drop = utility(self.inst, i, r) - utility(self.inst, i, 0.0)
+            if drop > 0:
+                self.rows.append(({self.t0 + i: 1.0, self.s0 + i: -drop}, -math.inf, -drop))
 
     def solve(self, objective: dict[int, float], time_limit: float, extra: list[tuple[dict[int, float], float, float]]
               ) -> tuple[str, np.ndarray | None, float, float]:
@@ -166,7 +242,8 @@ class _Solver:
         hi = np.zeros(self.n_cols)
         hi[: self.P] = self.upper
         for i in range(n):
-            lo[self.t0 + i] = float(inst.weight[i]) * (math.log(self.tmin[i] / self.r[i]) - 1.0) - 1.0
+            floor = utility(inst, i, float(self.tmin[i])) if infinite_at_zero(inst, i) else utility(inst, i, 0.0)
+            lo[self.t0 + i] = floor - utility(inst, i, float(self.r[i])) - 1.0
             hi[self.t0 + i] = 0.0
             hi[self.s0 + i] = 1.0 if self.r[i] > 0 else 0.0
         lp.col_cost_ = cost
@@ -239,15 +316,15 @@ def optimum(instance: Instance, time_limit: float = 20.0, refinements: int = 4) 
     n = instance.n
     deadline = started + time_limit
     # stage 1: the most jobs served
-    status1, x1, best1, _ = solver.solve({solver.s0 + i: 1.0 for i in range(n)}, deadline - time.perf_counter(), [])
+    counted = [i for i in range(n) if infinite_at_zero(instance, i) and solver.r[i] > 0]
+    status1, x1, best1, _ = solver.solve({solver.s0 + i: 1.0 for i in counted}, deadline - time.perf_counter(), [])
     if x1 is None:
         raise RuntimeError(f"reference stage 1 found no solution ({status1})")
-    served = round(best1 if status1 == "optimal" else float(x1[solver.s0:solver.s0 + n].sum()))
+    served = round(best1 if status1 == "optimal" else float(sum(x1[solver.s0 + i] for i in counted)))
     for i in range(n):
         if solver.r[i] > 0:
-            for x in _grid(float(solver.tmin[i]), float(solver.r[i])):
-                solver.add_cut(i, x)
-    count_row = ({solver.s0 + i: 1.0 for i in range(n)}, float(served), math.inf)
+            solver.add_cuts(i)
+    count_row = ({solver.s0 + i: 1.0 for i in counted}, float(served), math.inf)
     objective = {solver.t0 + i: 1.0 for i in range(n)}
     best: tuple[np.ndarray, float] | None = None
     bound = math.inf
@@ -269,7 +346,7 @@ def optimum(instance: Instance, time_limit: float = 20.0, refinements: int = 4) 
         if bound - best[1] <= TOLERANCE * max(1.0, abs(best[1])):
             break
         for i in range(n):
-            if thr[i] > 0:
+            if thr[i] > 0 and instance.utility_of(i)[0] not in ("linear", "target"):
                 solver.add_cut(i, float(thr[i]))
     if best is None:
         raise RuntimeError(f"reference stage 2 found no solution ({status})")
