@@ -273,7 +273,6 @@ class _Solver:
         h.setOptionValue("time_limit", float(max(time_limit, 0.01)))
         h.setOptionValue("mip_rel_gap", 1e-9)
         h.setOptionValue("mip_abs_gap", 1e-9)
-        h.setOptionValue("threads", 1)
         h.setOptionValue("random_seed", 0)
         if h.passModel(lp) != highspy.HighsStatus.kOk:
             raise ValueError("the reference MILP was rejected by HiGHS")
