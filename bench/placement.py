@@ -21,7 +21,7 @@ runs it) is measured against the exact optimum (:func:`tests.reference.optimum`,
   but ``keep``; with the same pods Pending it only binds. Counted are the actions that break that, and the
   ``placed/optimal`` after three such re-plans (``settled``).
 
-Writes ``docs/bench/placement.md`` (unless ``--no-write``).
+Writes ``docs/bench/placement.md`` (unless ``--no-write``), keeping the hand-written notes after :data:`NOTES`.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ from tests.reference.clusters import from_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "bench" / "placement.md"
+#: What follows this line in the page is written by hand and kept when the bench rewrites the page.
+NOTES = "<!-- notes: kept by python -m bench.placement -->"
 EXAMPLES = (ROOT / "examples", ROOT / "operator" / "walras" / "data" / "emulated-nodes.yaml")
 
 
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         if extra:
             text += ["## The examples", "", *table(extra), ""]
         text += ["## Every cluster", "", *table(rows), ""]
-        OUTPUT.write_text("\n".join(text))
+        notes = OUTPUT.read_text().split(NOTES, 1)[1] if OUTPUT.exists() and NOTES in OUTPUT.read_text() else "\n"
+        OUTPUT.write_text("\n".join(text) + "\n" + NOTES + notes)
         print(f"wrote {OUTPUT.relative_to(ROOT)}")
     return 0
 

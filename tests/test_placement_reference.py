@@ -14,8 +14,9 @@ import math
 
 import numpy as np
 import pytest
+from walras.planner.model import Plan, PodPlan
 
-from tests.reference import generate, optimum, snapshot, throughputs, tiny
+from tests.reference import evaluate, generate, optimum, snapshot, throughputs, tiny
 from tests.reference.clusters import GPU, NO_LIMIT, RESOURCES, Instance, parse_quantity
 from tests.reference.metrics import idle_while_waiting
 
@@ -156,3 +157,46 @@ def test_parse_quantity() -> None:
     assert parse_quantity("1.5") == 1.5
     with pytest.raises(ValueError):
         parse_quantity("two")
+
+
+def _plan_of(inst: Instance, replicas: np.ndarray, amount: dict[tuple[int, int], float] | None = None) -> Plan:
+    """A plan that creates ``replicas[i, k]`` pods of job i on node k (requests: the job's cpu and memory and its
+    demand of GPUs, or ``amount[(i, k)]``)."""
+    pods = []
+    for i in range(inst.n):
+        for k in range(len(inst.nodes)):
+            for q in range(int(replicas[i, k])):
+                gpus = (amount or {}).get((i, k), float(inst.demand[i]))
+                requests = {GPU: f"{gpus:g}", "cpu": f"{inst.base[i, 1]:g}", "memory": f"{inst.base[i, 2]:g}Gi"}
+                pods.append(PodPlan(inst.namespace_of(i), f"{inst.jobs[i]}-{k}-{q}", inst.jobs[i],
+                                    inst.pools[inst.node_pool[k]], inst.nodes[k], requests, dict(requests)))
+    return Plan(pods=tuple(pods))
+
+
+def test_measures_of_hand_made_plans() -> None:
+    """evaluate() on plans written from the reference's own solution: the optimum itself scores 1 with nothing idle,
+    starved or under demand; a pod taken away lowers the ratio and leaves its GPUs idle while its job waits; a job
+    given no pod is starved; a pod with half its demand is under-demand and counts half a replica."""
+    inst = generate(3)
+    ref = optimum(inst, time_limit=20)
+    best = evaluate(inst, _plan_of(inst, ref.replicas), ref)
+    assert best.ratio == pytest.approx(1.0)
+    assert (best.starved, best.under_demand, best.idle_waiting, best.violations) == (0, 0, 0.0, 0)
+    assert best.gpus == ref.gpus and best.plan_objective == pytest.approx((ref.served, ref.objective))
+    i, k = (int(v[0]) for v in np.nonzero(ref.replicas))
+    fewer = ref.replicas.copy()
+    fewer[i, k] -= 1
+    less = evaluate(inst, _plan_of(inst, fewer), ref)
+    assert less.ratio < 1.0 and less.idle_waiting >= inst.demand[i] and less.waiting_jobs >= 1
+    assert less.gpus == ref.gpus - inst.demand[i]
+    none = ref.replicas.copy()
+    none[i] = 0
+    assert evaluate(inst, _plan_of(inst, none), ref).starved == 1
+    two = next(i for i in range(inst.n) if inst.demand[i] == 2 and ref.replicas[i].sum() > 0)
+    kk = int(np.flatnonzero(ref.replicas[two])[0])
+    half = evaluate(inst, _plan_of(inst, ref.replicas, {(two, kk): 1.0}), ref)
+    assert half.under_demand == ref.replicas[two, kk]
+    assert half.throughput[two] < ref.throughput[two]
+    over = ref.replicas.copy()
+    over[i, k] += 40
+    assert evaluate(inst, _plan_of(inst, over), ref).violations >= 1
