@@ -20,7 +20,9 @@ problem (paper 004's throughput model, Sec. 2.1, made integral over replicas on 
   (``NO_LIMIT`` for none);
 * ``weight[i]``: the utility's weight (``u_i(T) = w_i log T``, 004 eq. 1).
 
-This module imports nothing of the planner: the manifests are plain dicts the caller decodes (``tests.planning``).
+Nothing of the planner's logic is imported: the manifests are plain dicts the caller decodes (``tests.planning``);
+:func:`snapshot` and :func:`applied` take only the ``Snapshot`` type and the pod label names from
+``walras.planner.model``. :func:`from_snapshot` reads an instance from raw manifests (the repository's examples).
 """
 
 from __future__ import annotations

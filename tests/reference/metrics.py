@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tests.reference.clusters import RESOURCES, Instance, parse_quantity
-from tests.reference.placement_milp import Reference, lexicographic
+from tests.reference.placement_milp import Reference, lexicographic, optimum
 
 __all__ = ["Metrics", "evaluate", "fixed_point_actions", "parse_quantity", "placement"]
 
@@ -134,8 +134,11 @@ def idle_while_waiting(instance: Instance, used: np.ndarray, placed: np.ndarray)
     return idle, len(waiting)
 
 
-def evaluate(instance: Instance, plan: Any, reference: Reference) -> Metrics:
-    """Issue 33's measures of ``plan`` (a walras ``Plan`` of ``instance``'s manifests) against ``reference``."""
+def evaluate(instance: Instance, plan: Any, reference: Reference | None = None) -> Metrics:
+    """Issue 33's measures of ``plan`` (a walras ``Plan`` of ``instance``'s manifests) against ``reference`` (the
+    exact optimum, :func:`tests.reference.optimum` with its default time limit when not given)."""
+    if reference is None:
+        reference = optimum(instance)
     reps, under, per_pair = placement(instance, plan)
     thr = _throughput(instance, reps)
     opt = reference.throughput

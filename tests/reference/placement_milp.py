@@ -28,8 +28,14 @@ unserved job (whose ``t_i`` is then 0). The MILP's value is therefore an upper b
 incumbent's exact objective (the log evaluated at its ``T_i``) is a lower bound; where the two differ by more than
 the tolerance, tangents at the incumbent's throughputs are added and the MILP solved again (at most
 ``refinements`` times: a tangent at a lattice value makes the cuts exact there). :class:`Reference` reports both:
-``objective`` (exact, of the solution returned), ``bound`` (HiGHS' dual bound of the last MILP: no allocation serving
-``served`` jobs does better) and ``gap = bound - objective`` (certified).
+``objective`` (exact, of the solution returned), ``bound`` (the smallest of HiGHS' dual bounds of the MILPs: no
+allocation serving ``served`` jobs does better) and ``gap = bound - objective`` (certified).
+
+**Other utility families** (004 Sec. 2.2; the examples mix them): the objective is ``sum_i (u_i(T_i) - u_i(r_i))``.
+Alpha-fair with ``alpha >= 1`` has ``u(0) = -inf`` and counts in the served count as log does; linear and
+target-priority (``w min(T - target, 0)``) are concave piecewise linear and get their exact pieces as cuts; power
+and alpha-fair get tangent grids as log does; a job whose ``u(0)`` is finite gets ``t_i <= u(0) - u(r_i)`` while it
+has no replica (its tangents alone would overestimate ``u(0)`` for power).
 """
 
 from __future__ import annotations
@@ -53,10 +59,11 @@ TOLERANCE = 1e-7
 @dataclass(frozen=True)
 class Reference:
     """The exact integral optimum (module docstring). ``replicas[i, k]`` of job i on node k; ``throughput[i]`` the
-    job's ``T_i``; ``served`` the maximum number of jobs with a replica; ``objective`` the exact ``sum over served
-    of w_i log(T_i / r_i)`` of this solution; ``bound`` an upper bound on it over all solutions serving ``served``
-    jobs; ``gap = bound - objective`` (>= 0); ``status``: ``optimal`` (the gap is at most HiGHS' MIP tolerance plus
-    the cuts' tolerance) or ``time limit`` (a feasible solution and its certified gap); ``seconds`` of solving."""
+    job's ``T_i``; ``served`` the maximum number of jobs with ``u(0) = -inf`` that get a replica; ``objective`` the
+    exact value of this solution (:func:`lexicographic`: ``sum over served of w_i log(T_i / r_i)`` for log jobs);
+    ``bound`` an upper bound on it over all solutions serving ``served`` jobs; ``gap = bound - objective`` (>= 0);
+    ``status``: ``optimal`` (the gap is at most HiGHS' MIP tolerance plus the cuts' tolerance) or ``time limit`` (a
+    feasible solution and its certified gap); ``seconds`` of solving; ``gpus`` the priced units it uses."""
 
     replicas: np.ndarray
     throughput: np.ndarray
