@@ -123,11 +123,11 @@ class Actuator:
         evicting = {(pp.namespace, pp.name) for pp in plan.pods if pp.action == "evict"}
         for key in [k for k in self._evict_retry if k not in evicting]:  # no longer evicted: its backoff is over
             del self._evict_retry[key]
-        for job, pods in list(self._eviction_blocked.items()):
-            for name in [n for n in pods if (job[0], n) not in evicting or (job[0], n) not in index.pods]:
-                del pods[name]
-            if not pods:
-                del self._eviction_blocked[job]
+        for owner, blocked in list(self._eviction_blocked.items()):
+            for name in [n for n in blocked if (owner[0], n) not in evicting or (owner[0], n) not in index.pods]:
+                del blocked[name]
+            if not blocked:
+                del self._eviction_blocked[owner]
         return calls
 
     def _settle_resizes(self, plan: Plan) -> None:
