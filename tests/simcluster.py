@@ -121,7 +121,7 @@ class SimCluster:
             elif pp.action == "bind" and current is not None and self.mode == "direct" and pp.node:
                 if not current["spec"].get("nodeName"):
                     self._bind(key, pp.node)
-            elif pp.action == "delete":
+            elif pp.action in ("delete", "evict"):  # no PodDisruptionBudget here: an eviction is a deletion
                 self.pods.pop(key, None)
                 self.assumed.forget(*key)  # deleted, or 404: either way no longer ours to count
             elif pp.action == "resize" and current is not None:
@@ -215,12 +215,12 @@ def _managed(pod: JSON) -> bool:
 
 
 def changes(plan: Plan, previous: Plan | None) -> list[str]:
-    """The writes a plan asks for: creates, deletes, resizes, and binds of pods whose planned node changed since the
-    previous plan (a pending pod planned to the same node again is no new write, in extender mode)."""
+    """The writes a plan asks for: creates, deletes, evictions, resizes, and binds of pods whose planned node changed
+    since the previous plan (a pending pod planned to the same node again is no new write, in extender mode)."""
     before = {(p.namespace, p.name): p.node for p in previous.pods} if previous is not None else {}
     out = []
     for p in plan.pods:
-        if p.action in ("create", "delete", "resize"):
+        if p.action in ("create", "delete", "evict", "resize"):
             out.append(f"{p.action} {p.namespace}/{p.name}")
         elif p.action == "bind" and before.get((p.namespace, p.name)) != p.node:
             out.append(f"bind {p.namespace}/{p.name} -> {p.node}")

@@ -368,7 +368,11 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
 
         async def post_event(self, namespace: str, event: dict[str, Any]) -> dict[str, Any]:
             calls.append(("event", event["reason"], event["message"]))
-            return event
+            return {**event, "metadata": {**event["metadata"], "name": f"ev-{len(calls)}"}}
+
+        async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+            calls.append(("event-count", name, patch["count"]))
+            return {}
 
         async def patch_status(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
             return {}
@@ -382,23 +386,36 @@ async def test_controller_evicts_forgets_and_records_a_refusal_once() -> None:
     snapshot = Snapshot(pods=(pod,), jobs=(job,))
     controller = Controller(FakeClient(), lambda: snapshot, build_plan,  # type: ignore[arg-type]
                             OperatorOptions(mode="extender"))
+    clock = [100.0]
+    controller.actuator.clock = lambda: clock[0]
     typed = pod_from(pod)
     assert typed is not None
     controller.assumed.assume(typed, time.monotonic())
     plan = Plan(pods=(PodPlan(NS, "m-0", "m", "p", "n1", action="evict", exists=True, grace=5),
                       PodPlan(NS, "m-1", "m", "p", "n2", {"cpu": "1"})))
     await controller.act(plan, snapshot)
+    await controller.act(plan, snapshot)  # within the backoff (2 s): not asked again
+    assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")]
+    clock[0] += 2.5
     await controller.act(plan, Snapshot(pods=(pod, {**pod, "metadata": {**pod["metadata"], "name": "m-1"}}),
                                         jobs=(job,)))
     blocked = [c for c in calls if c[0] == "event" and c[1] == "EvictionBlocked"]
     assert len(blocked) == 1 and "disruption budget" in blocked[0][2]
+    # the repeat raises the count of the same Event object (aggregated the Kubernetes way)
+    assert [c for c in calls if c[0] == "event-count" and c[1] == "ev-2"] == [("event-count", "ev-2", 2)], calls
     assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 2
+    assert "disruption budget" in controller.actuator.eviction_blocked[(NS, "m")]
+    clock[0] += 3.0  # the backoff doubled to 4 s: still waiting
+    await controller.act(plan, Snapshot(pods=(pod,), jobs=(job,)))
+    assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 2
+    clock[0] += 1.5
     assert not [c for c in calls if c[0] == "delete"], "a refused eviction is never turned into a delete"
     assert (NS, "m-0") in {p.key for p in controller.assumed.pods()}
     assert (NS, "m-1") in {p.key for p in controller.assumed.pods()}, "the replacement is assumed"
     await controller.act(plan, Snapshot(pods=(pod,), jobs=(job,)))
     assert [c for c in calls if c[0] == "evict"] == [("evict", "m-0", 5, "old-uid")] * 3
     assert (NS, "m-0") not in {p.key for p in controller.assumed.pods()}, "an evicted pod is forgotten"
+    assert controller.actuator.eviction_blocked == {}
     assert any(c[0] == "event" and c[1] == "Evicted" for c in calls)
     plan = Plan(pods=(PodPlan(NS, "m-0", "m", "p", None, action="delete", exists=True, grace=0, reason="NodeLost"),))
     await controller.act(plan, snapshot)

@@ -181,7 +181,9 @@ def test_more_failures_than_the_backoff_limit_fail_the_job_and_release_its_share
     jp = plan.jobs[("ml", "x")]
     assert jp.phase == "Failed" and conditions(plan, "x")["Failed"] == ("True", "BackoffLimitExceeded")
     assert jp.failures == 2 and jp.allocation == {} and "Scheduled" not in conditions(plan, "x")
-    assert actions(plan, "x", "delete") == ["x-0", "x-1"] and actions(plan, "x", "create") == []
+    # the failed pod is deleted, the running one evicted (PodDisruptionBudgets hold)
+    assert actions(plan, "x", "delete") == ["x-1"] and actions(plan, "x", "evict") == ["x-0"]
+    assert actions(plan, "x", "create") == []
     live = next(p for p in plan.pods if p.name == "x-0")
     assert live.reason.startswith("BackoffLimitExceeded") and live.grace is None
     assert any(e.reason == "BackoffLimitExceeded" for e in plan.events)
@@ -239,7 +241,9 @@ def test_suspend_deletes_the_pods_releases_the_share_and_resume_replans() -> Non
     suspended = plan_of(snap(True, running))
     jp = suspended.jobs[("ml", "x")]
     assert jp.phase == "Suspended" and conditions(suspended, "x")["Suspended"] == ("True", "JobSuspended")
-    assert actions(suspended, "x", "delete") == [f"x-{k}" for k in range(4)] and jp.allocation == {}
+    # running pods leave through the Eviction API (PodDisruptionBudgets hold)
+    assert actions(suspended, "x", "evict") == [f"x-{k}" for k in range(4)] and jp.allocation == {}
+    assert actions(suspended, "x", "delete") == []
     assert all(p.grace is None and p.reason.startswith("Suspended") for p in suspended.pods if p.job == "x")
     assert any(e.reason == "Suspended" for e in suspended.events)
     status_validator().validate(job_status(jp))

@@ -446,7 +446,7 @@ def test_scaling_down_deletes_surplus_running_pods() -> None:
     snap2 = Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=tuple(jobs), pods=tuple(bind(first)))
     second = build_plan(snap2, first)
     j1 = [p for p in second.pods if p.job == "j1"]
-    assert j1 and all(p.action == "delete" for p in j1)
+    assert j1 and all(p.action == "evict" for p in j1)  # running pods go through the Eviction API
     assert second.jobs[("ml", "j1")].replicas == {}
 
 
@@ -468,7 +468,8 @@ def test_pods_of_deleted_jobs_are_deleted() -> None:
     first = build_plan(snap)
     snap2 = Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs[1:], pods=tuple(bind(first)))
     second = build_plan(snap2, first)
-    assert [p.action for p in second.pods if p.job == "j1"] == ["delete"] * sum(1 for p in first.pods if p.job == "j1")
+    # running pods go through the Eviction API (PodDisruptionBudgets hold), never a plain DELETE
+    assert [p.action for p in second.pods if p.job == "j1"] == ["evict"] * sum(1 for p in first.pods if p.job == "j1")
 
 
 def test_foreign_pods_reduce_capacity() -> None:

@@ -162,7 +162,7 @@ def test_a_shrinking_job_deletes_only_its_surplus() -> None:
     plan = build_plan(Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs, pods=tuple(pods)), None)
     actions = {p.name: p.action for p in plan.pods}
     # 3 run, 2 wanted, all in b by the market: one pod of pool a (the pool furthest above its share) goes
-    assert sorted(actions.values()) == ["delete", "keep", "keep"]
+    assert sorted(actions.values()) == ["evict", "keep", "keep"]  # a running pod: through the Eviction API
     assert actions["j-b-0"] == "keep"
     assert plan.jobs[("ml", "j")].replicas == {"a": 1, "b": 1}
 

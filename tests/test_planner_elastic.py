@@ -111,7 +111,7 @@ def test_running_elastic_pods_stay_and_the_plan_is_stable() -> None:
     # lowering the maximum shrinks it to the new maximum
     smaller = [job("e", {"min": 1, "max": 6}, SATURATING)]
     shrunk = plan_of("fair", smaller, pods=pods, previous=again)
-    assert sorted(p.action for p in shrunk.pods) == ["delete"] * 2 + ["keep"] * 6
+    assert sorted(p.action for p in shrunk.pods) == ["evict"] * 2 + ["keep"] * 6  # running: the Eviction API
 
 
 def test_an_elastic_job_whose_market_share_falls_to_zero_keeps_its_pods_and_stops_nothing() -> None:

@@ -361,6 +361,12 @@ class KubeClient:
     async def post_event(self, namespace: str, event: Mapping[str, Any]) -> JSON:
         return await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event, retry_conflict=True)
 
+    async def patch_event(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JSON:
+        """Merge-patch the Event ``name`` (a repeat of it: its ``count`` and ``lastTimestamp``, as client-go's
+        event correlator does); :class:`~walras.kube.errors.NotFound` when it expired."""
+        return await self.request("PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", patch,
+                                  content_type="application/merge-patch+json")
+
 
 async def probe(config: KubeConfig, timeout: float = 10.0) -> None:
     """GET ``/version`` once; :class:`~walras.kube.errors.ServiceUnavailable` (reason ``ConnectionError``) when the

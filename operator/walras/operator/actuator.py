@@ -11,7 +11,10 @@
   0: force deletion of a pod on a lost node) and a UID precondition (a newer pod of the same name is never
   deleted).
 * ``evict``: through the Eviction API, so PodDisruptionBudgets hold; a 429 leaves the pod running, records a
-  Warning Event ``EvictionBlocked`` on the job once per pod and message, and the next plan asks again.
+  Warning Event ``EvictionBlocked`` on the job (aggregated: one Event object whose count rises), reports the API
+  server's message on the job (:attr:`Actuator.eviction_blocked`, the status writer's ``EvictionBlocked``
+  condition), and the eviction is asked again by later plans with a capped exponential backoff per pod
+  (:data:`EVICTION_BACKOFF` doubling up to :data:`EVICTION_BACKOFF_CAP`); plans within the backoff send nothing.
 * pods labelled with a job's name but not owned by it are adopted (owner reference added).
 
 Every pod created or bound is assumed (:class:`walras.operator.assumed.AssumedPods`) until the watch shows it; pods
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from walras.kube.client import KubeClient
@@ -38,6 +41,11 @@ from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan
 
 logger = logging.getLogger("walras.operator")
+
+#: Seconds before a refused eviction is asked again, doubled per refusal up to the cap (``kubectl drain`` retries a
+#: refused eviction every 5 s; the backoff keeps a long-blocked budget from costing a request every plan).
+EVICTION_BACKOFF = 2.0
+EVICTION_BACKOFF_CAP = 120.0
 
 
 @dataclass
@@ -61,6 +69,18 @@ class Actuator:
     _resize_pending: dict[ObjectKey, str] = field(default_factory=dict)
     #: the last snapshot's pods, with the ones this actuator created or bound since as it wrote them
     _pods: dict[ObjectKey, RawObject] = field(default_factory=dict)
+    #: pod -> (when its refused eviction may be asked again, the delay after the next refusal), ``clock`` seconds
+    _evict_retry: dict[ObjectKey, tuple[float, float]] = field(default_factory=dict)
+    #: job -> pod -> the API server's message of its refused eviction
+    _eviction_blocked: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
+    #: the clock of the eviction backoff (tests replace it)
+    clock: Callable[[], float] = time.monotonic
+
+    @property
+    def eviction_blocked(self) -> Mapping[ObjectKey, str]:
+        """job -> why some of its evictions are refused (the API server's messages, pod by pod in name order)."""
+        return {job: "; ".join(f"pod {name}: {why}" for name, why in sorted(pods.items()))
+                for job, pods in self._eviction_blocked.items() if pods}
 
     @property
     def resize_pending(self) -> Mapping[ObjectKey, str]:
@@ -100,6 +120,14 @@ class Actuator:
                 calls.append(self._evict(pp, current, job))
         for key in [k for k in self._blocked if k not in index.pods]:  # pods gone: their blocked evictions are over
             del self._blocked[key]
+        evicting = {(pp.namespace, pp.name) for pp in plan.pods if pp.action == "evict"}
+        for key in [k for k in self._evict_retry if k not in evicting]:  # no longer evicted: its backoff is over
+            del self._evict_retry[key]
+        for owner, blocked in list(self._eviction_blocked.items()):
+            for name in [n for n in blocked if (owner[0], n) not in evicting or (owner[0], n) not in index.pods]:
+                del blocked[name]
+            if not blocked:
+                del self._eviction_blocked[owner]
         return calls
 
     def _settle_resizes(self, plan: Plan) -> None:
@@ -251,18 +279,30 @@ class Actuator:
             self.assumed.forget(pp.namespace, pp.name)
             return
         key = (pp.namespace, pp.name)
+        now = self.clock()
+        retry = self._evict_retry.get(key)
+        if retry is not None and now < retry[0]:  # refused before: wait out the backoff
+            return
         result = await self.client.evict_pod(pp.namespace, pp.name, pp.grace, str(meta.get("uid") or "") or None)
         if result.outcome == "blocked":
-            message = f"Eviction of pod {pp.name} refused, retried by the next plan: {result.message}"
-            logger.info("eviction of %s/%s blocked: %s", pp.namespace, pp.name, result.message)
-            if job is not None and self._blocked.get(key) != message:
+            delay = retry[1] if retry is not None else EVICTION_BACKOFF
+            self._evict_retry[key] = (now + delay, min(2.0 * delay, EVICTION_BACKOFF_CAP))
+            self._eviction_blocked.setdefault((pp.namespace, pp.job), {})[pp.name] = result.message
+            message = f"Eviction of pod {pp.name} refused, asked again with backoff: {result.message}"
+            logger.info("eviction of %s/%s blocked (again in %g s): %s", pp.namespace, pp.name, delay,
+                        result.message)
+            if job is not None:
                 self._blocked[key] = message
                 await self.recorder.event(job, "Warning", "EvictionBlocked", message)
             return
         self._blocked.pop(key, None)
+        self._evict_retry.pop(key, None)
+        blocked = self._eviction_blocked.get((pp.namespace, pp.job))
+        if blocked is not None:
+            blocked.pop(pp.name, None)
         self.assumed.forget(pp.namespace, pp.name)
         if result.outcome == "evicted":
             why = f": {pp.reason}" if pp.reason else ""
             logger.info("evicted pod %s/%s%s", pp.namespace, pp.name, why)
             if job is not None:
-                await self.recorder.event(job, "Normal", "Evicted", f"Evicted pod {pp.name} to move it{why}")
+                await self.recorder.event(job, "Normal", "Evicted", f"Evicted pod {pp.name}{why}")

@@ -237,7 +237,8 @@ class Controller:
         index = SnapshotIndex.of(snapshot) if index is None else index
         limit = self.options.concurrency
         await gather_calls(self.actuator.calls(plan, index), limit)
-        await gather_calls(self.statuses.status_calls(plan, index, self.actuator.resize_pending), limit)
+        await gather_calls(self.statuses.status_calls(plan, index, self.actuator.resize_pending,
+                                                      self.actuator.eviction_blocked), limit)
         await gather_calls(self.statuses.event_calls(plan, index), limit)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, mode: str = "extender") -> None:

@@ -24,6 +24,19 @@ from walras.planner.model import API_VERSION, Plan
 POSTED_LIMIT = 50_000
 
 
+#: The condition a job gets while some of its pods' evictions are refused (by a PodDisruptionBudget).
+EVICTION_BLOCKED = "EvictionBlocked"
+
+
+def with_eviction_blocked(status: Mapping[str, Any], message: str | None) -> dict[str, Any]:
+    """A job's ``status`` with the ``EvictionBlocked`` condition (reason ``DisruptionBudget``) added when
+    ``message`` says which pods' evictions the API server refuses, and why (truncated to the condition's 32 KiB)."""
+    if not message:
+        return dict(status)
+    condition = {"type": EVICTION_BLOCKED, "status": "True", "reason": "DisruptionBudget", "message": message[:32000]}
+    return {**status, "conditions": [*(status.get("conditions") or []), condition]}
+
+
 @dataclass
 class StatusWriter:
     """Writes each status that differs from what the object (or our last write to it) shows, and posts each plan
@@ -35,10 +48,12 @@ class StatusWriter:
     _written: dict[tuple[str, str, str], tuple[Any, Any]] = field(default_factory=dict)
     _posted: set[tuple[str, str, str, str, str]] = field(default_factory=set)
 
-    def status_calls(self, plan: Plan, index: SnapshotIndex,
-                     resize_pending: Mapping[ObjectKey, str]) -> Iterable[Awaitable[None]]:
+    def status_calls(self, plan: Plan, index: SnapshotIndex, resize_pending: Mapping[ObjectKey, str],
+                     eviction_blocked: Mapping[ObjectKey, str] | None = None) -> Iterable[Awaitable[None]]:
         """The status writes of ``plan``: every pool, job and profile of ``index`` it has a status for (a job with
-        ``resize_pending`` pods gets the ``ResizePending`` condition)."""
+        ``resize_pending`` pods gets the ``ResizePending`` condition, one whose evictions a PodDisruptionBudget
+        refuses the ``EvictionBlocked`` condition with the API server's message, :func:`with_eviction_blocked`)."""
+        blocked = eviction_blocked or {}
         base = f"/apis/{API_VERSION}"
         for name, pool_plan in plan.pools.items():
             obj = index.pools.get(("", name))
@@ -49,7 +64,9 @@ class StatusWriter:
             obj = index.jobs.get(key)
             if obj is not None:
                 yield self._write(("FungibleJob", *key), f"{base}/namespaces/{key[0]}/fungiblejobs/{key[1]}", obj,
-                                  with_resize_pending(job_status(job_plan), resize_pending.get(key)))
+                                  with_eviction_blocked(with_resize_pending(job_status(job_plan),
+                                                                            resize_pending.get(key)),
+                                                        blocked.get(key)))
         for name, conditions in plan.profiles.items():
             obj = index.profiles.get(("", name))
             if obj is not None:

@@ -32,6 +32,12 @@ phases plan as usual:
   (its replacement exists; without this the job would have a pod too many and reconcile would *delete* one,
   bypassing the budget).
 
+* **mass disruption** (kube-controller-manager's ``--unhealthy-zone-threshold``, 0.55): when at least
+  :data:`UNHEALTHY_THRESHOLD` of a pool's nodes, or of the cluster's, are NotReady at once, the cause is more likely
+  the control plane or the network than the nodes, so nothing of that pool (of every pool, for the cluster) is
+  removed: no lost pod is force-deleted after the grace, and the reconcile phase removes no running pod there
+  (:func:`disruption`, read by both). The pool gets a Warning Event ``NodesDisrupted`` (:func:`conclude`).
+
 Precedence: Complete, then Failed, then Suspended, then backoff. Without a clock no node is lost by time (a node that
 is gone still is) and no backoff is measured (a failed pod's replacement is planned at once, as before this phase).
 
@@ -60,6 +66,9 @@ from walras.planner.spec import JobSpec
 #: batch/v1 Job's pod failure backoff: 10 s, doubled per failure, at most 6 minutes.
 BACKOFF_BASE = 10.0
 BACKOFF_CAP = 360.0
+#: kube-controller-manager's ``--unhealthy-zone-threshold``: the share of NotReady nodes at which a zone counts as
+#: disrupted and the node lifecycle controller stops evicting its pods.
+UNHEALTHY_THRESHOLD = 0.55
 #: Conditions of the market's view that mean nothing for a job out of the market.
 _MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas")
 
@@ -69,6 +78,69 @@ def backoff_delay(failures: int) -> float:
     if failures <= 0:
         return 0.0
     return min(BACKOFF_BASE * 2.0 ** min(failures - 1, 16), BACKOFF_CAP)
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """Where most nodes are NotReady at once (:data:`UNHEALTHY_THRESHOLD`): ``pools`` maps each disrupted pool to
+    ``(NotReady nodes, nodes)``; ``cluster`` is ``(NotReady nodes, nodes)`` of the whole cluster when it is disrupted
+    (then every pool is); ``held`` the nodes whose pods nothing may remove."""
+
+    pools: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    cluster: tuple[int, int] | None = None
+    held: frozenset[str] = frozenset()
+
+    def message(self, pool: str) -> str:
+        """Why nothing of ``pool`` is removed (empty when it is not held)."""
+        if self.cluster is not None:
+            down, total = self.cluster
+            return (f"{down} of the cluster's {total} nodes are NotReady (>= {UNHEALTHY_THRESHOLD:.0%}): no pod is "
+                    "removed until most nodes are Ready again")
+        if pool in self.pools:
+            down, total = self.pools[pool]
+            return (f"{down} of the pool's {total} nodes are NotReady (>= {UNHEALTHY_THRESHOLD:.0%}): no pod of the "
+                    "pool is removed until most of its nodes are Ready again")
+        return ""
+
+
+NO_DISRUPTION = Disruption()
+
+
+def disrupted(down: int, total: int) -> bool:
+    """Whether ``down`` NotReady nodes of ``total`` make a disrupted zone (kube-controller-manager's node lifecycle
+    controller: the unhealthy share reaches ``--unhealthy-zone-threshold``)."""
+    return total > 0 and down > 0 and down >= UNHEALTHY_THRESHOLD * total
+
+
+def disruption(cluster: Cluster) -> Disruption:
+    """The :class:`Disruption` of ``cluster``: each valid pool's nodes (a node in the first pool, in name order, whose
+    ``nodeSelector`` it matches, as :func:`walras.planner.objects.build_objects` assigns them) and the whole
+    cluster, with how many of them are NotReady. :data:`NO_DISRUPTION` when every node is Ready (the common case:
+    one pass over the nodes)."""
+    nodes = cluster.nodes
+    down = [n for n in nodes if not n.ready]
+    if not down:
+        return NO_DISRUPTION
+    if disrupted(len(down), len(nodes)):
+        return Disruption(cluster=(len(down), len(nodes)), held=frozenset(n.name for n in nodes))
+    members: dict[str, list[Node]] = defaultdict(list)
+    assigned: set[str] = set()
+    for pool in cluster.pools:
+        if pool.spec is None:
+            continue
+        selector = pool.spec.node_selector.items()
+        for n in nodes:
+            if n.name not in assigned and all(n.labels.get(k) == v for k, v in selector):
+                assigned.add(n.name)
+                members[pool.name].append(n)
+    pools: dict[str, tuple[int, int]] = {}
+    held: set[str] = set()
+    for name, group in members.items():
+        count = sum(1 for n in group if not n.ready)
+        if disrupted(count, len(group)):
+            pools[name] = (count, len(group))
+            held.update(n.name for n in group)
+    return Disruption(pools, None, frozenset(held)) if pools else NO_DISRUPTION
 
 
 def latest(*times: float | None) -> float | None:
@@ -105,6 +177,10 @@ class Lifecycle:
     lost: dict[ObjectKey, int] = field(default_factory=lambda: defaultdict(int))
     now: float | None = None
     evicting: bool = False  # some pod the previous plan evicted is still there
+    #: where most nodes are NotReady: nothing of those pools is removed (:func:`disruption`)
+    disruption: Disruption = NO_DISRUPTION
+    #: lost pods kept because their pool (or the cluster) is disrupted, per job
+    held_lost: dict[ObjectKey, int] = field(default_factory=lambda: defaultdict(int))
 
     @property
     def held(self) -> frozenset[ObjectKey]:
@@ -161,8 +237,10 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
     nodes = {n.name: n for n in cluster.nodes}
     # nodes whose pods cannot be lost at this clock (_lost is None for them): one set lookup per pod, not a call
     safe = {n.name for n in cluster.nodes if n.ready or n.not_ready_since is None or now is None}
-    evicting = {(p.namespace, p.name): p for p in previous.pods if p.action == "evict"} if previous is not None else {}
-    out = Lifecycle(cluster, now=now)
+    # only a move's eviction is carried (its replacement exists); the reconcile phase plans a shrink's again
+    evicting = {(p.namespace, p.name): p for p in previous.pods
+                if p.action == "evict" and _is_move(p)} if previous is not None else {}
+    out = Lifecycle(cluster, now=now, disruption=disruption(cluster))
     steady = not evicting and len(safe) == len(cluster.nodes)  # nothing evicted, no node lost by time
     inputs = (Same(cluster.pods), Same(cluster.nodes))
     hit = reuse.lookup(TallyEntry, inputs) if steady else None
@@ -216,6 +294,9 @@ def _pass(cluster: Cluster, nodes: Mapping[str, Node], safe: set[str], evicting:
         key = (pod.namespace, pod.job)
         node = pod.node
         why = None if node is None or node in safe or pod.terminal else _lost(nodes.get(node), node, now, grace)
+        if why is not None and node in out.disruption.held:  # a disrupted pool: the node exists, nothing removed
+            out.held_lost[key] += 1
+            why = None
         if why is not None:
             out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job, pod.pool or "", pod.node, {}, {},
                                          "delete", True, f"NodeLost: {why}; force-deleted and re-planned", grace=0))
@@ -232,6 +313,12 @@ def _pass(cluster: Cluster, nodes: Mapping[str, Node], safe: set[str], evicting:
         by_job[key].append(pod)
         pods.append(pod)
     return pods, dict(by_job)
+
+
+def _is_move(plan: PodPlan) -> bool:
+    """Whether an ``evict`` plan is a move of :mod:`.migration` (its reason says ``rebalanced``; a shrink's eviction
+    says ``surplus``)."""
+    return "rebalanced" in plan.reason
 
 
 def _tally(pods: list[Pod]) -> Tally:
@@ -324,6 +411,9 @@ def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping
             events.append(PlanEvent("FungibleJob", job.namespace, job.name, "Warning", "NodeLost",
                                     f"{count} pod(s) on lost node(s) force-deleted; their replicas are "
                                     "planned elsewhere."))
+    held = life.disruption
+    for name in sorted({*held.pools, *((p.name for p in life.cluster.pools) if held.cluster is not None else ())}):
+        events.append(PlanEvent("ResourcePool", "", name, "Warning", "NodesDisrupted", held.message(name)))
     return Concluded(out, tuple(events), Actions(pods, actions.deferred, actions.placed, actions.unplaced))
 
 
@@ -388,7 +478,7 @@ def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> J
         return jp
     renamed: dict[int, PodPlan] = {}
     for p in plans:
-        if p.action == "delete" and p.reason.startswith("surplus"):
+        if p.action in ("delete", "evict") and p.reason.startswith("surplus"):
             renamed[id(p)] = dataclasses.replace(p, reason=reason)
     if not renamed:
         return jp

@@ -1,16 +1,25 @@
 """Phase *reconcile*: desired replicas vs observed pods -> one :class:`PodPlan` per pod with its action.
 
 * running pods: the first ``target`` of each pool (by name) are kept (``keep``, or ``resize`` when the resize phase
-  changed them); the rest are ``delete``;
+  changed them); the rest are removed (below);
 * pending pods: ``bind`` to the node placement chose, ``keep`` (no node yet) when none had room, ``delete`` when the
   pool wants fewer;
 * new replicas that placement placed: ``create`` (a deterministic name, so a re-create after a restart is idempotent);
   new replicas that found no node are not created (the job's status says why);
-* pods of deleted jobs, of pools the job cannot use, on nodes that are gone: ``delete``; pods of a job whose spec is
+* pods of deleted jobs, of pools the job cannot use, on nodes that are gone: removed; pods of a job whose spec is
   invalid: ``keep``.
 
+**How a pod is removed** (:func:`removal`), whatever asks for it (the market's shrink, a pool's ``spec.capacity``, a
+suspended, failed or deleted job, a pool the job can no longer use): a pod that has started (phase ``Running``, or a
+``status.startTime``) on a node that exists is ``evict``-ed, through the Eviction API, so PodDisruptionBudgets hold;
+only a pod that never started (no node, or bound and still ``Pending`` without a start time) or whose node is gone is
+``delete``-d (a lost node's pods are force-deleted by the lifecycle phase, after the grace). A running pod on a
+NotReady node (within the node-loss grace: past it the lifecycle phase has taken it out) and every running pod of a
+pool where most nodes are NotReady (:func:`walras.planner.lifecycle.disruption`) is never removed: it is kept, with
+why, and the surplus is taken from the job's other pods in that pool where there are any.
+
 A plan of an unchanged cluster is a fixed point: it keeps what runs, binds pending pods where it bound them before,
-and creates nothing (the replica and placement phases keep what exists when it is a valid answer). Deleting running
+and creates nothing (the replica and placement phases keep what exists when it is a valid answer). Removing running
 pods is disruptive, so at most ``max_deletes`` per plan (the rest wait for the next plan, said on the job).
 """
 
@@ -26,13 +35,15 @@ from typing import cast
 
 import numpy as np
 
+from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod
+from walras.planner.lifecycle import Disruption, disruption
 from walras.planner.model import PodAction, PodPlan
 from walras.planner.quantity import format_quantity
 from walras.planner.results import Actions, Objects, Observed, Outcome, PlanContext, Resizes
 from walras.planner.reuse import Inputs, Same
 
-__all__ = ["Actions", "KeptEntry", "pod_base", "reconcile"]
+__all__ = ["Actions", "KeptEntry", "pod_base", "reconcile", "removal"]
 
 _NAME_SAFE = re.compile(r"[^a-z0-9-]+")
 _name = attrgetter("name")
@@ -51,6 +62,30 @@ def _text(requests: Mapping[str, float]) -> dict[str, str]:
 @lru_cache(maxsize=4096)
 def _text_items(items: tuple[tuple[str, float], ...]) -> tuple[tuple[str, str], ...]:
     return tuple((name, format_quantity(value)) for name, value in sorted(items) if name != PODS)
+
+
+def removal(pod: Pod, table: NodeTable) -> PodAction:
+    """How a pod is removed: ``evict`` (the Eviction API: PodDisruptionBudgets hold) once it has started on a node
+    that exists, ``delete`` when it never started (no node; bound but ``Pending`` without a start time) or its node
+    is gone."""
+    if pod.node is None or pod.node not in table.index:
+        return "delete"
+    return "evict" if pod.phase == "Running" or pod.started is not None else "delete"
+
+
+def _held(pod: Pod, pool: str, table: NodeTable, disrupted: Disruption) -> str:
+    """Why a running pod may not be removed now (empty when it may): its node is NotReady (within the node-loss
+    grace), or most of its pool, or of the cluster, is NotReady."""
+    if pod.node is None:
+        return ""
+    k = table.index.get(pod.node)
+    if k is None:
+        return ""
+    if pod.node in disrupted.held:
+        return disrupted.message(pool) or disrupted.message("")
+    if not table.nodes[k].ready:
+        return f"node {pod.node} is NotReady: its pods are kept within the node-loss grace"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -80,10 +115,19 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
     max_deletes = ctx.options.max_deletes
     out = Actions()
     deletes = 0
+    table = ctx.table
+    disrupted = disruption(ctx.cluster)
 
     def delete(pod: Pod, pool: str, reason: str, running: bool) -> None:
+        """Remove ``pod`` (:func:`removal`), unless it is held (:func:`_held`) or the churn budget is spent."""
         nonlocal deletes
         key = (pod.namespace, pod.job or "")
+        action = removal(pod, table) if running else "delete"
+        held = _held(pod, pool, table, disrupted) if action == "evict" else ""
+        if held:
+            out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, _text(pod.requests),
+                                         _text(pod.requests), "keep", True, f"kept ({held}); {reason}"))
+            return
         if running and max_deletes is not None and deletes >= max_deletes:
             out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, _text(pod.requests),
                                          _text(pod.requests), "keep", True, f"deletion deferred: {reason}"))
@@ -91,7 +135,7 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
             return
         if running:
             deletes += 1
-        out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, {}, {}, "delete", True,
+        out.pods[key].append(PodPlan(pod.namespace, pod.name, pod.job or "", pool, pod.node, {}, {}, action, True,
                                      reason))
 
     pools = objects.pools
@@ -131,8 +175,9 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
                 reuse.store(KeptEntry(inputs, reused, running), group)
                 plans.extend(reused)
             else:
-                for q, pod in enumerate(kept):
-                    if q >= want:
+                leaving = _leaving(kept, want, pool.name, table, disrupted)
+                for pod in kept:
+                    if id(pod) in leaving:
                         delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}",
                                True)
                         continue
@@ -155,6 +200,23 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
     _placed(objects, observed, outcome, out)
     _leftovers(objects, observed, outcome, delete, out)
     return out
+
+
+def _leaving(kept: Sequence[Pod], want: int, pool: str, table: NodeTable, disrupted: Disruption) -> set[int]:
+    """The ids of the running pods a pool's surplus removes: the last ``len(kept) - want`` in name order, passing
+    over the held ones (:func:`_held`), which stay; when too few pods may go, every held one is still kept (and
+    said so by :func:`reconcile`'s ``delete``)."""
+    surplus = len(kept) - want
+    if surplus <= 0:
+        return set()
+    if not disrupted.held and all(table.nodes[table.index[p.node]].ready for p in kept if p.node in table.index):
+        return {id(p) for p in kept[want:]}
+    free = [p for p in kept if not (removal(p, table) == "evict" and _held(p, pool, table, disrupted))]
+    chosen = free[len(free) - min(surplus, len(free)):]
+    held = [p for p in kept if not any(p is c for c in free)]
+    # the held pods beyond the market's count still go through delete(), which keeps them with why
+    extra = max(surplus - len(chosen), 0)
+    return {id(p) for p in chosen} | {id(p) for p in held[len(held) - min(extra, len(held)):]}
 
 
 def _placed(objects: Objects, observed: Observed, outcome: Outcome, out: Actions) -> None:
