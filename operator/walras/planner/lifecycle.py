@@ -61,7 +61,7 @@ from walras.planner.spec import JobSpec
 BACKOFF_BASE = 10.0
 BACKOFF_CAP = 360.0
 #: Conditions of the market's view that mean nothing for a job out of the market.
-_MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas")
+_MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas", "ReplicasGranted")
 
 
 def backoff_delay(failures: int) -> float:
