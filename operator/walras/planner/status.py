@@ -555,7 +555,9 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
             f"granted {wanted} of {replicas} replica(s): {granted_text}; {short} not granted: "
             + (detail or "the market gives this job no more replicas at current prices")))
         if blocked_pools:
-            pools_text = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
+            said = {b.pool: b.message for b in ungranted}
+            pools_text = "; ".join(said.get(pool) or f"pool {pool!r}: {_WHY.get(why, why)}"
+                                   for pool, why in blocked_pools)
             conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
                                         f"not offered in {pools_text}; the market priced the job without it"))
     structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
