@@ -311,3 +311,23 @@ def test_explain_an_unknown_job_suggests_the_near_names(market_dir: Path, capsys
     assert main(["explain", "ml/lni", "-f", str(market_dir)]) == 2
     assert "no FungibleJob ml/lni; did you mean ml/lin" in capsys.readouterr().err
     assert main(["explain", "a/b/c", "-f", str(market_dir)]) == 2
+
+
+def test_the_reason_table_documents_every_reason() -> None:
+    """docs/troubleshooting.md has a row per blocking rule (:data:`walras.planner.model.REASONS`) and names every
+    condition reason the product writes (read from the source)."""
+    import re
+
+    from walras.planner.model import REASONS
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "troubleshooting.md").read_text()
+    rows = set(re.findall(r"^\| `([A-Za-z]+)` \|", text, re.M))
+    assert set(REASONS) <= rows, set(REASONS) - rows
+    written: set[str] = set()
+    for path in (root / "operator" / "walras" / "planner").rglob("*.py"):
+        written |= set(re.findall(r'Condition\(\s*"[A-Za-z]+",\s*"[A-Za-z]+",\s*"([A-Za-z]+)"', path.read_text()))
+    pool_only = {"SelectorOverlap", "NodesReady", "NoNodes", "MissingType", "Valid", "PoolsValid", "ProfileNotFound"}
+    assert "AllGranted" in written and "MarketRepriced" in written  # the source is really read
+    missing = {r for r in written - pool_only if f"`{r}`" not in text}
+    assert missing == set(), missing

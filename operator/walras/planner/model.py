@@ -146,6 +146,25 @@ class PodPlan:
         }
 
 
+#: The rules that keep a replica out of a pool, one reason each (docs/troubleshooting.md lists them with what to do).
+#: The status phase (``walras.planner.status._Diagnosis``) tries them in this order after the plan's placement and
+#: stops at the first that holds.
+REASONS: dict[str, str] = {
+    "NoReadyNode": "the pool matches no Ready, schedulable node",
+    "NoEligibleNode": "no Ready node of the pool admits the pod (taints, nodeSelector, node affinity)",
+    "TooLarge": "the pod requests more than the largest node of the pool may allocate",
+    "DegreeLimited": "nodes have room for the pod but no pod slot under the pool's degreeLimit",
+    "InsufficientCpu": "nodes have the priced resource free but too little cpu",
+    "InsufficientMemory": "nodes have the priced resource free but too little memory",
+    "InsufficientResource": "nodes have the priced resource free but too little of another requested resource",
+    "Fragmented": "the pool has the priced resource free in total, but no node has a whole pod's worth",
+    "InsufficientCapacity": "the pool has too little of the priced resource free",
+    "PoolCapacity": "the pool's spec.capacity is sold out",
+    "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
+    "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+}
+
+
 @dataclass(frozen=True)
 class Blocker:
     """Why replicas of a job do not run in one pool now, as the status phase found it after this plan's placement

@@ -11,8 +11,8 @@ The phase is the pods': ``Running`` when at least one pod of the job exists on a
 Suspended). Conditions (docs/troubleshooting.md has the table of reasons):
 
 * ``ReplicasGranted``: True ``AllGranted`` when the market granted ``count`` replicas (an elastic job: True
-  ``ElasticShare`` at or above its minimum); else False with the blocking rule of its best pool (:data:`REASONS`)
-  and a message with the numbers (granted k of N, per pool why).
+  ``ElasticShare`` at or above its minimum); else False with the blocking rule of its best pool
+  (:data:`~walras.planner.model.REASONS`) and a message with the numbers (granted k of N, per pool why).
 * ``Scheduled``: True ``AllPodsPlaced`` when every granted replica has a node (with how many run); False with the
   rule that keeps replicas out (nothing granted, or granted replicas without a node).
 * ``ReplicasPlaceable`` False: granted replicas that no node takes, per pool, with the rule.
@@ -88,24 +88,6 @@ class StatusEntry:
     text: str
     given: Given
     done: Concluded
-
-
-#: The rules that keep a replica out of a pool, one reason each (docs/troubleshooting.md lists them with what to do).
-#: :class:`_Diagnosis` tries them in this order after the plan's placement and stops at the first that holds.
-REASONS: dict[str, str] = {
-    "NoReadyNode": "the pool matches no Ready, schedulable node",
-    "NoEligibleNode": "no Ready node of the pool admits the pod (taints, nodeSelector, node affinity)",
-    "TooLarge": "the pod requests more than the largest node of the pool may allocate",
-    "DegreeLimited": "nodes have room for the pod but no pod slot under the pool's degreeLimit",
-    "InsufficientCpu": "nodes have the priced resource free but too little cpu",
-    "InsufficientMemory": "nodes have the priced resource free but too little memory",
-    "InsufficientResource": "nodes have the priced resource free but too little of another requested resource",
-    "Fragmented": "the pool has the priced resource free in total, but no node has a whole pod's worth",
-    "InsufficientCapacity": "the pool has too little of the priced resource free",
-    "PoolCapacity": "the pool's spec.capacity is sold out",
-    "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
-    "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
-}
 
 
 def _amount(resource: str, value: float) -> str:
@@ -204,7 +186,8 @@ class _Diagnosis:
                                f"{granted[j]}; price {price:.4g} per {res}, bid {bid_text}; {room}")
 
     def _room(self, i: int, j: int) -> tuple[str, dict[str, Any]]:
-        """What room pool ``j`` has now for one more pod of job row ``i`` (see :data:`REASONS` for the order)."""
+        """What room pool ``j`` has now for one more pod of job row ``i`` (the order of
+        :data:`~walras.planner.model.REASONS`)."""
         ctx, table = self.ctx, self.table
         info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
         res = pool.spec.resource
