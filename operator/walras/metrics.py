@@ -272,12 +272,12 @@ class WalrasMetrics:
             for gauge in (self.job_throughput, self.job_target, self.job_utility, self.job_cost):
                 self._remove(gauge, ns, name)
         self._job_series = series
-        per_pool = {(job.namespace, job.name, pool) for job in kept for pool in {*job.replicas, *job.allocation}}
+        per_pool = {(job.namespace, job.name, at) for job in kept for at in {*job.replicas, *job.allocation}}
         for job in kept:
-            for pool in {*job.replicas, *job.allocation}:
-                self.job_replicas.labels(job.namespace, job.name, pool).set(job.replicas.get(pool, 0))
-                self.job_allocation.labels(job.namespace, job.name, pool).set(
-                    min(max(job.allocation.get(pool, 0.0), 0.0), 1.0))
+            for at in {*job.replicas, *job.allocation}:
+                self.job_replicas.labels(job.namespace, job.name, at).set(job.replicas.get(at, 0))
+                self.job_allocation.labels(job.namespace, job.name, at).set(
+                    min(max(job.allocation.get(at, 0.0), 0.0), 1.0))
         for labels in self._job_pool_series - per_pool:
             self._remove(self.job_replicas, *labels)
             self._remove(self.job_allocation, *labels)
@@ -333,9 +333,9 @@ class WalrasMetrics:
             elif job.running < job.count and job.count:
                 waiting["Starting"] += job.count - job.running
             if job.created is not None and job.first_running is not None:
-                key = (job.namespace, job.name, job.created)
-                seen.add(key)
-                if key not in self._waited:
+                once = (job.namespace, job.name, job.created)
+                seen.add(once)
+                if once not in self._waited:
                     self.job_wait.observe(max(job.first_running - job.created, 0.0))
         self._waited = seen
         for reason in WAITING_REASONS:
@@ -349,9 +349,9 @@ class WalrasMetrics:
                 kind = "node_lost" if pod.reason.startswith("NodeLost") else "preemption"
             else:
                 continue
-            key = (pod.namespace, pod.name)
-            disrupted.add(key)
-            if key not in self._disrupted and pod.pool in plan.pools:
+            pod_key = (pod.namespace, pod.name)
+            disrupted.add(pod_key)
+            if pod_key not in self._disrupted and pod.pool in plan.pools:
                 self.disruptions.labels(pool=pod.pool, kind=kind).inc()
         self._disrupted = disrupted
 

@@ -357,15 +357,22 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
             spend={name: prices_l[column[name]] * u for name, u in units.items()},
             bids={names[j]: b for j, b in row_bids.items()}, blockers=found,
             reason=found[0].reason if found else "", created=info.job.created, first_running=first_running)
-        old = previous.jobs.get(key) if previous is not None else None
-        if (old is None and jp.replicas) or (old is not None and old.replicas != jp.replicas):
-            was = f" (was {_counts_text(old.replicas)})" if old is not None else ""
-            why = f": {found[0].reason}" if found else ""
-            events.append(PlanEvent(
-                "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
-                f"Placed {placed_total} of {spec.replicas} replica(s): {_counts_text(jp.replicas)}{was}; granted "
-                f"{wanted_total}{why}; throughput {jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
+        planned = _planned(previous.jobs.get(key) if previous is not None else None, jp, wanted_total)
+        if planned is not None:
+            events.append(planned)
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
+
+
+def _planned(old: JobPlan | None, jp: JobPlan, granted: int) -> PlanEvent | None:
+    """The ``Planned`` event of a job whose placed replicas changed since the previous plan (none for a job that
+    had none and still has none): placed k of N per pool, what it had, what was granted, the first blocking rule."""
+    if (old is None and not jp.replicas) or (old is not None and old.replicas == jp.replicas):
+        return None
+    was = f" (was {_counts_text(old.replicas)})" if old is not None else ""
+    why = f": {jp.blockers[0].reason}" if jp.blockers else ""
+    return PlanEvent("FungibleJob", jp.namespace, jp.name, "Normal", "Planned",
+                     f"Placed {sum(jp.replicas.values())} of {jp.count} replica(s): {_counts_text(jp.replicas)}{was}; "
+                     f"granted {granted}{why}; throughput {jp.throughput:.4g}, cost {jp.cost:.4g} at current prices.")
 
 
 def _counts_text(counts: Mapping[str, int]) -> str:
