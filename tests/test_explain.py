@@ -331,3 +331,35 @@ def test_the_reason_table_documents_every_reason() -> None:
     assert "AllGranted" in written and "MarketRepriced" in written  # the source is really read
     missing = {r for r in written - pool_only if f"`{r}`" not in text}
     assert missing == set(), missing
+
+
+def test_explain_reads_a_live_cluster(control_plane: Any, namespace: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``walras explain --kubeconfig`` on the real kube-apiserver (the kubectl plugin ``kubectl-walras`` runs the
+    same ``main``): a pool with ``degreeLimit: 2`` on a node with 8 GPUs grants 4 replicas and places 2; the other 2
+    are blocked by the degree limit, not by capacity."""
+    root = Path(__file__).resolve().parents[1]
+    control_plane.kubectl("apply", "-f", str(root / "crds"))
+    label, name = f"explain-{namespace}", f"explain-{namespace}"
+    control_plane.apply_objects([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+                                                                                  "labels": {"gpu": label}}}])
+    status = {"status": {"capacity": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
+                         "allocatable": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
+                         "conditions": [{"type": "Ready", "status": "True"}]}}
+    control_plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    the_pool = pool(name, label, degreeLimit=2)
+    the_job = job("dl", {name: 1.0}, count=4, ns=namespace)
+    for doc in (the_pool, the_job):
+        doc["apiVersion"] = "walras.dev/v1alpha1"
+        doc["metadata"].pop("generation", None)
+    try:
+        control_plane.apply_objects([the_pool, the_job])
+        capsys.readouterr()
+        assert main(["explain", f"{namespace}/dl", "--kubeconfig", str(control_plane.kubeconfig), "-o", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["replicas"]["granted"] == 4 and doc["replicas"]["placed"] == 2
+        assert [(b["pool"], b["reason"], b["replicas"]) for b in doc["blocked"]] == [(name, "DegreeLimited", 2)]
+        assert "degree limit of 2" in doc["blocked"][0]["message"]
+    finally:
+        control_plane.kubectl("delete", "fungiblejob", "dl", "-n", namespace, "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "resourcepool", name, "--ignore-not-found", check=False)
+        control_plane.kubectl("delete", "node", name, "--ignore-not-found", check=False)
