@@ -84,10 +84,11 @@ def test_printer_columns_and_explain(crds: ControlPlane, namespace: str) -> None
     assert create(crds, job(namespace, weight=2))[0] == 0
     crds.kubectl("patch", "fungiblejob", "j", "-n", namespace, "--subresource=status", "--type=merge", "-p",
                  json.dumps({"status": {"phase": "Running", "allocationText": "e2e-v100=1.00",
-                                        "placedReplicas": 2, "throughputText": "3/s", "cost": 1.5}}))
+                                        "placedReplicas": 2, "replicasText": "2/2", "throughputText": "3/s",
+                                        "cost": 1.5, "costText": "1.5"}}))
     lines = crds.kubectl("get", "fungiblejob", "j", "-n", namespace).stdout.splitlines()
     assert lines[0].split() == ["NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST", "AGE"]
-    assert lines[1].split()[:6] == ["j", "Running", "e2e-v100=1.00", "2", "3/s", "1.5"]
+    assert lines[1].split()[:6] == ["j", "Running", "e2e-v100=1.00", "2/2", "3/s", "1.5"]
     wide = crds.kubectl("get", "fungiblejob", "j", "-n", namespace, "-o", "wide").stdout.splitlines()
     assert "WEIGHT" in wide[0].split() and "2" in wide[1].split()
     explained = crds.kubectl("explain", "fungiblejob.spec.replicas").stdout
@@ -95,3 +96,5 @@ def test_printer_columns_and_explain(crds: ControlPlane, namespace: str) -> None
     for field in ("count", "min", "max"):
         assert f"  {field}\t" in explained or f"  {field} " in explained, explained
     assert "ResourcePool" in crds.kubectl("explain", "resourcepools").stdout
+    conditions = crds.kubectl("explain", "fungiblejob.status.conditions").stdout
+    assert "ReplicasGranted" in conditions and "Scheduled" in conditions and "Placed," not in conditions

@@ -82,7 +82,8 @@ def test_printer_columns_show_price_allocation_throughput_phase() -> None:
     job = columns("FungibleJob")
     assert job["Allocation"] == ".status.allocationText"  # text such as a100=0.46,v100=0.54, not a JSON map
     assert job["Throughput"] == ".status.throughputText"  # rounded, with spec.throughputUnit
-    assert job["Replicas"] == ".status.placedReplicas"
+    assert job["Replicas"] == ".status.replicasText"  # running/count, e.g. 3/4 (issue 28)
+    assert job["Cost"] == ".status.costText"  # rounded for a person (issue 29)
     assert job["Phase"] == ".status.phase"
 
 
@@ -251,9 +252,11 @@ def test_printer_columns_and_status_fields_survive_a_real_api_server(applied_crd
     job_status = {"phase": "Running", "allocation": {"p100": 0.46, "v100": 0.54},
                   "allocationText": "p100=0.46,v100=0.54",
                   "replicas": {"p100": 2, "v100": 2}, "placedReplicas": 4, "wantedReplicas": {"p100": 2, "v100": 2},
+                  "runningReplicas": 3, "replicasText": "3/4", "grantedReplicas": 4, "costText": "3.4",
+                  "queuePosition": 2, "waitingReason": "PriceAboveBid",
                   "throughput": 13.9, "throughputText": "13.9 /s", "pricedThroughput": 14.2, "pricedCost": 3.5,
                   "cost": 3.4, "observedGeneration": 1,
-                  "conditions": [{"type": "Placed", "status": "True", "reason": "AllPodsPlaced", "message": "4 of 4",
+                  "conditions": [{"type": "Scheduled", "status": "True", "reason": "AllPodsPlaced", "message": "4 of 4",
                                   "lastTransitionTime": "2026-11-25T12:00:00Z", "observedGeneration": 1}]}
     pool_status = {"nodeCount": 1, "capacity": 8.0, "used": 6.0, "price": 1.23456789, "priceText": "1.235",
                    "utilisation": 0.75, "utilisationText": "75%", "observedGeneration": 1}
@@ -270,7 +273,39 @@ def test_printer_columns_and_status_fields_survive_a_real_api_server(applied_crd
     header, row = table.splitlines()[:2]
     assert header.split()[:7] == ["NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST", "WEIGHT"]
     assert "p100=0.46,v100=0.54" in row and "13.9 /s" in row and "Running" in row
+    assert "3/4" in row.split() and "3.4" in row.split() and "PriceAboveBid" in row.split()
     table = cp.kubectl("get", "resourcepool", pool["metadata"]["name"]).stdout
     assert "1.235" in table and "75%" in table and "1.23456789" not in table
     cp.kubectl("delete", "resourcepool", pool["metadata"]["name"], "--wait=false")
     cp.kubectl("delete", "colocationprofile", profile["metadata"]["name"], "--wait=false")
+
+
+def _condition_types_written() -> set[str]:
+    """Every condition type the product writes on a FungibleJob or elsewhere: ``Condition("Type", ...)`` in the
+    planner and the ``"type": "..."`` condition bodies of the boundary (read from the source, not from the CRD)."""
+    import re
+
+    found: set[str] = set()
+    for path in (ROOT / "operator" / "walras").rglob("*.py"):
+        text = path.read_text()
+        found |= set(re.findall(r'Condition\(\s*"([A-Za-z]+)"', text))
+        found |= set(re.findall(r'"type": "([A-Z][A-Za-z]+)", "status"', text))
+    return found
+
+
+def test_the_conditions_description_names_the_conditions_that_exist() -> None:
+    """``kubectl explain fungiblejob.status.conditions`` (the schema's description) names every job condition type
+    the planner writes and no type that does not exist (issue 28: it named Placed, which nothing writes)."""
+    import re
+
+    text = schema("FungibleJob")["properties"]["status"]["properties"]["conditions"]["description"]
+    single = "Valid|Scheduled|Schedulable|Backoff|Complete|Failed|Suspended"
+    named = set(re.findall(rf"\b([A-Z][a-z]+(?:[A-Z][a-z]+)+|{single})\b", text))
+    named -= {"InvalidSpec"}  # a reason, quoted with its condition
+    written = _condition_types_written()
+    pool_or_profile = {"Ready", "NodesOverlap", "TypesComplete", "PolicyApplied", "PolicyCertified"}
+    job_types = written - pool_or_profile
+    assert "ReplicasGranted" in written and "Scheduled" in written  # the source is really read
+    assert named - written == set(), f"described but never written: {named - written}"
+    assert job_types - named == set(), f"written but not described: {job_types - named}"
+    assert "Placed," not in text and "e.g. Valid or Placed" not in text

@@ -78,8 +78,10 @@ def test_every_exported_walras_metric_is_shown_somewhere() -> None:
 
 def test_required_panels_exist() -> None:
     titles = {p["title"] for p in DASHBOARD["panels"]}
-    assert {"Price per pool", "Duality gap and solve time", "Utilisation per pool", "Job throughput vs target",
-            "Pods pending vs bound", "Extender latency by verb"} <= titles
+    assert {"Price per pool", "Duality gap and tolerance", "Solve and plan time", "Utilisation per pool",
+            "Job throughput vs target", "Pods pending vs planned", "Pods bound per minute", "Extender latency by verb",
+            "Jobs pending by reason", "Replicas waiting by reason", "Job wait time", "Pod disruptions per minute",
+            "Replicas per job and pool", "Allocation per job and pool"} <= titles
     by_title = {p["title"]: p for p in DASHBOARD["panels"]}
     latency = " ".join(t["expr"] for t in by_title["Extender latency by verb"]["targets"])
     assert "by (verb, le)" in latency and "histogram_quantile" in latency
@@ -97,7 +99,7 @@ def test_pool_and_namespace_variables_filter_the_queries() -> None:
         expr = target["expr"]
         if re.search(r"walras_(pool_|pods_|binding_errors)", expr):
             assert 'pool=~"$pool"' in expr, expr
-        if re.search(r"walras_job_(throughput|target|utility|cost)", expr):
+        if re.search(r"walras_job_(throughput|target|utility|cost|replicas|allocation)", expr):
             assert 'fungiblejob_namespace=~"$namespace"' in expr, expr
 
 
@@ -132,5 +134,30 @@ def test_every_timeseries_panel_has_a_unit() -> None:
         assert panel["fieldConfig"]["defaults"].get("unit"), title
     assert by_title["Extender latency by verb"]["fieldConfig"]["defaults"]["unit"] == "s"
     assert by_title["Utilisation per pool"]["fieldConfig"]["defaults"]["unit"] == "percentunit"
-    mixed = by_title["Duality gap and solve time"]["fieldConfig"]["overrides"]
-    assert {"id": "unit", "value": "s"} in [prop for o in mixed for prop in o["properties"]]
+    for title in ("Solve and plan time", "Job wait time"):
+        assert by_title[title]["fieldConfig"]["defaults"]["unit"] == "s"
+    for title in ("Pods bound per minute", "Pod disruptions per minute", "Binding errors"):
+        assert by_title[title]["fieldConfig"]["defaults"]["unit"] == "opm"
+
+
+#: The kinds of series a panel may not mix on one axis (issue 29): each metric family is of one kind.
+KINDS = {
+    "gap": ("walras_solver_duality_gap",), "seconds": ("_seconds_bucket",), "iterations": ("walras_solver_iterations",),
+    "utility": ("walras_job_utility",), "cost": ("walras_job_cost",),
+}
+
+
+def test_one_unit_per_axis_no_panel_mixes_kinds_of_series() -> None:
+    """Issue 29: one panel drew the duality gap, seconds, iterations and a share on one axis, one drew utility with
+    cost, one counts with per-minute rates. Now no panel overrides the unit of some of its series, no panel mixes
+    those kinds, and a panel's series are either all rates (``rate(``) or none is."""
+    for panel in DASHBOARD["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["fieldConfig"]["overrides"] == [], panel["title"]
+        exprs = [t["expr"] for t in panel["targets"]]
+        kinds = {kind for kind, marks in KINDS.items() for e in exprs for m in marks if m in e}
+        assert len(kinds) <= 1, (panel["title"], kinds)
+        rates = {("rate(" in e) for e in exprs}
+        assert len(rates) == 1, (panel["title"], exprs)
+        assert panel.get("description"), panel["title"]

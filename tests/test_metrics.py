@@ -247,3 +247,84 @@ def test_metric_names_carry_units_and_suffixes() -> None:
     text = WalrasMetrics().exposition().decode()
     for name in counters:
         assert f"# TYPE {name}_total counter" in text, name
+
+
+# --- issue 28: job metrics, no -Inf/NaN sample ----------------------------------------------------------------------
+
+
+def waiting_plan() -> Plan:
+    """A running job (created at 1000, its first pod Running at 1090), a job that waits for a price it does not
+    bid (utility -inf: the log of nothing), one granted but starting, and pods being disrupted."""
+    plan = Plan()
+    plan.pools["a"] = PoolPlan("a", "nvidia.com/gpu", "utility", 1, ("n",), 4.0, 4.0, 0.75, 1.0)
+    plan.jobs[("ns", "run")] = JobPlan("ns", "run", "Running", {"a": 0.5}, {"a": 2}, utility=1.0, count=2,
+                                       running=2, bound=2, created=1000.0, first_running=1090.0)
+    plan.jobs[("ns", "wait")] = JobPlan("ns", "wait", "Pending", utility=float("-inf"), count=3,
+                                        reason="PriceAboveBid", queue_position=1, waiting=1)
+    plan.jobs[("ns", "new")] = JobPlan("ns", "new", "Pending", {"a": 0.25}, {"a": 1}, count=1)
+    return replace(plan, pods=(
+        PodPlan("ns", "run-0", "run", "a", "n", action="evict", exists=True),
+        PodPlan("ns", "old-0", "old", "a", "n", action="delete", exists=True),
+        PodPlan("ns", "lost-0", "lost", "a", "n", action="delete", exists=True, reason="NodeLost: gone"),
+        PodPlan("ns", "never-0", "never", "a", None, action="delete", exists=True),
+    ))
+
+
+def test_no_sample_is_infinite_or_nan() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(waiting_plan())
+    text = m.exposition().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert sample.value == sample.value and abs(sample.value) != float("inf"), sample
+    values = [line.rsplit(" ", 1)[-1] for line in text.splitlines() if line and not line.startswith("#")]
+    assert not [v for v in values if v.lstrip("+-") in ("Inf", "NaN")]  # a bucket's le="+Inf" label is no value
+    s = samples(m)
+    assert ("walras_job_utility", (("fungiblejob", "wait"), ("fungiblejob_namespace", "ns"))) not in s
+    assert s[("walras_job_utility", (("fungiblejob", "run"), ("fungiblejob_namespace", "ns")))] == 1.0
+
+
+def test_pending_jobs_and_waiting_replicas_by_reason() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(waiting_plan())
+    s = samples(m)
+    assert s[("walras_jobs_pending", (("reason", "PriceAboveBid"),))] == 1
+    assert s[("walras_jobs_pending", (("reason", "Starting"),))] == 1  # "new": granted, placed, not running
+    assert s[("walras_jobs_pending", (("reason", "DegreeLimited"),))] == 0  # every reason's series exists
+    assert s[("walras_replicas_waiting", (("reason", "PriceAboveBid"),))] == 3
+    assert s[("walras_replicas_waiting", (("reason", "Starting"),))] == 1
+
+
+def test_wait_time_is_observed_once_per_job() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(waiting_plan())
+    m.plan_succeeded(waiting_plan())
+    s = samples(m)
+    assert s[("walras_job_wait_seconds_count", ())] == 1
+    assert s[("walras_job_wait_seconds_sum", ())] == 90.0
+    assert s[("walras_job_wait_seconds_bucket", (("le", "60.0"),))] == 0
+    assert s[("walras_job_wait_seconds_bucket", (("le", "120.0"),))] == 1
+
+
+def test_disruptions_are_counted_once_per_pod_and_kind() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(waiting_plan())
+    m.plan_succeeded(waiting_plan())  # the same pods still on their way out: not counted again
+    s = samples(m)
+    assert s[("walras_pod_disruptions_total", (("kind", "eviction"), ("pool", "a")))] == 1
+    assert s[("walras_pod_disruptions_total", (("kind", "preemption"), ("pool", "a")))] == 1  # never-0 had no node
+    assert s[("walras_pod_disruptions_total", (("kind", "node_lost"), ("pool", "a")))] == 1
+
+
+def test_per_job_per_pool_allocation_and_build_info() -> None:
+    m = WalrasMetrics()
+    m.plan_succeeded(waiting_plan())
+    s = samples(m)
+    labels = (("fungiblejob", "run"), ("fungiblejob_namespace", "ns"), ("pool", "a"))
+    assert s[("walras_job_replicas", labels)] == 2 and s[("walras_job_allocation_ratio", labels)] == 0.5
+    m.plan_succeeded(replace(waiting_plan(), jobs={}))
+    assert ("walras_job_replicas", labels) not in samples(m)
+    from walras import __version__
+
+    (info,) = [k for k in samples(m) if k[0] == "walras_build_info"]
+    assert dict(info[1])["version"] == __version__ and samples(m)[info] == 1

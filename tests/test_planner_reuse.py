@@ -95,7 +95,7 @@ def _rv() -> str:
 
 def applied(snapshot: Snapshot, plan: Plan) -> Snapshot:
     """The cluster after the operator carried out ``plan``: deleted and evicted pods gone, created pods there (bound
-    and Running, a fresh uid and resourceVersion each), bound pods on their node (a new resourceVersion)."""
+    and Running, a fresh uid and resourceVersion each), bound pods on their node and Running (a new resourceVersion)."""
     pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in snapshot.pods}
     for pp in plan.pods:
         key = (pp.namespace, pp.name)
@@ -113,6 +113,7 @@ def applied(snapshot: Snapshot, plan: Plan) -> Snapshot:
         elif pp.action == "bind" and pp.node is not None and key in pods:
             pod = copy.deepcopy(pods[key])
             pod["spec"]["nodeName"] = pp.node
+            pod["status"] = {"phase": "Running"}  # the kubelet starts a bound pod (the job's phase is its pods')
             pod["metadata"]["resourceVersion"] = _rv()
             pods[key] = pod
     return Snapshot(snapshot.nodes, tuple(pods.values()), snapshot.pools, snapshot.jobs, snapshot.profiles)
@@ -290,7 +291,14 @@ def test_a_pool_filled_by_foreign_pods_is_no_longer_offered_to_jobs_without_pods
                          "status": {"phase": "Running"}})
     full = Snapshot(snapshot.nodes, tuple(pods), snapshot.pools, snapshot.jobs, snapshot.profiles)
     plan = both(full, previous)
-    assert any(c.reason == "MarketRepriced" for job in plan.jobs.values() for c in job.conditions)
+    # the withdrawn pool is reported (PlacedAsPriced=False, MarketRepriced) on the jobs short of replicas only: a job
+    # granted every replica elsewhere is healthy and carries no False condition (issue 28)
+    # (here every job is granted its replicas elsewhere); the pool full of foreign pods gets no new pod
+    assert not any(p.action in ("create", "bind") and p.pool == "p1" for p in plan.pods)
+    short = [job for job in plan.jobs.values() if sum(job.wanted.values()) < job.count]
+    assert all(any(c.reason == "MarketRepriced" for c in job.conditions) for job in short)
+    assert not any(c.reason == "MarketRepriced" for job in plan.jobs.values() if job not in short
+                   for c in job.conditions)
 
 
 def test_an_unchanged_cluster_reuses_each_phase_plan_after_plan() -> None:
@@ -560,7 +568,7 @@ STATUS_INPUTS: dict[str, tuple[Any, Any]] = {
                                                      lambda k, p: replace(p, action="resize") if k == 0 else p)),
     "bound": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key,
                                                    lambda k, p: replace(p, action="bind") if k == 0 else p)),
-    "blocked pools": (_nothing, lambda o, out, a, r: out.blocked.__setitem__((0, 1), "NoRoom")),
+    "blocked pools": (_no_allocation, lambda o, out, a, r: out.blocked.__setitem__((0, 1), "NoRoom")),
     "unplaced": (_nothing, lambda o, out, a, r: a.unplaced.__setitem__(o.jobs[0].key, {"p0": (1, "Fragmented")})),
     "deferred": (_nothing, lambda o, out, a, r: a.deferred.__setitem__(o.jobs[0].key, 2)),
     "resize blocked": (_nothing, lambda o, out, a, r: r.blocked.__setitem__(o.jobs[0].key, ["x-0"])),

@@ -92,8 +92,11 @@ def test_a_pool_full_of_running_pods_is_not_sold_to_a_new_job() -> None:
         ("old-fast-1", "keep", "fast-0"),
     ]
     cond = conditions(plan, "new")
-    assert cond["PlacedAsPriced"].status == "False" and cond["PlacedAsPriced"].reason == "MarketRepriced"
-    assert "pool 'fast'" in cond["PlacedAsPriced"].message
+    # a healthy job (2 of 2 granted and placed) carries no False condition (issue 28): the pool withdrawn from its
+    # market is no longer reported as PlacedAsPriced=False
+    assert "PlacedAsPriced" not in cond and not [c for c in cond.values() if c.status == "False"]
+    assert cond["ReplicasGranted"].status == "True" and cond["ReplicasGranted"].reason == "AllGranted"
+    assert "granted 2 of 2" in cond["ReplicasGranted"].message
     assert "ReplicasPlaceable" not in cond
     assert cond["Scheduled"].status == "True"
     # status: what was priced is what was placed

@@ -15,9 +15,17 @@ exports override target labels; the chosen names work with every scrape configur
 Created series: :func:`prometheus_client.disable_created_metrics` is called on import, so counters and histograms
 export no ``*_created`` series (one extra series per label set that no dashboard or alert reads).
 
-Cardinality: the per-job gauges (``walras_job_*``) are exported for at most ``job_metrics_limit`` jobs, those with
-the highest cost first (ties broken by namespace/name); ``walras_job_metrics_dropped`` counts the jobs left out.
-Per-pool series are bounded by the number of ResourcePools.
+Cardinality: the per-job gauges (``walras_job_*``; ``walras_job_replicas`` and ``walras_job_allocation_ratio`` also
+per pool the job uses) are exported for at most ``job_metrics_limit`` jobs, those with the highest cost first (ties
+broken by namespace/name); ``walras_job_metrics_dropped`` counts the jobs left out. Per-pool series are bounded by
+the number of ResourcePools; ``walras_jobs_pending`` and ``walras_replicas_waiting`` have one series per reason of
+:data:`WAITING_REASONS` (a fixed set).
+
+No sample is ever ``-Inf``, ``+Inf`` or ``NaN``: a per-job value that is not finite (the log utility of a job that
+runs nothing) is left out (its series removed), the others are finite by construction.
+
+``walras_build_info{version, python}`` is 1 while the operator runs (the alert on a missing operator reads it, not a
+scrape-job label).
 
 :class:`WalrasMetrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several instances (tests, the
 demo) never collide; :meth:`WalrasMetrics.update` sets every gauge from a plan without touching a cluster.
@@ -25,12 +33,16 @@ demo) never collide; :meth:`WalrasMetrics.update` sets every gauge from a plan w
 
 from __future__ import annotations
 
+import math
+import platform
+import time
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from walras.planner.model import Condition, JobPlan, Plan
+from walras import __version__
+from walras.planner.model import REASONS, Condition, JobPlan, Plan
 
 __all__ = ["BINDING_ERROR_REASONS", "CONTENT_TYPE_LATEST", "EXTENDER_VERBS", "JOB_LABELS", "WalrasMetrics",
            "binding_reason", "is_invalid"]
@@ -40,6 +52,15 @@ disable_created_metrics()
 #: Labels of the per-job series: the FungibleJob's namespace and name (see the module docstring).
 JOB_LABELS = ("fungiblejob_namespace", "fungiblejob")
 
+#: Buckets of ``walras_job_wait_seconds`` (creation to the first pod Running): 10 s to a day.
+_WAIT_BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+#: Values of ``reason`` on ``walras_jobs_pending`` and ``walras_replicas_waiting``: the blocking rules
+#: (:data:`walras.planner.status.REASONS`), ``NoAllocation`` (nothing measured blocks it: the market gives it
+#: nothing) and ``Starting`` (granted and placed, its pods not Running yet). Every series exists from the start.
+WAITING_REASONS = (*REASONS, "NoAllocation", "Starting")
+#: Values of ``kind`` on ``walras_pod_disruptions_total``: a running pod evicted (rebalancing, through the Eviction
+#: API), deleted to give its place to others (the market shrank the job), or force-deleted on a lost node.
+DISRUPTION_KINDS = ("eviction", "preemption", "node_lost")
 _DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: The scheduler-extender verbs (kube-scheduler extender v1) whose request series are pre-created.
 EXTENDER_VERBS = ("filter", "prioritize", "bind", "preempt")
@@ -138,6 +159,41 @@ class WalrasMetrics:
                                  "Jobs left out of walras_job_* because of the cardinality limit.", registry=r)
         self.invalid_objects = Gauge("walras_invalid_objects", "Semantically invalid objects by kind.", ["kind"],
                                      registry=r)
+        self.build_info = Gauge("walras_build_info", "Always 1: the version of the running Walras and its Python.",
+                                ["version", "python"], registry=r)
+        self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
+        self.solver_eps = Gauge("walras_solver_duality_gap_tolerance",
+                                "The duality gap the last solve was judged converged against (its eps).", registry=r)
+        self.jobs_pending = Gauge("walras_jobs_pending",
+                                  "Jobs with no pod Running (phase Pending or Unschedulable), by why they wait.",
+                                  ["reason"], registry=r)
+        self.replicas_waiting = Gauge("walras_replicas_waiting",
+                                      "Replicas of all jobs not placed (spec.replicas.count less placed), by why.",
+                                      ["reason"], registry=r)
+        self.job_wait = Histogram("walras_job_wait_seconds",
+                                  "Time from a job's creation to its first pod Running (each job counted once).",
+                                  buckets=_WAIT_BUCKETS, registry=r)
+        self.disruptions = Counter("walras_pod_disruptions",
+                                   "Running pods taken away: evicted, preempted (deleted as a job shrank), lost.",
+                                   ["pool", "kind"], registry=r)
+        self.job_replicas = Gauge("walras_job_replicas", "Replicas of the job placed in the pool.",
+                                  [*JOB_LABELS, "pool"], registry=r)
+        self.job_allocation = Gauge("walras_job_allocation_ratio",
+                                    "The job's priced share of the pool's time (004 x_ij, 0..1).",
+                                    [*JOB_LABELS, "pool"], registry=r)
+        self.job_pending_since = Gauge(
+            "walras_job_pending_since_timestamp_seconds",
+            "When a job with no pod Running began to wait (its creation if it never ran, else when this operator "
+            "first saw it pending), by why it waits; at most job_metrics_limit jobs, the longest waiting first.",
+            [*JOB_LABELS, "reason"], registry=r)
+        self._pending_since: dict[tuple[str, str], float] = {}
+        self._pending_series: set[tuple[str, str, str]] = set()
+        for reason in WAITING_REASONS:
+            self.jobs_pending.labels(reason=reason).set(0)
+            self.replicas_waiting.labels(reason=reason).set(0)
+        self._waited: set[tuple[str, str, float]] = set()
+        self._disrupted: set[tuple[str, str]] = set()
+        self._job_pool_series: set[tuple[str, str, str]] = set()
         for result in ("ok", "error"):
             self.plans.labels(result=result)
         # Series exist from the start (at 0) so dashboards and rate() see every extender verb before its first
@@ -152,8 +208,9 @@ class WalrasMetrics:
 
     # ------------------------------------------------------------------ updates
 
-    def update(self, plan: Plan) -> None:
-        """Set every gauge from ``plan``; series of pools and jobs no longer in the plan are removed."""
+    def update(self, plan: Plan, now: float | None = None) -> None:
+        """Set every gauge from ``plan``; series of pools and jobs no longer in the plan are removed. ``now``
+        (epoch seconds, default the clock) dates a job first seen pending that ran before."""
         pools = set()
         for name, pool in plan.pools.items():
             pools.add((name, pool.resource))
@@ -164,6 +221,8 @@ class WalrasMetrics:
             self.pool_nodes.labels(name).set(pool.node_count)
             for reason in BINDING_ERROR_REASONS:  # the counter's series exist (at 0) from the pool's first plan on
                 self.binding_errors.labels(pool=name, reason=reason)
+            for kind in DISRUPTION_KINDS:
+                self.disruptions.labels(pool=name, kind=kind)
         planned: dict[str, int] = {name: 0 for name in plan.pools}
         pending: dict[str, int] = {name: 0 for name in plan.pools}
         for pod in plan.pods:
@@ -185,12 +244,15 @@ class WalrasMetrics:
                 self._remove(gauge, name)
             for reason in BINDING_ERROR_REASONS:
                 self._remove(self.binding_errors, name, reason)
+            for kind in DISRUPTION_KINDS:
+                self._remove(self.disruptions, name, kind)
         self._pool_series = pools
 
         solver = plan.solver
         self.solver_gap.set(solver.gap)
         self.solver_iterations.set(solver.iterations)
         self.solver_converged.set(1.0 if solver.converged else 0.0)
+        self.solver_eps.set(solver.eps if math.isfinite(solver.eps) else 0.0)
         if solver.reused:
             # no solve ran: the gauges above still describe the last solve; a 0 s duration would be a solve that
             # never happened in the histogram
@@ -210,6 +272,18 @@ class WalrasMetrics:
             for gauge in (self.job_throughput, self.job_target, self.job_utility, self.job_cost):
                 self._remove(gauge, ns, name)
         self._job_series = series
+        per_pool = {(job.namespace, job.name, at) for job in kept for at in {*job.replicas, *job.allocation}}
+        for job in kept:
+            for at in {*job.replicas, *job.allocation}:
+                self.job_replicas.labels(job.namespace, job.name, at).set(job.replicas.get(at, 0))
+                self.job_allocation.labels(job.namespace, job.name, at).set(
+                    min(max(job.allocation.get(at, 0.0), 0.0), 1.0))
+        for labels in self._job_pool_series - per_pool:
+            self._remove(self.job_replicas, *labels)
+            self._remove(self.job_allocation, *labels)
+        self._job_pool_series = per_pool
+        self._update_waiting(plan)
+        self._update_pending_since(plan, time.time() if now is None else now)
 
         invalid = {"ResourcePool": 0, "FungibleJob": 0, "ColocationProfile": 0}
         invalid["ResourcePool"] = sum(is_invalid(None, p.conditions) for p in plan.pools.values())
@@ -218,14 +292,79 @@ class WalrasMetrics:
         for kind, count in invalid.items():
             self.invalid_objects.labels(kind=kind).set(count)
 
+    def _update_pending_since(self, plan: Plan, now: float) -> None:
+        """``walras_job_pending_since_timestamp_seconds`` of the jobs with no pod Running (see its help)."""
+        since: dict[tuple[str, str], float] = {}
+        reasons: dict[tuple[str, str], str] = {}
+        for job in plan.jobs.values():
+            if job.phase not in ("Pending", "Unschedulable") or not job.count:
+                continue
+            was = self._pending_since.get(job.key)
+            if was is None:
+                was = job.created if job.created is not None and job.first_running is None else now
+            since[job.key] = min(was, now)
+            reasons[job.key] = job.reason if job.reason in WAITING_REASONS else (
+                "Starting" if not job.reason else "NoAllocation")
+        self._pending_since = since
+        kept = sorted(since, key=lambda k: (since[k], k))[: self.job_metrics_limit]
+        series = {(ns, name, reasons[(ns, name)]) for ns, name in kept}
+        for labels in self._pending_series - series:
+            self._remove(self.job_pending_since, *labels)
+        for ns, name, reason in series:
+            self.job_pending_since.labels(ns, name, reason).set(since[(ns, name)])
+        self._pending_series = series
+
+    def _update_waiting(self, plan: Plan) -> None:
+        """The waiting gauges (every job counts, whatever the cardinality limit), the wait-time histogram (a job's
+        creation to its first pod Running, once per job) and the disruptions counter (once per pod)."""
+        pending = dict.fromkeys(WAITING_REASONS, 0)
+        waiting = dict.fromkeys(WAITING_REASONS, 0)
+        seen: set[tuple[str, str, float]] = set()
+        for job in plan.jobs.values():
+            if job.phase in ("Invalid", "Complete", "Failed", "Suspended"):
+                continue
+            reason = job.reason if job.reason in pending else ("Starting" if not job.reason and job.count else
+                                                               "NoAllocation")
+            if job.phase in ("Pending", "Unschedulable") and job.count:
+                pending[reason] += 1
+            short = job.count - sum(job.replicas.values())
+            if short > 0:
+                waiting[reason if job.reason else "NoAllocation"] += short
+            elif job.running < job.count and job.count:
+                waiting["Starting"] += job.count - job.running
+            if job.created is not None and job.first_running is not None:
+                once = (job.namespace, job.name, job.created)
+                seen.add(once)
+                if once not in self._waited:
+                    self.job_wait.observe(max(job.first_running - job.created, 0.0))
+        self._waited = seen
+        for reason in WAITING_REASONS:
+            self.jobs_pending.labels(reason=reason).set(pending[reason])
+            self.replicas_waiting.labels(reason=reason).set(waiting[reason])
+        disrupted: set[tuple[str, str]] = set()
+        for pod in plan.pods:
+            if pod.action == "evict":
+                kind = "eviction"
+            elif pod.action == "delete" and pod.exists and pod.node is not None:
+                kind = "node_lost" if pod.reason.startswith("NodeLost") else "preemption"
+            else:
+                continue
+            pod_key = (pod.namespace, pod.name)
+            disrupted.add(pod_key)
+            if pod_key not in self._disrupted and pod.pool in plan.pools:
+                self.disruptions.labels(pool=pod.pool, kind=kind).inc()
+        self._disrupted = disrupted
+
     def _set_job(self, job: JobPlan) -> None:
-        self.job_throughput.labels(job.namespace, job.name).set(job.throughput)
-        self.job_utility.labels(job.namespace, job.name).set(job.utility)
-        self.job_cost.labels(job.namespace, job.name).set(job.cost)
-        if job.target is not None:
-            self.job_target.labels(job.namespace, job.name).set(job.target)
-        else:
-            self._remove(self.job_target, job.namespace, job.name)
+        """The job's gauges; a value that is not finite (the utility of a job that runs nothing: the log of 0) is no
+        sample at all (its series is removed), so that no -Inf or NaN is ever exported."""
+        labels = (job.namespace, job.name)
+        for gauge, value in ((self.job_throughput, job.throughput), (self.job_utility, job.utility),
+                             (self.job_cost, job.cost), (self.job_target, job.target)):
+            if value is not None and math.isfinite(value):
+                gauge.labels(*labels).set(value)
+            else:
+                self._remove(gauge, *labels)
 
     @staticmethod
     def _remove(metric: Gauge | Counter, *labels: str) -> None:

@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "solve": "discover pool prices and an allocation (price discovery, paper 004)",
     "plan": "plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
     "check": "check the scheduler's invariants on a cluster (live, or from manifests)",
+    "explain": "say why a FungibleJob has the replicas it has (grants, prices, bids, what blocks the rest)",
     "simulate": "simulate a trace of jobs over time and compare scheduling policies",
     "run": "run the operator, the scheduler extender and the metrics endpoint",
     "demo": "run the operator on a local Kubernetes API with the example cluster",

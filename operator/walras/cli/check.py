@@ -3,7 +3,8 @@
 Reads the cluster (manifests with ``-f``, Pods included; else the live cluster of the kubeconfig, through the
 kubernetes client) and runs :func:`walras.planner.invariants.check_cluster`: per-node over-commit on any resource,
 pods bound to nodes that do not exist, pods of deleted jobs, pools over capacity, statuses that disagree with the
-pods. Prints one line per violation (or ``-o json``); exit status 0 when there is none, 1 when there is any, 2 for a
+pods (a replica count, or a phase the pods contradict: ``Running`` with no pod Running, ``Pending`` with one).
+Prints one line per violation (or ``-o json``); exit status 0 when there is none, 1 when there is any, 2 for a
 usage error (unreadable manifests, no reachable cluster).
 """
 

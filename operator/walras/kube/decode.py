@@ -323,7 +323,8 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         spec = parse_job(obj)
     except (ValueError, TypeError) as exc:
         return Job(namespace, name, _generation(obj), None, str(exc), reported=reported)
-    return Job(namespace, name, spec.generation, spec, None, template_from(_map(spec.template)), reported)
+    return Job(namespace, name, spec.generation, spec, None, template_from(_map(spec.template)), reported,
+               timestamp(meta.get("creationTimestamp")))
 
 
 def pool_from(obj: Mapping[str, Any]) -> Pool:

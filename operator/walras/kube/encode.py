@@ -269,19 +269,25 @@ def _throughput_text(value: float, unit: str) -> str:
 
 def job_status(job: JobPlan) -> JSON:
     """The ``status`` body written to a FungibleJob (the pods listed are those that stay: not deleted or evicted;
-    a utility that is not finite, the log of nothing, is left out: JSON has no infinity)."""
+    a utility that is not finite, the log of nothing, is left out: JSON has no infinity). ``replicasText`` is
+    ``running/count`` and ``costText`` the cost to three digits (the printer columns); ``queuePosition`` and
+    ``waitingReason`` are there while the job waits for replicas (docs/troubleshooting.md)."""
     body: JSON = {
         "phase": job.phase,
         "allocation": dict(job.allocation),
         "allocationText": job.allocation_text or "-",
         "replicas": dict(job.replicas),
         "placedReplicas": sum(job.replicas.values()),
+        "runningReplicas": job.running,
+        "replicasText": f"{job.running}/{job.count}",
         "wantedReplicas": dict(job.wanted),
+        "grantedReplicas": sum(job.wanted.values()),
         "throughput": job.throughput,
         "throughputText": _throughput_text(job.throughput, job.throughput_unit),
         "pricedThroughput": job.priced_throughput,
         **({"utility": job.utility} if math.isfinite(job.utility) else {}),
         "cost": job.cost,
+        "costText": f"{job.cost:.3g}",
         "pricedCost": job.priced_cost,
         "pods": [
             {"name": p.name, "pool": p.pool, "node": p.node, "requests": p.requests, "limits": p.limits}
@@ -292,6 +298,10 @@ def job_status(job: JobPlan) -> JSON:
         "failedPods": job.failures,
         "migrations": job.migrations,
     }
+    if job.queue_position is not None:
+        body["queuePosition"] = job.queue_position
+    if job.reason:
+        body["waitingReason"] = job.reason
     if job.observed_generation is not None:
         body["observedGeneration"] = job.observed_generation
     for name, value in (("lastFailureTime", job.last_failure), ("completionTime", job.completion_time),

@@ -190,6 +190,7 @@ class Job:
     error: str | None = None
     template: JobTemplate = JobTemplate()
     reported: ReportedStatus = ReportedStatus()
+    created: float | None = None  # metadata.creationTimestamp (epoch seconds)
 
     @property
     def key(self) -> tuple[str, str]:

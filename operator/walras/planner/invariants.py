@@ -8,8 +8,10 @@ On the cluster:
 * ``NodeMissing``: a non-terminal pod bound to a node that does not exist;
 * ``Orphaned``: a live pod Walras manages whose FungibleJob does not exist;
 * ``PoolOverCapacity``: a pool with a ``spec.capacity`` whose bound pods use more of its priced resource;
-* ``StatusDisagrees``: a job whose status reports a number of replicas other than the pods it has (checked only for
-  jobs whose status was written for their current generation and that no pod is being created or deleted for).
+* ``StatusDisagrees``: a job whose status reports a number of replicas other than the pods it has, or a phase its
+  pods contradict (``Running`` with no pod in phase Running, ``Pending`` or ``Unschedulable`` with one) (checked
+  only for jobs whose status was written for their current generation and that no pod is being created or deleted
+  for).
 
 On a plan for that cluster (``check_plan``):
 
@@ -76,6 +78,7 @@ def check_cluster(cluster: Cluster) -> list[Violation]:
                                  f"{spec.resource} in use {_fmt(used)} > spec.capacity {_fmt(spec.capacity)}"))
     counts: dict[tuple[str, str], int] = Counter()
     settling: set[tuple[str, str]] = set()
+    running: dict[tuple[str, str], int] = Counter()
     for pod in live:
         if pod.job is None:
             continue
@@ -84,6 +87,8 @@ def check_cluster(cluster: Cluster) -> list[Violation]:
             settling.add(key)
         if not pod.terminating:
             counts[key] += 1
+            if pod.phase == "Running" and pod.node is not None:
+                running[key] += 1
     for key, job in jobs.items():
         if job.spec is None or key in settling or not job.reported.phase:
             continue
@@ -93,6 +98,13 @@ def check_cluster(cluster: Cluster) -> list[Violation]:
         if reported != counts.get(key, 0):
             out.append(Violation("StatusDisagrees", f"FungibleJob/{key[0]}/{key[1]}",
                                  f"status reports {reported} replica(s), the cluster has {counts.get(key, 0)} pod(s)"))
+        phase, runs = job.reported.phase, running.get(key, 0)
+        if phase == "Running" and not runs:
+            out.append(Violation("StatusDisagrees", f"FungibleJob/{key[0]}/{key[1]}",
+                                 "status says phase Running, but no pod of the job is Running"))
+        elif phase in ("Pending", "Unschedulable") and runs:
+            out.append(Violation("StatusDisagrees", f"FungibleJob/{key[0]}/{key[1]}",
+                                 f"status says phase {phase}, but {runs} pod(s) of the job are Running"))
     return out
 
 

@@ -70,7 +70,7 @@ BACKOFF_CAP = 360.0
 #: disrupted and the node lifecycle controller stops evicting its pods.
 UNHEALTHY_THRESHOLD = 0.55
 #: Conditions of the market's view that mean nothing for a job out of the market.
-_MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas")
+_MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas", "ReplicasGranted")
 
 
 def backoff_delay(failures: int) -> float:

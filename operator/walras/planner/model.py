@@ -146,6 +146,40 @@ class PodPlan:
         }
 
 
+#: The rules that keep a replica out of a pool, one reason each (docs/troubleshooting.md lists them with what to do).
+#: The status phase (``walras.planner.status._Diagnosis``) tries them in this order after the plan's placement and
+#: stops at the first that holds.
+REASONS: dict[str, str] = {
+    "NoReadyNode": "the pool matches no Ready, schedulable node",
+    "NoEligibleNode": "no Ready node of the pool admits the pod (taints, nodeSelector, node affinity)",
+    "TooLarge": "the pod requests more than the largest node of the pool may allocate",
+    "DegreeLimited": "nodes have room for the pod but no pod slot under the pool's degreeLimit",
+    "InsufficientCpu": "nodes have the priced resource free but too little cpu",
+    "InsufficientMemory": "nodes have the priced resource free but too little memory",
+    "InsufficientResource": "nodes have the priced resource free but too little of another requested resource",
+    "Fragmented": "the pool has the priced resource free in total, but no node has a whole pod's worth",
+    "InsufficientCapacity": "the pool has too little of the priced resource free",
+    "PoolCapacity": "the pool's spec.capacity is sold out",
+    "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
+    "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+}
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why replicas of a job do not run in one pool now, as the status phase found it after this plan's placement
+    (:func:`walras.planner.status.blockers`): the rule (``reason``, one per rule, docs/troubleshooting.md), the
+    replicas it keeps out, and a message with the numbers (units missing, nodes, degree limit, shortfalls). Frozen."""
+
+    pool: str
+    reason: str
+    replicas: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pool": self.pool, "reason": self.reason, "replicas": self.replicas, "message": self.message}
+
+
 @dataclass(frozen=True)
 class PoolPlan:
     """A ResourcePool's market state and placement summary. Frozen: the objects phase builds it, the phases after
@@ -164,6 +198,11 @@ class PoolPlan:
     pods_bound: int = 0
     conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
+    #: For ``walras explain`` (the status phase): nodes the pool's selector matches (Ready or not), its
+    #: ``spec.degreeLimit``, and the priced resource left after this plan (``capacity - used``, at least 0).
+    member_count: int = 0
+    degree_limit: int | None = None
+    free: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +237,31 @@ class JobPlan:
     #: Identities (uid, else name) of the failed pods still visible that ``failures`` already counts: the next plan
     #: does not count them again (see :mod:`walras.planner.lifecycle`).
     counted_failures: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
+    #: What the pods say and why replicas wait (the status phase, :mod:`walras.planner.status`; ``walras explain``
+    #: prints these, recomputing nothing): ``count`` is ``spec.replicas`` (an elastic job's maximum) and ``minimum``
+    #: its minimum; ``running`` the job's pods that exist on a node in phase Running and ``bound`` those that exist
+    #: on a node; ``demand`` the priced units one replica takes; per pool, ``units`` (``demand x replicas``) and
+    #: ``spend`` (``price x units``) of the placed replicas and ``bids``, the marginal utility per unit at the
+    #: granted allocation ``u_i'(t) a_ij / (N_i d_i)`` (004 Sec. 2.2; None where it is unbounded, a log utility at
+    #: nothing granted), against the pool's price; ``blockers`` why replicas are not granted or not placed, per pool;
+    #: ``reason`` the first blocker's reason ("" when nothing waits); ``queue_position`` its place (1 first) among the
+    #: ``waiting`` jobs that have fewer replicas placed than ``count``, in the documented order (priority
+    #: ``spec.weight`` high first, then the largest bid, then the oldest); ``created`` its creationTimestamp and
+    #: ``first_running`` the earliest startTime of its running pods (epoch seconds).
+    count: int = 0
+    minimum: int = 0
+    running: int = 0
+    bound: int = 0
+    demand: float = 0.0
+    units: dict[str, float] = field(default_factory=dict)
+    spend: dict[str, float] = field(default_factory=dict)
+    bids: dict[str, float | None] = field(default_factory=dict)
+    blockers: tuple[Blocker, ...] = ()
+    reason: str = ""
+    queue_position: int | None = None
+    waiting: int = 0
+    created: float | None = None
+    first_running: float | None = None
 
     @property
     def key(self) -> ObjectKey:

@@ -1,15 +1,30 @@
-"""Phase *status*: what each job and pool reports, from what was placed (not from what was priced).
+"""Phase *status*: what each job and pool reports, from what was placed and what the pods say (not from what was
+priced or hoped).
 
 A job's status carries the market's priced allocation (``allocation``: time fraction per pool, ``pricedThroughput``
 ``a_i^T x_i``, ``pricedCost`` ``sum_j p_j d_ij x_ij``; 004 Sec. 2) and, separately, what placement realised: replicas
-per pool that run or have a node (``replicas``), what the market wanted (``wantedReplicas``), and the throughput and
+per pool that run or have a node (``replicas``), what the market granted (``wantedReplicas``), and the throughput and
 cost of the placed replicas (replica k of N runs a 1/N share of the job: ``sum_j a_ij placed_ij / N_i``).
-``Scheduled=True`` only when every wanted replica is placed; otherwise the reason says why: ``DegreeLimited``,
-``Fragmented``, ``InsufficientCapacity``, ``NoEligibleNode`` (taints, selectors, affinity), or ``NoAllocation``.
+
+The phase is the pods': ``Running`` when at least one pod of the job exists on a node in phase Running, else
+``Pending`` (``Unschedulable`` when no pool can ever run a pod of it; the lifecycle phase sets Complete, Failed,
+Suspended). Conditions (docs/troubleshooting.md has the table of reasons):
+
+* ``ReplicasGranted``: True ``AllGranted`` when the market granted ``count`` replicas (an elastic job: True
+  ``ElasticShare`` at or above its minimum); else False with the blocking rule of its best pool
+  (:data:`~walras.planner.model.REASONS`) and a message with the numbers (granted k of N, per pool why).
+* ``Scheduled``: True ``AllPodsPlaced`` when every granted replica has a node (with how many run); False with the
+  rule that keeps replicas out (nothing granted, or granted replicas without a node).
+* ``ReplicasPlaceable`` False: granted replicas that no node takes, per pool, with the rule.
+* ``PlacedAsPriced`` False ``MarketRepriced`` only on a job short of replicas: pools withdrawn from its market.
+
+Every rule is measured once, here, after this plan's placement (:class:`_Diagnosis`), and kept on the job's plan
+(``JobPlan.blockers``, ``bids``, ``units``, ``spend``, ``queue_position``) for ``walras explain``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
@@ -17,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from walras.planner.market import utility_values
-from walras.planner.model import Condition, JobPlan, PlanEvent, PodPlan, PoolPlan, evolve
+from walras.planner.cluster import pod_vector
+from walras.planner.market import build_utility, utility_values
+from walras.planner.model import Blocker, Condition, JobPlan, PlanEvent, PodPlan, PoolPlan, evolve
 from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
@@ -74,6 +90,159 @@ class StatusEntry:
     done: Concluded
 
 
+def _amount(resource: str, value: float) -> str:
+    """A quantity for a person: bytes of memory and storage in Gi, others as a short number."""
+    if resource == "memory" or resource.endswith("storage"):
+        return f"{value / 2 ** 30:.3g}Gi"
+    return f"{value:.3g}"
+
+
+class _Diagnosis:
+    """The blocking rule of each (job, pool), from the node table after this plan's reservations
+    (``outcome.table``) and the Walras pods per node (``outcome.walras_count``): what room the pool has for one more
+    pod of the job (:meth:`_room`, memoised per admitted mask, pod vector and pool: it reads nothing else), then the
+    market's side (spec.capacity, the price against the job's bid)."""
+
+    def __init__(self, ctx: PlanContext, outcome: Outcome) -> None:
+        self.ctx, self.table, self.count = ctx, outcome.table, outcome.walras_count
+        self.allocation = outcome.allocation
+        self.rooms: dict[tuple[int, bytes, int], tuple[str, dict[str, Any]]] = {}
+
+    def blockers(self, i: int, granted: list[int], placed: list[float], bids: Mapping[int, float | None],
+                 prices: list[float]) -> tuple[Blocker, ...]:
+        """Job row ``i``'s blockers: first, per pool where granted replicas have no node, the rule that keeps them
+        out; then, for the replicas not granted (``count`` less the granted ones), the rule of every pool it may use,
+        its best pools (highest throughput) first."""
+        info = self.ctx.objects.jobs[i]
+        pools = self.ctx.objects.pools
+        usable = [j for j in np.flatnonzero(info.pools).tolist() if info.spec.throughput.get(pools[j].name, 0.0) > 0]
+        usable.sort(key=lambda j: (-info.spec.throughput[pools[j].name], j))
+        out = []
+        for j in usable:
+            short = int(granted[j] - placed[j])
+            if short > 0:
+                out.append(self._blocker(i, j, short, granted, bids, prices))
+        missing = info.spec.replicas - max(sum(granted), int(sum(placed)))
+        if missing > 0:
+            out.extend(self._blocker(i, j, missing, granted, bids, prices) for j in usable)
+        return tuple(out)
+
+    def _blocker(self, i: int, j: int, replicas: int, granted: list[int], bids: Mapping[int, float | None],
+                 prices: list[float]) -> Blocker:
+        info, pool = self.ctx.objects.jobs[i], self.ctx.objects.pools[j]
+        spec, name, res = info.spec, pool.name, pool.spec.resource
+        kind, got = self._room(i, j)
+        d = spec.demand
+        if kind == "NoReadyNode":
+            members = got["members"]
+            message = (f"pool {name!r} matches no Ready node ("
+                       + (f"{members} node(s) match its nodeSelector, none Ready and schedulable)" if members
+                          else "no node matches its nodeSelector)"))
+        elif kind == "NoEligibleNode":
+            message = (f"none of the {got['ready']} Ready node(s) of pool {name!r} admits the pod (taints, "
+                       "nodeSelector, node affinity)")
+        elif kind == "TooLarge":
+            over = ", ".join(f"{r} {_amount(r, need)} > {_amount(r, have)}" for r, need, have in got["over"])
+            message = f"the pod requests more than the largest node of pool {name!r} may allocate: {over}"
+        elif kind == "DegreeLimited":
+            message = (f"{got['nodes']} node(s) of pool {name!r} have room for the pod but no pod slot under its "
+                       f"degree limit of {got['limit']} Walras pod(s) per node")
+        elif kind in ("InsufficientCpu", "InsufficientMemory", "InsufficientResource"):
+            shorts = ", ".join(f"{r} short by {_amount(r, v)}" for r, v in got["shorts"])
+            message = (f"{got['nodes']} node(s) of pool {name!r} have the {d:g} {res} a pod needs but not its other "
+                       f"requests; on the best node {got['node']}: {shorts}")
+        elif kind == "Fragmented":
+            message = (f"pool {name!r} has {got['free']:g} {res} free in total but no node has the {d:g} a pod "
+                       f"needs (at most {got['largest']:g} on one node)")
+        elif kind == "InsufficientCapacity":
+            need = replicas * d
+            message = (f"pool {name!r} has {got['free']:g} {res} free on the {got['nodes']} node(s) the pod may use; "
+                       f"{replicas} replica(s) need {need:g} ({max(need - got['free'], d):g} more needed)")
+        else:  # room for a pod: the market's side
+            kind, message = self._market(i, j, replicas, granted, bids, prices, got)
+        return Blocker(name, kind, replicas, message)
+
+    def _market(self, i: int, j: int, replicas: int, granted: list[int], bids: Mapping[int, float | None],
+                prices: list[float], got: dict[str, Any]) -> tuple[str, str]:
+        info, pool = self.ctx.objects.jobs[i], self.ctx.objects.pools[j]
+        name, res, d = pool.name, pool.spec.resource, info.spec.demand
+        if pool.spec.capacity is not None:
+            c = self.table.column.get(res)
+            used = float(self.table.used[pool.usable, c].sum()) if c is not None and pool.usable.size else 0.0
+            left = pool.spec.capacity - used
+            if left + 1e-9 < d:
+                return "PoolCapacity", (f"pool {name!r} sells at most spec.capacity {pool.spec.capacity:g} {res}, "
+                                        f"{used:g} in use: {max(left, 0.0):g} left, a replica needs {d:g}")
+        bid, price = bids.get(j), prices[j]
+        g = sum(granted)
+        room = f"{got['free']:g} {res} free on {got['nodes']} node(s) with a slot"
+        bid_text = "unbounded" if bid is None else f"{bid:.4g}"
+        if bid is not None and bid <= price * (1 + 1e-9) + 1e-12:
+            return "PriceAboveBid", (f"price {price:.4g} per {res} in pool {name!r} is at or above the job's bid "
+                                     f"{bid:.4g} per {res} (its marginal utility per unit at {g} granted "
+                                     f"replica(s)); {room}")
+        share = float(self.allocation[i, j]) * info.spec.replicas if self.allocation.shape[0] > i else 0.0
+        return "MarketShare", (f"the market's share of pool {name!r} for the job, {share:.3g} replica(s), rounds to "
+                               f"{granted[j]}; price {price:.4g} per {res}, bid {bid_text}; {room}")
+
+    def _room(self, i: int, j: int) -> tuple[str, dict[str, Any]]:
+        """What room pool ``j`` has now for one more pod of job row ``i`` (the order of
+        :data:`~walras.planner.model.REASONS`)."""
+        ctx, table = self.ctx, self.table
+        info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
+        res = pool.spec.resource
+        vec = table.vector(pod_vector(ctx.templates[i], info.spec, res, info.spec.demand))
+        mask = ctx.admitted[i]
+        key = (id(mask), vec.tobytes(), j)
+        hit = self.rooms.get(key)
+        if hit is None:
+            hit = self.rooms[key] = self._measure(mask, vec, j)
+        return hit
+
+    def _measure(self, mask: np.ndarray, vec: np.ndarray, j: int) -> tuple[str, dict[str, Any]]:
+        table, pool = self.table, self.ctx.objects.pools[j]
+        nodes = pool.usable
+        if nodes.size == 0:
+            return "NoReadyNode", {"members": int(pool.members.size)}
+        cand = nodes[mask[nodes]]
+        if cand.size == 0:
+            return "NoEligibleNode", {"ready": int(nodes.size)}
+        alloc = table.alloc[cand]
+        free = alloc - table.used[cand]
+        tol = 1e-9 * np.maximum(1.0, alloc)
+        big = np.all(alloc + tol >= vec, axis=1)
+        if not big.any():
+            most = alloc.max(axis=0)
+            over = [(table.resources[r], float(vec[r]), float(most[r])) for r in np.flatnonzero(vec > most + 1e-9)]
+            return "TooLarge", {"over": over}
+        fits = np.all(free + tol >= vec, axis=1)
+        limit = pool.spec.degree_limit
+        slot = np.ones(cand.size, dtype=bool) if limit is None else self.count[cand] < limit
+        c = table.column.get(pool.spec.resource)
+        col_free = np.maximum(free[:, c], 0.0) if c is not None else np.zeros(cand.size)
+        if (fits & slot).any():
+            return "Room", {"nodes": int((fits & slot).sum()), "free": float(col_free[fits & slot].sum())}
+        if (fits & ~slot).any():
+            return "DegreeLimited", {"nodes": int((fits & ~slot).sum()), "limit": limit}
+        need = vec[c] if c is not None else 0.0
+        priced = (col_free + (tol[:, c] if c is not None else 0.0) >= need) & slot
+        if priced.any():
+            lack = np.maximum(vec - free, 0.0)[priced]
+            if c is not None:
+                lack[:, c] = 0.0
+            score = (lack / np.maximum(vec, 1e-12)).sum(axis=1)
+            best = int(np.argmin(score))
+            shorts = [(table.resources[r], float(lack[best, r])) for r in np.flatnonzero(lack[best] > 1e-9)]
+            names = {r for r, _ in shorts}
+            kind = "InsufficientCpu" if "cpu" in names else "InsufficientMemory" if "memory" in names else (
+                "InsufficientResource")
+            return kind, {"nodes": int(priced.sum()), "node": table.names[int(cand[priced][best])], "shorts": shorts}
+        total = float(col_free.sum())
+        if total + 1e-9 >= need > 0:
+            return "Fragmented", {"free": total, "largest": float(col_free.max())}
+        return "InsufficientCapacity", {"free": total, "nodes": int(cand.size)}
+
+
 def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
                  job_plans: Mapping[tuple[str, str], JobPlan]) -> JobStatuses:
     """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
@@ -85,12 +254,15 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     - its allocation text, where its priced allocation (the non-zero entries of its row of X, rounded) is equal;
     - its conditions, phase and the events they raise, where every input of :func:`_conditions` is equal (the job's
       replicas and minimum, placed and wanted totals, pools offered, pod counts, the pools no longer offered with
-      why, what was unplaced, deferred, resize-blocked and resize-deferred, the replicas below its minimum).
+      why, what was unplaced, deferred, resize-blocked and resize-deferred, the replicas below its minimum, its
+      running pods and its :func:`blockers`).
 
-    The numbers that depend on the prices or on X (throughputs, costs, utility) are computed for every job at once,
-    and the ``Planned`` event (which compares with the previous plan's replicas) for each job. This plan's entries
-    are recorded. Returns each valid job's plan (its plan in ``job_plans`` filled in), its pods planned and bound per
-    pool (for :func:`pool_statuses`) and the events raised."""
+    The numbers that depend on the prices or on X (throughputs, costs, utility, bids) are computed for every job at
+    once, the running pods (phase Running in the cluster) and the blockers (for jobs with fewer replicas placed than
+    ``count``) for each job, and the ``Planned`` event (which compares with the previous plan's replicas) for each
+    job. Then the waiting jobs are ranked (:func:`_queue`). This plan's entries are recorded. Returns each valid
+    job's plan (its plan in ``job_plans`` filled in), its pods planned and bound per pool (for
+    :func:`pool_statuses`) and the events raised."""
     objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
     jobs = objects.jobs
     n, m = len(jobs), len(objects.pools)
@@ -110,7 +282,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
                 placed_all[i, j] = count
     big_ns = np.maximum(np.array([info.spec.replicas for info in jobs], dtype=np.float64), 1.0)
     placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
-    utilities = utility_values([info.spec.utility for info in jobs], [1.0] * n, placed_t) if n else np.zeros(0)
+    specs = [info.spec.utility for info in jobs]
+    utilities = utility_values(specs, [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
     rows_target = wanted_all.tolist()
@@ -118,6 +291,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
     utilities_l, priced_t_l, priced_cost_l = utilities.tolist(), priced_t.tolist(), priced_cost.tolist()
     placed_t_l = placed_t.tolist() if m else [0.0] * n
+    bids = _bids(ctx, wanted_all, big_ns, demands)
+    prices_l = prices.tolist()
     # each row's non-zero entries only, in column order (a job uses a few of the pools)
     allocations: list[dict[str, float]] = [{} for _ in range(n)]
     wanted_rows: list[dict[str, int]] = [{} for _ in range(n)]
@@ -134,6 +309,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     blocked_by_row = outcome.blocked_by_row
     below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
     resize_blocked, resize_later = resizes.blocked, resizes.later
+    states = {pod.key: (pod.phase, pod.started) for pod in ctx.cluster.pods if pod.job is not None}
+    diagnosis = _Diagnosis(ctx, outcome)
     events: list[PlanEvent] = []
     out: dict[tuple[str, str], JobPlan] = {}
     for i, info in enumerate(jobs):
@@ -153,30 +330,116 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
             live, resized, bound = _pod_counts(ordered)
             pools = _pool_counts(ordered)
         per_pool[key] = pools
+        running, on_node, first_running = _running(ordered, states)
         text = before.text if before is not None and matches((before.allocation,), (allocation,)) else (
             allocation_text(allocation))
         blocked_pools = [(names[j], why) for j, why in blocked_by_row.get(i, ())]
-        given = (spec.replicas, spec.min_replicas, sum(replicas.values()), sum(rows_target[i]), offered_counts[i],
+        placed_total, wanted_total = sum(replicas.values()), sum(rows_target[i])
+        row_bids = bids[i]
+        found = diagnosis.blockers(i, rows_target[i], placed_all[i].tolist(), row_bids, prices_l) if (
+            placed_total < spec.replicas) else ()
+        given = (spec.replicas, spec.min_replicas, placed_total, wanted_total, offered_counts[i],
                  live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
-                 resize_blocked.get(key), resize_later.get(key), below_min.get(i))
+                 resize_blocked.get(key), resize_later.get(key), below_min.get(i), running, found, spec.elastic,
+                 _counts_text(wanted_rows[i]))
         done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
         conditions, phase, raised = done
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
+        units = {name: spec.demand * c for name, c in replicas.items()}
         jp = out[key] = evolve(
             job_plans[key], utility=utilities_l[i], allocation=allocation, throughput_unit=spec.throughput_unit,
             wanted=wanted_rows[i], replicas=replicas, priced_throughput=priced_t_l[i], priced_cost=priced_cost_l[i],
             throughput=placed_t_l[i], cost=costs[i], pods=ordered, allocation_text=text, phase=phase,
-            conditions=job_plans[key].conditions + conditions)
-        old = previous.jobs.get(key) if previous is not None else None
-        if old is None or old.replicas != jp.replicas:
-            placed_text = ", ".join(f"{k}={v}" for k, v in jp.replicas.items()) or "none"
-            events.append(PlanEvent(
-                "FungibleJob", spec.namespace, spec.name, "Normal", "Planned",
-                f"Placed replicas: {placed_text} (wanted {sum(jp.wanted.values())}); throughput "
-                f"{jp.throughput:.4g}, cost {jp.cost:.4g} at current prices."))
-    return JobStatuses(out, per_pool, tuple(events))
+            conditions=job_plans[key].conditions + conditions, count=spec.replicas, minimum=spec.min_replicas,
+            running=running, bound=on_node, demand=spec.demand, units=units,
+            spend={name: prices_l[column[name]] * u for name, u in units.items()},
+            bids={names[j]: b for j, b in row_bids.items()}, blockers=found,
+            reason=found[0].reason if found else "", created=info.job.created, first_running=first_running)
+        planned = _planned(previous.jobs.get(key) if previous is not None else None, jp, wanted_total)
+        if planned is not None:
+            events.append(planned)
+    return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
+
+
+def _planned(old: JobPlan | None, jp: JobPlan, granted: int) -> PlanEvent | None:
+    """The ``Planned`` event of a job whose placed replicas changed since the previous plan (none for a job that
+    had none and still has none): placed k of N per pool, what it had, what was granted, the first blocking rule."""
+    if (old is None and not jp.replicas) or (old is not None and old.replicas == jp.replicas):
+        return None
+    was = f" (was {_counts_text(old.replicas)})" if old is not None else ""
+    why = f": {jp.blockers[0].reason}" if jp.blockers else ""
+    return PlanEvent("FungibleJob", jp.namespace, jp.name, "Normal", "Planned",
+                     f"Placed {sum(jp.replicas.values())} of {jp.count} replica(s): {_counts_text(jp.replicas)}{was}; "
+                     f"granted {granted}{why}; throughput {jp.throughput:.4g}, cost {jp.cost:.4g} at current prices.")
+
+
+def _counts_text(counts: Mapping[str, int]) -> str:
+    """``a100=3,v100=1`` (pool order as given), ``none`` when empty."""
+    return ",".join(f"{k}={v}" for k, v in counts.items() if v) or "none"
+
+
+def _running(pods: Sequence[PodPlan], states: Mapping[tuple[str, str], tuple[str, float | None]],
+             ) -> tuple[int, int, float | None]:
+    """Of a job's pod plans that keep (or resize) a pod on its node: those whose pod is in phase Running, all of
+    them, and the earliest ``status.startTime`` of the running ones (what the pods say, not what the plan hopes)."""
+    running = on_node = 0
+    first: float | None = None
+    for p in pods:
+        if (p.action != "keep" and p.action != "resize") or not p.exists or p.node is None:
+            continue
+        on_node += 1
+        state = states.get((p.namespace, p.name))
+        if state is not None and state[0] == "Running":
+            running += 1
+            if state[1] is not None and (first is None or state[1] < first):
+                first = state[1]
+    return running, on_node, first
+
+
+def _bids(ctx: PlanContext, granted: np.ndarray, big_ns: np.ndarray, demands: np.ndarray,
+          ) -> list[dict[int, float | None]]:
+    """Per job row, per pool it may use with a throughput: its bid per unit of the pool's priced resource at the
+    granted allocation, ``u_i'(t_i) a_ij / (N_i d_i)`` with ``t_i = sum_j a_ij g_ij / N_i`` (``g`` the granted
+    replicas): the marginal utility of one more unit, which the market compares with the price ``p_j`` (at the
+    equilibrium ``u_i'(t_i) a_ij <= p_j N_i d_i``, with equality where ``x_ij > 0``; 004 Sec. 2.2). None where the
+    slope is unbounded (a log or power utility at nothing granted)."""
+    jobs, pools = ctx.objects.jobs, ctx.objects.pools
+    n = len(jobs)
+    out: list[dict[int, float | None]] = [{} for _ in range(n)]
+    if not n or not pools:
+        return out
+    a = np.zeros((n, len(pools)))
+    for i, info in enumerate(jobs):
+        for j in np.flatnonzero(info.pools).tolist():
+            a[i, j] = info.spec.throughput.get(pools[j].name, 0.0)
+    t = np.einsum("ij,ij->i", a, granted) / big_ns
+    mixed = build_utility([info.spec.utility for info in jobs], [1.0] * n).to("cpu", np.float64)
+    with np.errstate(all="ignore"):
+        slope = np.asarray(mixed.derivative(t), dtype=np.float64)
+        per_unit = slope[:, None] * a / (big_ns * np.maximum(demands, 1e-300))[:, None]
+    for i, j in zip(*np.nonzero(a > 0), strict=True):
+        value = float(per_unit[i, j])
+        out[int(i)][int(j)] = value if math.isfinite(value) else None
+    return out
+
+
+def _queue(plans: dict[tuple[str, str], JobPlan], jobs: Sequence[Any]) -> dict[tuple[str, str], JobPlan]:
+    """``plans`` with each waiting job's place in the queue: the jobs with fewer replicas placed than ``count``,
+    ordered by priority (``spec.weight``, high first), then bid (the largest of its per-unit bids, an unbounded one
+    first), then age (the oldest first; a job without a creation time last), then namespace/name."""
+    weight = {info.key: info.spec.weight for info in jobs}
+    waiting = [jp for jp in plans.values() if sum(jp.replicas.values()) < jp.count]
+
+    def order(jp: JobPlan) -> tuple[float, float, float, str, str]:
+        bids = [math.inf if b is None else b for b in jp.bids.values()]
+        return (-weight.get(jp.key, 1.0), -max(bids, default=0.0),
+                jp.created if jp.created is not None else math.inf, jp.namespace, jp.name)
+
+    for position, jp in enumerate(sorted(waiting, key=order), start=1):
+        plans[jp.key] = evolve(jp, queue_position=position, waiting=len(waiting))
+    return plans
 
 
 def _pool_counts(pods: Sequence[PodPlan]) -> PoolCounts:
@@ -215,14 +478,15 @@ def _pod_counts(pods: Sequence[PodPlan]) -> tuple[int, int, bool]:
 
 
 def _conditions(key: tuple[str, str], given: Given) -> Concluded:
-    """The conditions a job adds to its status, its phase, and the events they raise, from what was placed (see the
-    module docstring). ``given``, as :func:`job_statuses` builds it: the job's ``spec.replicas`` and
-    ``spec.replicas.min``, its placed and wanted replica totals, how many pools it is offered, its pods' live,
-    resized and bound counts (:func:`_pod_counts`), the pools no longer offered to it with why (in pool order), and
-    what was unplaced per pool, how many deletions were deferred, which pods' resizes are blocked and deferred, and
-    the replicas the fair share would give it below its minimum (None where these do not apply)."""
-    (replicas, minimum, placed, wanted, offered, live, resized, bound, blocked_pools, unplaced, deferred, blocked,
-     later, below_min) = given
+    """The conditions a job adds to its status, its phase, and the events they raise, from what was placed and what
+    its pods say (see the module docstring). ``given``, as :func:`job_statuses` builds it: the job's
+    ``spec.replicas`` and ``spec.replicas.min``, its placed and granted replica totals, how many pools it is offered,
+    its pods' live, resized and bound counts (:func:`_pod_counts`), the pools no longer offered to it with why (in
+    pool order), what was unplaced per pool, how many deletions were deferred, which pods' resizes are blocked and
+    deferred, the replicas the fair share would give it below its minimum (None where these do not apply), its
+    running pods (:func:`_running`), its :func:`blockers`, whether it is elastic, and its granted replicas as text."""
+    (replicas, minimum, placed, wanted, offered, _live, resized, _bound, blocked_pools, unplaced, deferred, blocked,
+     later, below_min, running, found, elastic, granted_text) = given
     conditions: list[Condition] = []
     raised: list[PlanEvent] = []
     warn = raised.append
@@ -252,42 +516,64 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
         message = f"{deferred} surplus pod(s) wait for the next plan (churn budget of this plan spent)"
         conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
     unplaced = unplaced or {}
-    reasons = [why for _, (_, why) in sorted(unplaced.items())] + [why for _, why in sorted(blocked_pools)]
+    # the status phase's diagnosis (with numbers) of each pool, else placement's own reason
+    unplaced_found = {b.pool: b for b in found if b.reason and b.pool in unplaced and b.replicas > 0}
+    ungranted = [b for b in found if b not in unplaced_found.values()]
     if unplaced:
-        detail = "; ".join(f"{count} in pool {pool!r}: {_WHY.get(why, why)}" for pool, (count, why)
-                           in sorted(unplaced.items()))
-        message = f"{sum(c for c, _ in unplaced.values())} wanted replica(s) have no node: {detail}"
-        conditions.append(Condition("ReplicasPlaceable", "False", reasons[0] or "NoRoom", message))
+        parts, reasons = [], []
+        for pool, (count, why) in sorted(unplaced.items()):
+            b = unplaced_found.get(pool)
+            reasons.append(b.reason if b is not None else (why or "InsufficientCapacity"))
+            parts.append(f"{count} in pool {pool!r}: {b.message if b is not None else _WHY.get(why, why)}")
+        message = f"{sum(c for c, _ in unplaced.values())} wanted replica(s) have no node: {'; '.join(parts)}"
+        conditions.append(Condition("ReplicasPlaceable", "False", reasons[0], message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", "Unplaceable", message))
-    if blocked_pools:
-        detail = "; ".join(f"pool {pool!r}: {_WHY.get(why, why)}" for pool, why in blocked_pools)
-        conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
-                                    f"not offered in {detail}; the market priced the job without it"))
+    short = replicas - wanted
+    detail = "; ".join(b.message for b in ungranted)
+    if short <= 0:
+        conditions.append(Condition("ReplicasGranted", "True", "AllGranted",
+                                    f"granted {wanted} of {replicas} replica(s): {granted_text}"))
+    elif elastic and wanted >= max(minimum, 1):
+        conditions.append(Condition(
+            "ReplicasGranted", "True", "ElasticShare",
+            f"granted {wanted} of up to {replicas} replica(s) (at least {minimum}): {granted_text}"
+            + (f"; the next one: {detail}" if detail else "")))
+    else:
+        reason = ungranted[0].reason if ungranted else "NoAllocation"
+        conditions.append(Condition(
+            "ReplicasGranted", "False", reason,
+            f"granted {wanted} of {replicas} replica(s): {granted_text}; {short} not granted: "
+            + (detail or "the market gives this job no more replicas at current prices")))
+        if blocked_pools:
+            said = {b.pool: b.message for b in ungranted}
+            pools_text = "; ".join(said.get(pool) or f"pool {pool!r}: {_WHY.get(why, why)}"
+                                   for pool, why in blocked_pools)
+            conditions.append(Condition("PlacedAsPriced", "False", "MarketRepriced",
+                                        f"not offered in {pools_text}; the market priced the job without it"))
     structural = [(pool, why) for pool, why in blocked_pools if why in _STRUCTURAL]
     if replicas > 0 and structural and len(structural) == offered:
-        phase = "Unschedulable"
+        phase = "Running" if running else "Unschedulable"
         message = "no pod of this job can run in its pools: " + "; ".join(
-            f"pool {pool!r}: {_WHY[why]}" for pool, why in structural)
+            b.message for b in found if b.reason in _STRUCTURAL) if found else (
+            "no pod of this job can run in its pools: " + "; ".join(
+                f"pool {pool!r}: {_WHY[why]}" for pool, why in structural))
         conditions.append(Condition("Schedulable", "False", structural[0][1], message))
         warn(PlanEvent("FungibleJob", ns, name, "Warning", structural[0][1], message))
-    elif replicas > 0 and wanted == 0:
-        phase = "Pending"
-        if blocked_pools:
-            reason = blocked_pools[0][1] if blocked_pools[0][1] != "NoRoom" else "InsufficientCapacity"
-            message = "no replica of this job can be placed in its pools: " + "; ".join(
-                f"{pool!r} ({_WHY.get(why, why)})" for pool, why in blocked_pools)
-        else:
-            reason, message = "NoAllocation", "the market gives this job no replicas at current prices"
+    else:
+        phase = "Running" if running else "Pending"
+    if replicas > 0 and wanted == 0:
+        reason = found[0].reason if found else "NoAllocation"
+        message = f"no replica of {replicas} granted: " + (
+            "; ".join(b.message for b in found) if found else "the market gives this job no replicas at current prices")
         conditions.append(Condition("Scheduled", "False", reason, message))
     elif placed < wanted:
-        phase = "Pending"
-        reason = next((r for r in reasons if r), "InsufficientCapacity")
+        reason = next((b.reason for b in unplaced_found.values()), None) or next(
+            (why for _, (_, why) in sorted(unplaced.items()) if why), "InsufficientCapacity")
         conditions.append(Condition("Scheduled", "False", reason,
-                                    f"{placed} of {wanted} wanted replica(s) placed"))
-    else:
-        phase = "Running" if live and bound else "Pending"
-        what = "running" if phase == "Running" else "placed"
-        conditions.append(Condition("Scheduled", "True", "AllPodsPlaced", f"{placed} of {wanted} pod(s) {what}"))
+                                    f"{placed} of {wanted} wanted replica(s) placed, {running} running"))
+    elif wanted > 0:
+        conditions.append(Condition("Scheduled", "True", "AllPodsPlaced",
+                                    f"{placed} of {wanted} granted replica(s) have a node, {running} running"))
     return tuple(conditions), phase, tuple(raised)
 
 
@@ -317,7 +603,9 @@ def pool_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, pool_pla
         capacity = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
         out[pool.name] = replace(pool_plans[pool.name], price=price, capacity=capacity, used=used,
                                  utilisation=float(min(used / capacity, 1.0)) if capacity > 0 else 0.0,
-                                 pods_planned=planned.get(pool.name, 0), pods_bound=bound.get(pool.name, 0))
+                                 pods_planned=planned.get(pool.name, 0), pods_bound=bound.get(pool.name, 0),
+                                 member_count=int(pool.members.size), degree_limit=pool.spec.degree_limit,
+                                 free=max(capacity - used, 0.0))
         old = previous.pools.get(pool.name) if previous is not None else None
         if old is None or abs(old.price - price) > 1e-3 * max(abs(old.price), 1e-9):
             events.append(PlanEvent("ResourcePool", "", pool.name, "Normal", "Priced",
