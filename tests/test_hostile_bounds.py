@@ -304,3 +304,47 @@ def _numbers(value: Any) -> list[Any]:
     if isinstance(value, list):
         return [n for item in value for n in _numbers(item)]
     return [value]
+
+
+# --- the pod policy: host access only where the platform team allows it ---------------------------------------------
+
+
+@pytest.mark.parametrize(("template", "asked"), [
+    ({"hostPID": True}, "hostPID"),
+    ({"hostNetwork": True, "hostIPC": True}, "hostIPC, hostNetwork"),
+    ({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}, "hostPath"),
+    ({"containers": [{"name": "c", "securityContext": {"privileged": True}}]}, "privileged"),
+    ({"initContainers": [{"name": "i", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "hostPort"),
+    ({"serviceAccountName": "cluster-admin-sa"}, "serviceAccountName"),
+])
+def test_a_template_asking_for_host_access_is_refused_unless_the_pool_allows_its_namespace(
+        template: dict[str, Any], asked: str) -> None:
+    body = job(throughput={"v100": 1.0})
+    body["spec"]["template"] = {"spec": {"containers": [CONTAINER], **template}}
+    plan = planned(body)
+    found = conditions(plan, ("evil", "j"))
+    assert found["PoolsValid"].status == "False"
+    assert f"the pod template asks for {asked}, which the pod policy refuses" in found["PoolsValid"].message
+    assert "spec.podPolicy.allowHostAccess" in found["PoolsValid"].message
+    assert found["Schedulable"].status == "False"
+    assert not [p for p in plan.pods if p.namespace == "evil"]
+    # the platform team allows it for namespace evil in pool v100: the job is planned there
+    pools = [d for d in examples.documents() if d["kind"] == "ResourcePool"]
+    v100 = copy.deepcopy(next(d for d in pools if d["metadata"]["name"] == "v100"))
+    v100["spec"]["podPolicy"] = {"allowHostAccess": ["evil"]}
+    docs = [d for d in examples.documents() if not (d["kind"] == "ResourcePool" and d["metadata"]["name"] == "v100")]
+    from walras.kube.snapshot import snapshot_from
+
+    kinds = {k: [d for d in [*docs, v100, body] if d["kind"] == k] for k in
+             ("Node", "Pod", "ResourcePool", "FungibleJob", "ColocationProfile")}
+    allowed = build_plan(cluster_from(snapshot_from(kinds["Node"], kinds["Pod"], kinds["ResourcePool"],
+                                                    kinds["FungibleJob"], kinds["ColocationProfile"])))
+    assert conditions(allowed, ("evil", "j"))["PoolsValid"].status == "True"
+    assert [p for p in allowed.pods if p.namespace == "evil"]
+
+
+def test_a_plain_template_is_not_host_access() -> None:
+    from walras.planner.spec import host_access
+
+    assert host_access({"spec": {"containers": [{"name": "c", "securityContext": {"privileged": False}}],
+                                 "serviceAccountName": "default", "hostNetwork": False}}) == ()

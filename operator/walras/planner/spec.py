@@ -70,11 +70,16 @@ def host_access(template: Mapping[str, Any]) -> tuple[str, ...]:
     """What of the host a pod template asks for, that the default pod policy refuses (docs/security.md, issue 30 item
     6: a FungibleJob must not be a way to create any pod through the operator's ServiceAccount): ``privileged``
     containers, the host's namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), ``hostPath`` volumes, ``hostPort``s
-    and Windows ``hostProcess`` containers (the host-level checks of Pod Security's ``baseline`` level), sorted."""
+    and Windows ``hostProcess`` containers (the host-level checks of Pod Security's ``baseline`` level), and a
+    ``serviceAccountName`` other than ``default`` (the pod would run with that account's rights, which a user allowed
+    only FungibleJobs could not otherwise use: a confused deputy), sorted."""
     spec = template.get("spec") if isinstance(template, Mapping) else None
     if not isinstance(spec, Mapping):
         return ()
     found: set[str] = {name for name in ("hostNetwork", "hostPID", "hostIPC") if spec.get(name) is True}
+    for key in ("serviceAccountName", "serviceAccount"):  # the pod would run with that account's rights
+        if spec.get(key) not in (None, "", "default"):
+            found.add("serviceAccountName")
     if _host_process(spec.get("securityContext")):
         found.add("hostProcess")
     for volume in spec.get("volumes") or []:
