@@ -100,3 +100,58 @@ def test_without_a_pool_selector_the_pod_is_as_before() -> None:
     pod = build_pod(template, plan_of("n"), "walras-scheduler")
     assert "affinity" not in pod["spec"]
     assert pool_node_selector(None) is None and pool_node_selector({"spec": {}}) is None
+
+
+def _ready_node(cp: Any, name: str, labels: dict[str, str], cpu: str) -> None:
+    import json
+
+    cp.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Node",
+                                                      "metadata": {"name": name, "labels": labels}}))
+    status = {"capacity": {"cpu": cpu, "memory": "64Gi", "pods": "20"},
+              "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "20"},
+              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
+    cp.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+    cp.kubectl("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+
+
+def test_kube_scheduler_without_the_extender_cannot_bind_a_walras_pod_outside_its_pool(control_plane: Any,
+                                                                                      namespace: str) -> None:
+    """The managedResources mistake of issue 30 item 3, reduced to its core: a real kube-scheduler places Walras's
+    pods without asking the extender. A pod that fits only a node outside its pool stays Pending (before, it was
+    bound there, deleted by Walras as misplaced and re-created, in a loop); one that fits the pool goes to the pool's
+    node although an emptier node outside would score higher. A pod without the affinity (the control) is bound
+    outside the pool."""
+    import json
+
+    cp = control_plane
+    label = {"walras.dev/hostile-pool": namespace}
+    inside, outside = f"in-{namespace}", f"out-{namespace}"
+    _ready_node(cp, inside, label, "4")
+    _ready_node(cp, outside, {}, "64")
+    template = parse_template(fjob({"containers": [{"name": "c", "image": "registry.invalid/none"}]}))
+
+    def pod(name: str, cpu: str, pool: dict[str, str] | None) -> dict[str, Any]:
+        plan = PodPlan(namespace, name, "j", "p", None, {"cpu": cpu}, {"cpu": cpu}, "create", False)
+        body = build_pod(template, plan, "default-scheduler", pool)
+        del body["metadata"]["ownerReferences"]  # no FungibleJob exists here: the garbage collector would take it
+        return body
+
+    scheduler = cp.start_scheduler()
+    try:
+        for body in (pod("too-big", "8", label), pod("fits", "1", label), pod("control", "8", None)):
+            cp.kubectl("create", "-f", "-", stdin=json.dumps(body))
+        cp.kubectl("wait", "-n", namespace, "pod/fits", f"--for=jsonpath={{.spec.nodeName}}={inside}",
+                   "--timeout=60s")
+        cp.kubectl("wait", "-n", namespace, "pod/control", "--for=jsonpath={.spec.nodeName}", "--timeout=60s")
+        cp.kubectl("wait", "-n", namespace, "pod/too-big", "--for=condition=PodScheduled=False", "--timeout=60s")
+        control = cp.get("pod", "control", "-n", namespace)
+        assert control["spec"]["nodeName"] != inside
+        big = cp.get("pod", "too-big", "-n", namespace)
+        assert not big["spec"].get("nodeName")
+        (scheduled,) = [c for c in big["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert scheduled["reason"] == "Unschedulable"
+        print("too-big stays Pending:", scheduled["message"])
+    finally:
+        scheduler.stop()
+        cp.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false", check=False)
+        cp.kubectl("delete", "node", inside, outside, "--wait=false", check=False)

@@ -30,8 +30,7 @@ from test_faults import _extra_job, _renamed_scenario, _wait
 from walras.cli.run import metrics_app
 from walras.kube.client import KubeClient, KubeConfig
 from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
-from walras.operator import handlers
+from walras.operator import Controller, IndexSource, OperatorOptions, handlers, run_operator
 from walras.operator.handlers import ApiHealth, CappedBackoff, probe_api
 from walras.planner import build_plan
 

@@ -131,7 +131,8 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
         phase = "Pending"
         if not usable_any:
             phase = "Unschedulable"
-            message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
+            message = ("the job can run in no pool (no listed pool exists, is valid, has throughput > 0 for it and "
+                       "can run its pods" + (f": {'; '.join(problems)})" if problems else ")"))
             job_conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
             _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
         job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
