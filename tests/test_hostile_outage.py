@@ -5,11 +5,11 @@
   is still retrying after 40 attempts (kopf's default gives up after 9);
 * should kopf's orchestration end with an error anyway, :func:`run_operator` restarts it and the process lives on;
 * ``/healthz`` on the metrics port says ``degraded`` while the API does not answer;
-* on the real control plane, behind a proxy that answers 503 to everything and cuts every watch for 25 s (the issue
-  asks for 60 s and 180 s; 25 s keeps ``make test`` short, and kopf's default retries would give up only after 54 s,
-  so the unit test above is the one that shows the unlimited retries): the process stays alive, ``/healthz`` is
-  degraded during the outage and ok after, a job created during the outage is served after it, and no running pod
-  is lost or duplicated.
+* on the real control plane, for 25 s, behind a proxy that answers 503 to everything and cuts every watch, and with
+  kube-apiserver itself stopped and started again (etcd stays up): the process stays alive, ``/healthz`` is degraded
+  during the outage and ok after, a job created during (or right after) the outage is served, and no running pod is
+  lost or duplicated. The issue asks for 60 s and 180 s; 25 s keeps ``make test`` short, and kopf's default retries
+  would give up only after about 54 s, so the unit test above is the one that shows the retries have no limit.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import ssl
+import time
 from collections.abc import Sized
 from pathlib import Path
 from typing import Any
@@ -186,9 +187,33 @@ class OutageProxy(FaultProxy):
         return await super().handle(request)
 
 
+OUTAGE_S = 25.0
+
+
+def _stop_apiserver(cp: Any) -> Any:
+    """Stop the control plane's kube-apiserver (SIGTERM, as a restart does) and return a function that starts it
+    again with the same arguments (same port, certificates and etcd) and waits until it is ready."""
+    plane = cp.plane
+    (old,) = [p for p in plane.processes if p.name == "kube-apiserver"]
+    args = list(old.popen.args)[1:]
+    old.stop()
+    plane.processes.remove(old)
+
+    def restart() -> None:
+        plane._spawn("kube-apiserver", args)
+        plane._wait(90.0, "kube-apiserver /readyz", plane._readyz)
+
+    return restart
+
+
 @pytest.mark.controlplane
-def test_an_api_outage_behind_a_503_proxy_on_the_real_control_plane(control_plane: Any, namespace: str,
-                                                                    tmp_path: Path) -> None:
+@pytest.mark.parametrize("outage", ["proxy-503", "apiserver-stopped"])
+def test_an_api_outage_on_the_real_control_plane(control_plane: Any, namespace: str, tmp_path: Path,
+                                                 outage: str) -> None:
+    """``proxy-503``: the operator behind a proxy that answers 503 to everything and cut every watch, for 25 s, a job
+    created meanwhile (straight at the API server); ``apiserver-stopped``: kube-apiserver itself stopped for 25 s
+    and started again (etcd stays up), a job created right after. Both: the process stays alive, ``/healthz`` is
+    degraded during the outage, the new job is served after it, and no running pod is lost or duplicated."""
     from test_ha_support import ROOT
     from walras_testbed.kubelet.client import ApiClient, ApiConfig
     from walras_testbed.kubelet.standin import KubeletStandIn
@@ -199,6 +224,9 @@ def test_an_api_outage_behind_a_503_proxy_on_the_real_control_plane(control_plan
     cp.kubectl("wait", "--for=condition=Established", "crd/fungiblejobs.walras.dev", "--timeout=60s")
     docs = _renamed_scenario(ns)
     nodes = [d for d in docs if d["kind"] == "Node"]
+    extra = _extra_job("after-outage", 3)
+    extra["metadata"]["namespace"] = ns
+    extra["spec"]["throughput"] = next(d for d in docs if d["kind"] == "FungibleJob")["spec"]["throughput"]
 
     async def scenario() -> dict[str, Any]:
         kubelet = KubeletStandIn(ApiClient(ApiConfig.from_kubeconfig(cp.kubeconfig)), nodes, lease_interval=5.0,
@@ -207,7 +235,10 @@ def test_an_api_outage_behind_a_503_proxy_on_the_real_control_plane(control_plan
         cp.apply_objects([d for d in docs if d["kind"] != "Node"])
         proxy = OutageProxy(cp.server, upstream_ssl=ssl.create_default_context(cafile=str(cp.ca_file)))
         await proxy.start()
-        kube = KubeConfig(server=proxy.url, token=cp.token, namespace="default")
+        if outage == "proxy-503":
+            kube = KubeConfig(server=proxy.url, token=cp.token, namespace="default")
+        else:
+            kube = KubeConfig(server=cp.server, token=cp.token, namespace="default", ca_path=str(cp.ca_file))
         options = OperatorOptions(mode="direct", debounce=0.1, plan_period=2.0, identity="outage", namespaces=(ns,))
         source = IndexSource(options.namespaces)
         controller = Controller(KubeClient(kube), source, build_plan, options, WalrasMetrics())
@@ -224,33 +255,42 @@ def test_an_api_outage_behind_a_503_proxy_on_the_real_control_plane(control_plan
             items = pods()
             return len(items) == count and all(p["status"].get("phase") == "Running" for p in items)
 
+        restart = None
         try:
             await _wait(lambda: task.done() or settled(5), 90, "5 pods running before the outage")
             before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()}
-            proxy.cut()
-            extra = _extra_job("during-outage", 3)
-            extra["metadata"]["namespace"] = ns
-            extra["spec"]["throughput"] = next(d for d in docs if d["kind"] == "FungibleJob")["spec"]["throughput"]
-            cp.apply_objects([extra])  # straight to the API server: the operator cannot see it yet
+            started = time.monotonic()
+            if outage == "proxy-503":
+                proxy.cut()
+                cp.apply_objects([extra])  # straight to the API server: the operator cannot see it yet
+            else:
+                restart = await asyncio.to_thread(_stop_apiserver, cp)
             await _wait(lambda: not health.reachable, 15, "/healthz degraded")
             healthy, text = health.report()
             assert not healthy and text.startswith("degraded"), text
-            await asyncio.sleep(25)
+            await asyncio.sleep(max(0.0, OUTAGE_S - (time.monotonic() - started)))
             assert not task.done(), "the operator ended during the outage"
-            during = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()}
-            assert during == before  # nothing was written through the proxy
-            proxy.down = False
+            if outage == "proxy-503":
+                assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()} == before
+                proxy.down = False
+            else:
+                assert restart is not None
+                await asyncio.to_thread(restart)
+                restart = None
+                cp.apply_objects([extra])
             await _wait(lambda: task.done() or (health.reachable and settled(8)), 120,
-                        "the job created during the outage served after it")
+                        "the new job served after the outage")
             assert not task.done(), "the operator ended after the outage"
             await asyncio.sleep(4)
             after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()}
             assert {n: after.get(n) for n in before} == before, "a running pod was lost or replaced"
             assert len(after) == 8 and len(set(after.values())) == 8  # none duplicated
             assert all(reason == "Running" for *_, reason in kubelet.decisions), kubelet.decisions
-            return {"refused during the outage": proxy.refused, "kopf restarts": health.restarts,
-                    "pods": len(after)}
+            return {"outage": outage, "seconds": OUTAGE_S, "refused by the proxy": proxy.refused,
+                    "kopf restarts": health.restarts, "pods": len(after)}
         finally:
+            if restart is not None:
+                await asyncio.to_thread(restart)
             stop.set()
             watcher.cancel()
             await asyncio.wait_for(task, 30)
@@ -258,4 +298,4 @@ def test_an_api_outage_behind_a_503_proxy_on_the_real_control_plane(control_plan
             await kubelet.stop(delete_nodes=True)
             cp.kubectl("delete", "resourcepools", f"{ns}-v100", f"{ns}-k80", "--ignore-not-found", check=False)
 
-    print("outage (25 s, 503 proxy, real control plane):", asyncio.run(scenario()))
+    print("outage on the real control plane:", asyncio.run(scenario()))
