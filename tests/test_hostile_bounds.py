@@ -348,3 +348,22 @@ def test_a_plain_template_is_not_host_access() -> None:
 
     assert host_access({"spec": {"containers": [{"name": "c", "securityContext": {"privileged": False}}],
                                  "serviceAccountName": "default", "hostNetwork": False}}) == ()
+
+
+def test_a_status_too_large_for_the_api_server_is_cut_with_a_count() -> None:
+    from walras.kube.encode import MAX_STATUS_BYTES
+
+    pods = [{"name": f"job-pool-{k}", "pool": "pool", "node": f"node-{k % 500}", "requests": {"cpu": "1"},
+             "limits": {"cpu": "1"}} for k in range(20_000)]
+    desired = {"phase": "Running", "pods": pods, "conditions": [{"type": "Valid", "status": "True"}]}
+    patch = status_patch({}, desired)
+    assert patch is not None
+    body = patch["status"]
+    assert len(json.dumps(body, separators=(",", ":"))) <= MAX_STATUS_BYTES
+    kept = len(body["pods"])
+    assert 0 < kept < 20_000 and body["pods"] == pods[:kept]
+    note = body["conditions"][-1]
+    assert note["type"] == "StatusTruncated"
+    assert note["message"].startswith(f"status.pods lists {kept} of 20000 pods ({20_000 - kept} left out")
+    small = {"phase": "Running", "pods": pods[:10], "conditions": []}
+    assert status_patch({}, small) == {"status": small}

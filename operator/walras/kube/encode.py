@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -374,11 +375,32 @@ def _cut(text: str, most: int) -> str:
     return text[:keep] + f" ... ({len(text) - keep} characters cut)"
 
 
+def _clean(value: Any, key: str = "") -> bool:
+    """Whether :func:`sanitised` would leave ``value`` as it is (a read-only walk: the common case costs no copy)."""
+    kind = type(value)
+    if kind is float:
+        return value - value == 0.0  # False for NaN and the infinities
+    if kind is str:
+        return len(value) <= (MAX_MESSAGE if key == "message" else MAX_TEXT)
+    if kind is dict:
+        return all(_clean(item, k) for k, item in value.items())
+    if kind is list:
+        return all(_clean(item, key) for item in value)
+    return kind is int or kind is bool or value is None
+
+
 def sanitised(value: Any, key: str = "") -> Any:
     """JSON ``value`` that the API server accepts in a status (issue 30 item 7): a number that is not finite (JSON has
     no NaN or Infinity; the API server refuses the whole patch) is left out of its object or list, a condition
     ``message`` is cut to :data:`MAX_MESSAGE` characters and any other string to :data:`MAX_TEXT`, each saying how
-    many characters were cut. :func:`status_patch` applies it to every status it writes."""
+    many characters were cut. :func:`status_patch` applies it to every status it writes (``value`` itself when
+    nothing needs changing)."""
+    if _clean(value, key):
+        return value
+    return _sanitised(value, key)
+
+
+def _sanitised(value: Any, key: str) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
@@ -386,21 +408,49 @@ def sanitised(value: Any, key: str = "") -> Any:
     if isinstance(value, Mapping):
         out: JSON = {}
         for k, item in value.items():
-            clean = sanitised(item, str(k))
+            clean = _sanitised(item, str(k))
             if clean is not None or item is None:
                 out[k] = clean
         return out
     if isinstance(value, list | tuple):
-        return [clean for clean, item in ((sanitised(item, key), item) for item in value)
+        return [clean for clean, item in ((_sanitised(item, key), item) for item in value)
                 if clean is not None or item is None]
     return value
 
 
+#: The largest status written, in bytes of JSON: well under etcd's 1.5 MiB object limit (the object's spec and
+#: metadata share it) and the API server's 3 MiB request limit.
+MAX_STATUS_BYTES = 1 << 20
+
+
+def bounded(status: JSON, most: int = MAX_STATUS_BYTES) -> JSON:
+    """``status`` with its ``pods`` list cut so that its JSON fits in ``most`` bytes, and then a ``StatusTruncated``
+    condition saying how many pods were left out (a job of 10,000 pods would otherwise be refused its status on
+    every plan); unchanged when it fits."""
+    pods = status.get("pods")
+    if not isinstance(pods, list) or len(pods) < 256:  # small enough whatever they hold (messages are cut, maps
+        return status                                    # bounded): skip the measurement on every plan
+    size = len(json.dumps(status, separators=(",", ":")))
+    if size <= most:
+        return status
+    per_pod = max(1, len(json.dumps(pods, separators=(",", ":"))) // len(pods))
+    keep = max(0, len(pods) - (size - most) // per_pod - 1)
+    while True:
+        note = {"type": "StatusTruncated", "status": "True", "reason": "TooLarge",
+                "message": f"status.pods lists {keep} of {len(pods)} pods ({len(pods) - keep} left out: the status "
+                           f"would exceed {most} bytes)"}
+        out = {**status, "pods": pods[:keep], "conditions": [*status.get("conditions", []), note]}
+        if keep == 0 or len(json.dumps(out, separators=(",", ":"))) <= most:
+            return out
+        keep = max(0, keep - max(1, keep // 10))
+
+
 def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> JSON | None:
     """A merge patch ``{"status": ...}`` that makes ``current`` status equal ``desired`` (stale keys set to null),
-    or None when nothing changes. kopf's own keys are left alone. ``desired`` is :func:`sanitised` first, so no
-    patch carries a non-finite number or an over-long message."""
-    desired = sanitised(desired)
+    or None when nothing changes. kopf's own keys are left alone. ``desired`` is :func:`sanitised` and
+    :func:`bounded` first, so no patch carries a non-finite number, an over-long message or more than
+    :data:`MAX_STATUS_BYTES`."""
+    desired = bounded(sanitised(desired))
     current = dict(current or {})
     for key in KOPF_STATUS_KEYS:
         current.pop(key, None)
