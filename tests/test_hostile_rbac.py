@@ -179,3 +179,75 @@ def test_can_i_on_a_real_api_server(control_plane: Any) -> None:
     for row in got:
         print("can-i", *row)
     assert got == expected
+
+
+@pytest.mark.controlplane
+def test_the_operator_runs_on_the_namespaced_rbac_alone(control_plane: Any, namespace: str) -> None:
+    """The operator authenticated as the chart's ServiceAccount of a release rendered with ``operator.namespaces:
+    [NS]`` (no pod rights outside NS), on a real kube-apiserver with the kubelet stand-in: its pods are created,
+    bound and Running, its job's status is written, and it never ends."""
+    import asyncio
+
+    from test_faults import _renamed_scenario, _wait
+    from walras.kube.client import KubeClient, KubeConfig
+    from walras.metrics import WalrasMetrics
+    from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
+    from walras.planner import build_plan
+    from walras_testbed.kubelet.client import ApiClient, ApiConfig
+    from walras_testbed.kubelet.standin import KubeletStandIn
+
+    from tests.controlplane import render_chart
+
+    cp = control_plane
+    ns, release, release_ns = namespace, "nsrbac", f"{namespace}-walras"
+    cp.kubectl("create", "namespace", release_ns)
+    cp.kubectl("apply", "-f", str(ROOT / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", "crd/fungiblejobs.walras.dev", "--timeout=60s")
+    objects = render_chart(require("helm"), release_ns, f"operator.namespaces[0]={ns}", "peering.enabled=false",
+                           "rbac.userRoles=false", release=release)
+    rbac = [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                 "RoleBinding")]
+    for obj in rbac:
+        if obj["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            obj["metadata"].setdefault("namespace", release_ns)
+    cp.apply_objects(rbac)
+    account = next(o for o in rbac if o["kind"] == "ServiceAccount"
+                   and o["metadata"].get("labels", {}).get("app.kubernetes.io/component", "operator") == "operator")
+    kubeconfig = cp.service_account_kubeconfig(release_ns, account["metadata"]["name"])
+    docs = _renamed_scenario(ns)
+    nodes = [d for d in docs if d["kind"] == "Node"]
+
+    async def scenario() -> None:
+        kubelet = KubeletStandIn(ApiClient(ApiConfig.from_kubeconfig(cp.kubeconfig)), nodes, lease_interval=5.0,
+                                 status_interval=10.0)
+        await kubelet.start()
+        cp.apply_objects([d for d in docs if d["kind"] != "Node"])
+        kube = KubeConfig.load(str(kubeconfig))
+        options = OperatorOptions(mode="direct", debounce=0.1, plan_period=2.0, identity="nsrbac", namespaces=(ns,))
+        source = IndexSource(options.namespaces)
+        controller = Controller(KubeClient(kube), source, build_plan, options, WalrasMetrics())
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_operator(controller, source, kube, peering=None, health_port=None,
+                                                stop_flag=stop))
+
+        def settled() -> bool:
+            items = cp.get("pods", "-n", ns)["items"]
+            return len(items) == 5 and all(p["status"].get("phase") == "Running" for p in items)
+
+        try:
+            await _wait(lambda: task.done() or settled(), 120, "5 pods running with the namespaced RBAC")
+            assert not task.done(), "the operator ended"
+            jobs = cp.get("fungiblejobs", "-n", ns)["items"]
+            assert jobs and all(j.get("status", {}).get("placedReplicas", 0) > 0 for j in jobs)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await kubelet.stop(delete_nodes=True)
+            cp.kubectl("delete", "resourcepools", f"{ns}-v100", f"{ns}-k80", "--ignore-not-found", check=False)
+            cp.kubectl("delete", "namespace", release_ns, "--wait=false", check=False)
+            for obj in rbac:
+                if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                    cp.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found",
+                               check=False)
+
+    asyncio.run(scenario())
