@@ -76,6 +76,19 @@ STRUCTURAL = [
      "spec.interference[0][1]: Invalid value"),
     ("ColocationProfile", "web-batch", "spec.cost.type", "quadratic", "spec.cost.type: Invalid value"),
     ("ColocationProfile", "web-batch", "spec.types", ["Web", "batch", "cache"], "spec.types[0]: Invalid value"),
+    # issue 30 item 7: every number a user writes is bounded (walras.planner.spec's MAX_* carry the same numbers)
+    ("FungibleJob", "resnet50", "spec.utility", {"type": "log", "weight": 1e308}, "spec.utility.weight: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.weight", 1e7, "spec.weight: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.throughput", {"v100": 1e308}, "spec.throughput.v100: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.throughput", {f"p{k}": 1 for k in range(65)}, "spec.throughput: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.demand", 1e308, "spec.demand: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.replicas.count", 10**6, "spec.replicas.count: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.resources", {"cpu": "1e308"}, "spec.resources.cpu: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.resources", {f"r{k}": "1" for k in range(33)}, "spec.resources: Invalid value"),
+    ("FungibleJob", "resnet50", "spec.backoffLimit", 10**9, "spec.backoffLimit: Invalid value"),
+    ("ResourcePool", "cpu", "spec.capacity", 1e308, "spec.capacity: Invalid value"),
+    ("ColocationProfile", "web-batch", "spec.interference", [[1e308, 0.0, 0.0]] * 3,
+     "spec.interference[0][0]: Invalid value"),
 ]
 
 #: Misspelled fields, as ``kubectl apply --validate=strict`` rejects them.
@@ -108,6 +121,17 @@ CEL = [
                                                       "parametric": {"type": "log"}},
      "spec.utilityCurve: Invalid value: object: utilityCurve takes either points or parametric"),
     ("ColocationProfile", "web-batch", "spec.cost", {"type": "convex"}, "cost.exponent is required for a convex"),
+    ("FungibleJob", "resnet50", "spec.throughput", {"v100": 1e-12}, "spec.throughput: Invalid value: object: every "
+                                                                     "throughput is 0 or at least 1e-9"),
+    ("FungibleJob", "resnet50", "spec.resources", {"nvidia.com/gpu": "0.5"},
+     "spec.resources: Invalid value: object: an extended resource (e.g. nvidia.com/gpu) takes a whole number only"),
+    ("FungibleJob", "resnet50", "spec.demand", 1e-6, "spec.demand: Invalid value: 1e-06: demand must be at least"),
+    ("FungibleJob", "resnet50", "spec.weight", 1e-9, "spec.weight: Invalid value: 1e-09: weight must be at least"),
+    ("FungibleJob", "resnet50", "spec.utility", {"type": "log", "weight": 1e-9}, "utility.weight must be at least"),
+    ("FungibleJob", "resnet50", "spec.utility", {"type": "target-priority", "target": 1e-12},
+     "utility.target must be at least"),
+    ("FungibleJob", "etl", "spec.colocation.size", 1e-6, "colocation.size must be at least"),
+    ("FungibleJob", "resnet50", "spec.throughputDemand", 1e-12, "throughputDemand must be at least"),
     ("ColocationProfile", "web-batch", "spec.interference", [[0.1, 0.1, 0.1]] * 2,
      "spec: Invalid value: object: interference must have one row per type"),
     ("ColocationProfile", "web-batch", "spec.interference", [[0.1, 0.1]] * 3,
@@ -120,6 +144,8 @@ VALID_VARIANTS = [
     ("FungibleJob", "resnet50", "spec.demand", _DELETE),  # default 1
     ("FungibleJob", "resnet50", "spec.replicas", {"min": 1, "max": 1}),
     ("FungibleJob", "resnet50", "spec.resources", {"cpu": 4, "memory": "1.5Gi"}),  # int-or-string
+    ("FungibleJob", "resnet50", "spec.resources", {"nvidia.com/gpu": 2, "example.com/fpga": "1k", "cpu": "0.5"}),
+    ("FungibleJob", "resnet50", "spec.throughput", {"v100": 0}),  # 0: the pool cannot run it
     ("ColocationProfile", "web-batch", "spec.cost", {"type": "linear"}),
 ]
 

@@ -22,6 +22,7 @@ from walras.kube.client import KubeClient, KubeConfig, probe
 from walras.kube.errors import ConfigError, ServiceUnavailable
 from walras.metrics import WalrasMetrics
 from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
+from walras.operator.handlers import ApiHealth
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -70,13 +71,18 @@ def setup_logging() -> None:
         logging.getLogger("kopf").setLevel(logging.WARNING)
 
 
-def metrics_app(metrics: WalrasMetrics, extender: Extender | None = None) -> web.Application:
+def metrics_app(metrics: WalrasMetrics, extender: Extender | None = None,
+                health: ApiHealth | None = None) -> web.Application:
     """``/metrics`` served by prometheus-client's own aiohttp handler (content negotiation with OpenMetrics,
     ``name[]`` filtering, compression) on the operator's registry, ``/healthz`` and, with ``extender``, its
     ``/readyz`` (200 on the leader only; served here because a kubelet probe cannot present the extender's client
-    certificate)."""
+    certificate). With ``health`` (:class:`walras.operator.handlers.ApiHealth`), ``/healthz`` answers 503
+    ``degraded: ...`` while the Kubernetes API does not answer (the process keeps running and retrying)."""
     async def healthz(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        if health is None:
+            return web.Response(text="ok")
+        healthy, text = health.report()
+        return web.Response(text=text, status=200 if healthy else 503)
 
     app = web.Application()
     app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
@@ -199,7 +205,8 @@ async def serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.extender_host}:{args.extender_port}: {exc.strerror or exc} "
                          "(another process has the port? choose another with --extender-port)") from exc
-    servers = await Servers.start([(metrics_app(metrics, extender), "0.0.0.0", args.metrics_port, None)])
+    health = ApiHealth()
+    servers = await Servers.start([(metrics_app(metrics, extender, health), "0.0.0.0", args.metrics_port, None)])
     servers.runners.append(extender_runner)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -211,7 +218,7 @@ async def serve(args: argparse.Namespace) -> int:
         args.extender_port, args.metrics_port, "none (standalone)" if args.standalone else args.peering)
     try:
         await run_operator(controller, source, kube, peering=None if args.standalone else args.peering,
-                           health_port=args.health_port or None, stop_flag=stop, extender=extender)
+                           health_port=args.health_port or None, stop_flag=stop, extender=extender, health=health)
     finally:
         await servers.stop()
         await controller.stop()

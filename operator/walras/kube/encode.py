@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -148,8 +149,47 @@ def parse_template(job: Mapping[str, Any]) -> PodTemplate:
                        first, problem)
 
 
-def build_pod(template: PodTemplate, pod: PodPlan, scheduler_name: str) -> JSON:
-    """The Pod to create for ``pod`` from its job's parsed ``template`` (owner reference, labels, resources);
+def pool_node_selector(pool: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """A ResourcePool object's ``spec.nodeSelector`` as ``{label: value}`` (None without a pool or a selector)."""
+    selector = _mapping(_mapping(_mapping(pool).get("spec")).get("nodeSelector"))
+    return {str(k): str(v) for k, v in selector.items()} or None
+
+
+def pool_affinity(spec: Mapping[str, Any], pool_nodes: Mapping[str, str]) -> JSON:
+    """The pod spec's ``affinity`` with a required node affinity to the pool's nodes (issue 30 item 3): every label
+    of ``pool_nodes`` (the pool's nodeSelector) as an ``In`` expression, added to each of the template's own required
+    ``nodeSelectorTerms`` (terms are ORed, expressions inside a term ANDed, so the pod's node must match the pool
+    *and* one of the template's terms) or as the only term. No scheduler path (kube-scheduler with a
+    ``managedResources`` that skips the extender, a foreign scheduler, a kubelet admission of a misbound pod) can then
+    run the pod outside its pool.
+
+    Why the pool and not the planned node: a pod's affinity cannot change after creation, and a pending pod may be
+    re-planned onto another node of its pool (``reconcile``'s ``bind`` of a held pod); inside the pool the extender's
+    filter and the operator's own binding put it on the planned node."""
+    expressions = [{"key": key, "operator": "In", "values": [value]} for key, value in sorted(pool_nodes.items())]
+    affinity = dict(_mapping(spec.get("affinity")))
+    node_affinity = dict(_mapping(affinity.get("nodeAffinity")))
+    required = dict(_mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")))
+    terms = [t for t in required.get("nodeSelectorTerms") or [] if isinstance(t, Mapping)]
+    if terms:
+        new_terms = [{**term, "matchExpressions": [*(_mapping_list(term.get("matchExpressions"))), *expressions]}
+                     for term in terms]
+    else:
+        new_terms = [{"matchExpressions": expressions}]
+    required["nodeSelectorTerms"] = new_terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node_affinity
+    return affinity
+
+
+def _mapping_list(value: Any) -> list[Any]:
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []
+
+
+def build_pod(template: PodTemplate, pod: PodPlan, scheduler_name: str,
+              pool_nodes: Mapping[str, str] | None = None) -> JSON:
+    """The Pod to create for ``pod`` from its job's parsed ``template`` (owner reference, labels, resources, and
+    with ``pool_nodes``, the pool's nodeSelector, a required node affinity to the pool's nodes: :func:`pool_affinity`);
     ``ValueError`` when the template cannot make one (the job has no uid, or no containers)."""
     if template.problem == "uid":
         raise ValueError(f"FungibleJob {pod.namespace}/{pod.job} has no metadata.uid; cannot own pod {pod.name}")
@@ -169,6 +209,8 @@ def build_pod(template: PodTemplate, pod: PodPlan, scheduler_name: str) -> JSON:
         resources["limits"] = {**_mapping(resources.get("limits")), **pod.limits}
     containers = [{**first, "resources": resources}, *template.spec["containers"][1:]]
     spec = {**template.spec, "containers": containers, "schedulerName": scheduler_name}
+    if pool_nodes:
+        spec["affinity"] = pool_affinity(template.spec, pool_nodes)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -186,11 +228,12 @@ def build_pod(template: PodTemplate, pod: PodPlan, scheduler_name: str) -> JSON:
     }
 
 
-def pod_manifest(job: Mapping[str, Any], pod: PodPlan, scheduler_name: str) -> JSON:
+def pod_manifest(job: Mapping[str, Any], pod: PodPlan, scheduler_name: str,
+                 pool_nodes: Mapping[str, str] | None = None) -> JSON:
     """The Pod to create for ``pod`` from ``job``'s ``spec.template``, as plain, writable JSON: :func:`build_pod` of
     :func:`parse_template`, thawed (for one pod, offline: ``walras plan --emit-pods``, the simulations; the operator
     keeps each job's parsed template in a :class:`TemplateCache` and sends :func:`build_pod`'s manifest as it is)."""
-    manifest: JSON = thaw(build_pod(parse_template(job), pod, scheduler_name))
+    manifest: JSON = thaw(build_pod(parse_template(job), pod, scheduler_name, pool_nodes))
     return manifest
 
 
@@ -328,9 +371,96 @@ def with_resize_pending(status: JSON, message: str | None) -> JSON:
         "type": "ResizePending", "status": "True", "reason": RESIZE_PENDING_REASON, "message": message}]}
 
 
+#: The longest condition message written (metav1.Condition's ``message`` has maxLength 32768 in the CRDs).
+MAX_MESSAGE = 32768
+#: The longest text field otherwise written into a status (``allocationText`` of a job in many pools).
+MAX_TEXT = 4096
+
+
+def _cut(text: str, most: int) -> str:
+    """``text`` cut to at most ``most`` characters, ending with how many were cut."""
+    if len(text) <= most:
+        return text
+    keep = max(0, most - len(f" ... ({len(text)} characters cut)"))  # the count has at most len(text)'s digits
+    return text[:keep] + f" ... ({len(text) - keep} characters cut)"
+
+
+def _clean(value: Any, key: str = "") -> bool:
+    """Whether :func:`sanitised` would leave ``value`` as it is (a read-only walk: the common case costs no copy)."""
+    kind = type(value)
+    if kind is float:
+        return value - value == 0.0  # False for NaN and the infinities
+    if kind is str:
+        return len(value) <= (MAX_MESSAGE if key == "message" else MAX_TEXT)
+    if kind is dict:
+        return all(_clean(item, k) for k, item in value.items())
+    if kind is list:
+        return all(_clean(item, key) for item in value)
+    return kind is int or kind is bool or value is None
+
+
+def sanitised(value: Any, key: str = "") -> Any:
+    """JSON ``value`` that the API server accepts in a status (issue 30 item 7): a number that is not finite (JSON has
+    no NaN or Infinity; the API server refuses the whole patch) is left out of its object or list, a condition
+    ``message`` is cut to :data:`MAX_MESSAGE` characters and any other string to :data:`MAX_TEXT`, each saying how
+    many characters were cut. :func:`status_patch` applies it to every status it writes (``value`` itself when
+    nothing needs changing)."""
+    if _clean(value, key):
+        return value
+    return _sanitised(value, key)
+
+
+def _sanitised(value: Any, key: str) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return _cut(value, MAX_MESSAGE if key == "message" else MAX_TEXT)
+    if isinstance(value, Mapping):
+        out: JSON = {}
+        for k, item in value.items():
+            clean = _sanitised(item, str(k))
+            if clean is not None or item is None:
+                out[k] = clean
+        return out
+    if isinstance(value, list | tuple):
+        return [clean for clean, item in ((_sanitised(item, key), item) for item in value)
+                if clean is not None or item is None]
+    return value
+
+
+#: The largest status written, in bytes of JSON: well under etcd's 1.5 MiB object limit (the object's spec and
+#: metadata share it) and the API server's 3 MiB request limit.
+MAX_STATUS_BYTES = 1 << 20
+
+
+def bounded(status: JSON, most: int = MAX_STATUS_BYTES) -> JSON:
+    """``status`` with its ``pods`` list cut so that its JSON fits in ``most`` bytes, and then a ``StatusTruncated``
+    condition saying how many pods were left out (a job of 10,000 pods would otherwise be refused its status on
+    every plan); unchanged when it fits."""
+    pods = status.get("pods")
+    if not isinstance(pods, list) or len(pods) < 256:  # small enough whatever they hold (messages are cut, maps
+        return status                                    # bounded): skip the measurement on every plan
+    size = len(json.dumps(status, separators=(",", ":")))
+    if size <= most:
+        return status
+    per_pod = max(1, len(json.dumps(pods, separators=(",", ":"))) // len(pods))
+    keep = max(0, len(pods) - (size - most) // per_pod - 1)
+    while True:
+        note = {"type": "StatusTruncated", "status": "True", "reason": "TooLarge",
+                "message": f"status.pods lists {keep} of {len(pods)} pods ({len(pods) - keep} left out: the status "
+                           f"would exceed {most} bytes)"}
+        out = {**status, "pods": pods[:keep], "conditions": [*status.get("conditions", []), note]}
+        if keep == 0 or len(json.dumps(out, separators=(",", ":"))) <= most:
+            return out
+        keep = max(0, keep - max(1, keep // 10))
+
+
 def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> JSON | None:
     """A merge patch ``{"status": ...}`` that makes ``current`` status equal ``desired`` (stale keys set to null),
-    or None when nothing changes. kopf's own keys are left alone."""
+    or None when nothing changes. kopf's own keys are left alone. ``desired`` is :func:`sanitised` and
+    :func:`bounded` first, so no patch carries a non-finite number, an over-long message or more than
+    :data:`MAX_STATUS_BYTES`."""
+    desired = bounded(sanitised(desired))
     current = dict(current or {})
     for key in KOPF_STATUS_KEYS:
         current.pop(key, None)

@@ -159,8 +159,8 @@ Check = Callable[[Any], bool]
 #: The keywords :func:`compile_check` decides on; a node with any other keyword is left to ``jsonschema``.
 _COMPILED_KEYWORDS = frozenset({
     "type", "properties", "additionalProperties", "required", "enum", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "minProperties", "items",
-    "anyOf"})
+    "exclusiveMaximum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+    "items", "anyOf"})
 
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: type(v) is dict,
@@ -233,6 +233,9 @@ def compile_check(schema: Any) -> Check:
     if "minProperties" in schema:
         least = schema["minProperties"]
         checks.append(lambda v: type(v) is not dict or len(v) >= least)
+    if "maxProperties" in schema:
+        most = schema["maxProperties"]
+        checks.append(lambda v: type(v) is not dict or len(v) <= most)
     if "required" in schema:
         required = tuple(schema["required"])
         checks.append(lambda v: type(v) is not dict or all(k in v for k in required))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from walras.kube.client import KubeClient
 from walras.kube.decode import pod_from
-from walras.kube.encode import TemplateCache, build_pod, resize_containers
+from walras.kube.encode import TemplateCache, build_pod, pool_node_selector, resize_containers
 from walras.kube.errors import ApiError, Conflict
 from walras.metrics import WalrasMetrics
 from walras.operator.assumed import AssumedPods
@@ -106,7 +106,7 @@ class Actuator:
             job = index.jobs.get((pp.namespace, pp.job))
             if pp.action == "create" and current is None:
                 if job is not None:
-                    calls.append(self._create(pp, job))
+                    calls.append(self._create(pp, job, pool_node_selector(index.pools.get(("", pp.pool)))))
             elif current is None:
                 continue
             elif pp.action in ("create", "bind"):
@@ -166,9 +166,9 @@ class Actuator:
                                   content_type="application/merge-patch+json", retry_conflict=True)
         logger.info("adopted pod %s/%s into FungibleJob %s", meta["namespace"], meta["name"], ref["name"])
 
-    async def _create(self, pp: PodPlan, job: RawObject) -> None:
+    async def _create(self, pp: PodPlan, job: RawObject, pool_nodes: Mapping[str, str] | None = None) -> None:
         try:
-            body = build_pod(self.templates.template(job), pp, self.scheduler_name)
+            body = build_pod(self.templates.template(job), pp, self.scheduler_name, pool_nodes)
         except ValueError as exc:
             await self.recorder.event(job, "Warning", "PodTemplateInvalid", str(exc))
             return

@@ -13,6 +13,15 @@ ended the whole operator process; and a replica restarted under a new random pri
 replica's peering entry expired (60 s). The Lease loop retries every API error and lets a restarted replica with the
 same identity lead at once.
 
+API outages of any length (issue 30 item 4): kopf's own requests retry without a limit, with a capped backoff
+(:class:`CappedBackoff` as ``settings.networking.error_backoffs``: kopf counts attempts only of a sized sequence), so a
+listing or watch that fails for minutes never escalates; and :func:`run_operator` supervises kopf: should kopf's
+orchestration still end with an error, it is restarted after a capped backoff (its indexes dropped first, so nothing
+is planned from what they held), instead of ending ``walras run``. :class:`ApiHealth` probes the API server every few
+seconds (``GET /version``; a 5xx answer from a load balancer counts as down) and says so on ``/healthz`` of the metrics
+port (``walras.cli.run.metrics_app``): 200 ``ok``, else 503 ``degraded: ...``. kopf's own liveness endpoint (the
+chart's livenessProbe) stays up through an outage: restarting every replica while the API is away helps nothing.
+
 No kopf handler here needs a finalizer: the plan period is a plain asyncio task, not a kopf timer (a kopf timer puts
 a finalizer on every ResourcePool, and deleting a pool then hangs for ever once the operator is gone). Pools created
 by an older Walras still carry that finalizer (``walras.dev/kopf-finalizer``); the leader removes it when it sees
@@ -25,7 +34,9 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +58,72 @@ LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
 
 #: Where a pod finds its own namespace (the Lease lives there).
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class CappedBackoff:
+    """An endless, re-iterable sequence of delays in seconds: ``first``, doubling, then ``cap`` for ever. As kopf's
+    ``settings.networking.error_backoffs`` it makes every kopf request retry without a limit (kopf gives up after
+    the last delay of a sized sequence only), each retry at most ``cap`` seconds after the last."""
+
+    def __init__(self, first: float = 1.0, cap: float = 15.0) -> None:
+        if not 0 < first <= cap:
+            raise ValueError(f"need 0 < first <= cap, got {first}, {cap}")
+        self.first, self.cap = first, cap
+
+    def __iter__(self) -> Iterator[float]:
+        delay = self.first
+        while True:
+            yield delay
+            delay = min(self.cap, 2 * delay)
+
+
+@dataclass
+class ApiHealth:
+    """Whether the API server answered the last probe (:func:`watch_api`), since when, and how often kopf's
+    orchestration was restarted (:func:`run_operator`). ``clock`` is monotonic seconds."""
+
+    reachable: bool = True
+    since: float = field(default_factory=time.monotonic)
+    error: str = ""
+    restarts: int = 0
+    clock: Callable[[], float] = time.monotonic
+
+    def observe(self, error: str | None) -> None:
+        """Record a probe's outcome: None when the API server answered, else what went wrong."""
+        ok = error is None
+        if ok != self.reachable:
+            self.reachable, self.since = ok, self.clock()
+            if ok:
+                logger.info("Kubernetes API reachable again")
+            else:
+                logger.warning("Kubernetes API unreachable: %s", error)
+        self.error = error or ""
+
+    def report(self) -> tuple[bool, str]:
+        """``(healthy, text)`` for ``/healthz``."""
+        restarts = f"; kopf restarted {self.restarts} time(s)" if self.restarts else ""
+        if self.reachable:
+            return True, f"ok{restarts}"
+        return False, (f"degraded: the Kubernetes API has not answered for {self.clock() - self.since:.0f} s "
+                       f"({self.error}); retrying{restarts}")
+
+
+async def probe_api(client: KubeClient) -> str | None:
+    """One ``GET /version`` without retries: None when the API server answers it, else why not (no answer, or a 5xx
+    or 429: an API server that is down behind a load balancer answers 503)."""
+    try:
+        await client.request("GET", "/version", attempts=1)
+    except ApiError as exc:
+        if exc.code >= 500 or exc.code == 429:
+            return f"{exc.code} {exc.reason}: {exc.message}"[:300]
+    return None
+
+
+async def watch_api(client: KubeClient, health: ApiHealth, period: float = 5.0) -> None:
+    """Probe the API server every ``period`` seconds into ``health`` (for ever)."""
+    while True:
+        health.observe(await probe_api(client))
+        await asyncio.sleep(period)
 
 
 class IndexSource:
@@ -88,11 +165,12 @@ class LeaderAware(Protocol):
 
 
 def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig,
-                   leads: Any = None) -> kopf.OperatorRegistry:
+                   leads: Any = None, stopping: Callable[[], bool] | None = None) -> kopf.OperatorRegistry:
     """A kopf registry with every Walras handler bound to ``controller``.
 
     ``leads`` (a callable, or None when this replica always acts) gates the writes a handler itself makes (removing
-    the legacy finalizer); the controller is started and stopped by the caller.
+    the legacy finalizer); the controller is started and stopped by the caller. kopf's cleanup stops the controller
+    only when ``stopping()`` says the operator is stopping (None: always), not when kopf ends to be restarted.
     """
     registry = kopf.OperatorRegistry()
     kinds = {
@@ -138,12 +216,16 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.networking.request_timeout = 60
+        settings.networking.connect_timeout = 10
+        settings.networking.error_backoffs = CappedBackoff()  # retry for ever, at most 15 s apart (issue 30 item 4)
+        settings.watching.reconnect_backoff = 1.0  # a watch that cannot reconnect retries each second, not each 0.1 s
         # no source.capture here: the indexes handed to startup handlers are still empty; the event handlers capture
         # them once kopf has filled every index (a plan from the empty ones would plan an empty cluster)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        await controller.stop()
+        if stopping is None or stopping():
+            await controller.stop()
 
     return registry
 
@@ -207,7 +289,8 @@ async def plan_period(controller: Controller, source: IndexSource, elector: Leas
 async def run_operator(controller: Controller, source: IndexSource, kube: KubeConfig, *, peering: str | None,
                        priority: int = 0, health_port: int | None, stop_flag: asyncio.Event | None = None,
                        ready_flag: asyncio.Event | None = None, extender: LeaderAware | None = None,
-                       elector: LeaseElector | None = None) -> None:
+                       elector: LeaseElector | None = None, health: ApiHealth | None = None,
+                       restart_backoff: CappedBackoff | None = None) -> None:
     """Run kopf (cluster-wide, standalone) with the Walras handlers until ``stop_flag`` is set.
 
     With ``peering`` (the Lease name) the controller runs only while this replica holds the Lease in
@@ -215,6 +298,11 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
     and is not ready. ``elector`` replaces the default :class:`LeaseElector` (tests use shorter periods).
     ``priority`` is not used by Lease election (the first live candidate wins); it is accepted for callers written
     for kopf peering. Without ``peering`` this replica always acts.
+
+    kopf is supervised: should ``kopf.operator`` end with an error while ``stop_flag`` is not set, its indexes are
+    dropped, ``health.restarts`` counts it and it is started again after the next delay of ``restart_backoff``
+    (:class:`CappedBackoff`, default 1 s doubling to 30 s); the controller, the Lease and the HTTP servers stay up.
+    ``health`` (an :class:`ApiHealth`) is probed every 5 s meanwhile.
     """
     del priority
     if peering and elector is None:
@@ -224,8 +312,13 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
         elector.on_stopped = controller.stop
         if extender is not None:
             extender.leader = elector.is_leader
-    registry = build_registry(controller, source, kube, None if elector is None else elector.is_leader)
+    def stopping() -> bool:
+        return stop_flag is None or stop_flag.is_set()
+
+    registry = build_registry(controller, source, kube, None if elector is None else elector.is_leader, stopping)
     tasks = [asyncio.create_task(plan_period(controller, source, elector), name="walras-plan-period")]
+    if health is not None:
+        tasks.append(asyncio.create_task(watch_api(controller.client, health), name="walras-api-health"))
     if elector is None:
         controller.start()
     else:
@@ -234,16 +327,32 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
         if stop_flag is not None:
             tasks.append(asyncio.create_task(_step_down_on_stop(stop_flag, election), name="walras-step-down"))
     liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
+    delays = iter(restart_backoff or CappedBackoff(1.0, 30.0))
     try:
-        await kopf.operator(
-            registry=registry,
-            clusterwide=True,
-            standalone=True,
-            liveness_endpoint=liveness,
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-            identity=controller.options.identity,  # type: ignore[arg-type]  # kopf's Identity is a NewType of str
-        )
+        while True:
+            try:
+                await kopf.operator(
+                    registry=registry,
+                    clusterwide=True,
+                    standalone=True,
+                    liveness_endpoint=liveness,
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                    identity=controller.options.identity,  # type: ignore[arg-type]  # kopf's Identity: NewType of str
+                )
+                break  # a stop (the flag, or a signal kopf handled)
+            except Exception as exc:  # kopf's orchestration failed: restart it, never end the process for it
+                if stop_flag is None or stop_flag.is_set():
+                    raise
+                delay = next(delays)
+                if health is not None:
+                    health.restarts += 1
+                logger.error("kopf's orchestration ended (%s: %s); restarting it in %.0f s", type(exc).__name__,
+                             " ".join(str(exc).split())[:300], delay)
+                source.indices.clear()  # nothing is planned from the old indexes; the new ones come with events
+                await _sleep_unless(stop_flag, delay)
+                if stop_flag.is_set():
+                    break
     finally:
         for task in tasks:
             task.cancel()
@@ -254,6 +363,12 @@ async def run_operator(controller: Controller, source: IndexSource, kube: KubeCo
         if elector is not None:
             await elector.client.close()
         await controller.client.close()
+
+
+async def _sleep_unless(flag: asyncio.Event, delay: float) -> None:
+    """Sleep ``delay`` seconds, or less when ``flag`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(flag.wait(), delay)
 
 
 async def _step_down_on_stop(stop_flag: asyncio.Event, election: asyncio.Task[None]) -> None:

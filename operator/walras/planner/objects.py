@@ -4,7 +4,11 @@ take part, which nodes each pool holds, and which pools each job may use.
 A profile, pool or job that is invalid gets a ``Valid=False`` condition and a Warning event and is left out; planning
 goes on for the rest. A job may use pool j when the pool exists and is valid, the job's throughput there is positive,
 and (colocation pools) its colocation type is in the pool's profile. Whether the job's pods *fit* the pool's nodes is
-the capacity phase's question, not this one's.
+the capacity phase's question, not this one's, with two exceptions that no node of the pool can ever meet: a pod
+requesting a resource that no node of the pool offers (kube-scheduler's NodeResourcesFit: an extended resource no node
+has; the kubelet would refuse the pod), and a fractional ``spec.demand`` of a pool whose priced resource Kubernetes
+allocates in whole units (an extended resource such as ``nvidia.com/gpu``: ``demand: 0.5`` would be refused by the API
+server, or rounded). Either makes the pool unusable for the job, with the reason in its ``PoolsValid`` condition.
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Cluster, Job
+from walras.planner.cluster import PODS, Cluster, Job
 from walras.planner.model import Condition, JobPlan, PlanEvent, PoolPlan
 from walras.planner.results import JobInfo, Objects, PoolInfo, Reported
-from walras.planner.spec import ProfileSpec
+from walras.planner.spec import ProfileSpec, integral_resource, whole
 
 __all__ = ["JobInfo", "Objects", "PoolInfo", "build_objects", "select"]
 
@@ -105,6 +109,7 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
                                     conditions=tuple(conditions), observed_generation=pool.generation)
 
     index = {p.name: j for j, p in enumerate(pool_infos)}
+    offers: dict[tuple[int, frozenset[str]], str | None] = {}  # (pool, requested names) -> a name none offers
     for job in cluster.jobs:
         namespace, name = job.key
         if job.spec is None:
@@ -115,6 +120,7 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
             continue
         job_spec = job.spec
         ok, problems = _usable_pools(job, pool_infos, index, profile_conditions, events)
+        _fit_pools(job, pool_infos, table, ok, problems, offers)
         usable_any = bool(ok.any())
         for problem in problems:
             _warn(events, "FungibleJob", namespace, name, "PoolUnusable", problem)
@@ -125,7 +131,8 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
         phase = "Pending"
         if not usable_any:
             phase = "Unschedulable"
-            message = "the job can run in no pool (no listed pool exists, is valid and has throughput > 0 for it)"
+            message = ("the job can run in no pool (no listed pool exists, is valid, has throughput > 0 for it and "
+                       "can run its pods" + (f": {'; '.join(problems)})" if problems else ")"))
             job_conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
             _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
         job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
@@ -174,3 +181,67 @@ def _usable_pools(job: Job, pools: list[PoolInfo], index: dict[str, int],
                 continue
         ok[j] = True
     return ok, problems
+
+
+def _requested(job: Job, priced: str) -> frozenset[str]:
+    """The resources a pod Walras creates for ``job`` in a pool pricing ``priced`` requests (a positive amount of):
+    as :func:`walras.planner.cluster.pod_vector` composes them, without the ``pods`` slot."""
+    spec = job.spec
+    assert spec is not None
+    template = job.template
+    first = {**template.first, **spec.resources, priced: spec.demand}
+    names = {name for part in (first, template.others, template.init, template.overhead)
+             for name, value in part.items() if value > 0}
+    names.discard(PODS)
+    return frozenset(names)
+
+
+def _missing(table: NodeTable, members: np.ndarray, names: frozenset[str]) -> str | None:
+    """A resource of ``names`` that no node among ``members`` offers together with the others (None: some node
+    offers every one): the first name no member offers, else the first of the set, sorted."""
+    if members.size == 0:
+        return None
+    have = np.ones(members.size, dtype=bool)
+    for name in sorted(names):
+        column = table.column.get(name)
+        if column is None:
+            return name
+        offered = table.alloc[members, column] > 0
+        if not offered.any():
+            return name
+        have &= offered
+    return None if have.any() else sorted(names)[0]
+
+
+def _fit_pools(job: Job, pools: list[PoolInfo], table: NodeTable, ok: np.ndarray, problems: list[str],
+               offers: dict[tuple[int, frozenset[str]], str | None]) -> None:
+    """Clear ``ok[j]`` (and say why in ``problems``) for each pool the job's pods can never run in: a resource they
+    request that no node of the pool offers, a fractional demand of a whole-unit priced resource, or a template asking
+for host access (privileged, host namespaces, hostPath, hostPort) in a pool that does not allow it to the job's
+namespace (the pod policy of docs/security.md). ``offers``
+    memoises :func:`_missing` per (pool, requested names) over one plan."""
+    spec = job.spec
+    assert spec is not None
+    for j in np.flatnonzero(ok):
+        info = pools[int(j)]
+        priced = info.spec.resource
+        if spec.host_access and spec.namespace not in info.spec.host_access_namespaces:
+            ok[j] = False
+            problems.append(f"pool {info.name!r}: the pod template asks for {', '.join(spec.host_access)}, which the "
+                            f"pod policy refuses unless the pool's spec.podPolicy.allowHostAccess lists namespace "
+                            f"{spec.namespace!r} (docs/security.md)")
+            continue
+        if integral_resource(priced) and not whole(spec.demand):
+            ok[j] = False
+            problems.append(f"pool {info.name!r}: spec.demand {spec.demand:g} is not a whole number, but {priced} is "
+                            "an extended resource that Kubernetes allocates in whole units only")
+            continue
+        names = _requested(job, priced)
+        key = (int(j), names)
+        if key not in offers:
+            offers[key] = _missing(table, info.members, names)
+        missing = offers[key]
+        if missing is not None:
+            ok[j] = False
+            problems.append(f"pool {info.name!r}: no node of the pool offers {missing} (with the job's other "
+                            "requests), which the job's pods request")
