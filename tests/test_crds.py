@@ -290,6 +290,8 @@ def _condition_types_written() -> set[str]:
         text = path.read_text()
         found |= set(re.findall(r'Condition\(\s*"([A-Za-z]+)"', text))
         found |= set(re.findall(r'"type": "([A-Z][A-Za-z]+)", "status"', text))
+        constants = dict(re.findall(r'^([A-Z_]+) = "([A-Z][A-Za-z]+)"$', text, re.MULTILINE))
+        found |= {constants[name] for name in re.findall(r'"type": ([A-Z_]+), "status"', text) if name in constants}
     return found
 
 
