@@ -9,7 +9,8 @@ in a container with a read-only root filesystem and no home directory. :func:`nj
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numba
@@ -25,3 +26,18 @@ def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
             return numba.njit(cache=False, **options)(fn)
 
     return wrap
+
+
+def uncached(dispatchers: Iterable[Any]) -> list[str]:
+    """The names of the numba ``dispatchers`` that have no on-disk cache index yet (numba's ``FunctionCache`` index
+    file, ``<module>.<function>-<line>.py311.nbi``), i.e. that numba will compile, not load, on their first call. A
+    dispatcher without a file cache (``cache=False``, :func:`njit`'s fallback) counts as uncached."""
+    out = []
+    for d in dispatchers:
+        try:
+            cached = os.path.exists(d._cache._cache_file._index_path)
+        except AttributeError:  # no file cache (NullCache), or another numba's layout: assume it compiles
+            cached = False
+        if not cached:
+            out.append(getattr(d, "__name__", repr(d)))
+    return out

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "allocator", "operator", "crds")
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "allocator", "operator", "crds")
 
 
 @pytest.fixture(scope="module")

@@ -85,8 +85,11 @@ def source_tag() -> str:
 def _module(route: str) -> Any:
     if route == "aot":
         return _aot.load(AOT_MODULE, source_tag(), "allocator/degree/numba_kernels.py")
+    from allocator._jit import uncached
     from allocator.degree import numba_kernels
 
+    if uncached(getattr(numba_kernels, name) for name in KERNELS):
+        _aot.notice("degree (SEQ)", "allocator.degree.aot")
     return numba_kernels
 
 
