@@ -112,3 +112,14 @@ def test_demo_runs_from_the_wheel(installed: dict[str, Path]) -> None:
     result = walras(installed, "demo", "--cluster", "emulated", "--json", "--timeout", "90")
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"emulated": true' in result.stdout
+
+
+def test_wheel_requires_torch_only_through_its_extras(installed: dict[str, Path]) -> None:
+    """A CPU install pulls no torch (and so no CUDA wheels): torch is a requirement only under the ``torch`` and
+    ``gpu`` extras (issue 29)."""
+    wheel = zipfile.ZipFile(installed["wheel"])
+    metadata = wheel.read(next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    torch = [r for r in requires if r.startswith("torch")]
+    assert torch and all("extra ==" in r for r in torch), torch
+    assert {r.split('extra == "')[1].rstrip('"') for r in torch} == {"torch", "gpu"}
