@@ -1,9 +1,9 @@
 """The CPU path never imports torch (issue 29: torch is the ``torch`` extra, not a dependency).
 
 Each command runs in a fresh interpreter where ``torch`` is blocked (``sys.modules["torch"] = None``: ``import
-torch`` raises ``ModuleNotFoundError`` and ``importlib.util.find_spec`` finds nothing, as in a venv without it), and the test checks that the command succeeds and that no torch
-module was loaded. A real fresh venv without torch is installed and timed in docs/install.md (it needs the package
-index); this test runs offline.
+torch`` raises ``ModuleNotFoundError`` and ``importlib.util.find_spec`` finds nothing, as in a venv without it);
+the test checks that the command succeeds and that no torch module was loaded. A real fresh venv without torch is
+installed and timed in docs/install.md (it needs the package index); this test runs offline.
 """
 
 from __future__ import annotations
