@@ -282,9 +282,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as err:
         print(f"walras solve: error: {err}", file=sys.stderr)
         return 2
-    allocation, throughputs = res.allocation, res.throughputs
+    allocation: np.ndarray | None = res.allocation
+    throughputs: np.ndarray | None = res.throughputs
     if world > 1:
-        allocation, throughputs = gather_rows(allocation, rank), gather_rows(throughputs, rank)
+        allocation, throughputs = gather_rows(res.allocation, rank), gather_rows(res.throughputs, rank)
     status = 0 if res.status in ("optimal", "empty") else 1
     if rank != 0:
         return status
