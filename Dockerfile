@@ -21,7 +21,7 @@ RUN python -m venv /opt/walras
 ENV PATH=/opt/walras/bin:$PATH
 RUN if [ "${WITH_TORCH}" = true ]; then pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; fi
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY allocator ./allocator
 COPY operator ./operator
 COPY crds ./crds
