@@ -83,7 +83,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="FILE", default=None,
                         help="draw the prices and the duality gap per dual evaluation to FILE (png, pdf, svg)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="report each dual evaluation on stderr (default: when stderr is a terminal)")
+                        help="report each dual evaluation on stderr (default: when stderr is a terminal; not with "
+                             "--distributed)")
     return parser
 
 
