@@ -229,13 +229,29 @@ def gather_rows(part: np.ndarray, rank: int) -> np.ndarray | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Solve, print and write what ``args`` ask for; the exit status (module docstring). Under ``--distributed`` every
+    process leaves the group together once process 0 has printed (a process that exits while another still talks to
+    it aborts the run: gloo's "terminate called without an active exception")."""
+    import_seconds = process_age()
+    check_device(args.device)
+    if not args.distributed:
+        return solve_and_report(args, 0, 1, import_seconds)
+    rank, world = init_distributed(args.device)
+    import torch.distributed as dist
+
+    try:
+        return solve_and_report(args, rank, world, import_seconds)
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def solve_and_report(args: argparse.Namespace, rank: int, world: int, import_seconds: float | None) -> int:
+    """The solve of :func:`run` as process ``rank`` of ``world`` (0 of 1 without ``--distributed``)."""
     import numpy as np
 
     from allocator import pricing, utilities
 
-    import_seconds = process_age()
-    check_device(args.device)
-    rank, world = init_distributed(args.device) if args.distributed else (0, 1)
     show = (sys.stderr.isatty() if args.progress is None else args.progress) and rank == 0
     try:
         demand = None
