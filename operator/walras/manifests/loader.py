@@ -9,6 +9,7 @@ the field path.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -75,8 +76,6 @@ def unknown_kind(doc: Mapping[str, Any], where: str) -> str | None:
     any other kind (Namespace, ConfigMap, Service, ...)     ``None`` (passed over: nothing the planner reads)
     ======================================================  ==========================================================
     """
-    import difflib
-
     kind = doc.get("kind")
     api = str(doc.get("apiVersion") or "")
     if kind in KINDS:
