@@ -72,19 +72,19 @@ def choose(want: str | None, aot: Callable[[], T], jit: Callable[[], T]) -> tupl
         return "jit", jit()
 
 
-def notice(what: str, builder: str, stream: Any = None) -> bool:
+def notice(what: str, builder: str | None = None, stream: Any = None) -> bool:
     """Tell the user, once per process and kernel set ``what``, that its kernels are being compiled just in time
-    (no ahead-of-time module installed and no numba cache yet): one line on stderr naming the builder module that
-    compiles them ahead of time. Returns whether the line was written (not again for the same ``what``; never with
-    ``WALRAS_COMPILE_NOTICE=0``). A first plan after a fresh install otherwise pauses for tens of seconds without a
-    word (issue 29)."""
+    (no ahead-of-time module installed and no numba cache yet): one line on stderr, naming the ``builder`` module
+    that compiles them ahead of time where there is one. Returns whether the line was written (not again for the same
+    ``what``; never with ``WALRAS_COMPILE_NOTICE=0``). A first plan after a fresh install otherwise pauses for tens
+    of seconds without a word (issue 29)."""
     if what in _told or os.environ.get(ENV_NOTICE) == "0":
         return False
     _told.add(what)
     out = sys.stderr if stream is None else stream
+    ahead = f" To build them ahead of time: python -m {builder}" if builder else ""
     print(f"walras: compiling the {what} kernels just in time (first use after install: seconds to a minute; "
-          f"numba caches them for later runs). To build them ahead of time: python -m {builder}", file=out,
-          flush=True)
+          f"numba caches them for later runs).{ahead}", file=out, flush=True)
     return True
 
 

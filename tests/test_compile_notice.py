@@ -75,3 +75,24 @@ def test_the_notice_can_be_silenced(fresh: Path, tmp_path: Path) -> None:
     result = probe(fresh, NUMBA_CACHE_DIR=str(tmp_path), WALRAS_COMPILE_NOTICE="0")
     assert result.returncode == 0, result.stderr[-2000:]
     assert notices(result) == []
+
+
+COLOCATION = """
+import allocator.colocation._bestors_kernel, allocator.fairness.psdsf._fill_kernels
+"""
+
+
+def test_the_just_in_time_kernels_of_other_packages_say_they_compile(fresh: Path, tmp_path: Path) -> None:
+    def run(**env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if k not in ("WALRAS_COMPILE_NOTICE", "NUMBA_DISABLE_JIT")}
+        clean.update({"PYTHONPATH": str(fresh), "NUMBA_CACHE_DIR": str(tmp_path), **env})
+        return subprocess.run([sys.executable, "-c", COLOCATION], cwd=fresh, env=clean, capture_output=True,
+                              text=True, timeout=600)
+
+    first = run()
+    assert first.returncode == 0, first.stderr[-2000:]
+    lines = notices(first)
+    assert len(lines) == 2 and "the colocation kernels" in lines[0] and "the fairness kernels" in lines[1], lines
+    assert "ahead of time" not in lines[0]  # no builder to name for these
+    assert notices(run(NUMBA_DISABLE_JIT="1")) == []  # nothing is compiled then
+
