@@ -23,9 +23,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``walras simulate`` and its options."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "simulate", help=HELP,
-        description="Discrete-event simulation of a job trace on a virtual GPU cluster, driving the planner "
-                    "(walras.planner.build_plan) and baseline policies; writes a report with JCT, makespan, "
-                    "utilisation, moves, fairness and prices.")
+        description="Discrete-event simulation of a job trace on a virtual GPU cluster under Walras' planner "
+                    "and baseline policies (fifo, kueue, gavel); writes a report with job completion times, makespan, "
+                    "utilisation, moves, fairness and prices (see docs/simulate.md).")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", metavar="FILE", help="CSV trace (columns arrival,job_type,work,pods)")
     source.add_argument("--generate", action="store_true", help="generate a trace as Gavel does")
