@@ -2,13 +2,16 @@
 # The Walras operator image (walras run: operator + scheduler extender + metrics), referenced by the Helm chart's
 # default values (image.repository "walras", tag = the chart's appVersion). Build from the repository root:
 #   docker build -t walras:0.1.0 .
-# Two stages: the build stage installs torch (CPU wheel, pinned, first and explicitly, so that nothing pulls a CUDA
-# build) and then the project into a virtual environment; the runtime stage copies only that environment into a
-# slim base and runs as an unprivileged user with a read-only root filesystem in mind (writes go to /tmp only).
+# Two stages: the build stage installs the project into a virtual environment (the operator plans on the CPU, on
+# numpy, and never imports torch, so the default image has no torch; --build-arg WITH_TORCH=true adds the pinned CPU
+# wheel, first and explicitly so that nothing pulls a CUDA build, for `walras solve --distributed` in the image);
+# the runtime stage copies only that environment into a slim base and runs as an unprivileged user with a read-only
+# root filesystem in mind (writes go to /tmp only).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+ARG WITH_TORCH=false
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV PIP_NO_CACHE_DIR=1 \
@@ -16,13 +19,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/walras
 ENV PATH=/opt/walras/bin:$PATH
-RUN pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
+RUN if [ "${WITH_TORCH}" = true ]; then pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"; fi
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY allocator ./allocator
 COPY operator ./operator
 COPY crds ./crds
-RUN pip install . && python -c "import torch, walras; assert torch.__version__.startswith('${TORCH_VERSION}')"
+RUN pip install . && python -c "import walras" \
+    && if [ "${WITH_TORCH}" = true ]; then \
+         python -c "import torch; assert torch.__version__.startswith('${TORCH_VERSION}')"; fi
 # The price-discovery and degree (SEQ) kernels compiled ahead of time (numba pycc, generic x86-64 code) into the
 # installed package, so that a fresh pod neither imports numba nor compiles for its first plan
 # (allocator/pricing/_compiled/kernels.py and allocator/degree/kernels.py, route "aot"); gcc is needed for this step only and

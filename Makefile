@@ -17,13 +17,14 @@ ifneq ($(K8S_TARBALL),)
 export KUBEBUILDER_ASSETS ?= $(CURDIR)/$(K8S_DIR)/bin
 endif
 
-.PHONY: install tools system controlplane demo test lint unit e2e bench clean
+.PHONY: install tools system controlplane demo test lint unit e2e bench clean wheel chart
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	# torch first and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
+	# torch (the project's `torch` extra: walras solve --device cuda / --distributed; the tests of those routes) first
+	# and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,torch]'
 	# The price-discovery and degree (SEQ) kernels compiled ahead of time (allocator.pricing._compiled.aot,
 	# allocator.degree.aot, need gcc); without them the kernels are JIT-compiled on first use (the route tables of
 	# allocator.pricing._compiled.kernels and allocator.degree.kernels).
@@ -32,6 +33,19 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The wheel with both ahead-of-time kernel modules inside (tagged for this interpreter and platform by setup.py),
+# so that a fresh `pip install dist/walras-*.whl` neither imports numba for them nor compiles on first use.
+wheel: install
+	$(BIN)/python -m allocator.pricing._compiled.aot
+	$(BIN)/python -m allocator.degree.aot
+	rm -rf build && $(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist . && rm -rf build
+
+# The chart carries copies, not symbolic links, of the CRDs and of the dashboard and alert rules (a copied or
+# packaged chart has no ../../..): scripts/sync_chart.py copies them and writes the chart's README from values.yaml;
+# tests/test_chart_files.py fails when a copy or the README is out of date.
+chart:
+	$(BIN)/python scripts/sync_chart.py
 
 $(TOOLS)/kubectl $(TOOLS)/helm:
 	scripts/install_k8s_tools.sh

@@ -21,6 +21,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", print_blob=True, deadline=None)
+
+# The one-line notice that numba kernels are being compiled (allocator._aot.notice) is for people: in a fresh clone
+# every kernel is uncached, and the line would land in whichever test's captured stderr first imports one.
+# tests/test_compile_notice.py removes the variable for the processes it checks.
+os.environ.setdefault("WALRAS_COMPILE_NOTICE", "0")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev"))
 
 

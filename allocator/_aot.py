@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import importlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,7 +26,12 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["build", "choose", "load", "main", "requested", "source_tag"]
+__all__ = ["ENV_NOTICE", "build", "choose", "load", "main", "notice", "requested", "source_tag"]
+
+#: Set to ``0`` to silence :func:`notice` (the line on stderr before a just-in-time compilation).
+ENV_NOTICE = "WALRAS_COMPILE_NOTICE"
+
+_told: set[str] = set()
 
 
 def source_tag(path: str | os.PathLike[str]) -> str:
@@ -64,6 +70,22 @@ def choose(want: str | None, aot: Callable[[], T], jit: Callable[[], T]) -> tupl
         return "aot", aot()
     except ImportError:
         return "jit", jit()
+
+
+def notice(what: str, builder: str | None = None, stream: Any = None) -> bool:
+    """Tell the user, once per process and kernel set ``what``, that its kernels are being compiled just in time
+    (no ahead-of-time module installed and no numba cache yet): one line on stderr, naming the ``builder`` module
+    that compiles them ahead of time where there is one. Returns whether the line was written (not again for the same
+    ``what``; never with ``WALRAS_COMPILE_NOTICE=0``). A first plan after a fresh install otherwise pauses for tens
+    of seconds without a word (issue 29)."""
+    if what in _told or os.environ.get(ENV_NOTICE) == "0":
+        return False
+    _told.add(what)
+    out = sys.stderr if stream is None else stream
+    ahead = f" To build them ahead of time: python -m {builder}" if builder else ""
+    print(f"walras: compiling the {what} kernels just in time (first use after install: seconds to a minute; "
+          f"numba caches them for later runs).{ahead}", file=out, flush=True)
+    return True
 
 
 def build(

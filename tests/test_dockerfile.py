@@ -129,6 +129,18 @@ def test_torch_cpu_is_installed_explicitly_before_the_project() -> None:
     assert torch_at < project_at
 
 
+def test_torch_is_left_out_of_the_default_image() -> None:
+    """The operator plans on the CPU (numpy) and never imports torch; torch is the project's ``torch`` extra
+    (pyproject.toml) and enters the image only with ``--build-arg WITH_TORCH=true`` (issue 29: a light install)."""
+    assert stage_args(BUILD)["WITH_TORCH"] == "false"
+    runs = [a for i, a in BUILD.instructions if i == "RUN"]
+    torch_runs = [a for a in runs if '"torch==${TORCH_VERSION}"' in a]
+    assert torch_runs and all('[ "${WITH_TORCH}" = true ]' in a for a in torch_runs)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith("torch") for d in project["dependencies"])
+    assert any(d.startswith("torch") for d in project["optional-dependencies"]["torch"])
+
+
 def test_runtime_stage_is_non_root_and_carries_only_the_environment() -> None:
     users = [a for i, a in FINAL.instructions if i == "USER"]
     assert users, "the runtime stage must switch to a non-root user"

@@ -172,15 +172,16 @@ def test_schema_validation_is_not_vacuous() -> None:
 
 
 def test_chart_crds_equal_the_single_source() -> None:
-    """The chart's walras.dev CRDs are the files of crds/ (linked, not copied), and nothing else claims that group."""
+    """The chart's walras.dev CRDs are byte-equal copies of the files of crds/ (copies, not links: a copied chart has
+    no ../../crds; ``make chart``), and nothing else claims that group."""
     sources = list(crd_sources())
     assert {d["spec"]["names"]["kind"] for d in sources} >= {"ResourcePool", "FungibleJob", "ColocationProfile"}
     chart_walras = []
     for path in sorted((CHART / "crds").iterdir()):
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
         if any(d["spec"]["group"] == "walras.dev" for d in docs):
-            assert path.is_symlink(), f"{path.name} must link to crds/, not copy it"
-            assert path.resolve() == (ROOT / "crds" / path.name).resolve()
+            assert not path.is_symlink(), f"{path.name} must be a copy of crds/{path.name} (make chart), not a link"
+            assert path.read_bytes() == (ROOT / "crds" / path.name).read_bytes(), f"{path.name}: run make chart"
             chart_walras.extend(docs)
     assert sorted(chart_walras, key=lambda d: d["metadata"]["name"]) == sorted(
         sources, key=lambda d: d["metadata"]["name"]
@@ -749,8 +750,9 @@ def test_dashboard_configmap_carries_the_dashboard_for_the_sidecar() -> None:
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     embedded = json.loads(configmap["data"]["walras-dashboard.json"])
     assert embedded == json.loads((ROOT / "deploy" / "grafana" / "walras-dashboard.json").read_text())
-    for link in ("walras-dashboard.json", "walras-rules.yaml"):
-        assert (CHART / "files" / link).is_symlink()
+    for name, source in (("walras-dashboard.json", "deploy/grafana"), ("walras-rules.yaml", "deploy/prometheus")):
+        copy = CHART / "files" / name
+        assert not copy.is_symlink() and copy.read_bytes() == (ROOT / source / name).read_bytes(), name
 
 
 def test_notes_render_for_both_modes() -> None:
@@ -758,7 +760,7 @@ def test_notes_render_for_both_modes() -> None:
         out = helm("install", RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE, *set_args(values))
         assert out.returncode == 0, out.stderr
         notes = out.stdout.split("NOTES:", 1)[1]
-        assert "kubectl apply -f examples/" in notes
+        assert "kubectl apply -R -f examples/" in notes  # -R: the FungibleJobs are in examples/jobs/
         assert f"deployment/{RELEASE}" in notes
     assert "Second scheduler: walras-scheduler" in notes
 

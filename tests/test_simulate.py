@@ -178,7 +178,7 @@ def test_cli_runs_the_shipped_trace_with_every_policy(tmp_path: Path, capsys: py
     (("--generate", "--rate", "0"), "arrival rate"),
     (("--trace", "/nonexistent.csv"), "no such file"),
     (("--trace", "EIGHT", "--cluster", "v100=1x4"), "needs 8 accelerators"),
-    (("--trace", "EIGHT", "--cluster", "cpu=1x4"), "runs on none of the cluster's types"),
+    (("--trace", "EIGHT", "--cluster", "cpu=1x4"), "no job type is measured on 'cpu'"),
 ])
 def test_cli_errors_are_one_line(tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
     eight = _trace(tmp_path, [(0.0, R18, 10.0, 1), (5.0, R18, 10.0, 8)])

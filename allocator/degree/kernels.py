@@ -85,8 +85,13 @@ def source_tag() -> str:
 def _module(route: str) -> Any:
     if route == "aot":
         return _aot.load(AOT_MODULE, source_tag(), "allocator/degree/numba_kernels.py")
+    from allocator._jit import uncached
     from allocator.degree import numba_kernels
 
+    # all uncached: the first use after an install (a run that used only some kernels caches those; the others,
+    # compiled on their own first call, take a second or two and go unannounced)
+    if len(uncached(getattr(numba_kernels, name) for name in KERNELS)) == len(KERNELS):
+        _aot.notice("degree (SEQ)", "allocator.degree.aot")
     return numba_kernels
 
 

@@ -96,12 +96,15 @@ def _aot() -> Callable[[str, np.dtype], Callable[..., Any]]:
 
 
 def _jit() -> Callable[[str, np.dtype], Callable[..., Any]]:
+    from allocator._jit import uncached
     from allocator.pricing._compiled import numba_kernels
 
     def get(name: str, dtype: np.dtype) -> Callable[..., Any]:
         fn: Callable[..., Any] = getattr(numba_kernels, name)
         return fn
 
+    if uncached(getattr(numba_kernels, name) for name in numba_kernels.SIGNATURES):  # _warm compiles them all
+        _aot_route.notice("price-discovery", "allocator.pricing._compiled.aot")
     # Dispatch once per signature now (a cache load or a compilation), not inside the first solve.
     for dtype in (np.dtype(np.float32), np.dtype(np.float64)):
         _warm(get, dtype)

@@ -38,6 +38,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from walras import __version__
 from walras.cli.errors import EXIT_USAGE, UsageError
@@ -45,7 +46,7 @@ from walras.cli.errors import EXIT_USAGE, UsageError
 #: Sub-commands in the order ``walras --help`` lists them, each the module ``walras.cli.<name>``, with its one-line
 #: summary (the same text as the ``help=`` its ``add_parser`` registers).
 COMMANDS: dict[str, str] = {
-    "solve": "discover pool prices and an allocation (price discovery, paper 004)",
+    "solve": "discover pool prices and an allocation (price discovery)",
     "plan": "plan offline from YAML manifests (nodes, pods, ResourcePools, FungibleJobs, ColocationProfiles)",
     "check": "check the scheduler's invariants on a cluster (live, or from manifests)",
     "explain": "say why a FungibleJob has the replicas it has (grants, prices, bids, what blocks the rest)",
@@ -53,6 +54,38 @@ COMMANDS: dict[str, str] = {
     "run": "run the operator, the scheduler extender and the metrics endpoint",
     "demo": "run the operator on a local Kubernetes API with the example cluster",
 }
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every sub-command's help: each option's default appended as ``(default: X)``
+    (``argparse.ArgumentDefaultsHelpFormatter``'s rule), except where the help already speaks of its default, the
+    default is ``None``, ``False`` or empty (a flag, an optional value), or the option takes no value."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if ("default" in text.lower() or default is None or default is False or default == argparse.SUPPRESS
+                or default == []
+                or not action.option_strings or action.nargs == 0):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class RawHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """:class:`HelpFormatter` with the description printed as written (line breaks kept: tables, examples)."""
+
+
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser class of every sub-command: :class:`HelpFormatter`, or :class:`RawHelpFormatter` where the module
+    asks for ``RawDescriptionHelpFormatter`` (same layout, with defaults)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        chosen = kwargs.get("formatter_class")
+        if chosen in (None, argparse.HelpFormatter):
+            kwargs["formatter_class"] = HelpFormatter
+        elif chosen is argparse.RawDescriptionHelpFormatter:
+            kwargs["formatter_class"] = RawHelpFormatter
+        super().__init__(*args, **kwargs)
 
 
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -65,7 +98,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         epilog="'walras COMMAND --help' shows the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"walras {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=SubcommandParser)
     for name, summary in COMMANDS.items():
         if name in wanted:
             module = importlib.import_module(f"{__name__}.{name}")

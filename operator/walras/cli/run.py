@@ -1,4 +1,9 @@
-"""``walras run``: the operator (kopf), the scheduler extender and the metrics endpoint in one process."""
+"""``walras run``: the operator (kopf), the scheduler extender and the metrics endpoint in one process.
+
+Module-level imports stay light: ``walras run --help`` imports this module to build its parser, and kopf, aiohttp,
+the Kubernetes client, the metrics and the operator (3-9 s to import on a loaded 2-core machine) are imported by the
+functions that use them (``tests/test_cli_help.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +14,25 @@ import logging
 import os
 import signal
 import socket
-import ssl
 from dataclasses import dataclass
-from typing import Any
-
-from aiohttp import web
-from prometheus_client.aiohttp import make_aiohttp_handler
+from typing import TYPE_CHECKING, Any
 
 from walras.cli.errors import UsageError
-from walras.extender import DEFAULT_HOST, Extender, server_tls, start_site
-from walras.kube.client import KubeClient, KubeConfig, probe
-from walras.kube.errors import ConfigError, ServiceUnavailable
-from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
-from walras.operator.handlers import ApiHealth
+
+if TYPE_CHECKING:
+    import ssl
+
+    from aiohttp import web
+
+    from walras.extender import Extender
+    from walras.kube.client import KubeConfig
+    from walras.metrics import WalrasMetrics
+    from walras.operator import Controller, IndexSource, OperatorOptions
+    from walras.operator.handlers import ApiHealth
+
+#: The extender's default listen address, :data:`walras.extender.DEFAULT_HOST` (loopback; kept here so that the
+#: parser needs no import of the extender; ``tests/test_cli_help.py`` checks the two are equal).
+DEFAULT_HOST = "127.0.0.1"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -78,6 +88,9 @@ def metrics_app(metrics: WalrasMetrics, extender: Extender | None = None,
     ``/readyz`` (200 on the leader only; served here because a kubelet probe cannot present the extender's client
     certificate). With ``health`` (:class:`walras.operator.handlers.ApiHealth`), ``/healthz`` answers 503
     ``degraded: ...`` while the Kubernetes API does not answer (the process keeps running and retrying)."""
+    from aiohttp import web
+    from prometheus_client.aiohttp import make_aiohttp_handler
+
     async def healthz(request: web.Request) -> web.Response:
         if health is None:
             return web.Response(text="ok")
@@ -100,6 +113,8 @@ class Servers:
 
     @classmethod
     async def start(cls, apps: list[tuple[web.Application, str, int, ssl.SSLContext | None]]) -> Servers:
+        from aiohttp import web
+
         servers = cls([])
         for app, host, port, ctx in apps:
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -120,6 +135,8 @@ class Servers:
 
 def operator_options(args: argparse.Namespace) -> OperatorOptions:
     """The operator's settings from ``args``; :class:`UsageError` for a value out of range."""
+    from walras.operator import OperatorOptions
+
     try:
         return OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
                                plan_period=args.plan_period, debounce=args.debounce,
@@ -131,6 +148,10 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
 
 def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, IndexSource, Extender, WalrasMetrics]:
     """The controller, its index source, the extender and the metrics for ``args``."""
+    from walras.extender import Extender
+    from walras.kube.client import KubeClient
+    from walras.metrics import WalrasMetrics
+    from walras.operator import Controller, IndexSource
     from walras.planner import build_plan
 
     metrics = WalrasMetrics(job_metrics_limit=args.job_metrics_limit)
@@ -151,6 +172,8 @@ def extender_tls(cert: str | None, key: str | None, client_ca: str | None = None
         return None
     if not (cert and key):
         raise ValueError("--extender-tls-cert and --extender-tls-key go together")
+    from walras.extender import server_tls
+
     return server_tls(cert, key, client_ca)
 
 
@@ -169,6 +192,9 @@ def check_port_free(host: str, port: int, option: str) -> None:
 
 def load_kube_config(kubeconfig: str | None) -> KubeConfig:
     """The cluster connection as kubectl finds it; :class:`UsageError` when there is none."""
+    from walras.kube.client import KubeConfig
+    from walras.kube.errors import ConfigError
+
     try:
         return KubeConfig.load(kubeconfig)
     except (ConfigError, OSError) as exc:
@@ -184,6 +210,9 @@ async def check_reachable(kube: KubeConfig, timeout: float = 10.0) -> None:
     """GET ``/version`` once (:func:`walras.kube.client.probe`); :class:`UsageError` naming the server when it cannot
     be reached. Any HTTP answer (even 401/403) counts as reachable: authorization errors surface in the operator's own
     requests."""
+    from walras.kube.client import probe
+    from walras.kube.errors import ServiceUnavailable
+
     try:
         await probe(kube, timeout)
     except ServiceUnavailable as exc:
@@ -191,6 +220,10 @@ async def check_reachable(kube: KubeConfig, timeout: float = 10.0) -> None:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    from walras.extender import start_site
+    from walras.operator import run_operator
+    from walras.operator.handlers import ApiHealth
+
     try:
         tls = extender_tls(args.extender_tls_cert, args.extender_tls_key, args.extender_client_ca)
     except ValueError as exc:

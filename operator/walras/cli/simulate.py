@@ -23,17 +23,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``walras simulate`` and its options."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "simulate", help=HELP,
-        description="Discrete-event simulation of a job trace on a virtual GPU cluster, driving the planner "
-                    "(walras.planner.build_plan) and baseline policies; writes a report with JCT, makespan, "
-                    "utilisation, moves, fairness and prices.")
+        description="Discrete-event simulation of a job trace on a virtual GPU cluster under Walras' planner "
+                    "and baseline policies (fifo, kueue, gavel); writes a report with job completion times, makespan, "
+                    "utilisation, moves, fairness and prices (see docs/simulate.md).")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", metavar="FILE", help="CSV trace (columns arrival,job_type,work,pods)")
     source.add_argument("--generate", action="store_true", help="generate a trace as Gavel does")
+    source.add_argument("--job-types", action="store_true",
+                        help="list the job types a trace may name (with their pod counts) and the accelerator types "
+                             "they are measured on, then exit")
     parser.add_argument("--jobs", type=int, default=100, help="jobs to generate (default 100)")
     parser.add_argument("--rate", type=float, default=10.0, help="arrivals per hour when generating (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated trace (default 0)")
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER,
-                        help=f"pools as TYPE=NODESxGPUS,... (default {DEFAULT_CLUSTER})")
+                        help="pools as TYPE=NODESxGPUS,... with TYPE an accelerator type of the throughput table "
+                             f"(k80, p100, v100), NODES the nodes and GPUS the accelerators per node (default "
+                             f"{DEFAULT_CLUSTER})")
     parser.add_argument("--policies", default=None,
                         help="comma-separated policies (default: fifo,kueue,gavel,walras,walras-migrate,"
                              "walras-timeslice)")
@@ -52,8 +57,62 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def job_types() -> dict[str, list[int]]:
+    """The job types of the throughput table (Gavel's measurements, :func:`allocator.datasets.gavel_throughputs`)
+    with the pod counts each is measured with, for the rows a trace may use (every type measured, some throughput
+    positive; the rule of :func:`walras.simulate.trace.read_csv`)."""
+    import numpy as np
+
+    from allocator.datasets import gavel_throughputs
+
+    table = gavel_throughputs()
+    out: dict[str, list[int]] = {}
+    for i, name in enumerate(table.job_types):
+        row = table.throughput[i]
+        if np.all(np.isfinite(row)) and np.any(row > 0):
+            out.setdefault(name, []).append(int(table.scale_factors[i]))
+    return {name: sorted(set(pods)) for name, pods in out.items()}
+
+
+def check_cluster_types(types: tuple[str, ...], known: tuple[str, ...]) -> None:
+    """:class:`UsageError` for a pool type the throughput table has no measurement of (no job could run there: the
+    simulation would be meaningless), with the closest known type (``difflib``) and the format."""
+    import difflib
+
+    for name in types:
+        if name in known:
+            continue
+        # close spellings only (V100, p-100); another accelerator (a100) gets the list, not a look-alike
+        close = difflib.get_close_matches(name.lower().replace("-", ""), list(known), n=1, cutoff=0.8)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"--cluster: no job type is measured on {name!r}: {hint}the accelerator types are "
+                         f"{', '.join(known)}; the format is TYPE=NODESxGPUS,... (e.g. {DEFAULT_CLUSTER})")
+
+
+def explain_job_type(message: str) -> str:
+    """``message`` (an unknown job type from :func:`walras.simulate.trace.read_csv`) with the closest job types of the
+    table (``difflib``) and where to find them all."""
+    import difflib
+    import re
+
+    found = re.search(r"job type '(.*)' with", message)
+    if found is None or "not a job type" not in message:
+        return message
+    close = difflib.get_close_matches(found.group(1), list(job_types()), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"{message}{hint} (walras simulate --job-types lists them all)"
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate every chosen policy on the trace; write the report; exit 0, or 1 when an invariant was violated."""
+    if args.job_types:
+        from allocator.datasets import GAVEL_GPU_TYPES
+
+        print(f"job types (pods measured with), on {', '.join(GAVEL_GPU_TYPES)}:")
+        for name, pods in job_types().items():
+            print(f"  {name}  pods {','.join(str(p) for p in pods)}")
+        return 0
+    from allocator.datasets import GAVEL_GPU_TYPES
     from walras.simulate.cluster import parse_cluster
     from walras.simulate.engine import EngineOptions, check_trace, simulate
     from walras.simulate.policies import POLICIES
@@ -63,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         cluster = parse_cluster(args.cluster)
     except ValueError as exc:
-        raise UsageError(f"--cluster: {exc}") from None
+        raise UsageError(f"--cluster: {exc}; TYPE is one of {', '.join(GAVEL_GPU_TYPES)} (lower case), NODES and "
+                         "GPUS whole numbers >= 1") from None
+    check_cluster_types(cluster.types, tuple(GAVEL_GPU_TYPES))
     names = POLICIES if args.policies is None else tuple(p.strip() for p in args.policies.split(",") if p.strip())
     unknown = [p for p in names if p not in POLICIES]
     if unknown or not names:
@@ -83,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
             trace = generate(args.jobs, args.rate, args.seed)
         check_trace(trace, cluster)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(explain_job_type(str(exc))) from None
     show = sys.stderr.isatty() if args.progress is None else args.progress
     options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check)
 

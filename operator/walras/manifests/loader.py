@@ -9,6 +9,7 @@ the field path.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -21,9 +22,11 @@ from walras.manifests.reader import load_yaml
 from walras.planner.model import Snapshot
 
 __all__ = [
+    "GROUP",
     "KINDS",
     "PIECE_BYTES",
     "SUFFIXES",
+    "WORKLOADS",
     "decode",
     "join_snapshots",
     "load_manifests",
@@ -32,6 +35,7 @@ __all__ = [
     "parse_documents",
     "read_file",
     "split_manifests",
+    "unknown_kind",
 ]
 
 #: File suffixes a directory is searched for (:func:`read_file` decodes each).
@@ -45,6 +49,52 @@ KINDS = {
     "FungibleJob": "jobs",
     "ColocationProfile": "profiles",
 }
+
+
+#: Kubernetes workload kinds that Walras does not plan: a manifest of one is an error telling how to describe it.
+WORKLOADS = ("Job", "CronJob", "Deployment", "StatefulSet", "ReplicaSet", "DaemonSet", "ReplicationController",
+             "PyTorchJob", "TFJob", "MPIJob", "RayJob", "JobSet")
+
+#: The API group of the Walras kinds (``walras.dev/v1alpha1``): an object of this group of a kind not in
+#: :data:`KINDS` is an error, never skipped.
+GROUP = "walras.dev"
+
+
+def unknown_kind(doc: Mapping[str, Any], where: str) -> str | None:
+    """The error for a manifest whose kind ``walras plan`` would otherwise skip silently (issue 29), with the fix, or
+    ``None`` for an object to read or to pass over:
+
+    ======================================================  ==========================================================
+    object                                                  result
+    ======================================================  ==========================================================
+    a kind of :data:`KINDS`                                 ``None`` (read)
+    a kind close to one of :data:`KINDS` (``FungibleJobs``,  error: "did you mean FungibleJob?" (``difflib``, cutoff
+    ``Resourcepool``), or any other kind of the             0.75, case-insensitive)
+    ``walras.dev`` group
+    a workload of :data:`WORKLOADS` (a ``batch/v1`` Job)    error: Walras plans FungibleJobs; how to write one
+    a missing or non-string kind                            error
+    any other kind (Namespace, ConfigMap, Service, ...)     ``None`` (passed over: nothing the planner reads)
+    ======================================================  ==========================================================
+    """
+    kind = doc.get("kind")
+    api = str(doc.get("apiVersion") or "")
+    if kind in KINDS:
+        return None
+    if not isinstance(kind, str) or not kind:
+        return f"{where}: an object without a kind (expected one of {', '.join(KINDS)})"
+    named = f"{where}: kind {kind!r}" + (f" ({api})" if api else "")
+    lowered = {k.lower(): k for k in KINDS}
+    close = difflib.get_close_matches(kind.lower(), list(lowered), n=1, cutoff=0.75)
+    if close:
+        return f"{named} is not a kind walras reads: did you mean {lowered[close[0]]}?"
+    if api.split("/")[0] == GROUP:
+        ours = ", ".join(k for k in KINDS if k not in ("Node", "Pod"))
+        return f"{named} is not a Walras kind: the {GROUP} kinds are {ours}"
+    if kind in WORKLOADS:
+        return (f"{named} is not planned by walras: describe the workload as a FungibleJob (apiVersion "
+                f"{GROUP}/v1alpha1; spec.template its pod template, spec.throughput its work rate on each pool, "
+                "spec.demand its accelerators per replica; see examples/jobs/), or leave it to the default scheduler")
+    return None
 
 
 def _manifest_files(paths: str | Path | Iterable[str | Path]) -> tuple[list[str | Path], list[Path]]:
@@ -71,7 +121,9 @@ def _files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def parse_documents(documents: Iterable[Any], source: str = "<input>") -> Snapshot:
-    """Sort already-decoded objects (``List`` kinds expanded) into a :class:`Snapshot`; other kinds are ignored."""
+    """Sort already-decoded objects (``List`` kinds expanded) into a :class:`Snapshot`. A misspelt kind, an unknown
+    Walras kind or a workload Walras does not plan is a ``ValueError`` with the fix (:func:`unknown_kind`); other
+    Kubernetes kinds (Namespace, ConfigMap, ...) are passed over."""
     buckets: dict[str, list[Mapping[str, Any]]] = {field: [] for field in KINDS.values()}
 
     def add(doc: Any, where: str) -> None:
@@ -86,6 +138,10 @@ def parse_documents(documents: Iterable[Any], source: str = "<input>") -> Snapsh
             return
         if kind in KINDS:
             buckets[KINDS[kind]].append(doc)
+            return
+        error = unknown_kind(doc, where)
+        if error is not None:
+            raise ValueError(error)
 
     for k, doc in enumerate(documents):
         add(doc, f"{source} document {k}")
