@@ -58,7 +58,8 @@ from walras.planner.model import Condition, JobPlan, PodPlan, PoolPlan, TenantPl
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import JobSpec, UtilitySpec
 
-__all__ = ["Tenancy", "Tenant", "apply_tenants", "default_tenant", "job_weight", "tenancy", "tenant_plans", "with_tenants"]
+__all__ = ["Tenancy", "Tenant", "apply_tenants", "default_tenant", "job_weight", "tenancy", "tenant_plans",
+           "with_tenants"]
 
 #: Pod actions whose pod holds its pool's resource after the plan (a pod to delete or evict holds nothing).
 HOLDING = frozenset({"create", "bind", "keep", "resize"})
@@ -220,7 +221,7 @@ def _cap(pool: str, cap: float, keys: list[tuple[str, str]], specs: dict[tuple[s
             left -= full
             continue
         only_here = all(v <= 0 for p, v in spec.throughput.items() if p != pool)
-        fits = int(math.floor(left / spec.demand * (1 + 1e-12))) if only_here else 0
+        fits = math.floor(left / spec.demand * (1 + 1e-12)) if only_here else 0
         if fits > 0:
             specs[key] = replace(spec, replicas=fits, min_replicas=min(spec.min_replicas, fits))
             reduced[key] = fits
