@@ -387,7 +387,6 @@ def _run(args: argparse.Namespace) -> int:
         if ahead is not None:
             ahead.close()
     from walras.kube.decode import cluster_from
-
     from walras.planner.cluster import TenantOptions
     from walras.planner.results import PlanOptions
 

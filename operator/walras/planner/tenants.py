@@ -247,10 +247,10 @@ def tenant_plans(tenancy: Tenancy, pools: Mapping[str, PoolPlan], jobs: Mapping[
     units: dict[str, dict[str, float]] = {t.name: {} for t in tenancy.tenants}
     for pod in pods:
         pool = pools.get(pod.pool)
-        tenant = tenancy.of_namespace.get(pod.namespace)
-        if pool is None or tenant is None or pod.node is None or pod.action not in HOLDING:
+        owner = tenancy.of_namespace.get(pod.namespace)
+        if pool is None or owner is None or pod.node is None or pod.action not in HOLDING:
             continue
-        held = units.setdefault(tenant, {})
+        held = units.setdefault(owner, {})
         held[pod.pool] = held.get(pod.pool, 0.0) + _units(pod, pool.resource)
     members: dict[str, list[tuple[str, str]]] = {}
     for key in tenancy.budgets:
@@ -285,8 +285,10 @@ def _conditions(tenant: Tenant, held: Mapping[str, float], overlaps: tuple[str, 
         out.append(Condition("CapsApplied", "True", "CapReached", "; ".join(capped)))
     elif tenant.caps:
         over = [p for p, cap in tenant.caps.items() if held.get(p, 0.0) > cap + 1e-9]
-        status, reason = ("True", "CapExceeded") if over else ("False", "WithinCaps")
-        out.append(Condition("CapsApplied", status, reason, ", ".join(over)))
+        if over:
+            out.append(Condition("CapsApplied", "True", "CapExceeded", ", ".join(over)))
+        else:
+            out.append(Condition("CapsApplied", "False", "WithinCaps", ""))
     return tuple(out)
 
 
