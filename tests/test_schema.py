@@ -20,6 +20,13 @@ from walras.manifests.schema import validate
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("ResourcePool", "FungibleJob", "ColocationProfile")
 
+#: A Budget (crds/budgets.walras.dev.yaml) for the cases of that kind: the examples have none (docs/budgets.md).
+BUDGET: dict[str, Any] = {
+    "apiVersion": "walras.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "team-ml"},
+    "spec": {"share": 2, "namespaces": ["ml"], "caps": [{"pool": "v100", "maxUnits": 4}],
+             "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}},
+}
+
 
 def example_documents() -> list[dict[str, Any]]:
     docs = []
@@ -32,6 +39,8 @@ def example(kind: str, name: str) -> dict[str, Any]:
     for doc in example_documents():
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
             return copy.deepcopy(doc)
+    if kind == "Budget" and name == BUDGET["metadata"]["name"]:
+        return copy.deepcopy(BUDGET)
     raise LookupError((kind, name))
 
 
@@ -76,6 +85,12 @@ STRUCTURAL = [
      "spec.interference[0][1]: Invalid value"),
     ("ColocationProfile", "web-batch", "spec.cost.type", "quadratic", "spec.cost.type: Invalid value"),
     ("ColocationProfile", "web-batch", "spec.types", ["Web", "batch", "cache"], "spec.types[0]: Invalid value"),
+    ("Budget", "team-ml", "spec.share", 0, "spec.share: Invalid value"),
+    ("Budget", "team-ml", "spec.share", _DELETE, "spec.share: Required value"),
+    ("Budget", "team-ml", "spec.namespaces", ["Not_A_Namespace"], "spec.namespaces[0]: Invalid value"),
+    ("Budget", "team-ml", "spec.caps", [{"pool": "v100", "maxUnits": -1}], "spec.caps[0].maxUnits: Invalid value"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "Among"}],
+     "spec.namespaceSelector.matchExpressions[0].operator: Invalid value"),
 ]
 
 #: Misspelled fields, as ``kubectl apply --validate=strict`` rejects them.
@@ -112,6 +127,13 @@ CEL = [
      "spec: Invalid value: object: interference must have one row per type"),
     ("ColocationProfile", "web-batch", "spec.interference", [[0.1, 0.1]] * 3,
      "spec: Invalid value: object: every interference row must have one entry per type"),
+    ("Budget", "team-ml", "spec", {"share": 1},
+     "spec: Invalid value: object: a Budget needs spec.namespaceSelector or spec.namespaces"),
+    ("Budget", "team-ml", "spec", {"share": 1, "namespaces": []}, "a Budget needs spec.namespaceSelector"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "In"}],
+     "spec.namespaceSelector.matchExpressions[0]: Invalid value: object: values are required with In and NotIn"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions",
+     [{"key": "team", "operator": "Exists", "values": ["ml"]}], "values are required with In and NotIn and forbidden"),
 ]
 
 #: Objects valid only because of CEL's typing or defaulting: the API server accepts them too.
@@ -121,6 +143,9 @@ VALID_VARIANTS = [
     ("FungibleJob", "resnet50", "spec.replicas", {"min": 1, "max": 1}),
     ("FungibleJob", "resnet50", "spec.resources", {"cpu": 4, "memory": "1.5Gi"}),  # int-or-string
     ("ColocationProfile", "web-batch", "spec.cost", {"type": "linear"}),
+    ("Budget", "team-ml", "spec", {"share": 0.5, "namespaceSelector": {}}),  # the empty selector: every namespace
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "Exists"}]),
+    ("Budget", "team-ml", "spec.share", 3),  # integer literal of a number
 ]
 
 
@@ -206,7 +231,7 @@ def test_validation_does_not_modify_its_argument() -> None:
 
 def _plural(kind: str) -> str:
     return {"ResourcePool": "resourcepools", "FungibleJob": "fungiblejobs",
-            "ColocationProfile": "colocationprofiles"}[kind]
+            "ColocationProfile": "colocationprofiles", "Budget": "budgets"}[kind]
 
 
 def test_the_api_server_agrees_on_every_case(control_plane: Any, namespace: str) -> None:
@@ -219,6 +244,7 @@ def test_the_api_server_agrees_on_every_case(control_plane: Any, namespace: str)
     for doc in example_documents():
         if doc["kind"] in KINDS:
             cases.append((f"example {doc['metadata']['name']}", doc))
+    cases.append(("Budget team-ml", copy.deepcopy(BUDGET)))
     for table in (STRUCTURAL, TYPOS, CEL):
         for kind, name, path, value, _ in table:
             cases.append((f"{kind} {path}={value!r}", with_value(kind, name, path, value)))
