@@ -15,9 +15,9 @@ from typing import Any
 import cvxpy as cp
 import numpy as np
 from walras.planner.cluster import Budget, BudgetSpec, Cluster, Job, Pool, TenantOptions
-from walras.planner.market import solve_market
+from walras.planner.market import MarketSettings, solve_market
 from walras.planner.spec import parse_job, parse_pool
-from walras.planner.tenants import apply_tenants
+from walras.planner.tenants import apply_tenants, market_eps
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,14 @@ class Outcome:
 
 
 def walras(inst: Instance) -> Outcome:
-    """What the planner's market does with tenants on: :func:`apply_tenants` then :func:`solve_market`."""
-    typed, _ = apply_tenants(cluster(inst), TenantOptions(default_share=1.0))
+    """What the planner's market does with tenants on: :func:`apply_tenants` then :func:`solve_market` with the
+    tolerance :func:`market_eps` (as ``build_plan`` runs it)."""
+    options = TenantOptions(default_share=1.0)
+    typed, tenancy = apply_tenants(cluster(inst), options)
     order = {j.key: j.spec for j in typed.jobs}
     utilities = [order[(f"t{inst.tenant[i]}", f"j{i:03d}")].utility for i in range(inst.n)]  # type: ignore[union-attr]
-    result = solve_market(inst.A(), np.array(inst.capacity), utilities, [1.0] * inst.n, inst.D(), None)
+    settings = MarketSettings(eps=market_eps(tenancy, options))  # the tolerance build_plan gives the market
+    result = solve_market(inst.A(), np.array(inst.capacity), utilities, [1.0] * inst.n, inst.D(), None, settings)
     return Outcome(result.allocation, result.prices)
 
 

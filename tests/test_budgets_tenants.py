@@ -105,3 +105,50 @@ def test_a_selector_selects_namespaces_by_label() -> None:
            "spec": {"share": 2, "namespaceSelector": {"matchLabels": {"team": "ml"}}}}
     spec = budget_from(raw).spec
     assert spec is not None and spec.selects("x", {"team": "ml"}) and not spec.selects("x", {"team": "web"})
+
+
+def test_an_unchanged_cluster_with_tenants_reuses_the_previous_solve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With tenants on, a re-plan of an unchanged cluster takes the tenants step's jobs (the same objects), the
+    market's result (no solve once its warm prices are a fixed point) and every kept pod from the previous plan,
+    changes nothing and equals the plan built without reuse (a Budget with a cap: the running pods are an input)."""
+    from dataclasses import replace
+
+    from walras.kube.encode import plan_document
+    from walras.planner import rounds
+    from walras.planner.invariants import check_plan
+    from walras.planner.rounds import MarketEntry
+    from walras.planner.tenants import TenantsEntry
+
+    from bench.planner import cluster as bench_cluster
+    from bench.planner import running
+    from tests.planning import build_plan as planned
+    from tests.planning import entry
+
+    solves: list[int] = []
+    solve = rounds.solve_market
+    monkeypatch.setattr(rounds, "solve_market", lambda *a, **k: (solves.append(1), solve(*a, **k))[1])
+    budgets = (_budget("first", 2.0, ["team-0", "team-1"], {"p0": 6.0}),)
+    options = PlanOptions(tenants=TenantOptions())
+    snap = replace(bench_cluster(40, 4, 12, 3), budgets=budgets)
+    first = planned(snap, options=options)
+    steady = replace(running(snap, first), budgets=budgets)
+    plans = [planned(steady, first, options=options)]
+    for _ in range(3):
+        plans.append(planned(steady, plans[-1], options=options))
+    third, fourth = plans[-2:]
+    assert [third.pools[k].price for k in sorted(third.pools)] == [fourth.pools[k].price for k in sorted(fourth.pools)]
+    solves.clear()
+    fifth = planned(steady, fourth, options=options)
+    assert solves == [] and fifth.solver.reused
+    assert entry(fifth, TenantsEntry).jobs is entry(fourth, TenantsEntry).jobs
+    assert entry(fifth, MarketEntry).result.prices is entry(fourth, MarketEntry).result.prices
+    assert {p.action for p in fifth.pods} == {"keep"} and fifth.tenants == fourth.tenants
+    fresh = planned(steady, fourth, options=replace(options, reuse=False))
+    body, other = plan_document(fifth), plan_document(fresh)
+    for doc in (body, other):
+        doc.pop("seconds")
+        doc["solver"].pop("seconds")
+        doc["solver"].pop("reused")
+    assert body == other and fresh.tenants == fifth.tenants
+    assert check_plan(cluster_from(steady), fifth) == []
+    assert fifth.tenants["first"].units.get("p0", 0.0) <= 6.0

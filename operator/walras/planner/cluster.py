@@ -271,6 +271,10 @@ class TenantOptions:
     every job is its own buyer with its own utility, as before budgets."""
 
     default_share: float = 1.0
+    #: The market's duality-gap tolerance relative to the total budget: ``eps = gap * sum_i b_i`` (docs/budgets.md,
+    #: "Accuracy"). The allocator's default ``1e-3 n`` (004 Sec. 5) is an absolute gap for unit-weight log jobs; the
+    #: budgets' weights sum to ``sum_t B_t`` instead, and a tenant's spend error grows as ``sqrt(2 gap / sum B)``.
+    gap: float = 1e-5
 
 
 @dataclass(frozen=True)

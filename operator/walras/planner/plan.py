@@ -54,7 +54,7 @@ from walras.planner.results import Actions, PlanContext, PlanOptions
 from walras.planner.reuse import PlanCache, Reuse
 from walras.planner.rounds import run_rounds
 from walras.planner.status import PoolCounts, job_statuses, pool_statuses
-from walras.planner.tenants import apply_tenants, tenant_plans, with_tenants
+from walras.planner.tenants import apply_tenants, market_eps, tenant_plans, with_tenants
 
 __all__ = ["PlanCache", "PlanOptions", "build_plan"]
 
@@ -74,7 +74,9 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     opts = options or PlanOptions(device=device)
     reuse = Reuse(cache, read=opts.reuse) if cache is not None else Reuse.off()
     life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
-    cluster, tenancy = apply_tenants(life.cluster, opts.tenants)  # Budgets' Fisher market (docs/budgets.md)
+    cluster, tenancy = apply_tenants(life.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
+    if opts.tenants is not None and opts.market_eps is None:
+        opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
     table = node_table(cluster, reuse)
     objects, reported = build_objects(cluster, table)
     pools, jobs = dict(reported.pools), dict(reported.jobs)

@@ -276,6 +276,7 @@ class PlanOptions:
     node_loss_grace: float = NODE_LOSS_GRACE
     reuse: bool = True
     tenants: TenantOptions | None = None  # Budgets' Fisher market (walras.planner.tenants); None: off
+    market_eps: float | None = None  # the market's duality-gap tolerance (None: the allocator's; tenants set it)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,11 @@ with 004's dual decomposition unchanged. At prices ``p``, job i's subproblem (00
 
 Prices are then credits per unit of a pool's priced resource per hour, and ``p_j * units`` a spend rate.
 
+**Accuracy** (docs/budgets.md). 004's stopping rule ``g(p) - U(X) <= 1e-3 n`` (Sec. 5) is sized for unit-weight
+log jobs; the b_i sum to ``sum_t B_t`` instead, and a relative gap ``delta`` moves a tenant's spend by about
+``sqrt(2 delta)`` of its share. With tenants the market runs with ``eps = gap * sum_i b_i`` (T4,
+:func:`market_eps`, ``TenantOptions.gap = 1e-5``): spend within 1 % of the share and splitting gain within 1 %.
+
 **Other utility families.** A linear, power, alpha-fair or target-priority utility is an increasing function of the
 job's throughput ``t_i``, so it orders a job's bundles exactly as ``t_i`` does; what the family adds is *cardinal*:
 how much one job's throughput is worth against another's. That cardinal part is what a tenant could inflate (a linear
@@ -56,10 +61,11 @@ from dataclasses import dataclass, field, replace
 from walras.planner.cluster import Budget, Cluster, Job, TenantOptions
 from walras.planner.model import Condition, JobPlan, PodPlan, PoolPlan, TenantPlan
 from walras.planner.quantity import parse_quantity
+from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec, UtilitySpec
 
-__all__ = ["Tenancy", "Tenant", "apply_tenants", "default_tenant", "job_weight", "tenancy", "tenant_plans",
-           "with_tenants"]
+__all__ = ["Tenancy", "Tenant", "TenantsEntry", "apply_tenants", "default_tenant", "job_weight", "market_eps",
+           "tenancy", "tenant_plans", "with_tenants"]
 
 #: Pod actions whose pod holds its pool's resource after the plan (a pod to delete or evict holds nothing).
 HOLDING = frozenset({"create", "bind", "keep", "resize"})
@@ -157,15 +163,46 @@ def _wants(job: Job, pools: set[str]) -> bool:
     return spec is not None and spec.replicas > 0 and any(v > 0 and p in pools for p, v in spec.throughput.items())
 
 
-def apply_tenants(cluster: Cluster, options: TenantOptions | None) -> tuple[Cluster, Tenancy]:
+@dataclass(frozen=True)
+class TenantsEntry:
+    """The tenants step's record (:mod:`.reuse`): the jobs :func:`apply_tenants` returned and its :class:`Tenancy`
+    for the inputs in ``inputs`` (``(Same(jobs), the Budgets' names and specs, namespace labels, valid pools,
+    options, Same(pods) or None)``; the pods only matter, through the running counts, when a Budget has caps; a
+    Budget's reported spend is not an input)."""
+
+    inputs: Inputs
+    jobs: tuple[Job, ...]
+    tenancy: Tenancy
+
+
+def apply_tenants(cluster: Cluster, options: TenantOptions | None,
+                  reuse: Reuse | None = None) -> tuple[Cluster, Tenancy]:
     """The cluster the market should see with tenants (module docstring) and the :class:`Tenancy`: every priced
     job's utility becomes ``b_i log t`` with ``b_i`` of (T1) (its ``spec.weight`` becomes ``b_i`` too, for the fair
     placement policy), and the caps are applied to the jobs' pools and replicas. ``options=None`` (tenants off)
-    returns ``cluster`` itself and an empty tenancy."""
+    returns ``cluster`` itself and an empty tenancy. One pass over the jobs (and, with caps, the pods). With
+    ``reuse`` (:mod:`.reuse`), a cluster whose jobs (the same objects), Budget specs, namespace labels and pools are
+    unchanged gets the previous plan's job objects back, so every later phase that compares jobs by identity reuses
+    its record as it does with tenants off."""
     if options is None:
         return cluster, Tenancy()
-    plan = tenancy(cluster, options)
     pools = {p.name for p in cluster.pools if p.spec is not None}
+    caps = any(b.spec is not None and b.spec.caps for b in cluster.budgets)
+    inputs = (Same(cluster.jobs), tuple((b.name, b.spec) for b in cluster.budgets),
+              tuple(sorted((k, tuple(sorted(v.items()))) for k, v in cluster.namespaces.items())),
+              tuple(sorted(pools)), options, Same(cluster.pods) if caps else None)
+    hit = reuse.lookup(TenantsEntry, inputs) if reuse is not None else None
+    if hit is None:
+        hit = TenantsEntry(inputs, *_applied(cluster, options, pools, caps))
+    if reuse is not None:
+        reuse.store(hit)
+    return replace(cluster, jobs=hit.jobs), hit.tenancy
+
+
+def _applied(cluster: Cluster, options: TenantOptions, pools: set[str],
+             caps: bool) -> tuple[tuple[Job, ...], Tenancy]:
+    """The work of :func:`apply_tenants`: the jobs as the market sees them and the tenancy."""
+    plan = tenancy(cluster, options)
     priced: dict[str, list[Job]] = {}
     for job in cluster.jobs:
         if _wants(job, pools):
@@ -175,7 +212,7 @@ def apply_tenants(cluster: Cluster, options: TenantOptions | None) -> tuple[Clus
     repriced: list[tuple[str, str]] = []
     capped: dict[tuple[str, str], tuple[str, ...]] = {}
     reduced: dict[tuple[str, str], int] = {}
-    running = _running(cluster)
+    running = _running(cluster) if caps else {}
     for tenant in plan.tenants:
         jobs = priced.get(tenant.name, [])
         total = sum(job_weight(j.spec) for j in jobs if j.spec is not None)
@@ -190,8 +227,14 @@ def apply_tenants(cluster: Cluster, options: TenantOptions | None) -> tuple[Clus
         for pool, cap in sorted(tenant.caps.items()):
             _cap(pool, cap, [j.key for j in jobs], specs, running, capped, reduced)
     out = tuple(replace(job, spec=specs[job.key]) if job.key in specs else job for job in cluster.jobs)
-    result = Tenancy(plan.tenants, plan.of_namespace, plan.overlaps, budgets, tuple(repriced), capped, reduced)
-    return replace(cluster, jobs=out), result
+    return out, Tenancy(plan.tenants, plan.of_namespace, plan.overlaps, budgets, tuple(repriced), capped, reduced)
+
+
+def market_eps(tenancy: Tenancy, options: TenantOptions) -> float | None:
+    """The market's duality-gap tolerance with tenants: ``options.gap * sum_i b_i`` (docs/budgets.md, "Accuracy");
+    None (the allocator's default) when no job is priced."""
+    total = math.fsum(tenancy.budgets.values())
+    return options.gap * total if total > 0 else None
 
 
 def _running(cluster: Cluster) -> dict[tuple[str, str, str], int]:
@@ -231,8 +274,8 @@ def _cap(pool: str, cap: float, keys: list[tuple[str, str]], specs: dict[tuple[s
         capped[key] = (*capped.get(key, ()), pool)
 
 
-def _units(pod: PodPlan, resource: str) -> float:
-    text = pod.requests.get(resource)
+def _units(text: str | None) -> float:
+    """The units of a request's quantity text (0 when absent or unreadable)."""
     try:
         return parse_quantity(text) if text is not None else 0.0
     except ValueError:
@@ -244,14 +287,19 @@ def tenant_plans(tenancy: Tenancy, pools: Mapping[str, PoolPlan], jobs: Mapping[
     """Each tenant's :class:`TenantPlan` from the plan's pools, jobs and pods: units per pool of the priced resource
     held by its placed pods (actions in :data:`HOLDING` with a node), the spend rate of those units at the pools'
     prices, the market's spend (the jobs' ``priced_cost``, (T3)) and the conditions of its Budget."""
-    units: dict[str, dict[str, float]] = {t.name: {} for t in tenancy.tenants}
+    counts: dict[tuple[str, str, str | None], int] = {}  # (namespace, pool, the request's text) -> pods
     for pod in pods:
-        pool = pools.get(pod.pool)
-        owner = tenancy.of_namespace.get(pod.namespace)
-        if pool is None or owner is None or pod.node is None or pod.action not in HOLDING:
-            continue
-        held = units.setdefault(owner, {})
-        held[pod.pool] = held.get(pod.pool, 0.0) + _units(pod, pool.resource)
+        if pod.node is not None and pod.action in HOLDING:
+            pool = pools.get(pod.pool)
+            if pool is not None:
+                key = (pod.namespace, pod.pool, pod.requests.get(pool.resource))
+                counts[key] = counts.get(key, 0) + 1
+    units: dict[str, dict[str, float]] = {t.name: {} for t in tenancy.tenants}
+    for (namespace, name, text), count in counts.items():  # one parse per distinct request, not per pod
+        owner = tenancy.of_namespace.get(namespace)
+        if owner is not None:
+            held = units.setdefault(owner, {})
+            held[name] = held.get(name, 0.0) + count * _units(text)
     members: dict[str, list[tuple[str, str]]] = {}
     for key in tenancy.budgets:
         members.setdefault(tenancy.of_namespace[key[0]], []).append(key)
