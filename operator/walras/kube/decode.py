@@ -18,6 +18,7 @@ An object without a uid or a resourceVersion (a manifest file) is translated eve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -558,16 +559,21 @@ def budget_spec_from(spec: Mapping[str, Any]) -> BudgetSpec:
     return BudgetSpec(share, tuple(sorted(set(namespaces))), selector, tuple(sorted(caps)))
 
 
+def _credits(value: Any) -> float:
+    """A status's amount of credits (``spent``, ``spendRate``): a finite number >= 0, else 0."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else 0.0
+
+
 def budget_from(obj: Mapping[str, Any]) -> Budget:
     """A Budget object -> :class:`Budget`: an invalid spec gives ``spec=None`` and the error; the status's spend
-    (``status.spent``, ``status.spentUpdated``) is read back so that the accumulated spend survives a restart."""
+    (``status.spent``, ``status.spentUpdated``, ``status.spendRate``) is read back so that the accumulated spend
+    survives a restart (walras.operator.budgets, (T5))."""
     meta = _meta(obj)
     name = str(meta.get("name") or "<unnamed>")
     status = _map(obj.get("status"))
-    spent = status.get("spent")
-    reported = BudgetReported(float(spent) if isinstance(spent, int | float) and not isinstance(spent, bool)
-                              and spent >= 0 and spent == spent and spent != float("inf") else 0.0,
-                              timestamp(status.get("spentUpdated")))
+    reported = BudgetReported(_credits(status.get("spent")), timestamp(status.get("spentUpdated")),
+                              _credits(status.get("spendRate")))
     created = timestamp(meta.get("creationTimestamp"))
     try:
         spec = budget_spec_from(_map(obj.get("spec")))

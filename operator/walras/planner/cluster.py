@@ -250,6 +250,7 @@ class BudgetReported:
 
     spent: float = 0.0
     updated: float | None = None
+    rate: float = 0.0  # the spend rate reported with them (credits per hour), in effect since ``updated``
 
 
 @dataclass(frozen=True)
