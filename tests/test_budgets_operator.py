@@ -183,3 +183,61 @@ def test_the_chart_turns_tenants_on_by_default_and_off_with_a_value() -> None:
     parser = add_parser(argparse.ArgumentParser().add_subparsers())
     assert operator_options(parser.parse_args(["--tenants", "--default-share=2.5"])).tenants == TenantOptions(2.5)
     assert operator_options(parser.parse_args([])).tenants is None
+
+
+@pytest.mark.asyncio
+async def test_budget_metrics_are_exported_finite_and_removed_with_their_tenant(tmp_path: Path) -> None:
+    """``walras_budget_*`` after a plan with tenants: share, spend rate, spent (the status's), units and the share
+    of each pool's units, all finite; a pool without capacity gives 0, not NaN; a tenant gone loses its series."""
+    import math
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    emulator, client = await _setup(tmp_path, [_budget("team-a", 3.0, ["alpha"])])
+    store, clock = emulator.store, Clock()
+    try:
+        controller = _controller(client, store, clock)
+        plan = await controller.reconcile()
+        assert plan is not None
+        clock.now = T0 + 3600
+        controller.budgets.refresh = -1.0
+        await controller.reconcile()
+
+        def samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+            text = controller.metrics.exposition().decode()
+            return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text)
+                    for s in f.samples if s.name.startswith("walras_budget_")}
+
+        got = samples()
+        assert all(math.isfinite(v) for v in got.values())
+        rate = plan.tenants["team-a"].spend_rate
+        assert got[("walras_budget_share_credits_per_hour", (("budget", "team-a"),))] == 3.0
+        assert got[("walras_budget_spend_rate_credits_per_hour", (("budget", "team-a"),))] == pytest.approx(rate)
+        assert got[("walras_budget_spent_credits", (("budget", "team-a"),))] == pytest.approx(rate)  # one hour
+        assert got[("walras_budget_spent_credits", (("budget", "team-a"),))] == _status(store, "team-a")["spent"]
+        units = plan.tenants["team-a"].units.get("gpu", 0.0)
+        assert got[("walras_budget_units", (("budget", "team-a"), ("pool", "gpu")))] == units
+        ratio = got[("walras_budget_pool_share_ratio", (("budget", "team-a"), ("pool", "gpu")))]
+        assert ratio == pytest.approx(units / plan.pools["gpu"].capacity) and 0 <= ratio <= 1
+        assert ("walras_budget_share_credits_per_hour", (("budget", "namespace/beta"),)) in got
+        # tenants off: every walras_budget_* series goes
+        controller.options.tenants = None
+        await controller.reconcile()
+        assert samples() == {}
+    finally:
+        await emulator.stop()
+
+
+def test_budget_metrics_never_export_nan_or_inf() -> None:
+    """A pool of capacity 0 gives a share ratio of 0, and a non-finite number (never expected from a plan) 0."""
+    from walras.planner.model import Plan, PoolPlan, TenantPlan
+
+    metrics = WalrasMetrics()
+    plan = Plan(pools={"empty": PoolPlan("empty", "nvidia.com/gpu", "utility", 0, (), 0.0, 0.0, 0.0, 0.0)},
+                tenants={"t": TenantPlan("t", "t", float("inf"), ("ns",), {"empty": 2.0}, float("nan"))})
+    metrics.update(plan)
+    metrics.budgets.spent_total("t", float("nan"))
+    text = metrics.exposition().decode()
+    lines = [line for line in text.splitlines() if line.startswith("walras_budget_")]
+    assert len(lines) == 5 and not any(v in line for line in lines for v in ("nan", "NaN", "Inf", "inf"))
+    assert 'walras_budget_pool_share_ratio{budget="t",pool="empty"} 0.0' in lines

@@ -32,6 +32,7 @@ from walras.kube.client import KubeClient
 from walras.kube.decode import budget_from
 from walras.kube.encode import conditions_body, stamp_conditions, status_patch
 from walras.kube.errors import NotFound
+from walras.metrics import BudgetMetrics
 from walras.planner.cluster import Budget, BudgetReported
 from walras.planner.model import API_VERSION, Condition, Plan, Snapshot, TenantPlan
 
@@ -94,6 +95,8 @@ class BudgetWriter:
 
     client: KubeClient
     refresh: float = REFRESH
+    #: where each Budget's accrued spend is exported (``walras_budget_spent_credits``), when given
+    metrics: BudgetMetrics | None = None
     #: Budget name -> (the object's resourceVersion when we wrote, the status we wrote)
     _written: dict[str, tuple[Any, Any]] = field(default_factory=dict)
 
@@ -113,6 +116,8 @@ class BudgetWriter:
             if tenant is not None and tenant.budget != name:
                 tenant = None
             desired = stamp_conditions(current, budget_status(budget, tenant, now), budget.generation)
+            if self.metrics is not None and tenant is not None:
+                self.metrics.spent_total(name, desired["spent"])
             fresh = budget.reported.updated is not None and now - budget.reported.updated < self.refresh
             if fresh and status_patch(_without(current), _without(desired)) is None:
                 continue

@@ -118,7 +118,7 @@ class Controller:
         self.actuator = Actuator(self.client, recorder, self.metrics, self.assumed, self.options.mode,
                                  self.options.scheduler_name)
         self.statuses = StatusWriter(self.client, recorder)
-        self.budgets = BudgetWriter(self.client)
+        self.budgets = BudgetWriter(self.client, metrics=self.metrics.budgets)
 
     # ------------------------------------------------------------------ triggers
 
