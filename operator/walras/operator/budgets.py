@@ -65,7 +65,8 @@ def budget_status(budget: Budget, tenant: TenantPlan | None, now: float) -> JSON
     if tenant is None:
         reason = budget.error or "not planned"
         units: Mapping[str, float] = {}
-        rate, namespaces = 0.0, ()
+        rate = 0.0
+        namespaces: tuple[str, ...] = ()
         conditions: tuple[Condition, ...] = (Condition("Valid", "False", "InvalidSpec", reason),)
     else:
         units, rate, namespaces, conditions = tenant.units, tenant.spend_rate, tenant.namespaces, tenant.conditions

@@ -292,8 +292,8 @@ def tenant_plans(tenancy: Tenancy, pools: Mapping[str, PoolPlan], jobs: Mapping[
         if pod.node is not None and pod.action in HOLDING:
             pool = pools.get(pod.pool)
             if pool is not None:
-                key = (pod.namespace, pod.pool, pod.requests.get(pool.resource))
-                counts[key] = counts.get(key, 0) + 1
+                cell = (pod.namespace, pod.pool, pod.requests.get(pool.resource))
+                counts[cell] = counts.get(cell, 0) + 1
     units: dict[str, dict[str, float]] = {t.name: {} for t in tenancy.tenants}
     for (namespace, name, text), count in counts.items():  # one parse per distinct request, not per pod
         owner = tenancy.of_namespace.get(namespace)
