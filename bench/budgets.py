@@ -320,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         "With tenants every job is priced as a log buyer of its budget (T1-T2), so the market is one family; the "
         "tolerance is 1e-5 of the total budget (T4) instead of 004's 1e-3 n, so the solve runs more dual "
         "evaluations than the same cluster without tenants would need for 1e-3 n. The unchanged re-plan reuses the "
-        "tenants step (`TenantsEntry`) and the market's result (`reused`).",
+        "tenants step (`TenantsEntry`) and the market's result (`reused`). A priced spend below the share is a "
+        "tenant whose jobs' time caps bind (the bench cluster has a GPU for every pod): they run every replica and "
+        "leave money unspent (T3).",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n")

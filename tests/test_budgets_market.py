@@ -39,7 +39,7 @@ def test_the_market_solves_the_eisenberg_gale_program(seed: int) -> None:
     ours = walras(inst)
     _, best = eisenberg_gale(inst)
     value = sum(tenant_utility(inst, ours.allocation, t) for t in range(len(inst.shares)))
-    assert value >= best - 1e-2 * sum(inst.shares)  # within the market's tolerance (1e-3 n on the log objective)
+    assert value >= best - 1e-2 * sum(inst.shares)  # the market's tolerance is 1e-5 sum B (T4), far inside this
 
 
 @settings(max_examples=25, deadline=None)
