@@ -46,11 +46,12 @@ def example(kind: str, name: str | None = None) -> dict[str, Any]:
 
 
 def test_three_crds_with_names_scope_and_status() -> None:
-    assert set(KINDS) == {"ResourcePool", "FungibleJob", "ColocationProfile"}
+    assert set(KINDS) == {"ResourcePool", "FungibleJob", "ColocationProfile", "Budget"}
     expected = {
         "ResourcePool": ("resourcepools", "Cluster"),
         "FungibleJob": ("fungiblejobs", "Namespaced"),
         "ColocationProfile": ("colocationprofiles", "Cluster"),
+        "Budget": ("budgets", "Cluster"),
     }
     for kind, (plural, scope) in expected.items():
         crd = KINDS[kind]

@@ -439,6 +439,8 @@ EXPECTED_RULES = {
     ("walras.dev", "resourcepools/status"): {"patch"},
     ("walras.dev", "fungiblejobs/status"): {"patch"},
     ("walras.dev", "colocationprofiles/status"): {"patch"},
+    ("walras.dev", "budgets"): {"get", "list", "watch"},
+    ("walras.dev", "budgets/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
 }
 

@@ -20,6 +20,13 @@ from walras.manifests.schema import validate
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("ResourcePool", "FungibleJob", "ColocationProfile")
 
+#: A Budget (crds/budgets.walras.dev.yaml) for the cases of that kind: the examples have none (docs/budgets.md).
+BUDGET: dict[str, Any] = {
+    "apiVersion": "walras.dev/v1alpha1", "kind": "Budget", "metadata": {"name": "team-ml"},
+    "spec": {"share": 2, "namespaces": ["ml"], "caps": [{"pool": "v100", "maxUnits": 4}],
+             "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]}},
+}
+
 
 def example_documents() -> list[dict[str, Any]]:
     docs = []
@@ -32,6 +39,8 @@ def example(kind: str, name: str) -> dict[str, Any]:
     for doc in example_documents():
         if doc["kind"] == kind and doc["metadata"]["name"] == name:
             return copy.deepcopy(doc)
+    if kind == "Budget" and name == BUDGET["metadata"]["name"]:
+        return copy.deepcopy(BUDGET)
     raise LookupError((kind, name))
 
 
@@ -89,6 +98,12 @@ STRUCTURAL = [
     ("ResourcePool", "cpu", "spec.capacity", 1e308, "spec.capacity: Invalid value"),
     ("ColocationProfile", "web-batch", "spec.interference", [[1e308, 0.0, 0.0]] * 3,
      "spec.interference[0][0]: Invalid value"),
+    ("Budget", "team-ml", "spec.share", 0, "spec.share: Invalid value"),
+    ("Budget", "team-ml", "spec.share", _DELETE, "spec.share: Required value"),
+    ("Budget", "team-ml", "spec.namespaces", ["Not_A_Namespace"], "spec.namespaces[0]: Invalid value"),
+    ("Budget", "team-ml", "spec.caps", [{"pool": "v100", "maxUnits": -1}], "spec.caps[0].maxUnits: Invalid value"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "Among"}],
+     "spec.namespaceSelector.matchExpressions[0].operator: Invalid value"),
 ]
 
 #: Misspelled fields, as ``kubectl apply --validate=strict`` rejects them.
@@ -136,6 +151,13 @@ CEL = [
      "spec: Invalid value: object: interference must have one row per type"),
     ("ColocationProfile", "web-batch", "spec.interference", [[0.1, 0.1]] * 3,
      "spec: Invalid value: object: every interference row must have one entry per type"),
+    ("Budget", "team-ml", "spec", {"share": 1},
+     "spec: Invalid value: object: a Budget needs spec.namespaceSelector or spec.namespaces"),
+    ("Budget", "team-ml", "spec", {"share": 1, "namespaces": []}, "a Budget needs spec.namespaceSelector"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "In"}],
+     "spec.namespaceSelector.matchExpressions[0]: Invalid value: object: values are required with In and NotIn"),
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions",
+     [{"key": "team", "operator": "Exists", "values": ["ml"]}], "values are required with In and NotIn and forbidden"),
 ]
 
 #: Objects valid only because of CEL's typing or defaulting: the API server accepts them too.
@@ -147,6 +169,9 @@ VALID_VARIANTS = [
     ("FungibleJob", "resnet50", "spec.resources", {"nvidia.com/gpu": 2, "example.com/fpga": "1k", "cpu": "0.5"}),
     ("FungibleJob", "resnet50", "spec.throughput", {"v100": 0}),  # 0: the pool cannot run it
     ("ColocationProfile", "web-batch", "spec.cost", {"type": "linear"}),
+    ("Budget", "team-ml", "spec", {"share": 0.5, "namespaceSelector": {}}),  # the empty selector: every namespace
+    ("Budget", "team-ml", "spec.namespaceSelector.matchExpressions", [{"key": "team", "operator": "Exists"}]),
+    ("Budget", "team-ml", "spec.share", 3),  # integer literal of a number
 ]
 
 
@@ -232,7 +257,7 @@ def test_validation_does_not_modify_its_argument() -> None:
 
 def _plural(kind: str) -> str:
     return {"ResourcePool": "resourcepools", "FungibleJob": "fungiblejobs",
-            "ColocationProfile": "colocationprofiles"}[kind]
+            "ColocationProfile": "colocationprofiles", "Budget": "budgets"}[kind]
 
 
 def test_the_api_server_agrees_on_every_case(control_plane: Any, namespace: str) -> None:
@@ -245,6 +270,7 @@ def test_the_api_server_agrees_on_every_case(control_plane: Any, namespace: str)
     for doc in example_documents():
         if doc["kind"] in KINDS:
             cases.append((f"example {doc['metadata']['name']}", doc))
+    cases.append(("Budget team-ml", copy.deepcopy(BUDGET)))
     for table in (STRUCTURAL, TYPOS, CEL):
         for kind, name, path, value, _ in table:
             cases.append((f"{kind} {path}={value!r}", with_value(kind, name, path, value)))

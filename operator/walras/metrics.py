@@ -205,6 +205,7 @@ class WalrasMetrics:
             self.invalid_objects.labels(kind=kind).set(0)
         self._pool_series: set[tuple[str, str]] = set()
         self._job_series: set[tuple[str, str]] = set()
+        self.budgets = BudgetMetrics(r)  # walras_budget_* (docs/budgets.md), defined at the end of this module
 
     # ------------------------------------------------------------------ updates
 
@@ -291,6 +292,7 @@ class WalrasMetrics:
         invalid["ColocationProfile"] = sum(is_invalid(None, conds) for conds in plan.profiles.values())
         for kind, count in invalid.items():
             self.invalid_objects.labels(kind=kind).set(count)
+        self.budgets.update(plan)
 
     def _update_pending_since(self, plan: Plan, now: float) -> None:
         """``walras_job_pending_since_timestamp_seconds`` of the jobs with no pod Running (see its help)."""
@@ -396,3 +398,61 @@ class WalrasMetrics:
     def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+# ---------------------------------------------------------------------------------------------------- budgets
+
+
+def _finite(value: float) -> float:
+    """``value``, or 0 when it is NaN or infinite (no such sample is ever exported)."""
+    return float(value) if math.isfinite(value) else 0.0
+
+
+class BudgetMetrics:
+    """``walras_budget_*`` (docs/budgets.md), one series per tenant (label ``budget``: the Budget's name, or
+    ``namespace/<name>`` for a namespace no single Budget selects) and, per pool, per tenant and pool. Credits are
+    the Budgets' currency (a share is credits per hour); units are the pool's priced resource (GPUs, CPU cores).
+    Series of tenants (and pools) no longer in the plan are removed; with tenants off there are none."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.share = Gauge("walras_budget_share_credits_per_hour",
+                           "The tenant's budget (Budget spec.share, or the default share), credits per hour.",
+                           ["budget"], registry=r)
+        self.spend_rate = Gauge("walras_budget_spend_rate_credits_per_hour",
+                                "What the tenant's placed pods pay at the pools' prices, credits per hour.",
+                                ["budget"], registry=r)
+        self.spent = Gauge("walras_budget_spent_credits",
+                           "Credits the tenant spent since its Budget was created (Budget status.spent).",
+                           ["budget"], registry=r)
+        self.units = Gauge("walras_budget_units", "Units of the pool's priced resource the tenant's pods hold.",
+                           ["budget", "pool"], registry=r)
+        self.pool_share = Gauge("walras_budget_pool_share_ratio",
+                                "The tenant's units over the pool's capacity (0..1).", ["budget", "pool"], registry=r)
+        self._tenants: set[str] = set()
+        self._cells: set[tuple[str, str]] = set()
+
+    def update(self, plan: Plan) -> None:
+        """Set the gauges from ``plan.tenants``; remove the series of tenants and pools no longer there."""
+        tenants, cells = set(), set()
+        for name, tenant in plan.tenants.items():
+            tenants.add(name)
+            self.share.labels(name).set(_finite(tenant.share))
+            self.spend_rate.labels(name).set(_finite(tenant.spend_rate))
+            for pool_name, pool in plan.pools.items():
+                cells.add((name, pool_name))
+                held = _finite(tenant.units.get(pool_name, 0.0))
+                self.units.labels(name, pool_name).set(held)
+                ratio = held / pool.capacity if pool.capacity > 0 else 0.0
+                self.pool_share.labels(name, pool_name).set(min(max(_finite(ratio), 0.0), 1.0))
+        for name in self._tenants - tenants:
+            for gauge in (self.share, self.spend_rate, self.spent):
+                WalrasMetrics._remove(gauge, name)
+        for cell in self._cells - cells:
+            for gauge in (self.units, self.pool_share):
+                WalrasMetrics._remove(gauge, *cell)
+        self._tenants, self._cells = tenants, cells
+
+    def spent_total(self, budget: str, credits: float) -> None:
+        """Set a Budget's accumulated spend (what its status says, walras.operator.budgets)."""
+        self.spent.labels(budget).set(_finite(credits))

@@ -42,6 +42,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="write the Pod manifests the operator would create (bound to their planned nodes)")
     parser.add_argument("--unbound", action="store_true",
                         help="with --emit-pods: leave the pods Pending and unbound (extender mode)")
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=False,
+                        help="plan tenants' budgets as a Fisher market (docs/budgets.md; default: off)")
+    parser.add_argument("--default-share", type=float, default=1.0, metavar="SHARE",
+                        help="with --tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
                         help="do not check Walras objects against the CRDs' schemas and rules")
     return parser
@@ -66,6 +70,14 @@ def render(plan: Any) -> str:
                      str(sum(job.wanted.values())), str(sum(job.replicas.values())),
                      _cell(job.throughput), _cell(job.cost), scheduled.reason if scheduled else ""])
     out += [_table(rows, right={3, 4, 5, 6}), ""]
+    tenants = getattr(plan, "tenants", {})
+    if tenants:
+        rows = [["TENANT", "BUDGET", "SHARE", "SPEND/H", "PRICED", "UNITS", "CAPS", "NAMESPACES"]]
+        for t in tenants.values():
+            rows.append([t.name, t.budget or "-", _cell(t.share), _cell(t.spend_rate), _cell(t.priced_spend),
+                         ",".join(f"{k}={v:.4g}" for k, v in t.units.items()) or "-",
+                         ",".join(f"{k}={v:.4g}" for k, v in t.caps.items()) or "-", ",".join(t.namespaces)])
+        out += [_table(rows, right={2, 3, 4}), ""]
     rows = [["POD", "ACTION", "POOL", "NODE", "REQUESTS"]]
     for pod in plan.pods:
         requests = ",".join(f"{k}={v}" for k, v in pod.requests.items()) or "-"
@@ -375,8 +387,11 @@ def _run(args: argparse.Namespace) -> int:
         if ahead is not None:
             ahead.close()
     from walras.kube.decode import cluster_from
+    from walras.planner.cluster import TenantOptions
+    from walras.planner.results import PlanOptions
 
-    plan = build_plan(cluster_from(snapshot))
+    tenants = TenantOptions(default_share=args.default_share) if getattr(args, "tenants", False) else None
+    plan = build_plan(cluster_from(snapshot), options=PlanOptions(tenants=tenants))
     if args.emit_pods:
         pods = emitted_pods(plan, snapshot, bound=not args.unbound)
         try:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from walras.metrics import WalrasMetrics
     from walras.operator import Controller, IndexSource, OperatorOptions
     from walras.operator.handlers import ApiHealth
+    from walras.planner.cluster import TenantOptions
 
 #: The extender's default listen address, :data:`walras.extender.DEFAULT_HOST` (loopback; kept here so that the
 #: parser needs no import of the extender; ``tests/test_cli_help.py`` checks the two are equal).
@@ -68,6 +69,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "elsewhere")
     parser.add_argument("--job-metrics-limit", type=int, default=500,
                         help="export walras_job_* for at most this many jobs (highest cost first)")
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=False,
+                        help="plan Budgets' tenants as a Fisher market (docs/budgets.md; the chart's tenants.enabled)")
+    parser.add_argument("--default-share", type=float, default=1.0, metavar="SHARE",
+                        help="with --tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     return parser
 
@@ -133,6 +138,18 @@ class Servers:
             await runner.cleanup()
 
 
+def tenant_options(args: argparse.Namespace) -> TenantOptions | None:
+    """``--tenants`` / ``--default-share`` (docs/budgets.md): None with tenants off; a share <= 0 is an error."""
+    from walras.planner.cluster import TenantOptions
+
+    if not getattr(args, "tenants", False):
+        return None
+    share = float(getattr(args, "default_share", 1.0))
+    if not share > 0 or share == float("inf"):
+        raise ValueError(f"--default-share must be a finite number > 0, got {share}")
+    return TenantOptions(default_share=share)
+
+
 def operator_options(args: argparse.Namespace) -> OperatorOptions:
     """The operator's settings from ``args``; :class:`UsageError` for a value out of range."""
     from walras.operator import OperatorOptions
@@ -141,7 +158,8 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         return OperatorOptions(mode=args.mode, namespaces=tuple(args.namespace), scheduler_name=args.scheduler_name,
                                plan_period=args.plan_period, debounce=args.debounce,
                                max_migrations=args.max_migrations, node_loss_grace=args.node_loss_grace,
-                               identity=f"walras@{os.uname().nodename}/{os.getpid()}")
+                               identity=f"walras@{os.uname().nodename}/{os.getpid()}",
+                               tenants=tenant_options(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 

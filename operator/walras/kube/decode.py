@@ -18,6 +18,7 @@ An object without a uid or a resourceVersion (a manifest file) is translated eve
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,10 +29,14 @@ from typing import Any, NamedTuple, TypeVar, cast
 from walras.planner.cluster import (
     DEFAULT_MAX_PODS,
     PODS,
+    Budget,
+    BudgetReported,
+    BudgetSpec,
     Cluster,
     Constraints,
     Job,
     JobTemplate,
+    LabelSelector,
     Node,
     Pod,
     Pool,
@@ -494,6 +499,100 @@ def jobs_from(objs: Iterable[Mapping[str, Any]], before: TranslationCache | None
     return _translated(objs, _Kind("FungibleJob", job_from, Job, _BY_KEY), before, after)
 
 
+# ------------------------------------------------------------------ Budgets (docs/budgets.md)
+
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _finite(value: Any, field_name: str, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value) == float(value) or \
+            float(value) in (float("inf"), float("-inf")):
+        raise ValueError(f"{field_name} must be a finite number, got {value!r}")
+    number = float(value)
+    if number < 0 or (positive and number == 0):
+        raise ValueError(f"{field_name} must be {'>' if positive else '>='} 0, got {value!r}")
+    return number
+
+
+def label_selector_from(raw: Any, field_name: str) -> LabelSelector:
+    """A ``metav1.LabelSelector`` -> :class:`LabelSelector` (``ValueError`` naming the bad field)."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{field_name} must be a LabelSelector (an object)")
+    labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError(f"{field_name}.matchLabels must map label keys to strings")
+    expressions = []
+    for k, term in enumerate(_list(raw.get("matchExpressions"))):
+        term = _map(term)
+        operator, key = term.get("operator"), term.get("key")
+        if operator not in _SELECTOR_OPERATORS or not isinstance(key, str) or not key:
+            raise ValueError(f"{field_name}.matchExpressions[{k}] needs a key and an operator of "
+                             f"{', '.join(_SELECTOR_OPERATORS)}")
+        values = tuple(str(v) for v in _list(term.get("values")))
+        if (operator in ("In", "NotIn")) != bool(values):
+            raise ValueError(f"{field_name}.matchExpressions[{k}]: values are required with In and NotIn and "
+                             "forbidden with Exists and DoesNotExist")
+        expressions.append(Requirement(key, str(operator), values))
+    return LabelSelector(tuple(sorted((str(k), v) for k, v in labels.items())), tuple(expressions))
+
+
+def budget_spec_from(spec: Mapping[str, Any]) -> BudgetSpec:
+    """A Budget's ``spec`` -> :class:`BudgetSpec` (``ValueError`` naming the bad field); the CRD's schema and CEL
+    rules say the same, for manifests that never met the API server."""
+    share = _finite(spec.get("share"), "spec.share", positive=True)
+    namespaces = spec.get("namespaces") or []
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) and n for n in namespaces):
+        raise ValueError("spec.namespaces must be a list of namespace names")
+    selector = None
+    if spec.get("namespaceSelector") is not None:
+        selector = label_selector_from(spec["namespaceSelector"], "spec.namespaceSelector")
+    if not namespaces and selector is None:
+        raise ValueError("a Budget needs spec.namespaceSelector or spec.namespaces")
+    caps = []
+    for k, cap in enumerate(_list(spec.get("caps"))):
+        cap = _map(cap)
+        pool = cap.get("pool")
+        if not isinstance(pool, str) or not pool:
+            raise ValueError(f"spec.caps[{k}].pool must name a ResourcePool")
+        caps.append((pool, _finite(cap.get("maxUnits"), f"spec.caps[{k}].maxUnits", positive=False)))
+    if len({pool for pool, _ in caps}) != len(caps):
+        raise ValueError("spec.caps names a pool twice")
+    return BudgetSpec(share, tuple(sorted(set(namespaces))), selector, tuple(sorted(caps)))
+
+
+def _credits(value: Any) -> float:
+    """A status's amount of credits (``spent``, ``spendRate``): a finite number >= 0, else 0."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return float(value) if ok else 0.0
+
+
+def budget_from(obj: Mapping[str, Any]) -> Budget:
+    """A Budget object -> :class:`Budget`: an invalid spec gives ``spec=None`` and the error; the status's spend
+    (``status.spent``, ``status.spentUpdated``, ``status.spendRate``) is read back so that the accumulated spend
+    survives a restart (walras.operator.budgets, (T5))."""
+    meta = _meta(obj)
+    name = str(meta.get("name") or "<unnamed>")
+    status = _map(obj.get("status"))
+    reported = BudgetReported(_credits(status.get("spent")), timestamp(status.get("spentUpdated")),
+                              _credits(status.get("spendRate")))
+    created = timestamp(meta.get("creationTimestamp"))
+    try:
+        spec = budget_spec_from(_map(obj.get("spec")))
+    except (ValueError, TypeError) as exc:
+        return Budget(name, _generation(obj), None, str(exc), created, reported)
+    return Budget(name, _generation(obj), spec, None, created, reported)
+
+
+def namespace_labels(objs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Namespace objects -> their labels by name (for the Budgets' namespace selectors)."""
+    out: dict[str, dict[str, str]] = {}
+    for obj in objs:
+        meta = _meta(obj)
+        if meta.get("name"):
+            out[str(meta["name"])] = {str(k): str(v) for k, v in _map(meta.get("labels")).items()}
+    return dict(sorted(out.items()))
+
+
 def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> Cluster:
     """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring). With ``cache``
     (the caller's, from its previous call): pods, nodes and jobs whose uid and resourceVersion are unchanged reuse
@@ -506,6 +605,8 @@ def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> C
         pools=tuple(sorted(map(pool_from, snapshot.pools), key=lambda p: p.name)),
         jobs=tuple(jobs_from(snapshot.jobs, cache, after)),
         profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
+        budgets=tuple(sorted(map(budget_from, snapshot.budgets), key=lambda b: b.name)),
+        namespaces=namespace_labels(snapshot.namespaces),
     )
     if cache is not None and after is not None:
         cache.objects, cache.sequences = after.objects, after.sequences

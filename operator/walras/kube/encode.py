@@ -319,6 +319,7 @@ def job_status(job: JobPlan) -> JSON:
         "phase": job.phase,
         "allocation": dict(job.allocation),
         "allocationText": job.allocation_text or "-",
+        **({"tenant": job.tenant} if job.tenant else {}),
         "replicas": dict(job.replicas),
         "placedReplicas": sum(job.replicas.values()),
         "runningReplicas": job.running,

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from walras.kube.decode import job_from, node_from, pod_from, pool_from, profile_from
-from walras.planner.cluster import ReportedStatus
+from walras.kube.decode import budget_from, job_from, namespace_labels, node_from, pod_from, pool_from, profile_from
+from walras.planner.cluster import BudgetReported, ReportedStatus
 from walras.planner.model import LABEL_MANAGED, Snapshot
 
 #: The decode of each watched kind (kind -> raw object -> typed value).
@@ -25,6 +25,8 @@ DECODERS: Mapping[str, Any] = {
     "FungibleJob": job_from,
     "ResourcePool": pool_from,
     "ColocationProfile": profile_from,
+    "Budget": budget_from,  # docs/budgets.md; its reported spend left out, as a job's status
+    "Namespace": lambda obj: namespace_labels((obj,)),  # its labels, for the Budgets' selectors
 }
 
 _UNREPORTED = ReportedStatus()
@@ -37,6 +39,8 @@ def fingerprint(kind: str, obj: Mapping[str, Any]) -> Any:
     decoded = DECODERS[kind](obj)
     if kind == "FungibleJob":
         return replace(decoded, reported=_UNREPORTED)
+    if kind == "Budget":
+        return replace(decoded, reported=BudgetReported())
     return decoded
 
 
@@ -48,7 +52,9 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
                   pools: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]],
-                  profiles: Iterable[Mapping[str, Any]], namespaces: Iterable[str] = ()) -> Snapshot:
+                  profiles: Iterable[Mapping[str, Any]], namespaces: Iterable[str] = (), *,
+                  budgets: Iterable[Mapping[str, Any]] = (), namespace_objects: Iterable[Mapping[str, Any]] = ()
+                  ) -> Snapshot:
     """A planner snapshot, each kind in (namespace, name) order; with ``namespaces`` only the FungibleJobs (and
     their pods) of those namespaces count, while every pod still counts for node usage."""
     allowed = set(namespaces)
@@ -68,4 +74,6 @@ def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         pools=tuple(sorted(pools, key=object_key)),
         jobs=tuple(sorted((j for j in jobs if in_scope(j)), key=object_key)),
         profiles=tuple(sorted(profiles, key=object_key)),
+        budgets=tuple(sorted(budgets, key=object_key)),
+        namespaces=tuple(sorted(namespace_objects, key=object_key)),
     )

@@ -48,6 +48,8 @@ KINDS = {
     "ResourcePool": "pools",
     "FungibleJob": "jobs",
     "ColocationProfile": "profiles",
+    "Budget": "budgets",
+    "Namespace": "namespaces",
 }
 
 
@@ -246,7 +248,7 @@ def load_piece(path: Path, data: bytes, *, validate: bool = True) -> Snapshot:
     errors), validated as :func:`load_manifests` validates a file's."""
     snap = parse_documents(decode(path, data), str(path))
     if validate:
-        _validate(path, [*snap.pools, *snap.jobs, *snap.profiles])
+        _validate(path, [*snap.pools, *snap.jobs, *snap.profiles, *snap.budgets])
     return snap
 
 

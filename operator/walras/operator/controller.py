@@ -36,9 +36,11 @@ from walras.kube.snapshot import object_key
 from walras.metrics import WalrasMetrics
 from walras.operator.actuator import Actuator
 from walras.operator.assumed import AssumedPods
+from walras.operator.budgets import BudgetWriter
 from walras.operator.recorder import Recorder, gather_calls
 from walras.operator.statuses import StatusWriter
 from walras.operator.watch import SnapshotIndex, Watcher
+from walras.planner.cluster import TenantOptions
 from walras.planner.model import Plan, Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.reuse import PlanCache
@@ -68,6 +70,8 @@ class OperatorOptions:
     freeze_gc: bool = True
     #: pause the cyclic collector while a plan is built, and restore it after (Controller.planned_without_gc)
     pause_gc: bool = True
+    #: the Budgets' Fisher market (walras.planner.tenants, docs/budgets.md); None: tenants off
+    tenants: TenantOptions | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("direct", "extender"):
@@ -101,6 +105,7 @@ class Controller:
     watcher: Watcher = field(default_factory=Watcher)
     actuator: Actuator = field(init=False)
     statuses: StatusWriter = field(init=False)
+    budgets: BudgetWriter = field(init=False)
     #: the planner's reuse between plans (walras.planner.reuse) and the translations of the API objects
     #: (walras.kube.decode), owned here
     plan_cache: PlanCache = field(default_factory=PlanCache)
@@ -113,6 +118,7 @@ class Controller:
         self.actuator = Actuator(self.client, recorder, self.metrics, self.assumed, self.options.mode,
                                  self.options.scheduler_name)
         self.statuses = StatusWriter(self.client, recorder)
+        self.budgets = BudgetWriter(self.client, metrics=self.metrics.budgets)
 
     # ------------------------------------------------------------------ triggers
 
@@ -229,7 +235,8 @@ class Controller:
         """The options of the next plan: the churn budgets and the node-loss grace of the operator's settings, and
         the wall clock now."""
         return PlanOptions(max_deletes=self.options.max_deletes, max_migrations=self.options.max_migrations,
-                           node_loss_grace=self.options.node_loss_grace, now=self.clock())
+                           node_loss_grace=self.options.node_loss_grace, now=self.clock(),
+                           tenants=self.options.tenants)
 
     async def act(self, plan: Plan, snapshot: Snapshot, index: SnapshotIndex | None = None) -> None:
         """Carry ``plan`` out against ``snapshot`` (``index``: its objects by key, when already built): the pod
@@ -240,6 +247,7 @@ class Controller:
         await gather_calls(self.statuses.status_calls(plan, index, self.actuator.resize_pending,
                                                       self.actuator.eviction_blocked), limit)
         await gather_calls(self.statuses.event_calls(plan, index), limit)
+        await gather_calls(self.budgets.status_calls(plan, snapshot, self.clock()), limit)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, mode: str = "extender") -> None:
         """Bind a pod (the extender's binder): at most once per uid, through ``pods/binding``

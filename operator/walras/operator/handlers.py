@@ -51,7 +51,8 @@ from walras.planner.model import GROUP, VERSION, Snapshot
 
 logger = logging.getLogger("walras.operator")
 
-INDEX_NAMES = ("walras_nodes", "walras_pods", "walras_pools", "walras_jobs", "walras_profiles")
+INDEX_NAMES = ("walras_nodes", "walras_pods", "walras_pools", "walras_jobs", "walras_profiles", "walras_budgets",
+               "walras_namespaces")
 
 #: The finalizer an older Walras put on ResourcePools through its kopf timer; removed by the leader on sight.
 LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
@@ -151,7 +152,9 @@ class IndexSource:
 
     def __call__(self) -> Snapshot:
         return snapshot_from(self._values("walras_nodes"), self._values("walras_pods"), self._values("walras_pools"),
-                             self._values("walras_jobs"), self._values("walras_profiles"), self.namespaces)
+                             self._values("walras_jobs"), self._values("walras_profiles"), self.namespaces,
+                             budgets=self._values("walras_budgets"),  # docs/budgets.md
+                             namespace_objects=self._values("walras_namespaces"))
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,6 +182,8 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
         "walras_pools": ((GROUP, VERSION, "resourcepools"), "ResourcePool"),
         "walras_jobs": ((GROUP, VERSION, "fungiblejobs"), "FungibleJob"),
         "walras_profiles": ((GROUP, VERSION, "colocationprofiles"), "ColocationProfile"),
+        "walras_budgets": ((GROUP, VERSION, "budgets"), "Budget"),  # docs/budgets.md
+        "walras_namespaces": (("v1", "namespaces"), "Namespace"),  # labels for the Budgets' selectors
     }
 
     def make_index(index_name: str, selector: tuple[str, ...]) -> None:

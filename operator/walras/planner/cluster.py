@@ -214,14 +214,83 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class LabelSelector:
+    """A ``metav1.LabelSelector``: ``matchLabels`` ANDed with ``matchExpressions`` (In, NotIn, Exists,
+    DoesNotExist). The empty selector matches every namespace, as in Kubernetes."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether ``labels`` satisfy every ``matchLabels`` entry and every expression."""
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(r.matches(labels) for r in
+                                                                              self.expressions)
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A validated Budget: which namespaces form the tenant (``selector`` and/or ``namespaces``; a namespace is in
+    the tenant when it is listed or its labels match the selector), the tenant's ``share`` of the market (> 0,
+    relative to the other tenants' shares: its budget in credits per hour, docs/budgets.md) and ``caps``, the most
+    units of each named pool's priced resource the tenant's pods may hold."""
+
+    share: float
+    namespaces: tuple[str, ...] = ()
+    selector: LabelSelector | None = None
+    caps: tuple[tuple[str, float], ...] = ()
+
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether the namespace ``namespace`` with ``labels`` belongs to this Budget's tenant."""
+        return namespace in self.namespaces or (self.selector is not None and self.selector.matches(labels))
+
+
+@dataclass(frozen=True)
+class BudgetReported:
+    """What a Budget's status said last, read back so that the accumulated spend survives a restart: the credits
+    spent since creation and when that total was last brought up to date (epoch seconds; None: never)."""
+
+    spent: float = 0.0
+    updated: float | None = None
+    rate: float = 0.0  # the spend rate reported with them (credits per hour), in effect since ``updated``
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A Budget (cluster-scoped): its validated spec (or why it is invalid), creation time and reported status."""
+
+    name: str
+    generation: int | None
+    spec: BudgetSpec | None
+    error: str | None = None
+    created: float | None = None
+    reported: BudgetReported = BudgetReported()
+
+
+@dataclass(frozen=True)
+class TenantOptions:
+    """How the planner forms tenants (docs/budgets.md): ``default_share`` is the share of a namespace that no
+    Budget selects (each such namespace is a tenant of its own). ``PlanOptions.tenants = None`` turns tenants off:
+    every job is its own buyer with its own utility, as before budgets."""
+
+    default_share: float = 1.0
+    #: The market's duality-gap tolerance relative to the total budget: ``eps = gap * sum_i b_i`` (docs/budgets.md,
+    #: "Accuracy"). The allocator's default ``1e-3 n`` (004 Sec. 5) is an absolute gap for unit-weight log jobs; the
+    #: budgets' weights sum to ``sum_t B_t`` instead, and a tenant's spend error grows as ``sqrt(2 gap / sum B)``.
+    gap: float = 1e-5
+
+
+@dataclass(frozen=True)
 class Cluster:
-    """The whole typed model: every tuple in name order (pods and jobs by (namespace, name))."""
+    """The whole typed model: every tuple in name order (pods and jobs by (namespace, name)). ``namespaces`` maps a
+    Namespace's name to its labels (for the Budgets' selectors); a namespace absent from it has no labels."""
 
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
     pools: tuple[Pool, ...] = ()
     jobs: tuple[Job, ...] = ()
     profiles: tuple[Profile, ...] = ()
+    budgets: tuple[Budget, ...] = ()
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def resource_names(self) -> tuple[str, ...]:
         """Every resource named by a node's allocatable or a live pod's request, ``pods`` first, then sorted."""

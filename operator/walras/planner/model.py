@@ -42,6 +42,8 @@ class Snapshot:
     pools: tuple[KubeObject, ...] = ()  # ResourcePool
     jobs: tuple[KubeObject, ...] = ()  # FungibleJob
     profiles: tuple[KubeObject, ...] = ()  # ColocationProfile
+    budgets: tuple[KubeObject, ...] = ()  # Budget (docs/budgets.md)
+    namespaces: tuple[KubeObject, ...] = ()  # Namespace (their labels, for the Budgets' selectors)
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,7 @@ class JobPlan:
     priced_cost: float = 0.0  # sum_j p_j d_ij x_ij
     throughput_unit: str = "/s"
     target: float | None = None  # target throughput for target-priority utilities
+    tenant: str = ""  # the job's tenant (walras.planner.tenants); empty with tenants off
     pods: tuple[PodPlan, ...] = ()
     conditions: tuple[Condition, ...] = ()
     observed_generation: int | None = None
@@ -292,6 +295,29 @@ class SolverStats:
 
 
 @dataclass(frozen=True)
+class TenantPlan:
+    """One tenant of the Budgets' Fisher market (:mod:`walras.planner.tenants`, docs/budgets.md): its name (a
+    Budget's, or ``namespace/<name>`` for a namespace no single Budget selects), the Budget (None: a default
+    tenant), its share (budget, credits per hour) and namespaces; ``units`` per pool of the priced resource its
+    placed pods hold; ``spend_rate`` what they pay at the pools' prices (credits per hour: sum_j p_j units_j);
+    ``priced_spend`` what the market's allocation spends (sum_i sum_j p_j d_ij x_ij, at most ``share``);
+    ``caps`` its caps (units); ``overlaps`` the namespaces it selects that another Budget selects too (planned
+    under neither); ``jobs`` its priced jobs; ``conditions`` for the Budget's status."""
+
+    name: str
+    budget: str | None
+    share: float
+    namespaces: tuple[str, ...] = ()
+    units: Mapping[str, float] = field(default_factory=dict)
+    spend_rate: float = 0.0
+    priced_spend: float = 0.0
+    caps: Mapping[str, float] = field(default_factory=dict)
+    overlaps: tuple[str, ...] = ()
+    jobs: tuple[ObjectKey, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     """Everything the operator, the extender and the metrics need from one planning pass. Frozen, its pods and events
     tuples (lists given are stored as tuples); the reuse state between plans is not here but in the caller's
@@ -304,6 +330,7 @@ class Plan:
     events: tuple[PlanEvent, ...] = ()
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
+    tenants: Mapping[str, TenantPlan] = field(default_factory=dict)  # empty with tenants off
 
     def __post_init__(self) -> None:
         for name in ("pods", "events"):

@@ -54,6 +54,7 @@ from walras.planner.results import Actions, PlanContext, PlanOptions
 from walras.planner.reuse import PlanCache, Reuse
 from walras.planner.rounds import run_rounds
 from walras.planner.status import PoolCounts, job_statuses, pool_statuses
+from walras.planner.tenants import apply_tenants, market_eps, tenant_plans, with_tenants
 
 __all__ = ["PlanCache", "PlanOptions", "build_plan"]
 
@@ -73,7 +74,9 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     opts = options or PlanOptions(device=device)
     reuse = Reuse(cache, read=opts.reuse) if cache is not None else Reuse.off()
     life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
-    cluster = life.cluster
+    cluster, tenancy = apply_tenants(life.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
+    if opts.tenants is not None and opts.market_eps is None:
+        opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
     table = node_table(cluster, reuse)
     objects, reported = build_objects(cluster, table)
     pools, jobs = dict(reported.pools), dict(reported.jobs)
@@ -102,12 +105,15 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
     jobs.update(concluded.jobs)
     pods = _listed(jobs, concluded.actions, statuses.counted)
+    if opts.tenants is not None:
+        jobs = with_tenants(tenancy, jobs)
     reuse.commit()
     # the events in the order the phases raised them
     events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events,
               *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
-                solver=solver, seconds=time.perf_counter() - started)
+                solver=solver, seconds=time.perf_counter() - started,
+                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {})
 
 
 def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,

@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Cluster, Job, JobTemplate, Pod
+from walras.planner.cluster import Cluster, Job, JobTemplate, Pod, TenantOptions
 from walras.planner.market import MarketResult
 from walras.planner.model import Condition, JobPlan, Plan, PlanEvent, PodPlan, PoolPlan
 from walras.planner.reuse import Reuse, frozen
@@ -275,6 +275,8 @@ class PlanOptions:
     max_migrations: int = 10
     node_loss_grace: float = NODE_LOSS_GRACE
     reuse: bool = True
+    tenants: TenantOptions | None = None  # Budgets' Fisher market (walras.planner.tenants); None: off
+    market_eps: float | None = None  # the market's duality-gap tolerance (None: the allocator's; tenants set it)
 
 
 @dataclass(frozen=True)

@@ -314,7 +314,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
             A_eff[i, j] = 0.0
         active = np.flatnonzero((f.replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
         market = _market(MarketInputs(A_eff[active], R, tuple(jobs[i].spec.utility for i in active),
-                                      (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations),
+                                      (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations,
+                                      opts.market_eps),
                          ctx.reuse if rounds == 1 else None)
         X = np.zeros((n, m))
         X[active] = market.allocation
@@ -473,13 +474,14 @@ class MarketInputs:
     warm: np.ndarray | None
     device: str
     max_iter: int
+    eps: float | None = None  # the duality-gap tolerance (None: the allocator's default)
 
     def key(self) -> Inputs:
         """Everything the solve reads, comparable: the arrays by their bytes (a cold start only matches a cold
         start), the rest by value."""
         return (array_key(self.throughput), array_key(self.capacity), array_key(self.demand),
                 None if self.warm is None else array_key(self.warm), self.weights, self.device, self.max_iter,
-                self.specs)
+                self.specs, self.eps)
 
 
 @dataclass(frozen=True)
@@ -504,7 +506,7 @@ def _market(args: MarketInputs, reuse: Reuse | None) -> MarketResult:
         market: MarketResult = replace(hit.result, seconds=0.0, reused=True)
     else:
         market = solve_market(args.throughput, args.capacity, args.specs, args.weights, args.demand, args.warm,
-                              MarketSettings(args.device, args.max_iter))
+                              MarketSettings(args.device, args.max_iter, args.eps))
     if reuse is not None:
         for array in (market.prices, market.allocation, market.throughputs):
             frozen(array)

@@ -1,0 +1,177 @@
+"""An exact reference for the Budgets' Fisher market, written apart from the planner: the Eisenberg-Gale program
+solved by CVXPY with Clarabel, and the instances the property tests and bench/budgets.py share.
+
+An instance: ``m`` pools of capacity ``R_j`` units; jobs ``i`` with a tenant, a throughput row ``a_i`` (0: the
+pool cannot run it), replicas ``r_i`` of demand 1 (so ``d_ij = r_i`` units when it runs there all the time), a
+weight and a utility family. The tenants' shares ``B_t`` are split over their jobs by weight (docs/budgets.md, T1),
+here recomputed from the instance, not read from the planner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import cvxpy as cp
+import numpy as np
+from walras.planner.cluster import Budget, BudgetSpec, Cluster, Job, Pool, TenantOptions
+from walras.planner.market import MarketSettings, solve_market
+from walras.planner.spec import parse_job, parse_pool
+from walras.planner.tenants import apply_tenants, market_eps
+
+
+@dataclass(frozen=True)
+class Instance:
+    capacity: tuple[float, ...]
+    throughput: tuple[tuple[float, ...], ...]  # (n, m)
+    replicas: tuple[int, ...]
+    weights: tuple[float, ...]
+    families: tuple[str, ...]
+    tenant: tuple[int, ...]  # tenant index of each job
+    shares: tuple[float, ...]  # per tenant
+
+    @property
+    def n(self) -> int:
+        return len(self.replicas)
+
+    @property
+    def m(self) -> int:
+        return len(self.capacity)
+
+    def A(self) -> np.ndarray:
+        return np.array(self.throughput, dtype=np.float64).reshape(self.n, self.m)
+
+    def D(self) -> np.ndarray:
+        return np.repeat(np.array(self.replicas, dtype=np.float64)[:, None], self.m, axis=1)
+
+    def budgets(self) -> np.ndarray:
+        """b_i = B_t w_i / sum_{k in t} w_k (the definition, computed here independently)."""
+        w = np.array(self.weights)
+        t = np.array(self.tenant)
+        totals = np.array([w[t == k].sum() for k in range(len(self.shares))])
+        return np.array(self.shares)[t] * w / totals[t]
+
+
+def generate(rng: np.random.Generator, *, tenants: int | None = None) -> Instance:
+    """A random small instance: 2-3 pools, 2-3 tenants of 1-3 jobs, generic throughputs."""
+    m = int(rng.integers(2, 4))
+    k = tenants or int(rng.integers(2, 4))
+    tenant: list[int] = []
+    for t in range(k):
+        tenant += [t] * int(rng.integers(1, 4))
+    n = len(tenant)
+    A = rng.uniform(0.2, 10.0, size=(n, m))
+    A[rng.random((n, m)) < 0.2] = 0.0
+    for i in range(n):
+        if not (A[i] > 0).any():
+            A[i, int(rng.integers(m))] = rng.uniform(0.2, 10.0)
+    replicas = rng.integers(1, 5, size=n)
+    capacity = np.maximum(np.round(replicas.sum() * rng.uniform(0.15, 0.5, size=m)), 1.0)
+    families = tuple(str(f) for f in rng.choice(["log", "linear", "power"], size=n))
+    return Instance(tuple(capacity.tolist()), tuple(map(tuple, A.tolist())), tuple(int(r) for r in replicas),
+                    tuple(rng.uniform(0.5, 4.0, size=n).tolist()), families, tuple(tenant),
+                    tuple(rng.uniform(0.5, 3.0, size=k).tolist()))
+
+
+def scaled(inst: Instance, t: int, *, throughput: float = 1.0, weight: float = 1.0) -> Instance:
+    """Tenant ``t`` multiplies all its throughputs and/or weights by a factor."""
+    A = [tuple(v * throughput for v in row) if inst.tenant[i] == t else row for i, row in enumerate(inst.throughput)]
+    w = [v * weight if inst.tenant[i] == t else v for i, v in enumerate(inst.weights)]
+    return replace(inst, throughput=tuple(A), weights=tuple(w))
+
+
+def split(inst: Instance, i: int, k: int) -> Instance:
+    """Job ``i`` split into ``k`` identical jobs: each with the job's replicas, throughput a_i / k... expressed as
+    k jobs of ``r_i`` replicas each, where the original is made ``k r_i`` replicas of throughput ``a_i`` (so the work
+    per replica is the same before and after)."""
+    rows, reps, ws, fams, ten = [], [], [], [], []
+    for q in range(inst.n):
+        copies = k if q == i else 1
+        for _ in range(copies):
+            rows.append(tuple(v / k for v in inst.throughput[q]) if q == i else inst.throughput[q])
+            reps.append(inst.replicas[q])
+            ws.append(inst.weights[q])
+            fams.append(inst.families[q])
+            ten.append(inst.tenant[q])
+    return replace(inst, throughput=tuple(rows), replicas=tuple(reps), weights=tuple(ws), families=tuple(fams),
+                   tenant=tuple(ten))
+
+
+def merged(inst: Instance, i: int, k: int) -> Instance:
+    """The unsplit counterpart of :func:`split`: job ``i`` with ``k r_i`` replicas and throughput ``a_i``."""
+    reps = tuple(r * k if q == i else r for q, r in enumerate(inst.replicas))
+    return replace(inst, replicas=reps)
+
+
+def cluster(inst: Instance) -> Cluster:
+    """The typed cluster of ``inst`` (pools and jobs only: the market's view), tenant t = namespace ``t<t>``."""
+    names = [f"p{j}" for j in range(inst.m)]
+    pools = tuple(Pool(n, 1, parse_pool({"metadata": {"name": n},
+                                         "spec": {"nodeSelector": {"pool": n}, "resource": "nvidia.com/gpu",
+                                                  "policy": {"type": "throughput"}}}))
+                  for n in names)
+    jobs = []
+    for i in range(inst.n):
+        utility: dict[str, object] = {"type": inst.families[i], "weight": inst.weights[i]}
+        if inst.families[i] == "power":
+            utility["exponent"] = 0.5
+        obj = {"metadata": {"name": f"j{i:03d}", "namespace": f"t{inst.tenant[i]}"},
+               "spec": {"throughput": {names[j]: inst.throughput[i][j] for j in range(inst.m)},
+                        "utility": utility, "replicas": {"count": inst.replicas[i]}, "demand": 1}}
+        spec = parse_job(obj)
+        jobs.append(Job(spec.namespace, spec.name, None, spec))
+    budgets = tuple(Budget(f"team{t}", 1, BudgetSpec(share, (f"t{t}",))) for t, share in enumerate(inst.shares))
+    return Cluster(pools=pools, jobs=tuple(sorted(jobs, key=lambda j: j.key)), budgets=budgets)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    allocation: np.ndarray  # (n, m) time fractions, rows in the instance's job order
+    prices: np.ndarray
+
+
+def walras(inst: Instance) -> Outcome:
+    """What the planner's market does with tenants on: :func:`apply_tenants` then :func:`solve_market` with the
+    tolerance :func:`market_eps` (as ``build_plan`` runs it)."""
+    options = TenantOptions(default_share=1.0)
+    typed, tenancy = apply_tenants(cluster(inst), options)
+    order = {j.key: j.spec for j in typed.jobs}
+    utilities = [order[(f"t{inst.tenant[i]}", f"j{i:03d}")].utility for i in range(inst.n)]  # type: ignore[union-attr]
+    settings = MarketSettings(eps=market_eps(tenancy, options))  # the tolerance build_plan gives the market
+    result = solve_market(inst.A(), np.array(inst.capacity), utilities, [1.0] * inst.n, inst.D(), None, settings)
+    return Outcome(result.allocation, result.prices)
+
+
+def eisenberg_gale(inst: Instance, *, slice_of: int | None = None, duals: bool = False) -> Any:
+    """The Eisenberg-Gale program (docs/budgets.md, T2) by CVXPY + Clarabel: the allocation and the objective.
+    With ``slice_of=t``: only tenant t's jobs, in its proportional slice ``B_t / sum B`` of every pool."""
+    A, D, b = inst.A(), inst.D(), inst.budgets()
+    rows = np.arange(inst.n) if slice_of is None else np.flatnonzero(np.array(inst.tenant) == slice_of)
+    R = np.array(inst.capacity)
+    if slice_of is not None:
+        R = R * inst.shares[slice_of] / sum(inst.shares)
+    X = cp.Variable((rows.size, inst.m), nonneg=True)
+    t = cp.sum(cp.multiply(A[rows], X), axis=1)
+    capacity = cp.sum(cp.multiply(D[rows], X), axis=0) <= R
+    constraints = [capacity, cp.sum(X, axis=1) <= 1]
+    zero = A[rows] <= 0
+    if zero.any():
+        constraints.append(X[zero] == 0)
+    problem = cp.Problem(cp.Maximize(b[rows] @ cp.log(t)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    assert problem.status in ("optimal", "optimal_inaccurate"), problem.status
+    out = np.clip(np.asarray(X.value), 0.0, None), float(problem.value)
+    return (*out, np.asarray(capacity.dual_value, dtype=np.float64)) if duals else out
+
+
+def tenant_units(inst: Instance, X: np.ndarray, t: int) -> np.ndarray:
+    """Units of each pool tenant t's jobs hold: sum_i d_ij x_ij over its jobs."""
+    rows = np.array(inst.tenant) == t
+    return (inst.D()[rows] * X[rows]).sum(axis=0)
+
+
+def tenant_utility(inst: Instance, X: np.ndarray, t: int) -> float:
+    """sum_{i in t} b_i log(a_i^T x_i): the tenant's part of the Eisenberg-Gale objective."""
+    rows = np.flatnonzero(np.array(inst.tenant) == t)
+    rates = np.einsum("ij,ij->i", inst.A()[rows], X[rows])
+    return float(inst.budgets()[rows] @ np.log(np.maximum(rates, 1e-300)))
