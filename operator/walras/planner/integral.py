@@ -1,0 +1,192 @@
+"""Phase *integral fill*: after placement, whole replicas on real nodes up to what fits (issue 33).
+
+The market (004, Alg. 2) prices time fractions; replica rounding (:mod:`.replicas`) and the pools' policies
+(:mod:`.placement`) realise its split. What rounding cannot see is left idle: a pool with free GPUs while a job that
+may use it has replicas to spare (the collapse at overload, where every job's share rounds to 0 pods, is the extreme
+case). This phase gives that room away by the market's own objective: it builds the fill problem of
+:mod:`allocator.integral` from the round's reservations (each node's free vector on every resource, its degree slots,
+each pool's ``spec.capacity`` budget, each job's pod vector per pool and admitted nodes) and adds the replicas that
+problem's route table chooses (exact MILP on small instances, with a certified gap; the price-guided greedy search
+beyond), each with exactly its ``demand`` of the priced resource on one node that has room for its whole request.
+
+Which jobs take part (a job's own rule forbids the rest): jobs in the market with replicas left (``spec.replicas``
+minus what runs, is pending or was placed), not an elastic job below its gang minimum, not an elastic job that a fair
+pool's mechanism sizes (PS-DSF / PF-VDS decide those, 002), offered every pool whose throughput is positive (a pool
+that a placement failure withdrew from the market is offered again: the fill checks every node itself). A fill
+replica of a job whose wanted replica found no node replaces that one (the job's total stays within its replicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from allocator.integral import KINDS as UTILITY_KINDS
+from allocator.integral import FillProblem, Utility, solve_fill
+from walras.planner.cluster import pod_vector
+from walras.planner.policies import UNLIMITED
+from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
+from walras.planner.spec import UtilitySpec
+
+__all__ = ["IntegralReport", "fill_plan"]
+
+
+def _rescue(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], work: Reservations,
+            placed: np.ndarray) -> np.ndarray:
+    """Place the wanted pending pods the pool's policy left without a node before any new replica: on the node the
+    previous plan gave the pod when it still fits there (so a pending pod keeps its binding from plan to plan), else
+    on the admitting node of its pool with room for its whole request where it leaves the least of the priced
+    resource free, within the degree limit. Reserves them in ``work``; returns per row how many were placed (and
+    adds them to ``placed``)."""
+    objects, table = ctx.objects, work.table
+    n = placed.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    before = {pod.name: pod.node for pod in ctx.previous.pods} if ctx.previous is not None else {}
+    for batch, result, pods in batches:
+        pool = objects.pools[batch.pool]
+        spec = pool.spec
+        c = table.column.get(spec.resource)
+        for q, row in enumerate(batch.rows):
+            pod = pods[q]
+            if result.node[q] >= 0 or batch.optional[q] or pod is None or c is None:
+                continue
+            job = objects.jobs[row].spec
+            vec = table.vector(pod_vector(ctx.templates[row], job, spec.resource, job.demand))
+            nodes = pool.usable[ctx.admitted[row][pool.usable]]
+            if spec.degree_limit is not None:
+                nodes = nodes[work.count[nodes] < spec.degree_limit]
+            nodes = nodes[table.fits_many(nodes, vec)] if nodes.size else nodes
+            if nodes.size == 0:
+                continue
+            was = table.index.get(before.get(pod.name) or "", -1)
+            k = was if was in set(nodes.tolist()) else int(nodes[int(np.argmin(table.free[nodes, c]))])
+            table.add(k, vec)
+            work.count[k] += 1
+            result.node[q] = k
+            result.amount[q] = job.demand
+            result.why[q] = ""
+            placed[row, batch.pool] += 1
+            out[row] += 1
+    return out
+
+
+def utility_arrays(specs: list[UtilitySpec]) -> Utility:
+    """The :class:`allocator.integral.Utility` of the jobs' utility specs (004 Sec. 2.2)."""
+    kind = np.array([UTILITY_KINDS.index(s.type) for s in specs], dtype=np.int64)
+    param = np.array([(s.exponent if s.type == "power" else s.alpha if s.type == "alpha-fair"
+                       else s.target if s.type == "target-priority" else 0.0) or 0.0 for s in specs])
+    return Utility(kind, np.array([s.weight for s in specs], dtype=np.float64), param)
+
+
+@dataclass(frozen=True)
+class FillInputs:
+    """Per job row: spec.replicas, whether the row takes part, the (n, m) pools it is offered and throughput."""
+
+    replicas: np.ndarray
+    allowed: np.ndarray
+    offered: np.ndarray
+    throughput: np.ndarray
+
+
+def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped: np.ndarray,
+              batches: list[tuple[Batch, Placed, list]], work: Reservations, running: np.ndarray) -> IntegralReport:
+    """Add the fill's replicas (module docstring) to ``batches`` (new entries, placed) and ``target``, reserving
+    them in ``work``; a replaced wanted replica is withdrawn from its batch (``optional``) or from ``dropped``, and
+    from ``target``. Returns the report."""
+    objects, table = ctx.objects, work.table
+    n, m = target.shape
+    if n == 0 or m == 0:
+        return IntegralReport()
+    placed = running.astype(np.int64).copy()
+    unmet: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (batch index, q) of wanted new pods with no node
+    waiting = np.zeros(n, dtype=np.int64)  # wanted pending pods with no node
+    for b, (batch, result, pods) in enumerate(batches):
+        nodes = result.node.tolist()
+        for q, row in enumerate(batch.rows):
+            if nodes[q] >= 0:
+                placed[row, batch.pool] += 1
+            elif not batch.optional[q]:
+                if pods[q] is None:
+                    unmet[row].append((b, q))
+                else:
+                    waiting[row] += 1
+    if waiting.any():
+        waiting -= _rescue(ctx, batches, work, placed)
+    left = np.maximum(inputs.replicas - placed.sum(axis=1) - waiting, 0)
+    left[~inputs.allowed] = 0
+    rows = np.flatnonzero((left > 0) & inputs.offered.any(axis=1))
+    pools = objects.pools
+    if rows.size == 0:
+        return IntegralReport()
+    # the nodes of the pools, compacted
+    node_ids = np.concatenate([p.usable for p in pools]) if m else np.zeros(0, dtype=np.int64)
+    pool_of = np.concatenate([np.full(p.usable.size, j, dtype=np.int64) for j, p in enumerate(pools)])
+    if node_ids.size == 0:
+        return IntegralReport()
+    R = len(table.resources)
+    free = np.maximum(table.free[node_ids], 0.0)
+    slots = np.full(node_ids.size, UNLIMITED, dtype=np.int64)
+    budget = np.full(m, np.inf)
+    priced = np.zeros(m, dtype=np.int64)
+    for j, pool in enumerate(pools):
+        at = pool_of == j
+        if pool.spec.degree_limit is not None:
+            slots[at] = np.maximum(pool.spec.degree_limit - work.count[node_ids[at]], 0)
+        c = table.column.get(pool.spec.resource)
+        if c is None:
+            slots[at] = 0
+            continue
+        priced[j] = c
+        if pool.spec.capacity is not None:
+            budget[j] = max(float(pool.spec.capacity) - float(table.used[pool.usable, c].sum()), 0.0)
+    jobs, templates = objects.jobs, ctx.templates
+    vectors = np.zeros((rows.size, m, R))
+    mask_index: dict[int, int] = {}
+    masks: list[np.ndarray] = []
+    mask_of = np.zeros(rows.size, dtype=np.int64)
+    for q, i in enumerate(rows.tolist()):
+        spec = jobs[i].spec
+        for j in np.flatnonzero(inputs.offered[i]).tolist():
+            vectors[q, j] = table.vector(pod_vector(templates[i], spec, pools[j].spec.resource, spec.demand))
+        mask = ctx.admitted[i]
+        g = mask_index.get(id(mask))
+        if g is None:
+            g = mask_index[id(mask)] = len(masks)
+            masks.append(mask[node_ids])
+        mask_of[q] = g
+    problem = FillProblem(
+        throughput=inputs.throughput[rows], replicas=inputs.replicas[rows].astype(np.float64), have=placed[rows],
+        left=left[rows], utility=utility_arrays([jobs[i].spec.utility for i in rows.tolist()]), vectors=vectors,
+        priced=priced, free=free, slots=slots, pool=pool_of, masks=np.array(masks, dtype=bool), mask_of=mask_of,
+        offered=inputs.offered[rows], budget=budget)
+    result = solve_fill(problem)
+    added: list[list[int]] = [[] for _ in range(m)]
+    for q, j, k in zip(result.row.tolist(), result.pool.tolist(), result.node.tolist(), strict=True):
+        i = int(rows[q])
+        node = int(node_ids[k])
+        table.add(node, vectors[q, j])
+        work.count[node] += 1
+        target[i, j] += 1
+        if unmet[i]:  # this replica stands in for a wanted one that found no node
+            b, u = unmet[i].pop()
+            batches[b][0].optional[u] = True
+            target[i, batches[b][0].pool] -= 1
+        elif dropped[i].any():
+            dropped[i, int(np.flatnonzero(dropped[i])[0])] -= 1
+        added[j].append(i)
+        added[j].append(node)
+    for b, (batch, got, pods) in enumerate(batches):
+        extra = added[batch.pool]
+        if not extra:
+            continue
+        new_rows, new_nodes = extra[0::2], extra[1::2]
+        amounts = [jobs[i].spec.demand for i in new_rows]
+        batch.rows.extend(new_rows)
+        batch.optional.extend([False] * len(new_rows))
+        pods.extend([None] * len(new_rows))
+        batches[b] = (batch, Placed(np.concatenate([got.node, np.array(new_nodes, dtype=np.int64)]),
+                                    np.concatenate([got.amount, np.array(amounts, dtype=np.float64)]),
+                                    [*got.why, *([""] * len(new_rows))], got.conditions), pods)
+    return IntegralReport(result.route, int(result.row.size), result.value, result.bound, result.gap,
+                          result.seconds)
