@@ -201,7 +201,15 @@ def fill_search(p: FillProblem) -> FillResult:
     t = p.rates(counts)
     t1 = p.smallest()
     nodes_of = [np.flatnonzero(p.pool == j) for j in range(m)]
-    closed = np.zeros((n, m), dtype=bool)
+    # the most free per pool and resource over its nodes with a slot: an upper bound for the whole search (free room
+    # only shrinks), so a (row, pool) whose vector exceeds it anywhere is closed from the start
+    top = np.full((m, free.shape[1]), -1.0)  # a pool with no slot: every vector exceeds it
+    for j in range(m):
+        at = nodes_of[j][slots[nodes_of[j]] > 0]
+        if at.size:
+            top[j] = free[at].max(axis=0)
+    closed = ~p.offered | np.any(p.vectors > top[None, :, :] + EPS * np.maximum(1.0, np.abs(top[None, :, :])),
+                                 axis=2)
     dead: set[tuple[int, int, bytes]] = set()  # (mask, pool, vector bytes) that fits no node any more
     rows: list[int] = []
     pools: list[int] = []
@@ -225,7 +233,7 @@ def fill_search(p: FillProblem) -> FillResult:
         return top
 
     heap: list[tuple[float, int, int, int]] = []
-    for i in range(n):
+    for i in np.flatnonzero((left > 0) & ~closed.all(axis=1)).tolist():
         got = best(i)
         if got is not None:
             heap.append((-got[0], i, got[1], 0))

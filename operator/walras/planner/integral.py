@@ -141,6 +141,18 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
         if pool.spec.capacity is not None:
             budget[j] = max(float(pool.spec.capacity) - float(table.used[pool.usable, c].sum()), 0.0)
     jobs, templates = objects.jobs, ctx.templates
+    # A quick necessary condition (free room only shrinks): a row whose demand exceeds the most free priced resource
+    # on any node of each pool it is offered, with a slot, takes no replica; such rows are left out of the problem.
+    top = np.zeros(m)
+    for j in range(m):
+        at = (pool_of == j) & (slots > 0)
+        if at.any():
+            top[j] = free[at, priced[j]].max()
+    demand = np.array([jobs[i].spec.demand for i in rows.tolist()])
+    could = inputs.offered[rows] & (demand[:, None] <= top[None, :] + 1e-9)
+    rows = rows[could.any(axis=1)]
+    if rows.size == 0:
+        return IntegralReport()
     vectors = np.zeros((rows.size, m, R))
     mask_index: dict[int, int] = {}
     masks: list[np.ndarray] = []
