@@ -317,3 +317,21 @@ def test_overload_fills_every_gpu_of_the_108_gpu_cluster(n: int) -> None:
     plan = build_plan(cluster)
     assert check_plan(cluster, plan) == []
     assert sum(1 for p in plan.pods if p.action == "create" and p.node is not None) == 108
+
+
+def test_the_market_sells_only_what_degree_limits_let_be_placed() -> None:
+    """Two 8-GPU nodes, degreeLimit 2: 4 pod slots, so at most 4 one-GPU replicas are sold, not 16; what a job
+    still asks for waits and says why (the degree limit)."""
+    nodes = tuple(Node(f"n{k}", {"pool": "a"}, {GPU: 8.0, "cpu": 64.0, "memory": 256.0 * 2**30, PODS: 110.0})
+                  for k in range(2))
+    pool = Pool("a", 1, PoolSpec(name="a", node_selector={"pool": "a"}, resource=GPU, policy="utility",
+                                 degree_limit=2))
+    jobs = tuple(_job(f"j{q}", {"a": 1.0 + q}, 1.0, 4, 1.0, 2**30) for q in range(3))
+    cluster = Cluster(nodes=nodes, pods=(), pools=(pool,), jobs=jobs)
+    plan = build_plan(cluster)
+    assert check_plan(cluster, plan) == []
+    sold = sum(4 * 1.0 * plan.jobs[("ns", j.name)].allocation.get("a", 0.0) for j in jobs)
+    assert sold <= 4.0 + 1e-6
+    assert sum(1 for p in plan.pods if p.action == "create") == 4
+    reasons = {c.reason for j in jobs for c in plan.jobs[("ns", j.name)].conditions if c.status == "False"}
+    assert "DegreeLimited" in reasons

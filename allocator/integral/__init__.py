@@ -28,16 +28,16 @@ exact      at most :data:`EXACT_CELLS` (row, node) cells that can take a replica
                                                                                   approximation (an upper bound on
                                                                                   the true optimum) minus the true
                                                                                   utility of the plan
-search     otherwise, or when the MILP has no better answer in its time            none (``None``)
-           (greedy marginal-utility-per-unit fill, best-fit node)
+search     otherwise, or when the MILP has no answer in its time (greedy            none (``None``)
+           marginal-utility-per-unit fill, best-fit node)
 =========  =====================================================================  =================================
 
 The search is price-guided in the market's sense: a replica's worth is its marginal utility per unit of the priced
 resource it takes (the quantity the market's prices equalise, 004 Sec. 3); replicas are added best first while any
 fits. So the search is work-conserving by construction: it stops only when no row with replicas left has a replica
 that fits a node with a positive marginal utility. The exact route maximises the same objective over every
-arrangement of the new replicas and, being optimal, is work-conserving for strictly increasing utilities; the
-planner keeps the better of the two routes' plans.
+arrangement of the new replicas and, being optimal, is work-conserving for strictly increasing utilities; where it
+ran, the better of the two routes' plans is kept (the search's when they tie) with the exact route's certificate.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ EXACT_CELLS = 400
 EXACT_SECONDS = 0.25
 #: A starved job (no replica) is worth its first replica's marginal value times this less than that replica.
 STARVED_PENALTY = 10.0
+#: Cost of one replica in the exact route's objective, so that of two plans of equal utility the one with fewer
+#: replicas wins (a replica of zero marginal utility is not added); the bound is corrected for it.
+TIE_COST = 1e-9
 #: Float slack in fit checks (decimal quantities summed).
 EPS = 1e-9
 
@@ -363,7 +366,7 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
     live = np.flatnonzero(p.left > 0)
     zcol = {int(i): c + q for q, i in enumerate(live.tolist())}
     ncol = c + live.size
-    cost = np.zeros(ncol)
+    cost = np.full(ncol, TIE_COST)  # a replica that adds no utility is not worth adding (ties: fewer replicas)
     cost[c:] = -1.0
     lower = np.zeros(ncol)
     upper = np.concatenate([caps, np.full(live.size, np.inf)])
@@ -438,7 +441,7 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
     # objective constant: the rows with no replica left keep their value
     fixed = math.fsum(utility_value(p.utility, i, float(t0[i]), float(t1[i]))
                       for i in range(n) if p.left[i] <= 0)
-    bound = fixed - float(info.mip_dual_bound)
+    bound = fixed - float(info.mip_dual_bound) + TIE_COST * float(p.left[live].sum())
     value = p.value(counts)
     return FillResult(np.array(out_rows, dtype=np.int64), np.array(out_pools, dtype=np.int64),
                       np.array(out_nodes, dtype=np.int64), "exact", value, bound, max(bound - value, 0.0), status,
@@ -458,9 +461,10 @@ def solve_fill(p: FillProblem, *, exact_cells: int = EXACT_CELLS, time_limit: fl
     exact = fill_exact(p, time_limit, cells)
     if exact is None:
         return search
-    if exact.value + 1e-9 * max(1.0, abs(exact.value)) >= search.value:
+    if exact.value > search.value + 1e-9 * max(1.0, abs(search.value)):
         return FillResult(exact.row, exact.pool, exact.node, "exact", exact.value, exact.bound, exact.gap,
                           exact.status, search.seconds + exact.seconds, exact.counts)
+    # the search's plan is as good: it keeps the exact route's certificate (the bound holds for every plan)
     gap = max(exact.bound - search.value, 0.0) if exact.bound is not None else None
-    return FillResult(search.row, search.pool, search.node, "search", search.value, exact.bound, gap, exact.status,
+    return FillResult(search.row, search.pool, search.node, "exact", search.value, exact.bound, gap, exact.status,
                       search.seconds + exact.seconds, search.counts)

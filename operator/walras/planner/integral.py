@@ -23,13 +23,54 @@ from dataclasses import dataclass
 import numpy as np
 
 from allocator.integral import KINDS as UTILITY_KINDS
-from allocator.integral import FillProblem, Utility, solve_fill
+from allocator.integral import FillProblem, Utility, solve_fill, utility_value
 from walras.planner.cluster import pod_vector
+from walras.planner.placement import why_not
 from walras.planner.policies import UNLIMITED
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
 from walras.planner.spec import UtilitySpec
 
 __all__ = ["IntegralReport", "fill_plan"]
+
+
+def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray, left: np.ndarray,
+                   waiting: np.ndarray, unmet: list[list[tuple[int, int]]],
+                   dropped: np.ndarray) -> list[list[tuple[int, int, str]]]:
+    """Per pool, ``(row, count, why)`` for the replicas a job taking part still asks for (``spec.replicas``) with a
+    positive marginal utility that no node can take after the fill, not yet reported as unplaced: they are wanted
+    and unplaced, in the pool the market gave the job most of (else its best pool; pools withdrawn from it, which
+    its status reports already, are left out), with why no node takes one
+    there (:func:`.placement.why_not`: degree limit, fragmentation, capacity). The market sells only what can be
+    placed (:func:`.rounds._placeable`), so a job it could not sell to says here why it waits."""
+    objects, table = ctx.objects, work.table
+    m = placed.shape[1]
+    out: list[list[tuple[int, int, str]]] = [[] for _ in range(m)]
+    rest = inputs.replicas - placed.sum(axis=1) - waiting - np.array([len(u) for u in unmet]) - dropped.sum(axis=1)
+    rest = np.where(left > 0, rest, 0)
+    rows = np.flatnonzero(rest > 0)
+    if rows.size == 0:
+        return out
+    u = utility_arrays([objects.jobs[i].spec.utility for i in rows.tolist()])
+    N = np.maximum(inputs.replicas[rows], 1).astype(np.float64)
+    t = np.einsum("ij,ij->i", inputs.throughput[rows], placed[rows]) / N
+    for q, i in enumerate(rows.tolist()):
+        offered = np.array([j for j in np.flatnonzero(inputs.offered[i]).tolist() if (i, j) not in inputs.blocked],
+                           dtype=np.int64)
+        if offered.size == 0:  # withdrawn from every pool it may use: its status names the pools and why
+            continue
+        share = inputs.share[i, offered]
+        j = int(offered[int(np.argmax(share))]) if share.max() > 0 else int(
+            offered[int(np.argmax(inputs.throughput[i, offered]))])
+        t1 = float(inputs.throughput[i, offered].min() / N[q])
+        now = utility_value(u, q, float(t[q]), t1)
+        if utility_value(u, q, float(t[q] + inputs.throughput[i, j] / N[q]), t1) - now <= 1e-12:
+            continue
+        pool = objects.pools[j]
+        job = objects.jobs[i].spec
+        vec = table.vector(pod_vector(ctx.templates[i], job, pool.spec.resource, job.demand))
+        out[j].append((i, int(rest[i]), why_not(table, pool.usable, ctx.admitted[i], work.count,
+                                                 pool.spec.degree_limit, vec)))
+    return out
 
 
 def _rescue(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], work: Reservations,
@@ -81,20 +122,24 @@ def utility_arrays(specs: list[UtilitySpec]) -> Utility:
 
 @dataclass(frozen=True)
 class FillInputs:
-    """Per job row: spec.replicas, whether the row takes part, the (n, m) pools it is offered and throughput."""
+    """Per job row: spec.replicas, whether the row takes part, the (n, m) pools it is offered, throughput and the
+    market's allocation X."""
 
     replicas: np.ndarray
     allowed: np.ndarray
     offered: np.ndarray
     throughput: np.ndarray
+    share: np.ndarray
+    #: (row, pool) pairs the rounds withdrew from the market (the job's status says why already)
+    blocked: frozenset[tuple[int, int]] = frozenset()
 
 
 def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped: np.ndarray,
               batches: list[tuple[Batch, Placed, list]], work: Reservations, running: np.ndarray) -> IntegralReport:
     """Add the fill's replicas (module docstring) to ``batches`` (new entries, placed) and ``target``, reserving
     them in ``work``; a replaced wanted replica is withdrawn from its batch (``optional``) or from ``dropped``, and
-    from ``target``. Returns the report."""
-    objects, table = ctx.objects, work.table
+    from ``target``; what a job still asks for and no node takes is added as wanted and unplaced, with why
+    (:func:`_still_waiting`). Returns the report."""
     n, m = target.shape
     if n == 0 or m == 0:
         return IntegralReport()
@@ -115,16 +160,50 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
         waiting -= _rescue(ctx, batches, work, placed)
     left = np.maximum(inputs.replicas - placed.sum(axis=1) - waiting, 0)
     left[~inputs.allowed] = 0
+    built = _problem(ctx, inputs, work, placed, left)
+    report = IntegralReport()
+    added: list[list[int]] = [[] for _ in range(m)]
+    if built is not None:
+        problem, rows, node_ids = built
+        result = solve_fill(problem)
+        placed[rows] = result.counts
+        table = work.table
+        for q, j, k in zip(result.row.tolist(), result.pool.tolist(), result.node.tolist(), strict=True):
+            i = int(rows[q])
+            node = int(node_ids[k])
+            table.add(node, problem.vectors[q, j])
+            work.count[node] += 1
+            target[i, j] += 1
+            if unmet[i]:  # this replica stands in for a wanted one that found no node
+                b, u = unmet[i].pop()
+                batches[b][0].optional[u] = True
+                target[i, batches[b][0].pool] -= 1
+            elif dropped[i].any():
+                dropped[i, int(np.flatnonzero(dropped[i])[0])] -= 1
+            added[j] += [i, node]
+        report = IntegralReport(result.route, int(result.row.size), result.value, result.bound, result.gap,
+                                result.seconds)
+    waits = _still_waiting(ctx, inputs, work, placed, left, waiting, unmet, dropped)
+    for b in range(len(batches)):
+        _append(ctx, batches, b, added[batches[b][0].pool], waits[batches[b][0].pool], target)
+    return report
+
+
+def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray,
+             left: np.ndarray) -> tuple[FillProblem, np.ndarray, np.ndarray] | None:
+    """The fill problem of the rows with replicas left that may fit somewhere, with its rows and the global index
+    of each of its nodes; None when there is nothing to fill."""
+    objects, table = ctx.objects, work.table
+    m = placed.shape[1]
     rows = np.flatnonzero((left > 0) & inputs.offered.any(axis=1))
     pools = objects.pools
     if rows.size == 0:
-        return IntegralReport()
+        return None
     # the nodes of the pools, compacted
-    node_ids = np.concatenate([p.usable for p in pools]) if m else np.zeros(0, dtype=np.int64)
+    node_ids = np.concatenate([p.usable for p in pools])
     pool_of = np.concatenate([np.full(p.usable.size, j, dtype=np.int64) for j, p in enumerate(pools)])
     if node_ids.size == 0:
-        return IntegralReport()
-    R = len(table.resources)
+        return None
     free = np.maximum(table.free[node_ids], 0.0)
     slots = np.full(node_ids.size, UNLIMITED, dtype=np.int64)
     budget = np.full(m, np.inf)
@@ -152,8 +231,8 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
     could = inputs.offered[rows] & (demand[:, None] <= top[None, :] + 1e-9)
     rows = rows[could.any(axis=1)]
     if rows.size == 0:
-        return IntegralReport()
-    vectors = np.zeros((rows.size, m, R))
+        return None
+    vectors = np.zeros((rows.size, m, len(table.resources)))
     mask_index: dict[int, int] = {}
     masks: list[np.ndarray] = []
     mask_of = np.zeros(rows.size, dtype=np.int64)
@@ -172,33 +251,30 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
         left=left[rows], utility=utility_arrays([jobs[i].spec.utility for i in rows.tolist()]), vectors=vectors,
         priced=priced, free=free, slots=slots, pool=pool_of, masks=np.array(masks, dtype=bool), mask_of=mask_of,
         offered=inputs.offered[rows], budget=budget)
-    result = solve_fill(problem)
-    added: list[list[int]] = [[] for _ in range(m)]
-    for q, j, k in zip(result.row.tolist(), result.pool.tolist(), result.node.tolist(), strict=True):
-        i = int(rows[q])
-        node = int(node_ids[k])
-        table.add(node, vectors[q, j])
-        work.count[node] += 1
-        target[i, j] += 1
-        if unmet[i]:  # this replica stands in for a wanted one that found no node
-            b, u = unmet[i].pop()
-            batches[b][0].optional[u] = True
-            target[i, batches[b][0].pool] -= 1
-        elif dropped[i].any():
-            dropped[i, int(np.flatnonzero(dropped[i])[0])] -= 1
-        added[j].append(i)
-        added[j].append(node)
-    for b, (batch, got, pods) in enumerate(batches):
-        extra = added[batch.pool]
-        if not extra:
-            continue
-        new_rows, new_nodes = extra[0::2], extra[1::2]
-        amounts = [jobs[i].spec.demand for i in new_rows]
-        batch.rows.extend(new_rows)
-        batch.optional.extend([False] * len(new_rows))
-        pods.extend([None] * len(new_rows))
-        batches[b] = (batch, Placed(np.concatenate([got.node, np.array(new_nodes, dtype=np.int64)]),
-                                    np.concatenate([got.amount, np.array(amounts, dtype=np.float64)]),
-                                    [*got.why, *([""] * len(new_rows))], got.conditions), pods)
-    return IntegralReport(result.route, int(result.row.size), result.value, result.bound, result.gap,
-                          result.seconds)
+    return problem, rows, node_ids
+
+
+def _append(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], b: int, extra: list[int],
+            wait: list[tuple[int, int, str]], target: np.ndarray) -> None:
+    """Batch b with the fill's replicas of its pool (``extra``: row, node pairs; placed) and the replicas still
+    waiting there (``wait``: unplaced, with why; added to ``target``)."""
+    if not extra and not wait:
+        return
+    batch, got, pods = batches[b]
+    jobs = ctx.objects.jobs
+    new_rows, new_nodes = extra[0::2], extra[1::2]
+    amounts = [jobs[i].spec.demand for i in new_rows]
+    batch.rows.extend(new_rows)
+    batch.optional.extend([False] * len(new_rows))
+    pods.extend([None] * len(new_rows))
+    why = [*got.why, *([""] * len(new_rows))]
+    for i, count, reason in wait:
+        target[i, batch.pool] += count
+        batch.rows.extend([i] * count)
+        batch.optional.extend([False] * count)
+        pods.extend([None] * count)
+        why.extend([reason] * count)
+    unplaced = sum(count for _, count, _ in wait)
+    node = np.concatenate([got.node, np.array(new_nodes, dtype=np.int64), np.full(unplaced, -1, dtype=np.int64)])
+    amount = np.concatenate([got.amount, np.array(amounts, dtype=np.float64), np.zeros(unplaced)])
+    batches[b] = (batch, Placed(node, amount, why, got.conditions), pods)

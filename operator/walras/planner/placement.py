@@ -38,7 +38,7 @@ from walras.planner.reuse import Inputs, Reuse
 from walras.planner.spec import PoolSpec
 
 __all__ = ["Batch", "Placed", "PlacementEntry", "effective_free", "place_batch", "placement_digest", "propose",
-           "whole_replicas"]
+           "whole_replicas", "why_not"]
 
 
 def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np.ndarray) -> np.ndarray:
@@ -208,7 +208,7 @@ def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult,
                 continue
             fits = mask & table.fits_many(nodes_k, vec)
             if not fits.any():
-                why[q] = _why_not(table, nodes_k, admitted[row], walras_count, degree, vec)
+                why[q] = why_not(table, nodes_k, admitted[row], walras_count, degree, vec)
                 continue
             score = table.free[nodes_k, priced_col] if priced_col is not None else np.zeros(nodes_k.size)
             t = int(np.flatnonzero(fits)[np.argmax(score[fits])])
@@ -264,7 +264,7 @@ def _reserve_as_proposed(ctx: PlanContext, batch: Batch, result: PlacementResult
     return True
 
 
-def _why_not(table: NodeTable, nodes_k: np.ndarray, admitted: np.ndarray, walras_count: np.ndarray,
+def why_not(table: NodeTable, nodes_k: np.ndarray, admitted: np.ndarray, walras_count: np.ndarray,
              degree: int | None, vec: np.ndarray) -> str:
     """Why no node of the pool takes a pod: the degree limit, fragmentation (the pool has the room in total, no
     single node does), or capacity."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Pod, pod_vector
+from walras.planner.cluster import PODS, Pod, pod_vector
 from walras.planner.integral import FillInputs, fill_plan
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
@@ -49,7 +49,33 @@ class KeptUseEntry:
     kept: tuple[tuple[float, float], ...]  # per pool: on its usable nodes, on its other member nodes
 
 
-def _sellable(ctx: PlanContext, observed: Observed) -> np.ndarray:
+def _placeable(ctx: PlanContext, walras_count: np.ndarray, hostable: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    """Per pool, the most of its priced resource new replicas can take now: at most, per usable node, its free
+    priced amount or its free slots (degree limit and ``pods``) times the largest demand of the jobs offered the
+    pool, whichever is less; and at most what the jobs offered it could place, each class's pods counted on every
+    resource (``hostable[i, j]`` times its demand). So a pool with ``degreeLimit: 2`` and 4 pod slots is not sold 16
+    GPUs (issue 33)."""
+    objects, table = ctx.objects, ctx.table
+    demand = np.array([info.spec.demand for info in objects.jobs], dtype=np.float64)
+    out = np.zeros(len(objects.pools))
+    pods = table.column[PODS]
+    for j, pool in enumerate(objects.pools):
+        c = table.column.get(pool.spec.resource)
+        nodes = pool.usable
+        if c is None or nodes.size == 0 or not offered[:, j].any():
+            continue
+        free = np.maximum(table.free[nodes], 0.0)
+        slots = np.floor(free[:, pods] + 1e-9)
+        if pool.spec.degree_limit is not None:
+            slots = np.minimum(slots, np.maximum(pool.spec.degree_limit - walras_count[nodes], 0))
+        top = float(demand[offered[:, j]].max())
+        by_slots = float(np.minimum(free[:, c], slots * top).sum())
+        by_class = float((hostable[offered[:, j], j] * demand[offered[:, j]]).sum())
+        out[j] = min(by_slots, by_class)
+    return out
+
+
+def _sellable(ctx: PlanContext, observed: Observed, placeable: np.ndarray | None = None) -> np.ndarray:
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
     kept replicas use there, plus what its kept replicas hold on its nodes that take no new pod (cordoned, or
     NotReady within the node-loss grace): a kept replica holds its capacity wherever it runs in the pool, so a
@@ -77,7 +103,10 @@ def _sellable(ctx: PlanContext, observed: Observed) -> np.ndarray:
         alloc = float(table.alloc[pool.usable, c].sum())
         base = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
         used = float(table.used[pool.usable, c].sum())
-        out[j] = max(base - (used - on_usable), 0.0) + elsewhere
+        sold = max(base - (used - on_usable), 0.0)
+        if placeable is not None:
+            sold = min(sold, on_usable + float(placeable[j]))
+        out[j] = sold + elsewhere
     return out
 
 
@@ -315,7 +344,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     blocked: dict[tuple[int, int], str] = {}
     for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
         blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
-    R = _sellable(ctx, observed)
+    R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
     previous = ctx.previous
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
@@ -375,7 +404,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     gang = f.elastic & (f.low > 0) & (_placed_rows(batches, f.running) < f.low)
     allowed = (f.replicas > 0) & ~fair_elastic & ~gang
     allowed[list(below_min)] = False
-    report = fill_plan(ctx, FillInputs(f.replicas, allowed, f.A > 0, f.A), target, dropped, batches, work, f.running)
+    fill = FillInputs(f.replicas, allowed, f.A > 0, f.A, X, frozenset(blocked))
+    report = fill_plan(ctx, fill, target, dropped, batches, work, f.running)
     events.extend(_report_market(objects, market))
     return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
                    below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
