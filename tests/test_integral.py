@@ -335,3 +335,13 @@ def test_the_market_sells_only_what_degree_limits_let_be_placed() -> None:
     assert sum(1 for p in plan.pods if p.action == "create") == 4
     reasons = {c.reason for j in jobs for c in plan.jobs[("ns", j.name)].conditions if c.status == "False"}
     assert "DegreeLimited" in reasons
+
+
+def test_the_plan_reports_the_route_and_the_certified_gap() -> None:
+    """A small cluster takes the exact route (HiGHS) and reports a certified gap >= 0; the 108-GPU cluster with 480
+    jobs has too many (job, node) cells and takes the search, with no gap."""
+    small = build_plan(_generated(5))
+    assert small.solver.integral_route == "exact"
+    assert small.solver.integral_gap is not None and small.solver.integral_gap >= 0
+    big = build_plan(_gavel(480))
+    assert big.solver.integral_route == "search" and big.solver.integral_gap is None

@@ -278,7 +278,7 @@ def fill_search(p: FillProblem) -> FillResult:
                       "search", p.value(counts), seconds=time.perf_counter() - started, counts=counts)
 
 
-def _cells(p: FillProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fill_cells(p: FillProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (row, node) cells that can take at least one replica, with the most each can take."""
     rows: list[int] = []
     nodes: list[int] = []
@@ -307,8 +307,9 @@ def _mip(ncol: int, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
          rows: tuple[list[float], list[float], list[int], list[int], list[float]], integers: int,
          time_limit: float) -> Any:
     """A HiGHS object holding the MILP ``min cost^T x`` over the row-wise (CSR) rows, the first ``integers``
-    columns integer, quiet, single-threaded, within ``time_limit`` seconds (not yet run); None when HiGHS rejects
-    the model. The core object, as :mod:`allocator._highs` uses it (no banner on standard output)."""
+    columns integer, quiet, within ``time_limit`` seconds (not yet run); None when HiGHS rejects
+    the model. The core object, as :mod:`allocator._highs` uses it (no banner on standard output); HiGHS' thread
+    count is left alone (a process that ran HiGHS before refuses a change, and the run then fails)."""
     import highspy
     from highspy import _core
 
@@ -335,7 +336,6 @@ def _mip(ncol: int, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", 1e-6)
-    h.setOptionValue("threads", 1)
     if h.passModel(lp) != highspy.HighsStatus.kOk:
         return None
     return h
@@ -351,7 +351,7 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
     minus it. Returns None when HiGHS finds no solution in ``time_limit``."""
     started = time.perf_counter()
     n, m = p.have.shape
-    rows, nodes, caps = cells if cells is not None else _cells(p)
+    rows, nodes, caps = cells if cells is not None else fill_cells(p)
     c = rows.size
     if c == 0:  # no replica fits anywhere: the plan as it is is the optimum
         value = p.value(p.have)
@@ -455,10 +455,10 @@ def solve_fill(p: FillProblem, *, exact_cells: int = EXACT_CELLS, time_limit: fl
     search = fill_search(p)
     if not (p.left > 0).any():
         return search
-    cells = _cells(p)
-    if cells[0].size == 0 or cells[0].size > exact_cells:
+    found = fill_cells(p)
+    if found[0].size == 0 or found[0].size > exact_cells:
         return search
-    exact = fill_exact(p, time_limit, cells)
+    exact = fill_exact(p, time_limit, found)
     if exact is None:
         return search
     if exact.value > search.value + 1e-9 * max(1.0, abs(search.value)):

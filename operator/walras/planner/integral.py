@@ -22,8 +22,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from allocator.integral import (
+    EXACT_CELLS,
+    FillProblem,
+    FillResult,
+    Utility,
+    fill_cells,
+    fill_exact,
+    solve_fill,
+    utility_value,
+)
 from allocator.integral import KINDS as UTILITY_KINDS
-from allocator.integral import FillProblem, Utility, solve_fill, utility_value
+from walras.planner.capacity import NodeTable
 from walras.planner.cluster import pod_vector
 from walras.planner.placement import why_not
 from walras.planner.policies import UNLIMITED
@@ -146,8 +156,8 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
     placed = running.astype(np.int64).copy()
     unmet: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (batch index, q) of wanted new pods with no node
     waiting = np.zeros(n, dtype=np.int64)  # wanted pending pods with no node
-    for b, (batch, result, pods) in enumerate(batches):
-        nodes = result.node.tolist()
+    for b, (batch, proposal, pods) in enumerate(batches):
+        nodes = proposal.node.tolist()
         for q, row in enumerate(batch.rows):
             if nodes[q] >= 0:
                 placed[row, batch.pool] += 1
@@ -163,9 +173,26 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
     built = _problem(ctx, inputs, work, placed, left)
     report = IntegralReport()
     added: list[list[int]] = [[] for _ in range(m)]
-    if built is not None:
+    result = solve_fill(built[0]) if built is not None else None
+    redo = _redo(ctx, inputs, work, batches, placed, waiting, built, result)
+    if redo is not None:  # the exact route over every new replica beats the policies' arrangement plus the fill
+        fresh, used, count, built, result = redo
+        for b, q, row, j in fresh:
+            batches[b][1].node[q] = -1
+            batches[b][1].amount[q] = 0.0
+            batches[b][0].optional[q] = True  # withdrawn: the exact plan places the row's replicas
+            target[row, j] -= 1
+            placed[row, j] -= 1
+        work.table.used[:] = used
+        work.count[:] = count
+        for i in built[1].tolist():
+            for b, u in unmet[i]:
+                batches[b][0].optional[u] = True
+                target[i, batches[b][0].pool] -= 1
+            unmet[i] = []
+            dropped[i] = 0
+    if built is not None and result is not None:
         problem, rows, node_ids = built
-        result = solve_fill(problem)
         placed[rows] = result.counts
         table = work.table
         for q, j, k in zip(result.row.tolist(), result.pool.tolist(), result.node.tolist(), strict=True):
@@ -187,6 +214,60 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
     for b in range(len(batches)):
         _append(ctx, batches, b, added[batches[b][0].pool], waits[batches[b][0].pool], target)
     return report
+
+
+#: Pool policies whose new replicas the exact route may re-arrange (they optimise the priced resource alone);
+#: colocation (interference) and fair (002's mechanisms) pools keep their policy's arrangement.
+REARRANGED = frozenset({"utility", "throughput", "spread"})
+
+
+def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: list[tuple[Batch, Placed, list]],
+          placed: np.ndarray, waiting: np.ndarray, built: tuple[FillProblem, np.ndarray, np.ndarray] | None,
+          result: FillResult | None) -> tuple[list[tuple[int, int, int, int]], np.ndarray, np.ndarray,
+                                              tuple[FillProblem, np.ndarray, np.ndarray], FillResult] | None:
+    """The exact route over every new replica (not only the fill's): the new pods the policies of
+    :data:`REARRANGED` pools placed for rows taking part (jobs without a utility curve) are taken back, and the
+    MILP of :func:`allocator.integral.fill_exact` decides all of them where it is small enough
+    (:data:`allocator.integral.EXACT_CELLS`). Returned (the pods taken back as (batch, q, row, pool), the node
+    table's ``used`` and the Walras pod counts without them, the problem and its result) only when its plan is
+    better than the policies' plus the fill's on the rows it covers; else None."""
+    objects, table = ctx.objects, work.table
+    fresh: list[tuple[int, int, int, int]] = []
+    used, count = table.used.copy(), work.count.copy()
+    for b, (batch, got, pods) in enumerate(batches):
+        pool = objects.pools[batch.pool]
+        if pool.spec.policy not in REARRANGED:
+            continue
+        for q, row in enumerate(batch.rows):
+            k = int(got.node[q])
+            job = objects.jobs[row].spec
+            if k < 0 or pods[q] is not None or not inputs.allowed[row] or job.curve is not None:
+                continue
+            used[k] -= table.vector(pod_vector(ctx.templates[row], job, pool.spec.resource, float(got.amount[q])))
+            count[k] -= 1
+            fresh.append((b, q, row, batch.pool))
+    if not fresh:
+        return None
+    before = placed.copy()
+    for _, _, row, j in fresh:
+        before[row, j] -= 1
+    left = np.maximum(inputs.replicas - before.sum(axis=1) - waiting, 0)
+    left[~inputs.allowed] = 0
+    free = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
+                                  used, table.usable, table.masks, table.labels), count)
+    again = _problem(ctx, inputs, free, before, left)
+    if again is None or fill_cells(again[0])[0].size > EXACT_CELLS:
+        return None
+    exact = fill_exact(again[0])
+    if exact is None:
+        return None
+    now = placed.copy()
+    if built is not None and result is not None:
+        now[built[1]] = result.counts
+    value = again[0].value(now[again[1]])
+    if exact.value <= value + 1e-9 * max(1.0, abs(value)):
+        return None
+    return fresh, used, count, again, exact
 
 
 def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray,
