@@ -8,6 +8,8 @@ case). This phase gives that room away by the market's own objective: it builds 
 each pool's ``spec.capacity`` budget, each job's pod vector per pool and admitted nodes) and adds the replicas that
 problem's route table chooses (exact MILP on small instances, with a certified gap; the price-guided greedy search
 beyond), each with exactly its ``demand`` of the priced resource on one node that has room for its whole request.
+Where the exact route is small enough, it also re-arranges every new replica that the policies of :data:`REARRANGED`
+pools placed, and its plan replaces theirs when it is better (:func:`_redo`).
 
 Which jobs take part (a job's own rule forbids the rest): jobs in the market with replicas left (``spec.replicas``
 minus what runs, is pending or was placed), not an elastic job below its gang minimum, not an elastic job that a fair
