@@ -234,6 +234,11 @@ def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: lis
     table's ``used`` and the Walras pod counts without them, the problem and its result) only when its plan is
     better than the policies' plus the fill's on the rows it covers; else None."""
     objects, table = ctx.objects, work.table
+    # (row, node) pairs the MILP could have: far above its cells' bound, the re-arrangement is not tried (a large
+    # cluster's plan does not pay for building a problem the exact route will not take)
+    sizes = np.array([p.usable.size for p in objects.pools], dtype=np.int64)
+    if int((inputs.offered[inputs.allowed] @ sizes).sum()) > 4 * EXACT_CELLS:
+        return None
     fresh: list[tuple[int, int, int, int]] = []
     used, count = table.used.copy(), work.count.copy()
     for b, (batch, got, pods) in enumerate(batches):
