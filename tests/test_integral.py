@@ -345,3 +345,24 @@ def test_the_plan_reports_the_route_and_the_certified_gap() -> None:
     assert small.solver.integral_gap is not None and small.solver.integral_gap >= 0
     big = build_plan(_gavel(480))
     assert big.solver.integral_route == "search" and big.solver.integral_gap is None
+
+
+def test_a_positive_price_with_placeable_idle_capacity_is_reported_on_the_pool() -> None:
+    """One 8-GPU node; a gang job (elastic, minimum 10) cannot run, so the fill leaves it out by its own rule; a
+    second job takes what the market sells it. The pool is priced while the gang's pod fits a node: the pool says so
+    (IdleWhilePriced) and names the job and the rule."""
+    node = Node("n0", {"pool": "a"}, {GPU: 8.0, "cpu": 64.0, "memory": 256.0 * 2**30, PODS: 110.0})
+    pool = Pool("a", 1, PoolSpec(name="a", node_selector={"pool": "a"}, resource=GPU, policy="utility"))
+    gang = _job("gang", {"a": 1.0}, 1.0, 12, 1.0, 2**30)
+    assert gang.spec is not None
+    gang = replace(gang, spec=replace(gang.spec, elastic=True, min_replicas=10))
+    small = _job("small", {"a": 1.0}, 1.0, 2, 1.0, 2**30)
+    cluster = Cluster(nodes=(node,), pods=(), pools=(pool,), jobs=(gang, small))
+    plan = build_plan(cluster)
+    assert check_plan(cluster, plan) == []
+    assert not [p for p in plan.pods if p.job == "gang" and p.action == "create"]
+    conditions = {c.type: c for c in plan.pools["a"].conditions}
+    assert plan.pools["a"].price > 1e-9  # the market sells the gang its share; placement cannot realise it
+    assert conditions["CapacityIdle"].reason == "IdleWhilePriced"
+    assert "ns/gang (below its gang minimum)" in conditions["CapacityIdle"].message
+    assert any(e.reason == "IdleWhilePriced" and e.name == "a" for e in plan.events)

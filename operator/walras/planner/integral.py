@@ -42,7 +42,7 @@ from walras.planner.policies import UNLIMITED
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
 from walras.planner.spec import UtilitySpec
 
-__all__ = ["IntegralReport", "fill_plan"]
+__all__ = ["IntegralReport", "fill_plan", "idle_while_priced"]
 
 
 def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray, left: np.ndarray,
@@ -366,3 +366,39 @@ def _append(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], b: int,
     node = np.concatenate([got.node, np.array(new_nodes, dtype=np.int64), np.full(unplaced, -1, dtype=np.int64)])
     amount = np.concatenate([got.amount, np.array(amounts, dtype=np.float64), np.zeros(unplaced)])
     batches[b] = (batch, Placed(node, amount, why, got.conditions), pods)
+
+
+def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[Batch, Placed, list]],
+                      work: Reservations, running: np.ndarray, prices: np.ndarray) -> dict[str, str]:
+    """Per pool name, a message where the pool is priced (``p_j > 0``) while a job offered it has a replica left
+    whose pod fits a node there now, after the fill (so only a job the fill leaves out by its own rule: a gang below
+    its minimum, an elastic job a fair pool sizes): a positive price with placeable idle capacity is a defect the
+    plan reports (issue 33), naming the jobs and the rule that keeps them out."""
+    objects, table = ctx.objects, work.table
+    n, m = running.shape
+    if n == 0 or m == 0:
+        return {}
+    placed = running.sum(axis=1).astype(np.int64)
+    for batch, got, _ in batches:
+        for row, k in zip(batch.rows, got.node.tolist(), strict=True):
+            if k >= 0:
+                placed[row] += 1
+    out: dict[str, str] = {}
+    for j, pool in enumerate(objects.pools):
+        if not prices[j] > 1e-9 or pool.usable.size == 0:
+            continue
+        waiting: list[str] = []
+        for i in np.flatnonzero(inputs.offered[:, j] & (placed < inputs.replicas)).tolist():
+            job = objects.jobs[i].spec
+            nodes = pool.usable[ctx.admitted[i][pool.usable]]
+            if pool.spec.degree_limit is not None:
+                nodes = nodes[work.count[nodes] < pool.spec.degree_limit]
+            vec = table.vector(pod_vector(ctx.templates[i], job, pool.spec.resource, job.demand))
+            if nodes.size and table.fits_many(nodes, vec).any():
+                rule = "below its gang minimum" if job.elastic and job.min_replicas > 1 else (
+                    "sized by the fair mechanism" if job.elastic else "left out")
+                waiting.append(f"{job.namespace}/{job.name} ({rule})")
+        if waiting:
+            out[pool.name] = (f"priced {prices[j]:.4g} while a replica of {', '.join(waiting[:5])}"
+                              f"{' and others' if len(waiting) > 5 else ''} fits a node of the pool")
+    return out

@@ -28,7 +28,7 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod, pod_vector
-from walras.planner.integral import FillInputs, fill_plan
+from walras.planner.integral import FillInputs, fill_plan, idle_while_priced
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
@@ -406,6 +406,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     allowed[list(below_min)] = False
     fill = FillInputs(f.replicas, allowed, f.A > 0, f.A, X, frozenset(blocked))
     report = fill_plan(ctx, fill, target, dropped, batches, work, f.running)
+    for name, message in idle_while_priced(ctx, fill, batches, work, f.running, market.prices).items():
+        _report_policy(reported, events, name, (Condition("CapacityIdle", "True", "IdleWhilePriced", message),))
     events.extend(_report_market(objects, market))
     return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
                    below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
