@@ -244,8 +244,14 @@ def test_reused_placements_equal_recomputed_ones_after_a_small_change(monkeypatc
     # only the pools whose requests changed ran their policy (job-000 grew; it may use two pools)
     grown_pools = set(snap.jobs[0]["spec"]["throughput"])
     assert set(reran) <= grown_pools
-    assert set(counter.calls) == {"p0", "p1", "p2", "p3"}  # without the memo every pool's policy runs
+    # without the memo every pool with pods for its policy runs it: the pending pods keep the node the previous plan
+    # gave them (placement.place_batch's sticky pods, issue 33), so only pools with new pods call their policy
+    assert set(reran) <= set(counter.calls) <= grown_pools
     assert len(reran) < 4
+    before = {p.name: p.node for p in previous.pods}
+    pending = {pod["metadata"]["name"] for pod in steady.pods if "nodeName" not in pod["spec"]}
+    assert pending
+    assert {p.name: p.node for p in warm.pods if p.name in pending} == {name: before[name] for name in pending}
 
 
 def test_warm_plans_are_deterministic() -> None:

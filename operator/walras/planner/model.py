@@ -292,6 +292,10 @@ class SolverStats:
     #: no solve ran in this plan: every input was the previous plan's, and so is the result (``seconds`` is 0, the
     #: other fields are that solve's)
     reused: bool = False
+    #: the integral fill's route (``exact``: HiGHS MILP, ``search``: greedy marginal utility; ``""``: nothing to
+    #: fill) and, where the exact route certified one, its gap to the optimum of the fill (:mod:`allocator.integral`)
+    integral_route: str = ""
+    integral_gap: float | None = None
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ from walras.planner.results import Batch, Placed, PlanContext, Reservations
 from walras.planner.reuse import Inputs, Reuse
 from walras.planner.spec import PoolSpec
 
-__all__ = ["Batch", "Placed", "PlacementEntry", "effective_free", "place_batch", "placement_digest", "propose"]
+__all__ = ["Batch", "Placed", "PlacementEntry", "effective_free", "place_batch", "placement_digest", "propose",
+           "whole_replicas", "why_not"]
 
 
 def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np.ndarray) -> np.ndarray:
@@ -61,11 +62,15 @@ def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np
 
 
 def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Reservations, *,
-                memoise: bool) -> Placed:
+                memoise: bool, sticky: np.ndarray | None = None) -> Placed:
     """Place ``batch`` in its pool (Filter, Score by the pool's policy, Reserve into ``work``); ``throughput`` is
     the round's (n, m) ``a_ij``; the pool's policy conditions are returned with the placement
     (:attr:`Placed.conditions`). ``memoise``: read and record the pool's proposal in the context's reuse
-    (:func:`_placement`)."""
+    (:func:`_placement`). ``sticky[q]`` (when given): the node pod q (a pending pod) had in the previous plan, -1
+    for none; such a pod is reserved there first when it still passes the Filter, so a pending pod keeps its
+    binding from plan to plan (the policy places the others)."""
+    if sticky is not None and np.any(sticky >= 0):
+        return _place_sticky(ctx, batch, throughput, work, memoise, sticky)
     n = len(batch.rows)
     out = Placed(np.full(n, -1, dtype=np.int64), np.zeros(n), [""] * n)
     pool = ctx.objects.pools[batch.pool]
@@ -114,6 +119,7 @@ def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Re
         profile=pool.profile,
     )
     result, reports = _placement(request, ctx.reuse if memoise else None)
+    result = whole_replicas(request, result)
     out = Placed(out.node, out.amount, out.why, reports)
     # Reserve, in pod order: the proposal when it passes the Filter, else the best node that does.
     vectors_of: dict[tuple[int, float], np.ndarray] = {}
@@ -121,6 +127,56 @@ def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Re
         return out
     _reserve_one_by_one(ctx, batch, result, work, nodes_k, spec, vectors_of, out)
     return out
+
+
+def _place_sticky(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Reservations, memoise: bool,
+                  sticky: np.ndarray) -> Placed:
+    """:func:`place_batch` with the sticky pods reserved on their previous node first (where it passes the
+    Filter), the rest placed by the pool's policy."""
+    jobs, templates, admitted = ctx.objects.jobs, ctx.templates, ctx.admitted
+    table, count = work.table, work.count
+    spec = ctx.objects.pools[batch.pool].spec
+    member = np.zeros(len(table.names), dtype=bool)
+    member[ctx.objects.pools[batch.pool].usable] = True
+    n = len(batch.rows)
+    node = np.full(n, -1, dtype=np.int64)
+    amount = np.zeros(n)
+    for q in np.flatnonzero(sticky >= 0).tolist():
+        k, row = int(sticky[q]), batch.rows[q]
+        job = jobs[row].spec
+        vec = table.vector(pod_vector(templates[row], job, spec.resource, job.demand))
+        if not (member[k] and admitted[row][k] and table.fits(k, vec)):
+            continue
+        if spec.degree_limit is not None and count[k] >= spec.degree_limit:
+            continue
+        table.add(k, vec)
+        count[k] += 1
+        node[q] = k
+        amount[q] = job.demand
+    rest = np.flatnonzero(node < 0).tolist()
+    got = place_batch(ctx, Batch(batch.pool, [batch.rows[q] for q in rest], [batch.optional[q] for q in rest]),
+                      throughput, work, memoise=memoise)
+    why = [""] * n
+    for t, q in enumerate(rest):
+        node[q], amount[q], why[q] = got.node[t], got.amount[t], got.why[t]
+    return Placed(node, amount, why, got.conditions)
+
+
+def whole_replicas(request: PlacementRequest, result: PlacementResult) -> PlacementResult:
+    """The proposal with every pod of a job without a utility curve given exactly its ``demand`` of the priced
+    resource (a replica is whole: a policy arranges replicas, it never cuts one; issue 33). A job with
+    ``spec.curve`` asks for variable amounts explicitly (assign-and-allocate, paper 000 Sec. 3) and keeps the
+    policy's. A pod whose node cannot hold its demand is moved or left unplaced by the Reserve step."""
+    curved = np.array([job.curve is not None for job in request.jobs], dtype=bool)
+    if curved.all() or request.n_pods == 0:
+        return result
+    demand = request.demand()
+    fixed = ~curved[request.pod_job] & (result.node >= 0)
+    if np.array_equal(result.amount[fixed], demand[fixed]):
+        return result
+    amount = result.amount.copy()
+    amount[fixed] = demand[fixed]
+    return PlacementResult(node=result.node, amount=amount, notes=list(result.notes))
 
 
 def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult, work: Reservations,
@@ -152,7 +208,7 @@ def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult,
                 continue
             fits = mask & table.fits_many(nodes_k, vec)
             if not fits.any():
-                why[q] = _why_not(table, nodes_k, admitted[row], walras_count, degree, vec)
+                why[q] = why_not(table, nodes_k, admitted[row], walras_count, degree, vec)
                 continue
             score = table.free[nodes_k, priced_col] if priced_col is not None else np.zeros(nodes_k.size)
             t = int(np.flatnonzero(fits)[np.argmax(score[fits])])
@@ -208,7 +264,7 @@ def _reserve_as_proposed(ctx: PlanContext, batch: Batch, result: PlacementResult
     return True
 
 
-def _why_not(table: NodeTable, nodes_k: np.ndarray, admitted: np.ndarray, walras_count: np.ndarray,
+def why_not(table: NodeTable, nodes_k: np.ndarray, admitted: np.ndarray, walras_count: np.ndarray,
              degree: int | None, vec: np.ndarray) -> str:
     """Why no node of the pool takes a pod: the degree limit, fragmentation (the pool has the room in total, no
     single node does), or capacity."""

@@ -97,7 +97,8 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     outcome, actions = migrated.outcome, migrated.actions
     market = outcome.market
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
-                         market.seconds, market.device, outcome.rounds, market.eps, market.reused)
+                         market.seconds, market.device, outcome.rounds, market.eps, market.reused,
+                         outcome.integral.route, outcome.integral.gap)
     statuses = job_statuses(ctx, outcome, actions, resizes, jobs)
     jobs.update(statuses.jobs)
     priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)

@@ -161,6 +161,21 @@ class Reservations:
 
 
 @dataclass(frozen=True)
+class IntegralReport:
+    """What the integral fill (:mod:`walras.planner.integral`) did: the route (``"exact"``, ``"search"``; ``""``
+    when nothing could be filled), replicas added, the objective ``sum_i u_i`` of the plan's replicas (the starved
+    value of :mod:`allocator.integral` for a job with none), the certified upper bound and gap where the exact route
+    gave one (else None), and the seconds it took."""
+
+    route: str = ""
+    added: int = 0
+    value: float = 0.0
+    bound: float | None = None
+    gap: float | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class Outcome:
     """The last round: market result, replica targets, and what placement did with each batch."""
 
@@ -184,6 +199,8 @@ class Outcome:
     #: (the policies' warnings, then the market's), in the order raised.
     pool_conditions: Mapping[str, tuple[Condition, ...]] = field(default_factory=dict)
     events: tuple[PlanEvent, ...] = ()
+    #: What the integral fill added and how (:mod:`walras.planner.integral`).
+    integral: IntegralReport = field(default_factory=lambda: IntegralReport())
 
     @cached_property
     def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import Pod, pod_vector
+from walras.planner.cluster import PODS, Pod, pod_vector
+from walras.planner.integral import FillInputs, fill_plan, idle_while_priced
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
@@ -45,53 +46,95 @@ class KeptUseEntry:
     running pod lists and the node names, pool resources and usable nodes in ``inputs``."""
 
     inputs: Inputs
-    kept: tuple[float, ...]
+    kept: tuple[tuple[float, float], ...]  # per pool: on its usable nodes, on its other member nodes
 
 
-def _sellable(ctx: PlanContext, observed: Observed) -> np.ndarray:
+def _placeable(ctx: PlanContext, walras_count: np.ndarray, hostable: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    """Per pool, the most of its priced resource new replicas can take now: at most, per usable node, its free
+    priced amount or its free slots (degree limit and ``pods``) times the largest demand of the jobs offered the
+    pool, whichever is less; and at most what the jobs offered it could place, each class's pods counted on every
+    resource (``hostable[i, j]`` times its demand). So a pool with ``degreeLimit: 2`` and 4 pod slots is not sold 16
+    GPUs (issue 33)."""
+    objects, table = ctx.objects, ctx.table
+    demand = np.array([info.spec.demand for info in objects.jobs], dtype=np.float64)
+    out = np.zeros(len(objects.pools))
+    pods = table.column[PODS]
+    for j, pool in enumerate(objects.pools):
+        c = table.column.get(pool.spec.resource)
+        nodes = pool.usable
+        if c is None or nodes.size == 0 or not offered[:, j].any():
+            continue
+        free = np.maximum(table.free[nodes], 0.0)
+        slots = np.floor(free[:, pods] + 1e-9)
+        if pool.spec.degree_limit is not None:
+            slots = np.minimum(slots, np.maximum(pool.spec.degree_limit - walras_count[nodes], 0))
+        top = float(demand[offered[:, j]].max())
+        by_slots = float(np.minimum(free[:, c], slots * top).sum())
+        by_class = float((hostable[offered[:, j], j] * demand[offered[:, j]]).sum())
+        out[j] = min(by_slots, by_class)
+    return out
+
+
+def _sellable(ctx: PlanContext, observed: Observed, placeable: np.ndarray | None = None) -> np.ndarray:
     """``R_j``: the pool's priced resource on its usable nodes (or its spec.capacity) less what pods other than its
-    kept replicas use there. With the context's reuse (:mod:`.reuse`), the per-pool sums over the kept replicas are
-    the recorded ones when the running pods are the same lists (the observe phase reused them) on the same nodes and
-    each pool has the same usable nodes and priced resource; this plan's are recorded."""
+    kept replicas use there, plus what its kept replicas hold on its nodes that take no new pod (cordoned, or
+    NotReady within the node-loss grace): a kept replica holds its capacity wherever it runs in the pool, so a
+    cordon or a NotReady blip does not shrink what the market sells its jobs (issue 33; such pods are never removed
+    for it). With the context's reuse (:mod:`.reuse`), the per-pool sums over the kept replicas are the recorded ones
+    when the running pods are the same lists (the observe phase reused them) on the same nodes and each pool has the
+    same member and usable nodes and priced resource; this plan's are recorded."""
     objects, table, reuse = ctx.objects, ctx.table, ctx.reuse
     m = len(objects.pools)
     out = np.zeros(m)
     resources = [pool.spec.resource for pool in objects.pools]
-    inputs = (Same((observed.running,)), table.names, resources, [array_key(pool.usable) for pool in objects.pools])
+    inputs = (Same((observed.running,)), table.names, resources,
+              [(array_key(pool.usable), array_key(pool.members)) for pool in objects.pools])
     hit = reuse.lookup(KeptUseEntry, inputs)
     kept = hit.kept if hit is not None else tuple(_kept(objects, observed, table, resources))
     reuse.store(hit if hit is not None else KeptUseEntry(inputs, kept))
     for j, pool in enumerate(objects.pools):
         c = table.column.get(pool.spec.resource)
-        if c is None or pool.usable.size == 0:
+        on_usable, elsewhere = kept[j]
+        if c is None:
+            continue
+        if pool.usable.size == 0:
+            out[j] = elsewhere
             continue
         alloc = float(table.alloc[pool.usable, c].sum())
         base = alloc if pool.spec.capacity is None else float(pool.spec.capacity)
         used = float(table.used[pool.usable, c].sum())
-        out[j] = max(base - (used - kept[j]), 0.0)
+        sold = max(base - (used - on_usable), 0.0)
+        if placeable is not None:
+            sold = min(sold, on_usable + float(placeable[j]))
+        out[j] = sold + elsewhere
     return out
 
 
-def _kept(objects: Objects, observed: Observed, table: NodeTable, resources: list[str]) -> list[float]:
-    """Per pool, the priced resource its kept replicas (running pods on its usable nodes) use."""
+def _kept(objects: Objects, observed: Observed, table: NodeTable, resources: list[str]) -> list[tuple[float, float]]:
+    """Per pool, the priced resource its kept replicas (running pods on its nodes) use on its usable nodes and on
+    its other member nodes (cordoned, NotReady)."""
     m = len(objects.pools)
     index = table.index
-    # One pass over the running pods: per pool, the priced resource its kept replicas use on its usable nodes
-    # (summed in row order, then pod order, as a per-pool pass would).
-    in_pool = np.zeros(len(table.names), dtype=np.int64) - 1
-    for j, pool in enumerate(objects.pools):
-        in_pool[pool.usable] = j
-    usable_in = in_pool.tolist()
-    kept = [0.0] * m
+    # One pass over the running pods, summed in row order, then pod order, as a per-pool pass would.
+    usable_in = np.zeros(len(table.names), dtype=bool)
+    for pool in objects.pools:
+        usable_in[pool.usable] = True
+    usable_list = usable_in.tolist()
+    on_usable = [0.0] * m
+    elsewhere = [0.0] * m
     for row in observed.running:
         for j, pods in enumerate(row):
             if not pods:
                 continue
             resource = resources[j]
             for pod in pods:
-                if pod.node is not None and usable_in[index[pod.node]] == j:
-                    kept[j] += pod.requests.get(resource, 0.0)
-    return kept
+                if pod.node is None:
+                    continue
+                if usable_list[index[pod.node]]:
+                    on_usable[j] += pod.requests.get(resource, 0.0)
+                else:
+                    elsewhere[j] += pod.requests.get(resource, 0.0)
+    return list(zip(on_usable, elsewhere, strict=True))
 
 
 def _room(objects: Objects, table: NodeTable) -> np.ndarray:
@@ -235,6 +278,9 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     rounded = np.floor(total_share + 0.5).astype(np.int64)
     keep = (np.floor(total_share + 1e-6) <= have) & (have <= np.ceil(total_share - 1e-6)) & (have > 0)
     totals = np.minimum(replicas, np.where(keep, have, rounded))
+    # What exists stays (up to the replicas): the integral fill gives idle room beyond the market's rounding, so a
+    # job above its rounded share is not cut back to it (a plan of the applied plan changes nothing).
+    totals = np.maximum(totals, np.minimum(have, replicas))
     totals[fair_elastic] = np.minimum(replicas, np.maximum(totals, have))[fair_elastic]
     totals[elastic & (low > 0) & (totals < low) & ~fair_elastic] = 0
     weights = np.where((shares.sum(axis=1) > 0)[:, None], shares, existing.astype(np.float64))
@@ -298,11 +344,14 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     blocked: dict[tuple[int, int], str] = {}
     for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
         blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
-    R = _sellable(ctx, observed)
+    R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
     previous = ctx.previous
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
+    # each pending pod's node in the previous plan (a pending pod keeps it while it fits there)
+    before = {(p.namespace, p.name): p.node for p in previous.pods if p.node is not None} if (
+        previous is not None and any(any(cell) for row in observed.pending for cell in row)) else {}
     rounds = 0
     last_short = 1 << 62
     reported: dict[str, list[Condition]] = {}
@@ -333,7 +382,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         reasons: dict[tuple[int, int], str] = {}
         for j in range(m):
             batch, pods = _batch(observed, f, j, target - f.running, (granted, fair_share, X, target))
-            placed = place_batch(ctx, batch, A_eff, work, memoise=True)
+            placed = place_batch(ctx, batch, A_eff, work, memoise=True, sticky=_sticky(pods, before, table.index))
             batches.append((batch, placed, pods))
             _report_policy(reported, events, objects.pools[j].name, placed.conditions)
             for q, (i, k) in enumerate(zip(batch.rows, placed.node.tolist(), strict=True)):
@@ -352,10 +401,43 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
             if placed_here <= 0 and f.running[i, j] == 0:
                 blocked[(i, j)] = reasons.get((i, j)) or "NoRoom"
             R[j] = max(R[j] - short[i, j] * f.per_replica[i], 0.0)
+    # The integral fill (:mod:`.integral`): whole replicas on the room rounding and the policies left idle.
+    gang = f.elastic & (f.low > 0) & (_placed_rows(batches, f.running) < f.low)
+    allowed = (f.replicas > 0) & ~fair_elastic & ~gang
+    allowed[list(below_min)] = False
+    fill = FillInputs(f.replicas, allowed, f.A > 0, f.A, X, frozenset(blocked))
+    report = fill_plan(ctx, fill, target, dropped, batches, work, f.running)
+    for name, message in idle_while_priced(ctx, fill, batches, work, f.running, market.prices).items():
+        _report_policy(reported, events, name, (Condition("CapacityIdle", "True", "IdleWhilePriced", message),))
     events.extend(_report_market(objects, market))
     return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
                    below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
-                   tuple(events))
+                   tuple(events), report)
+
+
+def _sticky(pods: list[Pod | None], before: Mapping[tuple[str, str], str | None],
+            index: Mapping[str, int]) -> np.ndarray | None:
+    """Per pod of a batch, the node index the previous plan gave its pending pod (-1: a new pod or none); None when
+    no pod has one."""
+    if not before:
+        return None
+    out = np.full(len(pods), -1, dtype=np.int64)
+    for q, pod in enumerate(pods):
+        if pod is not None:
+            node = before.get((pod.namespace, pod.name))
+            if node is not None:
+                out[q] = index.get(node, -1)
+    return out if np.any(out >= 0) else None
+
+
+def _placed_rows(batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray) -> np.ndarray:
+    """Per job row, the replicas that run or were placed in this round."""
+    out = running.sum(axis=1).astype(np.int64)
+    for batch, result, _ in batches:
+        for row, k in zip(batch.rows, result.node.tolist(), strict=True):
+            if k >= 0:
+                out[row] += 1
+    return out
 
 
 def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
