@@ -255,8 +255,6 @@ def test_a_disruption_budget_blocks_a_capacity_lowering_shrink(env: Env, walras:
     finish(env, "guarded")
 
 
-@pytest.mark.xfail(strict=True, reason="needs r14-integral's kept-replica capacity: the market still shrinks a job "
-                                       "whose pods run on a cordoned node, and the shrink evicts them")
 def test_a_cordon_removes_nothing(env: Env, walras: CountingOperator) -> None:
     pool_name, nodes = env.setup_pool("cordon", 2, 2)
     env.job("steady", {pool_name: 1.0}, 4)

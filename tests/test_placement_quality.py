@@ -22,6 +22,9 @@ from tests.planning import build_plan
 from tests.reference import Instance, Metrics, Reference, evaluate, generate, optimum, snapshot
 
 SEEDS = (0, 2, 4, 11, 16, 18)
+#: Generated clusters where the integral stage is known to stay below the min target (bench.placement over 20
+#: clusters: placed/optimal 0.871 on seed 19, 0.928 on seed 10; issue 33 stays open for them).
+BELOW_TARGET = (10, 19)
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,12 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases() -> list[Case]:
+    return _cases(SEEDS)
+
+
+def _cases(seeds: tuple[int, ...]) -> list[Case]:
     out = []
-    for seed in SEEDS:
+    for seed in seeds:
         inst = generate(seed)
         ref = optimum(inst, time_limit=20)
         plan = build_plan(snapshot(inst))
@@ -58,8 +65,6 @@ def test_reference_bounds_the_plan(cases: list[Case]) -> None:
             assert value <= ref.bound + 1e-9, (case.seed, value, ref.bound)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33: the integral stage does not realise the market yet "
-                                       "(median placed/optimal ~0.93, GPUs idle while jobs wait, starved jobs)")
 def test_issue_33_targets(cases: list[Case]) -> None:
     ratios = np.array([c.metrics.ratio for c in cases])
     report = {c.seed: (round(c.metrics.ratio, 4), c.metrics.idle_waiting, c.metrics.starved, c.metrics.under_demand)
@@ -70,3 +75,13 @@ def test_issue_33_targets(cases: list[Case]) -> None:
     assert all(c.metrics.idle_waiting == 0 for c in cases), report
     assert all(c.metrics.starved == 0 for c in cases), report
     assert all(c.metrics.under_demand == 0 for c in cases), report
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="issue 33: on these clusters the integral stage reaches 0.87-0.93 of the optimum (min >= 0.95)")
+def test_issue_33_min_target_on_the_clusters_below_it() -> None:
+    below = _cases(BELOW_TARGET)
+    report = {c.seed: round(c.metrics.ratio, 4) for c in below}
+    assert all(c.metrics.idle_waiting == 0 and c.metrics.starved == 0 and c.metrics.under_demand == 0
+               for c in below), report  # work conservation holds there too: only the ratio may fail
+    assert min(c.metrics.ratio for c in below) >= 0.95, report

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from walras.kube.decode import cluster_from
@@ -277,8 +276,6 @@ def test_settled_examples_plan_the_same_prices_and_pods() -> None:
                for plan in plans)
 
 
-@pytest.mark.xfail(strict=True, reason="needs r14-integral: rounds.run_rounds reuses the market of round 1 only; "
-                                       "after a cordon, placement feedback re-prices in round 2 every plan")
 def test_settled_examples_reuse_the_previous_solve() -> None:
     plans = _examples_after_a_cordon_and_a_capacity_change()
     assert all(plan.solver.reused for plan in plans), [(p.solver.reused, p.solver.rounds) for p in plans]

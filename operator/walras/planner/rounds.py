@@ -261,7 +261,7 @@ def _hostable(ctx: PlanContext, walras_count: np.ndarray) -> tuple[np.ndarray, d
 def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarray,
                     elastic: np.ndarray, low: np.ndarray, fair_elastic: np.ndarray,
                     columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-                    dropped: np.ndarray | None = None) -> np.ndarray:
+                    dropped: np.ndarray | None = None, keep_existing: np.ndarray | None = None) -> np.ndarray:
     """Integral replicas per job and pool from the market's fractional replicas ``shares = N_i x_ij``.
 
     The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor or
@@ -271,7 +271,10 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
     ``(demand per replica, free room per pool, running (n, m), offered (n, m))``, new replicas that rounding put in a
     pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
-    existing pods always stay; ``dropped`` counts the replicas that found no pool with room).
+    existing pods always stay; ``dropped`` counts the replicas that found no pool with room). What exists stays up to
+    ``N_i`` (the integral fill gives idle room beyond the rounding), except for the rows where ``keep_existing`` is
+    False: jobs with pods in a pool whose kept replicas need more than it sells (a ``spec.capacity`` lowered below
+    what runs), which the market shrinks to its rounding (their surplus is evicted, :mod:`.reconcile`).
     """
     total_share = shares.sum(axis=1)
     have = existing.sum(axis=1)
@@ -280,7 +283,8 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     totals = np.minimum(replicas, np.where(keep, have, rounded))
     # What exists stays (up to the replicas): the integral fill gives idle room beyond the market's rounding, so a
     # job above its rounded share is not cut back to it (a plan of the applied plan changes nothing).
-    totals = np.maximum(totals, np.minimum(have, replicas))
+    kept = np.minimum(have, replicas)
+    totals = np.maximum(totals, kept if keep_existing is None else np.where(keep_existing, kept, 0))
     totals[fair_elastic] = np.minimum(replicas, np.maximum(totals, have))[fair_elastic]
     totals[elastic & (low > 0) & (totals < low) & ~fair_elastic] = 0
     weights = np.where((shares.sum(axis=1) > 0)[:, None], shares, existing.astype(np.float64))
@@ -345,6 +349,10 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
         blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
     R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
+    # pools whose running replicas need more than the pool sells (spec.capacity lowered below what runs): their jobs
+    # are shrunk to the market's rounding, every other job keeps what it runs
+    oversold = (f.running * f.per_replica[:, None]).sum(axis=0) > R + 1e-9 if n else np.zeros(m, dtype=bool)
+    keep_existing = ~(f.running[:, oversold] > 0).any(axis=1) if n else np.zeros(0, dtype=bool)
     previous = ctx.previous
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
@@ -372,7 +380,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         fair_elastic = fair_share.any(axis=1)
         dropped = np.zeros((n, m), dtype=np.int64)
         target = replica_targets(f.replicas[:, None] * X, f.replicas, f.existing, f.elastic, f.low, fair_elastic,
-                                 (f.per_replica, f.room, f.running, A_eff > 0), dropped)
+                                 (f.per_replica, f.room, f.running, A_eff > 0), dropped, keep_existing)
         table = ctx.table
         work = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
                                       table.alloc, table.used.copy(), table.usable), observed.walras_count.copy())
