@@ -29,6 +29,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", metavar="FILE", help="CSV trace (columns arrival,job_type,work,pods)")
     source.add_argument("--generate", action="store_true", help="generate a trace as Gavel does")
+    source.add_argument("--gavel-trace", metavar="FILE", help="a trace file in Gavel's tab-separated format")
+    parser.add_argument("--single-gpu", action="store_true", help="generate Gavel's single-GPU trace (default multi)")
+    parser.add_argument("--measure", metavar="FIRST,LAST", default=None,
+                        help="steady state: stop when jobs FIRST..LAST-1 finished and report their JCT (as Gavel)")
     parser.add_argument("--jobs", type=int, default=100, help="jobs to generate (default 100)")
     parser.add_argument("--rate", type=float, default=10.0, help="arrivals per hour when generating (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated trace (default 0)")
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from walras.simulate.engine import EngineOptions, check_trace, simulate
     from walras.simulate.policies import POLICIES
     from walras.simulate.report import write_report
-    from walras.simulate.trace import generate, read_csv
+    from walras.simulate.trace import generate, read_csv, read_gavel
 
     try:
         cluster = parse_cluster(args.cluster)
@@ -79,13 +83,22 @@ def run(args: argparse.Namespace) -> int:
             if not Path(args.trace).is_file():
                 raise UsageError(f"--trace: {args.trace}: no such file")
             trace = read_csv(args.trace)
+        elif args.gavel_trace is not None:
+            if not Path(args.gavel_trace).is_file():
+                raise UsageError(f"--gavel-trace: {args.gavel_trace}: no such file")
+            trace = read_gavel(args.gavel_trace)
         else:
-            trace = generate(args.jobs, args.rate, args.seed)
+            trace = generate(args.jobs, args.rate, args.seed, multi_gpu=not args.single_gpu)
         check_trace(trace, cluster)
+        parts = [] if args.measure is None else args.measure.split(",")
+        window = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(v.strip().isdigit() for v in parts) else None
+        if args.measure is not None and (window is None or not 0 <= window[0] < window[1] <= len(trace.jobs)):
+            raise UsageError(f"--measure: FIRST,LAST job ids with 0 <= FIRST < LAST <= {len(trace.jobs)}, "
+                             f"got {args.measure}")
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(str(exc)) from None
     show = sys.stderr.isatty() if args.progress is None else args.progress
-    options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check)
+    options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check, until=window)
 
     def report(policy: str, now: float, finished: int, total: int) -> None:
         print(f"\r{policy}: t={now / 3600:.2f} h, {finished}/{total} jobs finished", end="", file=sys.stderr,
@@ -105,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             "restart_delay": args.restart_delay, "policies": list(names)}
     summaries = write_report(runs, trace.throughput_matrix(cluster.types), out,
                              title=f"walras simulate: {trace.source} on {args.cluster}", meta=meta,
-                             plots=args.plots)
+                             plots=args.plots, window=window)
     print((out / "report.md").read_text(), end="")
     bad = [s.policy for s in summaries if s.violations]
     if bad:

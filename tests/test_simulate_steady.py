@@ -1,0 +1,95 @@
+"""Steady-state measurement (issue 31): the engine stops when a window of jobs finished (as Gavel's ``-s``/``-e``),
+and :func:`walras.simulate.report.steady_state` reports that window; checked against values recomputed here from the
+run's arrival and finish times, and on hand-made traces whose outcome is known."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from walras.cli import simulate as cli
+from walras.cli.errors import UsageError
+from walras.simulate.cluster import parse_cluster
+from walras.simulate.engine import EngineOptions, simulate
+from walras.simulate.report import in_system, steady_state
+from walras.simulate.trace import Trace, TraceJob, generate, write_gavel
+
+R18 = "ResNet-18 (batch size 16)"
+R18_V100 = 32.3534  # iterations/s of one ResNet-18 (batch size 16) on one V100 (Gavel's table)
+
+
+def _serial(n: int, gap: float, seconds: float) -> Trace:
+    """n one-GPU ResNet-18 jobs, one every ``gap`` seconds, each ``seconds`` long alone on a V100."""
+    row = (4.79529, 35.8692, R18_V100)
+    jobs = tuple(TraceJob(k, k * gap, R18, 1, seconds * R18_V100, row) for k in range(n))
+    return Trace(jobs, ("k80", "p100", "v100"), "serial")
+
+
+@pytest.mark.parametrize("policy", ["fifo", "gavel"])
+def test_until_stops_when_the_window_finished(policy: str) -> None:
+    trace = generate(120, 6.0, seed=4, multi_gpu=False)
+    cluster = parse_cluster("k80=2x1,p100=2x1,v100=2x1")
+    run = simulate(trace, cluster, policy, EngineOptions(check=False, until=(20, 40)))
+    window = np.arange(20, 40)
+    assert np.isfinite(run.finish[window]).all()
+    last = float(run.finish[window].max())
+    assert last <= run.end <= last + EngineOptions().window + 1e-6  # the batch of the last finish, then stop
+    assert not np.isfinite(run.finish).all()  # an overloaded 6-GPU cluster: later jobs are still in the system
+    s = steady_state(run, trace.throughput_matrix(cluster.types), 20, 40)
+    jct = (run.finish[window] - run.arrival[window]) / 3600.0
+    assert s.finished == 20 and s.avg_jct == pytest.approx(jct.mean()) and s.p99_jct == pytest.approx(
+        np.percentile(jct, 99))
+    brute_start = sum(1 for a, f in zip(run.arrival, run.finish, strict=True)
+                      if a <= run.arrival[20] and not (np.isfinite(f) and f <= run.arrival[20]))
+    assert s.in_system_start == brute_start == in_system(run, float(run.arrival[20]))
+    assert s.makespan == pytest.approx(run.end / 3600.0)
+    assert s.growing  # 6 jobs/h of ~17 h jobs on 6 GPUs
+
+
+def test_steady_when_every_job_runs_alone() -> None:
+    # a job every hour, each 30 min alone on a V100, two V100s: nobody waits, JCT is exactly 0.5 h
+    trace = _serial(40, 3600.0, 1800.0)
+    run = simulate(trace, parse_cluster("v100=2x1"), "fifo", EngineOptions(check=False, until=(10, 30)))
+    s = steady_state(run, trace.throughput_matrix(("v100",)), 10, 30)
+    assert s.avg_jct == pytest.approx(0.5) and s.median_jct == pytest.approx(0.5)
+    assert (s.in_system_start, s.in_system_end, s.growing) == (1, 1, False)
+    assert s.moves_per_job_hour == 0.0
+    assert np.isnan(run.finish[35])  # stopped at job 29's finish: job 35 never arrived before
+    with pytest.raises(ValueError, match="window"):
+        steady_state(run, trace.throughput_matrix(("v100",)), 30, 50)
+    with pytest.raises(ValueError, match="window of jobs"):
+        simulate(trace, parse_cluster("v100=2x1"), "fifo", EngineOptions(until=(5, 41)))
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    return parser.parse_args(["simulate", *argv])
+
+
+def test_cli_measures_a_window_of_a_gavel_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "g.trace"
+    write_gavel(generate(60, 4.0, seed=5, multi_gpu=False), path)
+    out = tmp_path / "report"
+    status = cli.run(_args("--gavel-trace", str(path), "--cluster", "k80=4x1,p100=4x1,v100=4x1", "--measure",
+                           "10,30", "--policies", "fifo,walras", "-o", str(out), "--no-progress", "--no-plots"))
+    assert status == 0
+    body = json.loads((out / "report.json").read_text())
+    assert [(s["policy"], s["first"], s["last"], s["finished"]) for s in body["steady_state"]] == [
+        ("fifo", 10, 30, 20), ("walras", 10, 30, 20)]
+    assert "Steady state: jobs 10-29" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--generate", "--measure", "5"), "--measure: FIRST,LAST"),
+    (("--generate", "--jobs", "20", "--measure", "10,30"), "LAST <= 20"),
+    (("--generate", "--measure", "a,b"), "--measure"),
+    (("--gavel-trace", "/nonexistent.trace"), "no such file"),
+])
+def test_cli_steady_errors_are_one_line(tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(UsageError, match=message) as err:
+        cli.run(_args(*argv, "-o", str(tmp_path)))
+    assert "\n" not in str(err.value)
