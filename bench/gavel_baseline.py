@@ -43,6 +43,9 @@ RESULTS = ROOT / "docs" / "bench" / "simulate" / "gavel.json"
 CLUSTER = "k80=36x1,p100=36x1,v100=36x1"
 GAVEL_POLICIES = ("fifo", "max_min_fairness_perf")
 OURS = ("fifo", "gavel", "walras", "walras-migrate")
+#: Column order of our policies in the table (the ones recorded).
+ORDER = ("fifo", "kueue", "gavel-fifo", "gavel", "walras", "walras-migrate", "walras-timeslice")
+DRIVER = "scripts/drivers/simulate_scheduler_with_trace.py"
 _JOB_LINE = re.compile(r"^Job (\d+)(?: \(high priority\))?: ([0-9.]+)$")
 
 
@@ -56,11 +59,23 @@ def gavel_jcts(out: str) -> dict[int, float]:
     return jcts
 
 
-def run_gavel(gavel: Path, trace_file: Path, policy: str, first: int, last: int) -> dict:
-    """One run of Gavel's trace driver; its window's JCTs and utilisation."""
+def run_gavel(gavel: Path, trace_file: Path, policy: str, first: int, last: int,
+              reset: float | None = None) -> dict:
+    """One run of Gavel's trace driver; its window's JCTs and utilisation. ``reset``: Gavel's
+    ``minimum_time_between_allocation_resets`` (its default 1,920 s: the allocation is recomputed on an arrival or
+    a completion only when that long has passed since the last recomputation; a job that arrived in between has no
+    allocation and does not run) set for the experiment of the page; None: Gavel's default."""
     python = gavel / ".venv" / "bin" / "python"
-    cmd = [str(python), "scripts/drivers/simulate_scheduler_with_trace.py", "-t", str(trace_file), "-p", policy,
-           "-c", "36:36:36", "-s", str(first), "-e", str(last), "--seed", "0"]
+    args = ["-t", str(trace_file), "-p", policy, "-c", "36:36:36", "-s", str(first), "-e", str(last), "--seed", "0"]
+    # Gavel logs every round (hundreds of MB per run, most of its wall time): logging is disabled in the process
+    # (the JCTs are printed, not logged); the simulation is untouched.
+    patch = "" if reset is None else (
+        "import scheduler; init = scheduler.Scheduler.__init__; "
+        f"scheduler.Scheduler.__init__ = lambda self, *a, **k: init(self, *a, **{{**k, "
+        f"'minimum_time_between_allocation_resets': {float(reset)!r}}}); ")
+    wrapper = ("import logging, runpy, sys; logging.disable(logging.CRITICAL); " + patch +
+               f"sys.argv = [{DRIVER!r}] + sys.argv[1:]; runpy.run_path({DRIVER!r}, run_name='__main__')")
+    cmd = [str(python), "-c", wrapper, *args]
     tick = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
         done = subprocess.run(cmd, cwd=gavel, stdout=subprocess.PIPE, stderr=err, text=True, check=False)
@@ -72,7 +87,8 @@ def run_gavel(gavel: Path, trace_file: Path, policy: str, first: int, last: int)
     jcts = gavel_jcts(done.stdout)
     window = np.array([jcts[i] for i in range(first, last) if i in jcts]) / 3600.0
     util = re.search(r"Cluster utilization: ([0-9.]+)", done.stdout)
-    return {"command": " ".join(cmd[1:]), "finished": int(window.size), "avg_jct_h": float(window.mean()),
+    command = " ".join([DRIVER, *args]) + ("" if reset is None else f" (allocation reset {reset:g} s)")
+    return {"command": command, "finished": int(window.size), "avg_jct_h": float(window.mean()),
             "median_jct_h": float(np.median(window)), "p99_jct_h": float(np.percentile(window, 99)),
             "utilisation": float(util.group(1)) if util else None, "wall_s": wall}
 
@@ -117,9 +133,11 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         latest[(r["kind"], r["rate"], r["jobs"], r["window"][0], r["window"][1], r["engine"], r["policy"])] = r
     keys = sorted({k[:5] for k in latest})
-    columns = [("gavel", p) for p in GAVEL_POLICIES] + [("walras", p) for p in OURS]
+    extra = sorted({k[6] for k in latest if k[5] == "gavel" and k[6] not in GAVEL_POLICIES})
+    ours = [p for p in ORDER if any(k[5] == "walras" and k[6] == p for k in latest)]
+    columns = [("gavel", p) for p in (*GAVEL_POLICIES, *extra)] + [("walras", p) for p in ours]
     head = ["trace", "rate (jobs/h)", "window"] + [f"{e} {p}" for e, p in columns] + \
-        ["ours fifo / Gavel FIFO", "ours gavel / Gavel LAS", "ours walras / Gavel LAS"]
+        ["ours fifo / Gavel FIFO", "ours gavel-fifo / Gavel FIFO", "ours gavel / Gavel LAS", "ours walras / Gavel LAS"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in keys:
         cells = []
@@ -130,10 +148,36 @@ def render(rows: list[dict]) -> str:
             cells.append("-" if r is None else f"{r['avg_jct_h']:.2f}" + ("" if not r.get("growing") else " (growing)"))
 
         cells += [_ratio(values, ("walras", "fifo"), ("gavel", "fifo")),
+                  _ratio(values, ("walras", "gavel-fifo"), ("gavel", "fifo")),
                   _ratio(values, ("walras", "gavel"), ("gavel", "max_min_fairness_perf")),
                   _ratio(values, ("walras", "walras"), ("gavel", "max_min_fairness_perf"))]
         lines.append("| " + " | ".join([key[0], f"{key[1]:g}", f"{key[3]}-{key[4] - 1} of {key[2]}", *cells]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def section(rows: list[dict]) -> list[str]:
+    """The page's section (``bench.simulate`` includes it in ``docs/bench/simulate.md``): what was run, the table,
+    and the hand-written analysis ``docs/bench/simulate/gavel_notes.md`` when present."""
+    if not rows:
+        return []
+    commands = sorted({r["command"] for r in rows if r["engine"] == "gavel"})
+    machines = sorted({r["machine"] for r in rows})
+    loads = [r["load"] for r in rows]
+    lines = ["### The real Gavel side by side on the same trace (issue 31)", "",
+             "`python -m bench.gavel_baseline` (module docstring): per rate, one trace of Gavel's generator "
+             "(`walras.simulate.trace.generate`, seed 0) written in Gavel's format, then Gavel's own simulator "
+             "(stanford-futuredata/gavel c4fa400, `../shared/baselines/gavel`, copied to /tmp with its own venv; 6-min "
+             "rounds, ECOS) and `walras simulate`'s engine (`k80=36x1,p100=36x1,v100=36x1`, 60 s coalescing, 30 s "
+             "restart delay) on that same file; average JCT (hours) of the window's jobs, each engine stopping when "
+             "the window finished. Gavel's `max_min_fairness_perf` is its heterogeneity-aware LAS (\"Gavel\" in the "
+             "paper). One run per cell (the simulated numbers are deterministic); machine: " + "; ".join(machines)
+             + f", load average {min(loads):.1f}-{max(loads):.1f} (shared).", "",
+             "Gavel's commands (run from its copy, `.venv/bin/python ...`):", "",
+             *[f"- `{c}`" for c in commands], "", render(rows).rstrip(), ""]
+    notes = RESULTS.parent / "gavel_notes.md"
+    if notes.exists():
+        lines += [notes.read_text().strip(), ""]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(OURS), help="our policies")
     parser.add_argument("--traces", type=Path, default=Path("/tmp/walras-gavel-traces"),
                         help="where the trace files are written (deterministic in kind, jobs, rate and seed)")
+    parser.add_argument("--gavel-reset", type=float, default=None,
+                        help="Gavel's minimum_time_between_allocation_resets, seconds (default: Gavel's 1,920)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="the JSON file the records are appended to (render reads every gavel*.json beside it)")
     parser.add_argument("--render", action="store_true", help="print the table of the recorded results and exit")
@@ -174,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         for engine, policy in todo:
             started = now_utc()
             load = os.getloadavg()[0]
-            result = (run_gavel(args.gavel, path.resolve(), policy, first, last) if engine == "gavel"
-                      else run_ours(trace, policy, first, last))
-            entry = {**base, "engine": engine, "policy": policy, "started": started, "load": load, **result}
+            result = (run_gavel(args.gavel, path.resolve(), policy, first, last, args.gavel_reset)
+                      if engine == "gavel" else run_ours(trace, policy, first, last))
+            name = policy if engine != "gavel" or args.gavel_reset is None else f"{policy} reset {args.gavel_reset:g}"
+            entry = {**base, "engine": engine, "policy": name, "started": started, "load": load, **result}
             record(entry, args.results)
             print(f"{kind} rate {rate:g} {engine} {policy}: avg JCT {result['avg_jct_h']:.2f} h "
                   f"({result['finished']} of the window finished, {result['wall_s']:.0f} s)", flush=True)

@@ -379,6 +379,12 @@ def write_doc(saved: dict[str, object], speed: dict[str, object], capacity: int)
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         lines += [analysis.read_text().strip(), ""]
+    steady = PLOTS / "steady.md"  # bench.simulate_steady
+    if steady.exists():
+        lines += [steady.read_text().strip(), ""]
+    from bench.gavel_baseline import recorded, section
+
+    lines += section(recorded())
     if speed:
         lines += speed_section(speed)
     DOC.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ from walras.cli import simulate as cli
 from walras.cli.errors import UsageError
 from walras.simulate.cluster import parse_cluster
 from walras.simulate.engine import EngineOptions, simulate
+from walras.simulate.policies import GavelFifoAllocation
 from walras.simulate.report import in_system, steady_state
+from walras.simulate.state import SimState
 from walras.simulate.trace import Trace, TraceJob, generate, write_gavel
 
 R18 = "ResNet-18 (batch size 16)"
@@ -93,3 +95,31 @@ def test_cli_steady_errors_are_one_line(tmp_path: Path, argv: tuple[str, ...], m
     with pytest.raises(UsageError, match=message) as err:
         cli.run(_args(*argv, "-o", str(tmp_path)))
     assert "\n" not in str(err.value)
+
+
+def _state(pods: list[int], v100: list[float], capacity: str) -> SimState:
+    row = [(1.0, 2.0, t) for t in v100]
+    trace = Trace(tuple(TraceJob(k, 0.0, R18, p, 100.0, r) for k, (p, r) in enumerate(zip(pods, row, strict=True))),
+                  ("k80", "p100", "v100"), "hand-made")
+    cluster = parse_cluster(capacity)
+    return SimState(trace, cluster, trace.throughput_matrix(cluster.types), np.array(pods, dtype=np.int64),
+                    np.full(len(pods), 100.0))
+
+
+def _types(x: np.ndarray) -> list[list[str]]:
+    return [[t for t, v in zip(("k80", "p100", "v100"), r, strict=True) if v == 1.0] for r in x]
+
+
+def test_gavel_fifo_allocates_as_gavels_code() -> None:
+    # Expected values: Gavel's own FIFOPolicy(seed=0).get_allocation (scheduler/policies/fifo.py, c4fa400) called on
+    # the same inputs, run once by hand in Gavel's venv (the tests never read ../shared); see GavelFifoAllocation.
+    six = _state([1] * 6, [3.0] * 6, "k80=2x1,p100=2x1,v100=2x1")
+    x, _ = GavelFifoAllocation()(six, list(range(6)))
+    assert _types(x) == [["v100"]] * 6  # every job on the last type name with a free GPU: V100 over-subscribed
+    # sizes 2, 1, 1 (no V100 throughput), 8 (fits no type: blocks the queue), 1 on 4 + 4 + 4
+    state = _state([2, 1, 1, 8, 1], [3.0, 3.0, 0.0, 3.0, 3.0], "k80=4x1,p100=4x1,v100=4x1")
+    policy = GavelFifoAllocation()
+    x, _ = policy(state, [0, 1, 2, 3, 4])
+    assert _types(x) == [["v100"], ["v100"], [], [], []]
+    x, _ = policy(state, [1, 2, 3, 4])  # job 0 left: its type goes to the head (job 2) only if it runs there
+    assert _types(x) == [["v100"], [], [], []]

@@ -20,6 +20,8 @@
                     realised by Gavel's time-sliced rounds (:func:`walras.simulate.gavel.time_slice`).
 ``gavel``           Gavel's heterogeneity-aware max-min fairness (:func:`walras.simulate.gavel.max_min_fairness`,
                     HiGHS) realised by the same rounds.
+``gavel-fifo``      Gavel's own FIFO baseline as its code behaves (:class:`GavelFifoAllocation`), realised by the
+                    same rounds: the yardstick to compare the engines with (``bench/gavel_baseline.py``).
 ==================  ===============================================================================================
 
 Every policy runs a job's pods on one accelerator each; ``fifo``, ``kueue`` and the round-based policies run a job
@@ -48,7 +50,7 @@ from walras.simulate.cluster import GPUS
 from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, time_slice
 from walras.simulate.state import NAMESPACE, Decision, SimState, job_name, job_spec
 
-POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice")
+POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice", "gavel-fifo")
 
 
 class Policy(Protocol):
@@ -187,6 +189,67 @@ def gavel_allocation(state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict
 
 
 @dataclass
+class GavelFifoAllocation:
+    """The allocation of Gavel's FIFO policy (stanford-futuredata/gavel ``scheduler/policies/fifo.py``,
+    ``FIFOPolicy`` in its default ``base`` mode, the paper's "FIFO" baseline) as its code computes it, for the same
+    time-sliced rounds as ``gavel`` (Gavel runs every policy through its rounds).
+
+    Kept across calls: the type each admitted job was given (``X[i, type] = 1``). At each call, in job-id order: a
+    job that left hands its type to the head of the queue (the oldest job without a type) when the head fits in what
+    is left of that type and runs there; the others' pods are subtracted from their type's capacity. Then, while
+    jobs wait and some type has an accelerator left (types in name order: k80, p100, v100): the head leaves the
+    queue; if no type has room for all its pods the pass stops (head-of-line blocking); otherwise it is given the
+    *last* type of that list, whether or not that type has room (Gavel's code draws a random type with room but
+    assigns the loop variable left at the last type: verified by calling Gavel's ``FIFOPolicy.get_allocation`` on 6
+    one-GPU jobs and 2 K80 + 2 P100 + 2 V100, which gives all six jobs V100), unless it does not run there; the type
+    leaves the list only when exactly used up (the random draw's entry). So V100 is over-subscribed while it has a
+    free accelerator and the rounds time-share it, then P100, then K80."""
+
+    seed: int = 0
+    _assigned: dict[int, int] = field(default_factory=dict, init=False)
+    _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.seed)
+
+    def __call__(self, state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict[str, float] | None]:
+        types = state.cluster.types
+        pods, thr = state.pods, state.throughput
+        available = [int(c) for c in state.cluster.capacity]
+        active = set(jobs)
+        queue = sorted(i for i in jobs if i not in self._assigned)
+        for i in sorted(self._assigned):
+            j = self._assigned[i]
+            if i in active:
+                available[j] -= int(pods[i])
+                continue
+            del self._assigned[i]
+            if queue and int(pods[queue[0]]) <= available[j] and thr[queue[0], j] > 0:
+                head = queue.pop(0)
+                self._assigned[head] = j
+                available[j] -= int(pods[head])
+        listed = [j for j in sorted(range(len(types)), key=lambda j: types[j]) if available[j] > 0]
+        while queue and listed:
+            head = queue.pop(0)
+            need = int(pods[head])
+            fitting = [k for k, j in enumerate(listed) if available[j] >= need]
+            if not fitting:
+                break
+            pick = fitting[int(self._rng.integers(len(fitting)))]
+            j = listed[-1]
+            if thr[head, j] > 0:
+                self._assigned[head] = j
+                available[j] -= need
+                if available[j] == 0:
+                    listed.pop(pick)
+        out = np.zeros((len(jobs), len(types)))
+        for row, i in enumerate(jobs):
+            if i in self._assigned:
+                out[row, self._assigned[i]] = 1.0
+        return out, None
+
+
+@dataclass
 class MarketAllocation:
     """Walras's market allocation of the active jobs: :func:`build_plan` on the cluster without pods (the whole
     capacity for sale), warm-started from the previous plan; ``JobPlan.allocation`` is job i's time fraction per
@@ -313,4 +376,6 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
                             else MigrationSpec(restart_seconds=restart_seconds))
     if name == "walras-timeslice":
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
+    if name == "gavel-fifo":
+        return RoundPolicy("gavel-fifo", GavelFifoAllocation())
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
