@@ -123,3 +123,12 @@ def test_gavel_fifo_allocates_as_gavels_code() -> None:
     assert _types(x) == [["v100"], ["v100"], [], [], []]
     x, _ = policy(state, [1, 2, 3, 4])  # job 0 left: its type goes to the head (job 2) only if it runs there
     assert _types(x) == [["v100"], [], [], []]
+
+
+def test_gavel_fifo_runs_clean_through_the_engine() -> None:
+    trace = generate(40, 8.0, seed=6)
+    cluster = parse_cluster("k80=4x2,p100=4x2,v100=4x2")
+    run = simulate(trace, cluster, "gavel-fifo", EngineOptions(check=True))
+    assert run.violations == [] and np.isfinite(run.finish).all()
+    alone = np.array([j.work / max(j.throughput) for j in trace.jobs])
+    assert (run.jct >= alone * (1 - 1e-9)).all()  # no job beats running alone on its fastest type

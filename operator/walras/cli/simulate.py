@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """Simulate every chosen policy on the trace; write the report; exit 0, or 1 when an invariant was violated."""
     from walras.simulate.cluster import parse_cluster
     from walras.simulate.engine import EngineOptions, check_trace, simulate
-    from walras.simulate.policies import POLICIES
+    from walras.simulate.policies import ALL_POLICIES, POLICIES
     from walras.simulate.report import write_report
     from walras.simulate.trace import generate, read_csv, read_gavel
 
@@ -69,10 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--cluster: {exc}") from None
     names = POLICIES if args.policies is None else tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in ALL_POLICIES]
     if unknown or not names:
         raise UsageError(f"--policies: unknown {', '.join(unknown) or '(none given)'}; choose from "
-                         f"{', '.join(POLICIES)}")
+                         f"{', '.join(ALL_POLICIES)}")
     if len(set(names)) != len(names):
         raise UsageError("--policies names a policy twice")
     for flag, value in (("--window", args.window), ("--restart-delay", args.restart_delay)):

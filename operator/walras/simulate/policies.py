@@ -50,7 +50,10 @@ from walras.simulate.cluster import GPUS
 from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, time_slice
 from walras.simulate.state import NAMESPACE, Decision, SimState, job_name, job_spec
 
-POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice", "gavel-fifo")
+POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice")
+#: Policies run only when named (``--policies``): baselines for comparing the engine with Gavel's.
+BASELINES: tuple[str, ...] = ("gavel-fifo",)
+ALL_POLICIES: tuple[str, ...] = POLICIES + BASELINES
 
 
 class Policy(Protocol):
@@ -359,7 +362,7 @@ def migration_available() -> bool:
 
 def make_policy(name: str, *, utility: str = "log", check: bool = True,
                 migration: MigrationSpec | None = None, restart_seconds: float | None = None) -> Policy:
-    """The policy called ``name`` (one of :data:`POLICIES`; ``ValueError`` otherwise). ``walras-migrate`` uses
+    """The policy called ``name`` (one of :data:`ALL_POLICIES`; ``ValueError`` otherwise). ``walras-migrate`` uses
     ``migration`` (default :class:`MigrationSpec` with ``restart_seconds``: the engine's restart delay, the real cost
     of a move in the simulation)."""
     if name == "fifo":
@@ -378,4 +381,4 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
     if name == "gavel-fifo":
         return RoundPolicy("gavel-fifo", GavelFifoAllocation())
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
