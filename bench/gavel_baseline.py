@@ -44,7 +44,7 @@ CLUSTER = "k80=36x1,p100=36x1,v100=36x1"
 GAVEL_POLICIES = ("fifo", "max_min_fairness_perf")
 OURS = ("fifo", "gavel", "walras", "walras-migrate")
 #: Column order of our policies in the table (the ones recorded).
-ORDER = ("fifo", "kueue", "gavel-fifo", "gavel", "walras", "walras-migrate", "walras-timeslice")
+ORDER = ("fifo", "kueue", "gavel-fifo", "gavel", "gavel-las", "walras", "walras-migrate", "walras-timeslice")
 DRIVER = "scripts/drivers/simulate_scheduler_with_trace.py"
 _JOB_LINE = re.compile(r"^Job (\d+)(?: \(high priority\))?: ([0-9.]+)$")
 
@@ -137,7 +137,8 @@ def render(rows: list[dict]) -> str:
     ours = [p for p in ORDER if any(k[5] == "walras" and k[6] == p for k in latest)]
     columns = [("gavel", p) for p in (*GAVEL_POLICIES, *extra)] + [("walras", p) for p in ours]
     head = ["trace", "rate (jobs/h)", "window"] + [f"{e} {p}" for e, p in columns] + \
-        ["ours fifo / Gavel FIFO", "ours gavel-fifo / Gavel FIFO", "ours gavel / Gavel LAS", "ours walras / Gavel LAS"]
+        ["ours fifo / Gavel FIFO", "ours gavel-fifo / Gavel FIFO", "ours gavel / Gavel LAS",
+         "ours gavel-las / Gavel LAS", "ours walras / Gavel LAS"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in keys:
         cells = []
@@ -150,6 +151,7 @@ def render(rows: list[dict]) -> str:
         cells += [_ratio(values, ("walras", "fifo"), ("gavel", "fifo")),
                   _ratio(values, ("walras", "gavel-fifo"), ("gavel", "fifo")),
                   _ratio(values, ("walras", "gavel"), ("gavel", "max_min_fairness_perf")),
+                  _ratio(values, ("walras", "gavel-las"), ("gavel", "max_min_fairness_perf")),
                   _ratio(values, ("walras", "walras"), ("gavel", "max_min_fairness_perf"))]
         lines.append("| " + " | ".join([key[0], f"{key[1]:g}", f"{key[3]}-{key[4] - 1} of {key[2]}", *cells]) + " |")
     return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from walras.cli import simulate as cli
 from walras.cli.errors import UsageError
 from walras.simulate.cluster import parse_cluster
 from walras.simulate.engine import EngineOptions, simulate
+from walras.simulate.gavel import max_min_fairness, max_min_fairness_as_gavel
 from walras.simulate.policies import GavelFifoAllocation
 from walras.simulate.report import in_system, steady_state
 from walras.simulate.state import SimState
@@ -132,3 +133,34 @@ def test_gavel_fifo_runs_clean_through_the_engine() -> None:
     assert run.violations == [] and np.isfinite(run.finish).all()
     alone = np.array([j.work / max(j.throughput) for j in trace.jobs])
     assert (run.jct >= alone * (1 - 1e-9)).all()  # no job beats running alone on its fastest type
+
+
+def test_gavels_own_lp_matches_an_independent_solve() -> None:
+    # Gavel's max_min_fairness_perf LP (its code's formulation) against CVXPY + Clarabel written here from the paper's
+    # statement; the point inside the optimal face may differ (interior-point methods), the optimum may not.
+    import cvxpy as cp
+
+    rng = np.random.default_rng(7)
+    print("seed 7")
+    thr = rng.uniform(0.5, 6.0, size=(12, 3)) * np.array([0.3, 0.8, 1.0])
+    thr[3, 0] = 0.0
+    s = rng.choice([1.0, 2.0, 4.0], size=12)
+    cap = np.array([8.0, 8.0, 8.0])
+    got = max_min_fairness_as_gavel(thr, s, cap)
+    x, t = cp.Variable((12, 3), nonneg=True), cp.Variable()
+    prop = thr @ (cap / cap.sum())
+    fair = [cp.multiply(s / prop, cp.sum(cp.multiply(thr, x), axis=1)) >= t]
+    cp.Problem(cp.Maximize(t), [*fair, cp.sum(x, axis=1) <= 1, s @ x <= cap, x <= 1]).solve(solver="CLARABEL")
+    assert got.status == "optimal" and got.objective == pytest.approx(float(t.value), rel=1e-5)
+    a = got.allocation
+    assert (a >= 0).all() and (a.sum(axis=1) <= 1 + 1e-6).all() and (s @ a <= cap + 1e-6).all()
+    assert a[3, 0] == 0.0
+    assert np.min(s * (thr * a).sum(axis=1) / prop) == pytest.approx(got.objective, rel=1e-5)
+    # Low load: Gavel's ECOS point (run by hand in Gavel's venv on these three jobs and 4 + 4 + 4 GPUs) gives job 1
+    # K80 0.187, P100 0.339, V100 0.356 and job 2 0.023 / 0.072 / 0.883 where V100s are spare: the single LP wastes
+    # fast capacity; max_min_fairness's tie-breaking LP gives every job V100 only.
+    low = np.array([[1.0, 3.0, 4.0], [2.0, 5.0, 6.0], [0.5, 2.0, 3.0]])
+    spread = max_min_fairness_as_gavel(low, np.array([1.0, 2.0, 1.0]), np.array([4.0, 4.0, 4.0])).allocation
+    assert spread[1, :2].sum() > 0.2 and spread[1].sum() < 0.95
+    tie = max_min_fairness(low, np.array([1.0, 2.0, 1.0]), np.array([4.0, 4.0, 4.0])).allocation
+    assert tie[:, 2] == pytest.approx([1.0, 1.0, 1.0])

@@ -22,6 +22,8 @@
                     HiGHS) realised by the same rounds.
 ``gavel-fifo``      Gavel's own FIFO baseline as its code behaves (:class:`GavelFifoAllocation`), realised by the
                     same rounds: the yardstick to compare the engines with (``bench/gavel_baseline.py``).
+``gavel-las``       Gavel's ``max_min_fairness_perf`` LP exactly as its code states it, one interior-point solve and
+                    no tie-breaking (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`), by the same rounds.
 ==================  ===============================================================================================
 
 Every policy runs a job's pods on one accelerator each; ``fifo``, ``kueue`` and the round-based policies run a job
@@ -47,12 +49,12 @@ from walras.planner.plan import PlanCache, PlanOptions, build_plan
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import MigrationSpec
 from walras.simulate.cluster import GPUS
-from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, time_slice
+from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, max_min_fairness_as_gavel, time_slice
 from walras.simulate.state import NAMESPACE, Decision, SimState, job_name, job_spec
 
 POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice")
 #: Policies run only when named (``--policies``): baselines for comparing the engine with Gavel's.
-BASELINES: tuple[str, ...] = ("gavel-fifo",)
+BASELINES: tuple[str, ...] = ("gavel-fifo", "gavel-las")
 ALL_POLICIES: tuple[str, ...] = POLICIES + BASELINES
 
 
@@ -186,6 +188,15 @@ def gavel_allocation(state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict
     """Gavel's max-min fair allocation of the active jobs (its LP through HiGHS)."""
     share = max_min_fairness(state.throughput[jobs], state.pods[jobs].astype(np.float64),
                              state.cluster.capacity.astype(np.float64))
+    if share.status != "optimal":
+        raise RuntimeError(f"Gavel's LP did not solve: {share.status}")
+    return share.allocation, None
+
+
+def gavel_las_allocation(state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict[str, float] | None]:
+    """Gavel's own max-min LP of the active jobs (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`)."""
+    share = max_min_fairness_as_gavel(state.throughput[jobs], state.pods[jobs].astype(np.float64),
+                                      state.cluster.capacity.astype(np.float64))
     if share.status != "optimal":
         raise RuntimeError(f"Gavel's LP did not solve: {share.status}")
     return share.allocation, None
@@ -381,4 +392,6 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
     if name == "gavel-fifo":
         return RoundPolicy("gavel-fifo", GavelFifoAllocation())
+    if name == "gavel-las":
+        return RoundPolicy("gavel-las", gavel_las_allocation)
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
