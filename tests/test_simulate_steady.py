@@ -14,7 +14,7 @@ from walras.cli import simulate as cli
 from walras.cli.errors import UsageError
 from walras.simulate.cluster import parse_cluster
 from walras.simulate.engine import EngineOptions, simulate
-from walras.simulate.gavel import max_min_fairness, max_min_fairness_as_gavel
+from walras.simulate.gavel import max_min_fairness, max_min_fairness_as_gavel, time_slice_as_gavel
 from walras.simulate.policies import GavelFifoAllocation
 from walras.simulate.report import in_system, steady_state
 from walras.simulate.state import SimState
@@ -164,3 +164,25 @@ def test_gavels_own_lp_matches_an_independent_solve() -> None:
     assert spread[1, :2].sum() > 0.2 and spread[1].sum() < 0.95
     tie = max_min_fairness(low, np.array([1.0, 2.0, 1.0]), np.array([4.0, 4.0, 4.0])).allocation
     assert tie[:, 2] == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_gavel_round_picking() -> None:
+    # types k80, p100, v100; Gavel visits V100 first, then P100, then K80 (its *_perf policies)
+    x = np.array([[0.0, 0.7, 0.3], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    thr = np.ones((3, 3))
+    order = [2, 1, 0]
+    zero = np.zeros((3, 3))
+    # nothing run yet: equal counters, priority = X / (1/3); job 1 (X=1 on V100) first, then job 0 (0.3) on the V100s;
+    # job 2 (X only on K80) fills the free P100 first: the types are visited in order, the fill included
+    got = time_slice_as_gavel(x, thr, np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.0, 2.0]), zero, order)
+    assert got.tolist() == [2, 2, 1]
+    # one V100: job 0 goes to P100; work-conserving: job 2 (X=0 on V100 and P100) still fills the K80
+    got = time_slice_as_gavel(x, thr, np.array([1.0, 1.0, 1.0]), np.array([1.0, 1.0, 1.0]), zero, order)
+    assert got.tolist() == [1, 2, 0]
+    x_fifo = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    got = time_slice_as_gavel(x_fifo, thr, np.ones(3), np.array([4.0, 4.0, 1.0]), zero, order, fill=False)
+    assert got.tolist() == [2, -1, -1]  # V100 over-subscribed: one runs, the other waits; no fill for FIFO
+    # the job that received less of the V100s' time comes first
+    got = time_slice_as_gavel(x_fifo, thr, np.ones(3), np.array([4.0, 4.0, 1.0]),
+                              np.array([[0.0, 0.0, 3600.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), order, fill=False)
+    assert got.tolist() == [-1, 2, -1]

@@ -283,3 +283,43 @@ def max_min_fairness_as_gavel(throughput: np.ndarray, scale: np.ndarray, capacit
     x = np.asarray(h.getSolution().col_value, dtype=np.float64)
     allocation[rows_i, cols_j] = np.clip(x[:k], 0.0, 1.0)
     return FairShare(allocation, float(x[k]), "optimal")
+
+
+#: Gavel's initial time-so-far of every job on every type (``scheduler.py``: ``time_per_iteration / 2``), seconds.
+GAVEL_TIME_OFFSET = ROUND_SECONDS / 2.0
+
+
+def time_slice_as_gavel(allocation: np.ndarray, throughput: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
+                        received: np.ndarray, order: list[int], fill: bool = True) -> np.ndarray:
+    """(n,) type each job runs on in the next round, or -1, as Gavel's simulator picks them
+    (``scheduler.py``: ``_update_priorities``, ``_schedule_jobs_on_workers_helper``), for comparing the engines.
+
+    Priority of job i on type j: 0 where ``X[i, j] == 0``; else ``X[i, j] / f[i, j]`` with ``f[i, j]`` job i's
+    share of the time type j has run jobs, each counter starting at :data:`GAVEL_TIME_OFFSET` (``(offset +
+    received[i, j]) / sum_k (offset + received[k, j])``). The types are visited in ``order`` (Gavel: V100, P100,
+    K80 for its ``*_perf`` policies, shuffled each round for the others); on each type the jobs in decreasing
+    priority (ties: larger ``X``, lower index) take it if they have no type yet this round, run there and fit in
+    what is left. ``fill``: jobs of priority 0 (no allocation on the type) also take what is left, last (Gavel does
+    so for every policy but FIFO): the rounds are work-conserving, whatever the allocation. Differences kept from
+    Gavel's: its deficit counters (a tie-breaker) are not modelled."""
+    x = np.asarray(allocation, dtype=np.float64)
+    thr = np.asarray(throughput, dtype=np.float64)
+    got = np.asarray(received, dtype=np.float64) + GAVEL_TIME_OFFSET
+    n = x.shape[0]
+    choice = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return choice
+    share = got / got.sum(axis=0, keepdims=True)
+    priority = np.where(x > 0, x / share, 0.0)
+    free = np.asarray(capacity, dtype=np.float64).copy()
+    sizes = np.asarray(scale, dtype=np.float64)
+    for j in order:
+        eligible = (thr[:, j] > 0) & ((x[:, j] > 0) | fill)
+        rows = np.flatnonzero(eligible)
+        ranked = rows[np.lexsort((rows, -x[rows, j], -priority[rows, j]))]
+        for i in ranked.tolist():
+            if choice[i] >= 0 or sizes[i] > free[j]:
+                continue
+            choice[i] = j
+            free[j] -= sizes[i]
+    return choice

@@ -21,9 +21,12 @@
 ``gavel``           Gavel's heterogeneity-aware max-min fairness (:func:`walras.simulate.gavel.max_min_fairness`,
                     HiGHS) realised by the same rounds.
 ``gavel-fifo``      Gavel's own FIFO baseline as its code behaves (:class:`GavelFifoAllocation`), realised by the
-                    same rounds: the yardstick to compare the engines with (``bench/gavel_baseline.py``).
+                    rounds as Gavel picks them for FIFO (:func:`walras.simulate.gavel.time_slice_as_gavel`: types
+                    shuffled each round, no fill): the yardstick to compare the engines with
+                    (``bench/gavel_baseline.py``).
 ``gavel-las``       Gavel's ``max_min_fairness_perf`` LP exactly as its code states it, one interior-point solve and
-                    no tie-breaking (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`), by the same rounds.
+                    no tie-breaking (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`), by rounds as Gavel
+                    picks them for it (V100, P100, K80 in turn, work-conserving).
 ==================  ===============================================================================================
 
 Every policy runs a job's pods on one accelerator each; ``fifo``, ``kueue`` and the round-based policies run a job
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -49,8 +53,17 @@ from walras.planner.plan import PlanCache, PlanOptions, build_plan
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import MigrationSpec
 from walras.simulate.cluster import GPUS
-from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, max_min_fairness_as_gavel, time_slice
+from walras.simulate.gavel import (
+    ROUND_SECONDS,
+    max_min_fairness,
+    max_min_fairness_as_gavel,
+    time_slice,
+    time_slice_as_gavel,
+)
 from walras.simulate.state import NAMESPACE, Decision, SimState, job_name, job_spec
+
+#: Gavel's ``minimum_time_between_allocation_resets`` (``scheduler.py``), seconds.
+GAVEL_RESET_SECONDS = 1920.0
 
 POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice")
 #: Policies run only when named (``--policies``): baselines for comparing the engine with Gavel's.
@@ -149,10 +162,20 @@ class RoundPolicy:
 
     name: str
     allocate: Callable[[SimState, list[int]], tuple[np.ndarray, dict[str, float] | None]]
+    #: None: :func:`time_slice`, the allocation recomputed whenever the set of jobs changes; else Gavel's own round
+    #: picking (:func:`time_slice_as_gavel`): "perf" (types V100, P100, K80, work-conserving, as its ``*_perf``
+    #: policies) or "fifo" (types shuffled each round, no fill), and Gavel's recomputation rule: on a change of the
+    #: jobs only once :data:`GAVEL_RESET_SECONDS` passed since the last one (a job that arrived since has no
+    #: allocation until then).
+    gavel_rounds: str | None = None
+    seed: int = 0
     _key: tuple[int, ...] = field(default=(), init=False)
     _allocation: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
     _prices: dict[str, float] | None = field(default=None, init=False)
     _since: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
+    _rng: np.random.Generator | None = field(default=None, init=False)
+    _reset_at: float = field(default=-math.inf, init=False)
+    _rows: dict[int, np.ndarray] = field(default_factory=dict, init=False)
 
     def decide(self, state: SimState) -> Decision:
         jobs = list(state.active)
@@ -160,12 +183,29 @@ class RoundPolicy:
             return Decision({})
         key = tuple(jobs)
         if key != self._key:
+            if self.gavel_rounds is None or state.now - self._reset_at >= GAVEL_RESET_SECONDS or not self._rows:
+                self._allocation, self._prices = self.allocate(state, jobs)
+                self._since = state.received.copy()
+                self._reset_at = state.now
+                self._rows = dict(zip(jobs, self._allocation, strict=True))
+            else:  # Gavel: no new allocation before the reset interval; a job that arrived since has none
+                zero = np.zeros(len(state.cluster.types))
+                self._allocation = np.array([self._rows.get(i, zero) for i in jobs])
             self._key = key
-            self._allocation, self._prices = self.allocate(state, jobs)
-            self._since = state.received.copy()
         capacity = state.cluster.capacity
         received = (state.received - self._since)[jobs]
-        chosen = time_slice(self._allocation, state.pods[jobs], capacity, received)
+        if self.gavel_rounds is None:
+            chosen = time_slice(self._allocation, state.pods[jobs], capacity, received)
+        else:
+            names = state.cluster.types
+            order = [names.index(t) for t in ("v100", "p100", "k80") if t in names]
+            order += [j for j in range(len(names)) if j not in order]
+            if self.gavel_rounds == "fifo":
+                if self._rng is None:
+                    self._rng = np.random.default_rng(self.seed)
+                order = [order[k] for k in self._rng.permutation(len(order))]
+            chosen = time_slice_as_gavel(self._allocation, state.throughput[jobs], state.pods[jobs], capacity,
+                                         received, order, fill=self.gavel_rounds != "fifo")
         node_pool = state.cluster.node_pool
         free = state.cluster.node_gpus.copy()
         placement: dict[int, np.ndarray] = {}
@@ -391,7 +431,7 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
     if name == "walras-timeslice":
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
     if name == "gavel-fifo":
-        return RoundPolicy("gavel-fifo", GavelFifoAllocation())
+        return RoundPolicy("gavel-fifo", GavelFifoAllocation(), gavel_rounds="fifo")
     if name == "gavel-las":
-        return RoundPolicy("gavel-las", gavel_las_allocation)
+        return RoundPolicy("gavel-las", gavel_las_allocation, gavel_rounds="perf")
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")
