@@ -106,7 +106,8 @@ def run_ours(trace, policy: str, first: int, last: int) -> dict:
     s = steady_state(run, trace.throughput_matrix(cluster.types), first, last)
     return {"finished": s.finished, "avg_jct_h": s.avg_jct, "median_jct_h": s.median_jct, "p99_jct_h": s.p99_jct,
             "rho_median": s.rho_median, "rho_p99": s.rho_p99, "in_system_start": s.in_system_start,
-            "in_system_end": s.in_system_end, "growing": s.growing, "makespan_h": s.makespan,
+            "in_system_end": s.in_system_end, "jct_first_half": s.jct_first_half,
+            "jct_second_half": s.jct_second_half, "growing": s.growing, "makespan_h": s.makespan,
             "moves_per_job_hour": s.moves_per_job_hour, "wall_s": wall}
 
 
@@ -120,6 +121,16 @@ def record(entry: dict, results: Path) -> None:
 def recorded() -> list[dict]:
     """Every record of ``docs/bench/simulate/gavel*.json``."""
     return [r for path in sorted(RESULTS.parent.glob("gavel*.json")) for r in json.loads(path.read_text())]
+
+
+def _flag(r: dict) -> str:
+    """`` (growing)`` past saturation (:func:`walras.simulate.report.steady_state`), `` (rising)`` when only the jobs
+    in the system rose (a trace still warming up, or a record without the half-window JCTs)."""
+    if "in_system_start" not in r:
+        return ""
+    if r.get("growing") and "jct_first_half" in r:
+        return " (growing)"
+    return " (rising)" if r["in_system_end"] - r["in_system_start"] > max(5.0, 0.25 * r["in_system_start"]) else ""
 
 
 def _ratio(values: dict[tuple[str, str], float | None], a: tuple[str, str], b: tuple[str, str]) -> str:
@@ -146,7 +157,7 @@ def render(rows: list[dict]) -> str:
         for e, p in columns:
             r = latest.get((*key, e, p))
             values[(e, p)] = r["avg_jct_h"] if r else None
-            cells.append("-" if r is None else f"{r['avg_jct_h']:.2f}" + ("" if not r.get("growing") else " (growing)"))
+            cells.append("-" if r is None else f"{r['avg_jct_h']:.2f}" + _flag(r))
 
         cells += [_ratio(values, ("walras", "fifo"), ("gavel", "fifo")),
                   _ratio(values, ("walras", "gavel-fifo"), ("gavel", "fifo")),

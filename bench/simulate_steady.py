@@ -36,7 +36,7 @@ PLOTS = ROOT / "docs" / "bench" / "simulate"
 RESULTS = PLOTS / "steady.json"
 SECTION = PLOTS / "steady.md"
 CLUSTER = "k80=36x1,p100=36x1,v100=36x1"
-POLICIES = ("fifo", "gavel", "walras", "walras-migrate")
+POLICIES = ("fifo", "gavel-fifo", "gavel", "gavel-las", "walras", "walras-migrate")
 SEED = 0
 
 
@@ -62,8 +62,21 @@ def measure(kind: str, rate: float, jobs: int, window: tuple[int, int], policy: 
             "active": [[float(t) / 3600, int(c)] for t, c in run.active[::step]]}
 
 
-def _read() -> list[dict]:
-    return json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+def _read(path: Path = RESULTS) -> list[dict]:
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _read_all() -> list[dict]:
+    """Every record of ``docs/bench/simulate/steady*.json``."""
+    return [r for path in sorted(PLOTS.glob("steady*.json")) for r in _read(path)]
+
+
+def verdict(r: dict) -> str:
+    """steady / rising (more jobs in the system, waits not longer, or not known) / growing."""
+    rising = r["in_system_end"] - r["in_system_start"] > max(5.0, 0.25 * r["in_system_start"])
+    if "jct_first_half" not in r:
+        return "rising" if rising else "steady"
+    return "growing" if r["growing"] else ("rising" if rising else "steady")
 
 
 def write_section(rows: list[dict]) -> None:
@@ -85,11 +98,16 @@ def write_section(rows: list[dict]) -> None:
              "with other sessions (load average per cell). JCT, rho, jobs in system and moves are simulated "
              "quantities, deterministic; only the wall seconds depend on the load (one run per cell).", "",
              "Steady?: `growing` when the jobs in the system at the window's last arrival exceed those at its first "
-             "by more than max(5, 25 %): the rate is past saturation for that policy.", "",
+             "by more than max(5, 25 %) and the window's second half waits longer (average JCT more than 15 % above "
+             "the first half's): the rate is past saturation for that policy "
+             "(`walras.simulate.report.steady_state`). A rise alone is also what a trace still warming up shows "
+             "(Gavel's long jobs accumulate towards rate x JCT, Little's law, over hundreds of hours): `rising` marks "
+             "it; rows recorded before the half-window JCTs existed show `rising` on the first condition only.", "",
              "| trace | jobs | window | rate (jobs/h) | policy | avg JCT (h) | median JCT (h) | p99 JCT (h) | rho p50 "
-             "| rho p99 | in system at start | at end | steady? | makespan (h) | moves/job-h | wall (s) | load |",
-             "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: "
-             "| ---: | ---: |"]
+             "| rho p99 | in system at start | at end | JCT 1st / 2nd half (h) | steady? | makespan (h) | moves/job-h "
+             "| wall (s) | load |",
+             "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: "
+             "| ---: | ---: | ---: |"]
 
     def f(v: float | None, spec: str) -> str:
         return "-" if v is None or not np.isfinite(v) else format(v, spec)
@@ -99,7 +117,8 @@ def write_section(rows: list[dict]) -> None:
             f"| {r['kind']} | {r['jobs']} | {r['first']}-{r['last'] - 1} | {r['rate']:g} | {r['policy']} | "
             f"{f(r['avg_jct'], '.2f')} | {f(r['median_jct'], '.2f')} | {f(r['p99_jct'], '.2f')} | "
             f"{f(r['rho_median'], '.3f')} | {f(r['rho_p99'], '.3f')} | {r['in_system_start']} | {r['in_system_end']} "
-            f"| {'growing' if r['growing'] else 'steady'} | {f(r['makespan'], '.1f')} | "
+            f"| {f(r.get('jct_first_half'), '.2f')} / {f(r.get('jct_second_half'), '.2f')} | {verdict(r)} | "
+            f"{f(r['makespan'], '.1f')} | "
             f"{f(r['moves_per_job_hour'], '.3f')} | {r['wall_s']:.0f} | {r['load']:.1f} |")
     written = []
     kinds = sorted({r["kind"] for r in cells})
@@ -154,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--window", type=int, nargs=2, default=[500, 1500], metavar=("FIRST", "LAST"))
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="JSON file the rows are appended to (the section reads every steady*.json beside it)")
     parser.add_argument("--doc-only", action="store_true", help="only rebuild the section and plots")
     args = parser.parse_args(argv)
     if not args.doc_only:
@@ -163,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{args.kind} rate {rate:g} {policy:15s} avg {row['avg_jct']:.2f} h  rho p99 "
                       f"{row['rho_p99']:.3f}  in system {row['in_system_start']} -> {row['in_system_end']}  "
                       f"moves/job-h {row['moves_per_job_hour']:.3f}  wall {row['wall_s']:.0f} s", flush=True)
-                rows = _read()
+                rows = _read(args.results)
                 rows.append(row)
-                RESULTS.parent.mkdir(parents=True, exist_ok=True)
-                RESULTS.write_text(json.dumps(rows) + "\n")
-    write_section(_read())
+                args.results.parent.mkdir(parents=True, exist_ok=True)
+                args.results.write_text(json.dumps(rows) + "\n")
+    write_section(_read_all())
     return 0
 
 

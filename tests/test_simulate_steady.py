@@ -49,7 +49,8 @@ def test_until_stops_when_the_window_finished(policy: str) -> None:
                       if a <= run.arrival[20] and not (np.isfinite(f) and f <= run.arrival[20]))
     assert s.in_system_start == brute_start == in_system(run, float(run.arrival[20]))
     assert s.makespan == pytest.approx(run.end / 3600.0)
-    assert s.growing  # 6 jobs/h of ~17 h jobs on 6 GPUs
+    assert (s.jct_first_half, s.jct_second_half) == pytest.approx((jct[:10].mean(), jct[10:].mean()))
+    assert s.growing  # 6 jobs/h of ~17 h jobs on 6 GPUs: more jobs waiting, and longer
 
 
 def test_steady_when_every_job_runs_alone() -> None:

@@ -22,8 +22,11 @@ Per policy, over the finished jobs (JCT = finish - arrival):
 Steady state (:func:`steady_state`, issue 31), measured as Gavel measures its continuous traces (Narayanan et al.,
 OSDI 2020, Sec. 7.2: the average JCT of jobs 4,000-5,000 of a long Poisson trace): over a window ``[first, last)``
 of job ids, the average, median and p99 JCT of the window's jobs, their finish-time fairness (median, p99), the jobs
-in the system when the window's first job arrives and when its last one arrives (``growing``: the second exceeds the
-first by more than ``max(5, 25 %)``: the queue builds, the rate is past saturation), the makespan (the run's end:
+in the system when the window's first job arrives and when its last one arrives, the average JCT of the window's
+first and second halves (``growing``: the jobs in the system rise by more than ``max(5, 25 %)`` over the window *and*
+the second half's average JCT exceeds the first's by more than 15 %: the queue builds and waits lengthen, the rate is
+past saturation; a rise alone is also what a trace still warming up shows, its long jobs accumulating towards
+``rate x JCT`` by Little's law), the makespan (the run's end:
 with ``EngineOptions.until`` the last finish of a window job, as in Gavel) and the pods moved per job-hour over the
 run.
 
@@ -153,6 +156,8 @@ class SteadyState:
     rho_p99: float
     in_system_start: int
     in_system_end: int
+    jct_first_half: float
+    jct_second_half: float
     growing: bool
     makespan: float
     moves_per_job_hour: float
@@ -181,6 +186,14 @@ def steady_state(run: PolicyRun, throughput: np.ndarray, first: int, last: int) 
     rho = rho_all[np.isin(finished_ids, done)]
     start = in_system(run, float(run.arrival[first]))
     end = in_system(run, float(run.arrival[last - 1]))
+    middle = (first + last) // 2
+    halves = []
+    for lo, hi in ((first, middle), (middle, last)):
+        part = ids[(ids >= lo) & (ids < hi)]
+        part = part[np.isfinite(run.finish[part])]
+        halves.append(float(np.mean(run.finish[part] - run.arrival[part])) / 3600.0 if part.size else float("nan"))
+    rising = end - start > max(5.0, 0.25 * start)
+    slower = not np.isfinite(halves[0]) or not np.isfinite(halves[1]) or halves[1] > 1.15 * halves[0]
     in_sys = np.where(run.finished, run.finish, run.end) - run.arrival
     job_hours = float(np.clip(in_sys, 0.0, None).sum()) / 3600.0
     nan = float("nan")
@@ -190,20 +203,22 @@ def steady_state(run: PolicyRun, throughput: np.ndarray, first: int, last: int) 
         p99_jct=float(np.percentile(jct, 99)) if jct.size else nan,
         rho_median=float(np.median(rho)) if rho.size else nan,
         rho_p99=float(np.percentile(rho, 99)) if rho.size else nan,
-        in_system_start=start, in_system_end=end, growing=end - start > max(5.0, 0.25 * start),
+        in_system_start=start, in_system_end=end, jct_first_half=halves[0], jct_second_half=halves[1],
+        growing=bool(rising and slower),
         makespan=run.end / 3600.0, moves_per_job_hour=run.pods_moved / job_hours if job_hours > 0 else 0.0)
 
 
 def steady_markdown(rows: list[SteadyState], title: str) -> str:
     """The steady-state table, one row per policy."""
     head = ["policy", "window", "finished", "avg JCT (h)", "median JCT (h)", "p99 JCT (h)", "rho p50", "rho p99",
-            "in system at start", "at end", "steady?", "makespan (h)", "moves/job-h"]
+            "in system at start", "at end", "JCT 1st / 2nd half (h)", "steady?", "makespan (h)", "moves/job-h"]
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append("| " + " | ".join([
             r.policy, f"{r.first}-{r.last - 1}", f"{r.finished}/{r.last - r.first}", f"{r.avg_jct:.2f}",
             f"{r.median_jct:.2f}", f"{r.p99_jct:.2f}", f"{r.rho_median:.3f}", f"{r.rho_p99:.3f}",
-            str(r.in_system_start), str(r.in_system_end), "growing" if r.growing else "steady", f"{r.makespan:.1f}",
+            str(r.in_system_start), str(r.in_system_end), f"{r.jct_first_half:.2f} / {r.jct_second_half:.2f}",
+            "growing" if r.growing else "steady", f"{r.makespan:.1f}",
             f"{r.moves_per_job_hour:.3f}"]) + " |")
     return "\n".join(lines) + "\n"
 
@@ -245,7 +260,7 @@ def write_report(runs: list[PolicyRun], throughput: np.ndarray, out: Path, *, ti
     text = markdown(summaries, title)
     steady = [steady_state(r, throughput, *window) for r in runs] if window is not None else []
     if steady:
-        text += "\n" + steady_markdown(steady, f"Steady state: jobs {window[0]}-{window[1] - 1}")[2:]
+        text += "\n" + steady_markdown(steady, f"Steady state: jobs {steady[0].first}-{steady[0].last - 1}")[2:]
     (out / "report.md").write_text(text)
     body = {"meta": meta, "policies": [s.to_dict() for s in summaries],
             "steady_state": [s.to_dict() for s in steady],
