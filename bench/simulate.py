@@ -324,6 +324,11 @@ def write_doc(saved: dict[str, object], speed: dict[str, object], capacity: int)
         "JCT, makespan, moves and utilisation are simulated quantities, independent of the load; only the wall "
         "seconds depend on it (one run per cell: the simulated numbers are deterministic).",
         "",
+        "Issue 31 changed the generator (a multi-GPU scale now draws a distributed template, as Gavel's does: 1.9 "
+        "accelerators per job on average instead of about 1.66): rows recorded before that (up to 2026-11-28) are of "
+        "the old traces; the offered load below is of the current generator's traces. The steady-state sections "
+        "further down are measured on the current generator.",
+        "",
         "Offered load (V100-equivalent accelerator-hours arriving per hour, over 108 accelerators): "
         + ", ".join(f"{x:g} jobs/h: {offered[x]:.2f}" for x in rates)
         + ".",
@@ -379,6 +384,12 @@ def write_doc(saved: dict[str, object], speed: dict[str, object], capacity: int)
     analysis = PLOTS / "analysis.md"
     if analysis.exists():
         lines += [analysis.read_text().strip(), ""]
+    steady = PLOTS / "steady.md"  # bench.simulate_steady
+    if steady.exists():
+        lines += [steady.read_text().strip(), ""]
+    from bench.gavel_baseline import recorded, section
+
+    lines += section(recorded())
     if speed:
         lines += speed_section(speed)
     DOC.parent.mkdir(parents=True, exist_ok=True)

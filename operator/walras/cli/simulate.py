@@ -32,6 +32,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     source.add_argument("--job-types", action="store_true",
                         help="list the job types a trace may name (with their pod counts) and the accelerator types "
                              "they are measured on, then exit")
+    source.add_argument("--gavel-trace", metavar="FILE", help="a trace file in Gavel's tab-separated format")
+    parser.add_argument("--single-gpu", action="store_true", help="generate Gavel's single-GPU trace (default multi)")
+    parser.add_argument("--measure", metavar="FIRST,LAST", default=None,
+                        help="steady state: stop when jobs FIRST..LAST-1 finished and report their JCT (as Gavel)")
     parser.add_argument("--jobs", type=int, default=100, help="jobs to generate (default 100)")
     parser.add_argument("--rate", type=float, default=10.0, help="arrivals per hour when generating (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated trace (default 0)")
@@ -115,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
     from allocator.datasets import GAVEL_GPU_TYPES
     from walras.simulate.cluster import parse_cluster
     from walras.simulate.engine import EngineOptions, check_trace, simulate
-    from walras.simulate.policies import POLICIES
+    from walras.simulate.policies import ALL_POLICIES, POLICIES
     from walras.simulate.report import write_report
-    from walras.simulate.trace import generate, read_csv
+    from walras.simulate.trace import generate, read_csv, read_gavel
 
     try:
         cluster = parse_cluster(args.cluster)
@@ -126,10 +130,10 @@ def run(args: argparse.Namespace) -> int:
                          "GPUS whole numbers >= 1") from None
     check_cluster_types(cluster.types, tuple(GAVEL_GPU_TYPES))
     names = POLICIES if args.policies is None else tuple(p.strip() for p in args.policies.split(",") if p.strip())
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in ALL_POLICIES]
     if unknown or not names:
         raise UsageError(f"--policies: unknown {', '.join(unknown) or '(none given)'}; choose from "
-                         f"{', '.join(POLICIES)}")
+                         f"{', '.join(ALL_POLICIES)}")
     if len(set(names)) != len(names):
         raise UsageError("--policies names a policy twice")
     for flag, value in (("--window", args.window), ("--restart-delay", args.restart_delay)):
@@ -140,13 +144,22 @@ def run(args: argparse.Namespace) -> int:
             if not Path(args.trace).is_file():
                 raise UsageError(f"--trace: {args.trace}: no such file")
             trace = read_csv(args.trace)
+        elif args.gavel_trace is not None:
+            if not Path(args.gavel_trace).is_file():
+                raise UsageError(f"--gavel-trace: {args.gavel_trace}: no such file")
+            trace = read_gavel(args.gavel_trace)
         else:
-            trace = generate(args.jobs, args.rate, args.seed)
+            trace = generate(args.jobs, args.rate, args.seed, multi_gpu=not args.single_gpu)
         check_trace(trace, cluster)
+        parts = [] if args.measure is None else args.measure.split(",")
+        window = (int(parts[0]), int(parts[1])) if len(parts) == 2 and all(v.strip().isdigit() for v in parts) else None
+        if args.measure is not None and (window is None or not 0 <= window[0] < window[1] <= len(trace.jobs)):
+            raise UsageError(f"--measure: FIRST,LAST job ids with 0 <= FIRST < LAST <= {len(trace.jobs)}, "
+                             f"got {args.measure}")
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(explain_job_type(str(exc))) from None
     show = sys.stderr.isatty() if args.progress is None else args.progress
-    options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check)
+    options = EngineOptions(window=args.window, restart_delay=args.restart_delay, check=args.check, until=window)
 
     def report(policy: str, now: float, finished: int, total: int) -> None:
         print(f"\r{policy}: t={now / 3600:.2f} h, {finished}/{total} jobs finished", end="", file=sys.stderr,
@@ -166,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             "restart_delay": args.restart_delay, "policies": list(names)}
     summaries = write_report(runs, trace.throughput_matrix(cluster.types), out,
                              title=f"walras simulate: {trace.source} on {args.cluster}", meta=meta,
-                             plots=args.plots)
+                             plots=args.plots, window=window)
     print((out / "report.md").read_text(), end="")
     bad = [s.policy for s in summaries if s.violations]
     if bad:

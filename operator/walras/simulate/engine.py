@@ -46,13 +46,17 @@ TIME_TOLERANCE = 1e-9
 class EngineOptions:
     """``window``: coalescing window (s); ``restart_delay``: seconds without progress after a move or a resume;
     ``check``: run :mod:`walras.planner.invariants` on the state after every re-plan; ``record``: keep every job's
-    progress segments (for the property tests); ``horizon``: stop at this time (None: when every job finished)."""
+    progress segments (for the property tests); ``horizon``: stop at this time (None: when every job finished);
+    ``until``: a window ``(first, last)`` of job ids (``last`` excluded): stop as soon as every job of it finished,
+    as Gavel's simulator does with its measurement window (``-s``/``-e``; the jobs after it keep arriving until
+    then)."""
 
     window: float = 60.0
     restart_delay: float = 30.0
     check: bool = True
     record: bool = False
     horizon: float | None = None
+    until: tuple[int, int] | None = None
 
 
 @dataclass
@@ -161,6 +165,7 @@ class _Engine:
     now: float = 0.0
     next_arrival: int = 0  # index in ``order`` of the next job to arrive
     finished: int = 0
+    window_left: int = -1  # jobs of ``opts.until`` not finished (-1: no window)
 
     @classmethod
     def start(cls, trace: Trace, cluster: VirtualCluster, policy: Policy, opts: EngineOptions,
@@ -181,10 +186,16 @@ class _Engine:
 
             if not migration_available():
                 run.notes.append("walras.planner.migration is not present: walras-migrate planned as walras")
+        window_left = -1
+        if opts.until is not None:
+            first, last = opts.until
+            if not 0 <= first < last <= n:
+                raise ValueError(f"the window of jobs [{first}, {last}) is not inside the trace's {n} jobs")
+            window_left = last - first
         return cls(policy, opts, cluster, state, run, throughput, pods, work, arrival, order, progress,
                    event_driven=isinstance(policy, QueuePolicy | WalrasPolicy), rate=np.zeros(n),
                    share=np.zeros((n, m)), delay_until=np.full(n, -math.inf), finish_at=np.full(n, math.inf),
-                   seg_from=np.zeros(n))
+                   seg_from=np.zeros(n), window_left=window_left)
 
     def running(self) -> np.ndarray:
         """The placed jobs, in placement order."""
@@ -236,6 +247,9 @@ class _Engine:
             self.share[i] = 0.0
             self.finish_at[i] = math.inf
             self.finished += 1
+            until = self.opts.until
+            if until is not None and until[0] <= i < until[1]:
+                self.window_left -= 1
         return bool(done.size)
 
     def accepted(self, decision: Decision) -> dict[int, np.ndarray]:
@@ -378,12 +392,19 @@ class _Engine:
         while True:
             first = self.next_event(False)
             if math.isinf(first):
+                if self.state.active:
+                    self.run.notes.append(
+                        f"stalled at {self.now / 3600:.2f} h: {len(self.state.active)} job(s) in the system, "
+                        f"{len(self.state.placement)} running, and the policy asked for no re-plan: the rest never "
+                        "finish")
                 break
             if self.opts.horizon is not None and first > self.opts.horizon:
                 self.advance(self.opts.horizon)
                 break
             if self.batch(first):
                 self.replan()
+            if self.window_left == 0:
+                break
 
 
 __all__ = ["EngineOptions", "PolicyRun", "RoundPolicy", "check_trace", "simulate"]

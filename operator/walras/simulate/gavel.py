@@ -214,3 +214,112 @@ def time_slice(allocation: np.ndarray, scale: np.ndarray, capacity: np.ndarray, 
         if max(free) < smallest:
             break
     return choice
+
+
+def max_min_fairness_as_gavel(throughput: np.ndarray, scale: np.ndarray, capacity: np.ndarray) -> FairShare:
+    """Gavel's own ``max_min_fairness_perf`` LP as its code states it (``policies/max_min_fairness.py``,
+    ``MaxMinFairnessPolicyWithPerf``; OSDI 2020 Sec. 4.1), for comparing the engines: ``max t`` s.t. ``s_i *
+    throughput[i] . X[i] / p_i >= t`` for every job, ``sum_j X[i, j] <= 1``, ``sum_i s_i X[i, j] <= capacity[j]``,
+    ``X >= 0``, where ``p_i = throughput[i] . capacity / sum(capacity)`` (its ``ProportionalPolicy``: every row
+    ``capacity[j] / n`` scaled to a row sum of 1, which is ``capacity[j] / C`` whatever ``n``). One LP, no
+    tie-breaking: Gavel solves it with ECOS, an interior-point method, and uses the point it returns; here HiGHS' IPM
+    without crossover, which also stops inside the optimal face instead of at a vertex. Where capacity is spare
+    (low load) that point spreads jobs over slower types that :func:`max_min_fairness`'s second LP would not give
+    them. Differences kept from Gavel's: none in the model; the interior point reached may differ (another IPM)."""
+    import highspy
+    from highspy import _core
+
+    thr = np.asarray(throughput, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    cap = np.asarray(capacity, dtype=np.float64)
+    n, m = thr.shape
+    allocation = np.zeros((n, m))
+    if n == 0:
+        return FairShare(allocation, float("inf"), "optimal")
+    prop = thr @ (cap / cap.sum())
+    rows_i, cols_j = np.nonzero(thr > 0)
+    k = len(rows_i)
+    coef = s[rows_i] * thr[rows_i, cols_j] / prop[rows_i]
+    # rows: fairness (n): coef . x - t >= 0; time (n): sum x <= 1; capacity (m): sum s x <= cap
+    starts, index, value = [0], [], []
+    for i in range(n):
+        cols = np.flatnonzero(rows_i == i)
+        index += [*cols.tolist(), k]
+        value += [*coef[cols].tolist(), -1.0]
+        starts.append(len(index))
+    for i in range(n):
+        cols = np.flatnonzero(rows_i == i)
+        index += cols.tolist()
+        value += [1.0] * len(cols)
+        starts.append(len(index))
+    for j in range(m):
+        cols = np.flatnonzero(cols_j == j)
+        index += cols.tolist()
+        value += s[rows_i[cols]].tolist()
+        starts.append(len(index))
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = k + 1, 2 * n + m
+    lp.col_cost_ = np.append(np.zeros(k), -1.0)
+    lp.col_lower_ = np.zeros(k + 1)
+    lp.col_upper_ = np.append(np.ones(k), inf)
+    lp.row_lower_ = np.concatenate([np.zeros(n), np.full(n + m, -inf)])
+    lp.row_upper_ = np.concatenate([np.full(n, inf), np.ones(n), cap])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = k + 1, 2 * n + m
+    lp.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(value, dtype=np.float64)
+    h = _core._Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("solver", "ipm")
+    h.setOptionValue("run_crossover", "off")
+    if h.passModel(lp) != highspy.HighsStatus.kOk:
+        return FairShare(allocation, float("nan"), "model rejected by HiGHS")
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        return FairShare(allocation, float("nan"), h.modelStatusToString(status))
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    allocation[rows_i, cols_j] = np.clip(x[:k], 0.0, 1.0)
+    return FairShare(allocation, float(x[k]), "optimal")
+
+
+#: Gavel's initial time-so-far of every job on every type (``scheduler.py``: ``time_per_iteration / 2``), seconds.
+GAVEL_TIME_OFFSET = ROUND_SECONDS / 2.0
+
+
+def time_slice_as_gavel(allocation: np.ndarray, throughput: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
+                        received: np.ndarray, order: list[int], fill: bool = True) -> np.ndarray:
+    """(n,) type each job runs on in the next round, or -1, as Gavel's simulator picks them
+    (``scheduler.py``: ``_update_priorities``, ``_schedule_jobs_on_workers_helper``), for comparing the engines.
+
+    Priority of job i on type j: 0 where ``X[i, j] == 0``; else ``X[i, j] / f[i, j]`` with ``f[i, j]`` job i's
+    share of the time type j has run jobs, each counter starting at :data:`GAVEL_TIME_OFFSET` (``(offset +
+    received[i, j]) / sum_k (offset + received[k, j])``). The types are visited in ``order`` (Gavel: V100, P100,
+    K80 for its ``*_perf`` policies, shuffled each round for the others); on each type the jobs in decreasing
+    priority (ties: larger ``X``, lower index) take it if they have no type yet this round, run there and fit in
+    what is left. ``fill``: jobs of priority 0 (no allocation on the type) also take what is left, last (Gavel does
+    so for every policy but FIFO): the rounds are work-conserving, whatever the allocation. Differences kept from
+    Gavel's: its deficit counters (a tie-breaker) are not modelled."""
+    x = np.asarray(allocation, dtype=np.float64)
+    thr = np.asarray(throughput, dtype=np.float64)
+    got = np.asarray(received, dtype=np.float64) + GAVEL_TIME_OFFSET
+    n = x.shape[0]
+    choice = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return choice
+    share = got / got.sum(axis=0, keepdims=True)
+    priority = np.where(x > 0, x / share, 0.0)
+    free = np.asarray(capacity, dtype=np.float64).copy()
+    sizes = np.asarray(scale, dtype=np.float64)
+    for j in order:
+        eligible = (thr[:, j] > 0) & ((x[:, j] > 0) | fill)
+        rows = np.flatnonzero(eligible)
+        ranked = rows[np.lexsort((rows, -x[rows, j], -priority[rows, j]))]
+        for i in ranked.tolist():
+            if choice[i] >= 0 or sizes[i] > free[j]:
+                continue
+            choice[i] = j
+            free[j] -= sizes[i]
+    return choice

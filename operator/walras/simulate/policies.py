@@ -20,6 +20,13 @@
                     realised by Gavel's time-sliced rounds (:func:`walras.simulate.gavel.time_slice`).
 ``gavel``           Gavel's heterogeneity-aware max-min fairness (:func:`walras.simulate.gavel.max_min_fairness`,
                     HiGHS) realised by the same rounds.
+``gavel-fifo``      Gavel's own FIFO baseline as its code behaves (:class:`GavelFifoAllocation`), realised by the
+                    rounds as Gavel picks them for FIFO (:func:`walras.simulate.gavel.time_slice_as_gavel`: types
+                    shuffled each round, no fill): the yardstick to compare the engines with
+                    (``bench/gavel_baseline.py``).
+``gavel-las``       Gavel's ``max_min_fairness_perf`` LP exactly as its code states it, one interior-point solve and
+                    no tie-breaking (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`), by rounds as Gavel
+                    picks them for it (V100, P100, K80 in turn, work-conserving).
 ==================  ===============================================================================================
 
 Every policy runs a job's pods on one accelerator each; ``fifo``, ``kueue`` and the round-based policies run a job
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -45,10 +53,22 @@ from walras.planner.plan import PlanCache, PlanOptions, build_plan
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import MigrationSpec
 from walras.simulate.cluster import GPUS
-from walras.simulate.gavel import ROUND_SECONDS, max_min_fairness, time_slice
+from walras.simulate.gavel import (
+    ROUND_SECONDS,
+    max_min_fairness,
+    max_min_fairness_as_gavel,
+    time_slice,
+    time_slice_as_gavel,
+)
 from walras.simulate.state import NAMESPACE, Decision, SimState, job_name, job_spec
 
+#: Gavel's ``minimum_time_between_allocation_resets`` (``scheduler.py``), seconds.
+GAVEL_RESET_SECONDS = 1920.0
+
 POLICIES: tuple[str, ...] = ("fifo", "kueue", "gavel", "walras", "walras-migrate", "walras-timeslice")
+#: Policies run only when named (``--policies``): baselines for comparing the engine with Gavel's.
+BASELINES: tuple[str, ...] = ("gavel-fifo", "gavel-las")
+ALL_POLICIES: tuple[str, ...] = POLICIES + BASELINES
 
 
 class Policy(Protocol):
@@ -142,10 +162,20 @@ class RoundPolicy:
 
     name: str
     allocate: Callable[[SimState, list[int]], tuple[np.ndarray, dict[str, float] | None]]
+    #: None: :func:`time_slice`, the allocation recomputed whenever the set of jobs changes; else Gavel's own round
+    #: picking (:func:`time_slice_as_gavel`): "perf" (types V100, P100, K80, work-conserving, as its ``*_perf``
+    #: policies) or "fifo" (types shuffled each round, no fill), and Gavel's recomputation rule: on a change of the
+    #: jobs only once :data:`GAVEL_RESET_SECONDS` passed since the last one (a job that arrived since has no
+    #: allocation until then).
+    gavel_rounds: str | None = None
+    seed: int = 0
     _key: tuple[int, ...] = field(default=(), init=False)
     _allocation: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
     _prices: dict[str, float] | None = field(default=None, init=False)
     _since: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), init=False)
+    _rng: np.random.Generator | None = field(default=None, init=False)
+    _reset_at: float = field(default=-math.inf, init=False)
+    _rows: dict[int, np.ndarray] = field(default_factory=dict, init=False)
 
     def decide(self, state: SimState) -> Decision:
         jobs = list(state.active)
@@ -153,12 +183,29 @@ class RoundPolicy:
             return Decision({})
         key = tuple(jobs)
         if key != self._key:
+            if self.gavel_rounds is None or state.now - self._reset_at >= GAVEL_RESET_SECONDS or not self._rows:
+                self._allocation, self._prices = self.allocate(state, jobs)
+                self._since = state.received.copy()
+                self._reset_at = state.now
+                self._rows = dict(zip(jobs, self._allocation, strict=True))
+            else:  # Gavel: no new allocation before the reset interval; a job that arrived since has none
+                zero = np.zeros(len(state.cluster.types))
+                self._allocation = np.array([self._rows.get(i, zero) for i in jobs])
             self._key = key
-            self._allocation, self._prices = self.allocate(state, jobs)
-            self._since = state.received.copy()
         capacity = state.cluster.capacity
         received = (state.received - self._since)[jobs]
-        chosen = time_slice(self._allocation, state.pods[jobs], capacity, received)
+        if self.gavel_rounds is None:
+            chosen = time_slice(self._allocation, state.pods[jobs], capacity, received)
+        else:
+            names = state.cluster.types
+            order = [names.index(t) for t in ("v100", "p100", "k80") if t in names]
+            order += [j for j in range(len(names)) if j not in order]
+            if self.gavel_rounds == "fifo":
+                if self._rng is None:
+                    self._rng = np.random.default_rng(self.seed)
+                order = [order[k] for k in self._rng.permutation(len(order))]
+            chosen = time_slice_as_gavel(self._allocation, state.throughput[jobs], state.pods[jobs], capacity,
+                                         received, order, fill=self.gavel_rounds != "fifo")
         node_pool = state.cluster.node_pool
         free = state.cluster.node_gpus.copy()
         placement: dict[int, np.ndarray] = {}
@@ -184,6 +231,76 @@ def gavel_allocation(state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict
     if share.status != "optimal":
         raise RuntimeError(f"Gavel's LP did not solve: {share.status}")
     return share.allocation, None
+
+
+def gavel_las_allocation(state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict[str, float] | None]:
+    """Gavel's own max-min LP of the active jobs (:func:`walras.simulate.gavel.max_min_fairness_as_gavel`)."""
+    share = max_min_fairness_as_gavel(state.throughput[jobs], state.pods[jobs].astype(np.float64),
+                                      state.cluster.capacity.astype(np.float64))
+    if share.status != "optimal":
+        raise RuntimeError(f"Gavel's LP did not solve: {share.status}")
+    return share.allocation, None
+
+
+@dataclass
+class GavelFifoAllocation:
+    """The allocation of Gavel's FIFO policy (stanford-futuredata/gavel ``scheduler/policies/fifo.py``,
+    ``FIFOPolicy`` in its default ``base`` mode, the paper's "FIFO" baseline) as its code computes it, for the same
+    time-sliced rounds as ``gavel`` (Gavel runs every policy through its rounds).
+
+    Kept across calls: the type each admitted job was given (``X[i, type] = 1``). At each call, in job-id order: a
+    job that left hands its type to the head of the queue (the oldest job without a type) when the head fits in what
+    is left of that type and runs there; the others' pods are subtracted from their type's capacity. Then, while
+    jobs wait and some type has an accelerator left (types in name order: k80, p100, v100): the head leaves the
+    queue; if no type has room for all its pods the pass stops (head-of-line blocking); otherwise it is given the
+    *last* type of that list, whether or not that type has room (Gavel's code draws a random type with room but
+    assigns the loop variable left at the last type: verified by calling Gavel's ``FIFOPolicy.get_allocation`` on 6
+    one-GPU jobs and 2 K80 + 2 P100 + 2 V100, which gives all six jobs V100), unless it does not run there; the type
+    leaves the list only when exactly used up (the random draw's entry). So V100 is over-subscribed while it has a
+    free accelerator and the rounds time-share it, then P100, then K80."""
+
+    seed: int = 0
+    _assigned: dict[int, int] = field(default_factory=dict, init=False)
+    _rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0), init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = np.random.default_rng(self.seed)
+
+    def __call__(self, state: SimState, jobs: list[int]) -> tuple[np.ndarray, dict[str, float] | None]:
+        types = state.cluster.types
+        pods, thr = state.pods, state.throughput
+        available = [int(c) for c in state.cluster.capacity]
+        active = set(jobs)
+        queue = sorted(i for i in jobs if i not in self._assigned)
+        for i in sorted(self._assigned):
+            j = self._assigned[i]
+            if i in active:
+                available[j] -= int(pods[i])
+                continue
+            del self._assigned[i]
+            if queue and int(pods[queue[0]]) <= available[j] and thr[queue[0], j] > 0:
+                head = queue.pop(0)
+                self._assigned[head] = j
+                available[j] -= int(pods[head])
+        listed = [j for j in sorted(range(len(types)), key=lambda j: types[j]) if available[j] > 0]
+        while queue and listed:
+            head = queue.pop(0)
+            need = int(pods[head])
+            fitting = [k for k, j in enumerate(listed) if available[j] >= need]
+            if not fitting:
+                break
+            pick = fitting[int(self._rng.integers(len(fitting)))]
+            j = listed[-1]
+            if thr[head, j] > 0:
+                self._assigned[head] = j
+                available[j] -= need
+                if available[j] == 0:
+                    listed.pop(pick)
+        out = np.zeros((len(jobs), len(types)))
+        for row, i in enumerate(jobs):
+            if i in self._assigned:
+                out[row, self._assigned[i]] = 1.0
+        return out, None
 
 
 @dataclass
@@ -296,7 +413,7 @@ def migration_available() -> bool:
 
 def make_policy(name: str, *, utility: str = "log", check: bool = True,
                 migration: MigrationSpec | None = None, restart_seconds: float | None = None) -> Policy:
-    """The policy called ``name`` (one of :data:`POLICIES`; ``ValueError`` otherwise). ``walras-migrate`` uses
+    """The policy called ``name`` (one of :data:`ALL_POLICIES`; ``ValueError`` otherwise). ``walras-migrate`` uses
     ``migration`` (default :class:`MigrationSpec` with ``restart_seconds``: the engine's restart delay, the real cost
     of a move in the simulation)."""
     if name == "fifo":
@@ -313,4 +430,8 @@ def make_policy(name: str, *, utility: str = "log", check: bool = True,
                             else MigrationSpec(restart_seconds=restart_seconds))
     if name == "walras-timeslice":
         return RoundPolicy("walras-timeslice", MarketAllocation(utility))
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+    if name == "gavel-fifo":
+        return RoundPolicy("gavel-fifo", GavelFifoAllocation(), gavel_rounds="fifo")
+    if name == "gavel-las":
+        return RoundPolicy("gavel-las", gavel_las_allocation, gavel_rounds="perf")
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(ALL_POLICIES)}")

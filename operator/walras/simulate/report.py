@@ -19,8 +19,20 @@ Per policy, over the finished jobs (JCT = finish - arrival):
   mean, median, p99 (linear interpolation) and max, and the fraction of jobs with ``rho > 1``;
 * prices (the market policies): per pool, at each re-plan that priced.
 
+Steady state (:func:`steady_state`, issue 31), measured as Gavel measures its continuous traces (Narayanan et al.,
+OSDI 2020, Sec. 7.2: the average JCT of jobs 4,000-5,000 of a long Poisson trace): over a window ``[first, last)``
+of job ids, the average, median and p99 JCT of the window's jobs, their finish-time fairness (median, p99), the jobs
+in the system when the window's first job arrives and when its last one arrives, the average JCT of the window's
+first and second halves (``growing``: the jobs in the system rise by more than ``max(5, 25 %)`` over the window *and*
+the second half's average JCT exceeds the first's by more than 15 %: the queue builds and waits lengthen, the rate is
+past saturation; a rise alone is also what a trace still warming up shows, its long jobs accumulating towards
+``rate x JCT`` by Little's law), the makespan (the run's end:
+with ``EngineOptions.until`` the last finish of a window job, as in Gavel) and the pods moved per job-hour over the
+run.
+
 Plots (matplotlib, Agg backend, imported only when plots are written): ``jct_cdf.png`` (JCT CDF per policy),
-``utilisation.png`` (accelerators in use over time, per policy), ``prices.png`` (price per pool over time).
+``utilisation.png`` (accelerators in use over time, per policy), ``prices.png`` (price per pool over time),
+``in_system.png`` (jobs in the system over time, with a steady-state window).
 """
 
 from __future__ import annotations
@@ -129,6 +141,88 @@ def summarise(run: PolicyRun, throughput: np.ndarray) -> Summary:
         final_prices=dict(run.prices[-1][1]) if run.prices else None, notes=tuple(run.notes))
 
 
+@dataclass(frozen=True)
+class SteadyState:
+    """One policy's steady-state metrics over the window of jobs ``[first, last)`` (module docstring); hours."""
+
+    policy: str
+    first: int
+    last: int
+    finished: int
+    avg_jct: float
+    median_jct: float
+    p99_jct: float
+    rho_median: float
+    rho_p99: float
+    in_system_start: int
+    in_system_end: int
+    jct_first_half: float
+    jct_second_half: float
+    growing: bool
+    makespan: float
+    moves_per_job_hour: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+
+
+def in_system(run: PolicyRun, at: float) -> int:
+    """Jobs in the system (arrived, not finished) at time ``at``, from the run's record."""
+    arrived = run.arrival <= at
+    gone = np.isfinite(run.finish) & (run.finish <= at)
+    return int(np.sum(arrived & ~gone))
+
+
+def steady_state(run: PolicyRun, throughput: np.ndarray, first: int, last: int) -> SteadyState:
+    """The steady-state metrics of ``run`` over the jobs ``first..last-1`` (module docstring); ``throughput`` the
+    trace's (n, m) matrix over the cluster's types."""
+    if not 0 <= first < last <= len(run.arrival):
+        raise ValueError(f"the window [{first}, {last}) is not inside the run's {len(run.arrival)} jobs")
+    ids = np.arange(first, last)
+    done = ids[np.isfinite(run.finish[ids])]
+    jct = (run.finish[done] - run.arrival[done]) / 3600.0
+    finished_ids = np.flatnonzero(run.finished)
+    rho_all = fairness(run, throughput)
+    rho = rho_all[np.isin(finished_ids, done)]
+    start = in_system(run, float(run.arrival[first]))
+    end = in_system(run, float(run.arrival[last - 1]))
+    middle = (first + last) // 2
+    halves = []
+    for lo, hi in ((first, middle), (middle, last)):
+        part = ids[(ids >= lo) & (ids < hi)]
+        part = part[np.isfinite(run.finish[part])]
+        halves.append(float(np.mean(run.finish[part] - run.arrival[part])) / 3600.0 if part.size else float("nan"))
+    rising = end - start > max(5.0, 0.25 * start)
+    slower = not np.isfinite(halves[0]) or not np.isfinite(halves[1]) or halves[1] > 1.15 * halves[0]
+    in_sys = np.where(run.finished, run.finish, run.end) - run.arrival
+    job_hours = float(np.clip(in_sys, 0.0, None).sum()) / 3600.0
+    nan = float("nan")
+    return SteadyState(
+        policy=run.policy, first=first, last=last, finished=int(done.size),
+        avg_jct=float(jct.mean()) if jct.size else nan, median_jct=float(np.median(jct)) if jct.size else nan,
+        p99_jct=float(np.percentile(jct, 99)) if jct.size else nan,
+        rho_median=float(np.median(rho)) if rho.size else nan,
+        rho_p99=float(np.percentile(rho, 99)) if rho.size else nan,
+        in_system_start=start, in_system_end=end, jct_first_half=halves[0], jct_second_half=halves[1],
+        growing=bool(rising and slower),
+        makespan=run.end / 3600.0, moves_per_job_hour=run.pods_moved / job_hours if job_hours > 0 else 0.0)
+
+
+def steady_markdown(rows: list[SteadyState], title: str) -> str:
+    """The steady-state table, one row per policy."""
+    head = ["policy", "window", "finished", "avg JCT (h)", "median JCT (h)", "p99 JCT (h)", "rho p50", "rho p99",
+            "in system at start", "at end", "JCT 1st / 2nd half (h)", "steady?", "makespan (h)", "moves/job-h"]
+    lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append("| " + " | ".join([
+            r.policy, f"{r.first}-{r.last - 1}", f"{r.finished}/{r.last - r.first}", f"{r.avg_jct:.2f}",
+            f"{r.median_jct:.2f}", f"{r.p99_jct:.2f}", f"{r.rho_median:.3f}", f"{r.rho_p99:.3f}",
+            str(r.in_system_start), str(r.in_system_end), f"{r.jct_first_half:.2f} / {r.jct_second_half:.2f}",
+            "growing" if r.growing else "steady", f"{r.makespan:.1f}",
+            f"{r.moves_per_job_hour:.3f}"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(summaries: list[Summary], title: str) -> str:
     """The comparison table (one row per policy) with the utilisation and price columns per pool."""
     types = list(summaries[0].utilisation) if summaries else []
@@ -156,18 +250,50 @@ def markdown(summaries: list[Summary], title: str) -> str:
 
 
 def write_report(runs: list[PolicyRun], throughput: np.ndarray, out: Path, *, title: str,
-                 meta: dict[str, Any], plots: bool = True) -> list[Summary]:
-    """Write ``report.md``, ``report.json`` and (``plots``) the PNGs into ``out``; return the summaries."""
+                 meta: dict[str, Any], plots: bool = True,
+                 window: tuple[int, int] | None = None) -> list[Summary]:
+    """Write ``report.md``, ``report.json`` and (``plots``) the PNGs into ``out``; return the summaries. ``window``:
+    also the steady-state table of the jobs ``[first, last)`` (:func:`steady_state`) and, with plots,
+    ``in_system.png``."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarise(r, throughput) for r in runs]
-    (out / "report.md").write_text(markdown(summaries, title))
+    text = markdown(summaries, title)
+    steady = [steady_state(r, throughput, *window) for r in runs] if window is not None else []
+    if steady:
+        text += "\n" + steady_markdown(steady, f"Steady state: jobs {steady[0].first}-{steady[0].last - 1}")[2:]
+    (out / "report.md").write_text(text)
     body = {"meta": meta, "policies": [s.to_dict() for s in summaries],
+            "steady_state": [s.to_dict() for s in steady],
             "prices": {r.policy: [{"time": t, **p} for t, p in r.prices] for r in runs if r.prices},
             "violations": {r.policy: r.violations[:100] for r in runs if r.violations}}
     (out / "report.json").write_text(json.dumps(body, indent=1, allow_nan=False, default=_json_default))
     if plots:
         write_plots(runs, out)
+        if window is not None:
+            plot_in_system(runs, out / "in_system.png", window)
     return summaries
+
+
+def plot_in_system(runs: list[PolicyRun], path: Path, window: tuple[int, int] | None = None) -> Path:
+    """Jobs in the system over time per policy (steady or growing), the window's arrivals shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run in runs:
+        ax.step([t / 3600.0 for t, _ in run.active], [c for _, c in run.active], where="post", label=run.policy)
+    if window is not None and runs:
+        ax.axvspan(runs[0].arrival[window[0]] / 3600.0, runs[0].arrival[window[1] - 1] / 3600.0, color="grey",
+                   alpha=0.15, label=f"arrivals of jobs {window[0]}-{window[1] - 1}")
+    ax.set_xlabel("time (h)")
+    ax.set_ylabel("jobs in the system")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def _json_default(value: Any) -> Any:
