@@ -78,7 +78,7 @@ def test_issue_33_targets(cases: list[Case]) -> None:
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="issue 33: on these clusters the integral stage reaches 0.87-0.93 of the optimum (min >= 0.95)")
+                   reason="issue 33: the integral stage reaches 0.87-0.93 of the optimum here (min >= 0.95)")
 def test_issue_33_min_target_on_the_clusters_below_it() -> None:
     below = _cases(BELOW_TARGET)
     report = {c.seed: round(c.metrics.ratio, 4) for c in below}

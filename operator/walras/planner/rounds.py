@@ -351,8 +351,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
     # pools whose running replicas need more than the pool sells (spec.capacity lowered below what runs): their jobs
     # are shrunk to the market's rounding, every other job keeps what it runs
-    oversold = (f.running * f.per_replica[:, None]).sum(axis=0) > R + 1e-9 if n else np.zeros(m, dtype=bool)
-    keep_existing = ~(f.running[:, oversold] > 0).any(axis=1) if n else np.zeros(0, dtype=bool)
+    oversold: np.ndarray = (f.running * f.per_replica[:, None]).sum(axis=0) > R + 1e-9
+    keep_existing: np.ndarray = np.logical_not((f.running[:, oversold] > 0).any(axis=1))
     previous = ctx.previous
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
