@@ -363,3 +363,23 @@ def test_explain_reads_a_live_cluster(control_plane: Any, namespace: str, capsys
         control_plane.kubectl("delete", "fungiblejob", "dl", "-n", namespace, "--ignore-not-found", check=False)
         control_plane.kubectl("delete", "resourcepool", name, "--ignore-not-found", check=False)
         control_plane.kubectl("delete", "node", name, "--ignore-not-found", check=False)
+
+
+def test_kubectl_finds_the_plugin() -> None:
+    """``kubectl walras explain ...`` works: the distribution installs a ``kubectl-walras`` script (pyproject's
+    ``[project.scripts]``, the same ``walras.cli:main``) that the real kubectl finds on the PATH as a plugin."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is installed by `make tools`"
+    bindir = Path(sys.executable).parent
+    assert (bindir / "kubectl-walras").exists(), "the kubectl-walras script is installed (`make install`)"
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    listed = subprocess.run([kubectl, "plugin", "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert "kubectl-walras" in listed.stdout, listed.stdout + listed.stderr
+    out = subprocess.run([kubectl, "walras", "explain", "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "NAMESPACE/NAME" in out.stdout or "namespace/name" in out.stdout.lower(), out.stdout
