@@ -1,6 +1,6 @@
 """End to end, Budgets (docs/budgets.md): the real ``walras run --tenants`` against the real control plane, two
 tenants competing for the two GPU pools, one of which inflates its numbers (a linear job of weight 1e6 whose
-throughputs are multiplied by 1e9): each tenant spends at most its share (within one pod's price: the placed plan
+throughputs are multiplied by 1e8, within the schema's bound of 1e9): each tenant spends at most its share (within one pod's price: the placed plan
 rounds the market's fractions to whole pods), the Budget's status shows its units, spend rate and spend, and the
 accumulated spend continues across a restart of the operator by (T5) from the status alone."""
 
@@ -37,7 +37,7 @@ def setup(cluster: Cluster) -> Iterator[Cluster]:
     honest = {"e2e-v100": 3.0, "e2e-k80": 1.0}
     docs = [json.dumps(budget), _job("honest-a", NS, honest, {"type": "log"}, 8),
             _job("honest-b", NS, {"e2e-v100": 2.0, "e2e-k80": 1.5}, {"type": "log"}, 8),
-            _job("greedy", GREEDY, {k: v * 1e9 for k, v in honest.items()}, {"type": "linear", "weight": 1e6}, 16)]
+            _job("greedy", GREEDY, {k: v * 1e8 for k, v in honest.items()}, {"type": "linear", "weight": 1e6}, 16)]
     cluster.apply_text("\n---\n".join(docs))
     try:
         yield cluster

@@ -87,7 +87,7 @@ def test_printer_columns_and_explain(crds: ControlPlane, namespace: str) -> None
                                         "placedReplicas": 2, "replicasText": "2/2", "throughputText": "3/s",
                                         "cost": 1.5, "costText": "1.5"}}))
     lines = crds.kubectl("get", "fungiblejob", "j", "-n", namespace).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST", "AGE"]
+    assert lines[0].split() == ["NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST", "TENANT", "AGE"]
     assert lines[1].split()[:6] == ["j", "Running", "e2e-v100=1.00", "2/2", "3/s", "1.5"]
     wide = crds.kubectl("get", "fungiblejob", "j", "-n", namespace, "-o", "wide").stdout.splitlines()
     assert "WEIGHT" in wide[0].split() and "2" in wide[1].split()

@@ -150,18 +150,30 @@ def eisenberg_gale(inst: Instance, *, slice_of: int | None = None, duals: bool =
     R = np.array(inst.capacity)
     if slice_of is not None:
         R = R * inst.shares[slice_of] / sum(inst.shares)
+    # The program is solved in scaled units, which leave its solution unchanged (so that Clarabel meets no badly
+    # scaled instance, e.g. a job split into 50 pieces of tiny budgets): each buyer's throughputs over their largest
+    # (log(c t) = log c + log t), the budgets over their sum, each pool's capacity and demands over the capacity.
+    # The objective is reported in the instance's own units.
+    scale_a = np.maximum(A[rows].max(axis=1, keepdims=True), 1e-300)
+    scale_r = np.maximum(R, 1e-300)
     X = cp.Variable((rows.size, inst.m), nonneg=True)
-    t = cp.sum(cp.multiply(A[rows], X), axis=1)
-    capacity = cp.sum(cp.multiply(D[rows], X), axis=0) <= R
+    t = cp.sum(cp.multiply(A[rows] / scale_a, X), axis=1)
+    capacity = cp.sum(cp.multiply(D[rows] / scale_r, X), axis=0) <= R / scale_r
     constraints = [capacity, cp.sum(X, axis=1) <= 1]
     zero = A[rows] <= 0
     if zero.any():
         constraints.append(X[zero] == 0)
-    problem = cp.Problem(cp.Maximize(b[rows] @ cp.log(t)), constraints)
-    problem.solve(solver=cp.CLARABEL)
+    problem = cp.Problem(cp.Maximize((b[rows] / b[rows].sum()) @ cp.log(t)), constraints)
+    try:
+        problem.solve(solver=cp.CLARABEL)
+    except cp.error.SolverError:  # Clarabel's equilibration stalls on some degenerate instances (51 identical
+        problem.solve(solver=cp.CLARABEL, equilibrate_enable=False)  # pieces of a split job): solve without it
     assert problem.status in ("optimal", "optimal_inaccurate"), problem.status
-    out = np.clip(np.asarray(X.value), 0.0, None), float(problem.value)
-    return (*out, np.asarray(capacity.dual_value, dtype=np.float64)) if duals else out
+    x = np.clip(np.asarray(X.value), 0.0, None)
+    out = x, float(b[rows] @ np.log(np.maximum((A[rows] * x).sum(axis=1), 1e-300)))
+    # prices in the instance's units: the scaled capacity row's dual times sum b over the capacity's scale
+    prices = np.asarray(capacity.dual_value, dtype=np.float64) * b[rows].sum() / scale_r
+    return (*out, prices) if duals else out
 
 
 def tenant_units(inst: Instance, X: np.ndarray, t: int) -> np.ndarray:

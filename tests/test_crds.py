@@ -308,7 +308,8 @@ def test_the_conditions_description_names_the_conditions_that_exist() -> None:
     named -= {"InvalidSpec"}  # a reason, quoted with its condition
     written = _condition_types_written()
     pool_or_profile = {"Ready", "NodesOverlap", "TypesComplete", "PolicyApplied", "PolicyCertified",
-                       "NamespacesOverlap", "CapsApplied"}  # the last two: a Budget's (planner/tenants.py)
+                       "NamespacesOverlap", "CapsApplied",  # a Budget's (planner/tenants.py)
+                       "CapacityIdle"}  # a pool's (planner/integral.py)
     job_types = written - pool_or_profile
     assert "ReplicasGranted" in written and "Scheduled" in written  # the source is really read
     assert named - written == set(), f"described but never written: {named - written}"

@@ -260,8 +260,8 @@ def _hostable(ctx: PlanContext, walras_count: np.ndarray) -> tuple[np.ndarray, d
 
 def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarray,
                     elastic: np.ndarray, low: np.ndarray, fair_elastic: np.ndarray,
-                    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-                    dropped: np.ndarray | None = None, keep_existing: np.ndarray | None = None) -> np.ndarray:
+                    columns: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+                    dropped: np.ndarray | None = None) -> np.ndarray:
     """Integral replicas per job and pool from the market's fractional replicas ``shares = N_i x_ij``.
 
     The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor or
@@ -269,10 +269,10 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     below its minimum gets none (its pods are a gang), except in fair pools, where the fair mechanism decides and what
     exists stays. The row is split by largest remainder and then reconciled with what exists
     (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
-    ``(demand per replica, free room per pool, running (n, m), offered (n, m))``, new replicas that rounding put in a
+    ``(demand per replica, free room per pool, running (n, m), offered (n, m), keep (n,))``, new replicas that rounding put in a
     pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
     existing pods always stay; ``dropped`` counts the replicas that found no pool with room). What exists stays up to
-    ``N_i`` (the integral fill gives idle room beyond the rounding), except for the rows where ``keep_existing`` is
+    ``N_i`` (the integral fill gives idle room beyond the rounding), except for the rows where ``columns``' ``keep`` is
     False: jobs with pods in a pool whose kept replicas need more than it sells (a ``spec.capacity`` lowered below
     what runs), which the market shrinks to its rounding (their surplus is evicted, :mod:`.reconcile`).
     """
@@ -284,7 +284,7 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     # What exists stays (up to the replicas): the integral fill gives idle room beyond the market's rounding, so a
     # job above its rounded share is not cut back to it (a plan of the applied plan changes nothing).
     kept = np.minimum(have, replicas)
-    totals = np.maximum(totals, kept if keep_existing is None else np.where(keep_existing, kept, 0))
+    totals = np.maximum(totals, kept if columns is None else np.where(columns[4], kept, 0))
     totals[fair_elastic] = np.minimum(replicas, np.maximum(totals, have))[fair_elastic]
     totals[elastic & (low > 0) & (totals < low) & ~fair_elastic] = 0
     weights = np.where((shares.sum(axis=1) > 0)[:, None], shares, existing.astype(np.float64))
@@ -294,7 +294,7 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     for i in np.flatnonzero((have > 0) & (target != existing).any(axis=1)).tolist():
         target[i] = split_replicas(target[i], existing[i])
     if columns is not None:
-        demand, room, running, offered = columns
+        demand, room, running, offered, _ = columns
         target = fit_columns(target, shares, demand, room, running, np.minimum(existing, target), offered, dropped)
     return target
 
@@ -380,7 +380,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         fair_elastic = fair_share.any(axis=1)
         dropped = np.zeros((n, m), dtype=np.int64)
         target = replica_targets(f.replicas[:, None] * X, f.replicas, f.existing, f.elastic, f.low, fair_elastic,
-                                 (f.per_replica, f.room, f.running, A_eff > 0), dropped, keep_existing)
+                                 (f.per_replica, f.room, f.running, A_eff > 0, keep_existing), dropped)
         table = ctx.table
         work = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
                                       table.alloc, table.used.copy(), table.usable), observed.walras_count.copy())
