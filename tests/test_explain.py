@@ -149,17 +149,23 @@ def test_fragmented() -> None:
 
 
 def test_insufficient_capacity() -> None:
-    # 3 GPUs, 2 held by a foreign pod: 1 free; 3 replicas of 1 GPU: 1 placed, 2 need 2 GPUs, 0 free after the plan
+    # 3 GPUs, 2 held by a foreign pod: 1 free; 3 replicas of 1 GPU: 1 placed, 2 need 2 GPUs, 0 free after the plan.
+    # The market sells only what can be placed (1); the integral fill reports the 2 the job still asks for as wanted
+    # and unplaced (as the degree limit's), so the rule is said where they wait: ReplicasPlaceable and Scheduled.
     plan = plan_of([gpu_node("a0", gpus=3)], [pool("a", "a")], [job("j", {"a": 1.0}, count=3)],
                    [foreign("f0", "a0", 2)])
     jp = plan.jobs[("ml", "j")]
-    assert jp.replicas == {"a": 1}
+    assert jp.replicas == {"a": 1} and jp.wanted == {"a": 3}
     b = only_blocker(plan, "j")
     assert (b.reason, b.replicas) == ("InsufficientCapacity", 2)
     assert b.message == ("pool 'a' has 0 nvidia.com/gpu free on the 1 node(s) the pod may use; 2 replica(s) need 2 "
                          "(2 more needed)")
-    cond = conditions(plan, "j")["ReplicasGranted"]
-    assert cond.status == "False" and cond.message.startswith("granted 1 of 3 replica(s): a=1; 2 not granted:")
+    cond = conditions(plan, "j")
+    assert (cond["ReplicasPlaceable"].status, cond["ReplicasPlaceable"].reason) == ("False", "InsufficientCapacity")
+    assert cond["ReplicasPlaceable"].message == f"2 wanted replica(s) have no node: 2 in pool 'a': {b.message}"
+    assert (cond["Scheduled"].status, cond["Scheduled"].reason) == ("False", "InsufficientCapacity")
+    assert cond["Scheduled"].message == "1 of 3 wanted replica(s) placed, 0 running"
+    assert plan.pools["a"].free == 0
 
 
 def test_pool_capacity() -> None:
@@ -175,9 +181,10 @@ def market_cluster() -> tuple[list[Any], list[Any], list[Any]]:
 
     By hand: the log jobs share the pool, each ``x = 2/3`` (``2 x_1 + 2 x_2 + 2 x_3 <= 4``), ``t = 2/3``; the price
     is ``u'(t) a / (N d) = (3/2) / 2 = 0.75``; the linear job's bid ``a / (N d) = 0.1 < 0.75`` gets nothing. Each log
-    job's ``N x = 4/3`` rounds to 1 replica: 3 GPUs used, 1 free. At 1 granted replica ``t = 1/2``: bid
-    ``(1 / (1/2)) / 2 = 1.0`` above the price, the share rounded down (MarketShare); the linear job bids 0.1, below
-    the price, with a free GPU (PriceAboveBid)."""
+    job's ``N x = 4/3`` rounds to 1 replica: 3 GPUs used, 1 free. The integral fill gives the free GPU to the replica
+    of largest utility gain: a log job's second (``log 1 - log 1/2 = 0.69``) beats the linear job's (0.1); the log
+    jobs tie, the first row (log0) takes it. The pool is then full: log1, log2 and lin still ask for one replica each
+    and wait for capacity (InsufficientCapacity); at 2 wanted replicas a log job bids ``(1 / 1) / 2 = 0.5``."""
     nodes = [gpu_node("a0")]
     pools = [pool("a", "a")]
     jobs = [job(f"log{k}", {"a": 1.0}, count=2) for k in range(3)]
@@ -188,34 +195,79 @@ def market_cluster() -> tuple[list[Any], list[Any], list[Any]]:
     return nodes, pools, jobs
 
 
-def test_price_above_bid_and_market_share() -> None:
+def test_the_fill_gives_the_free_gpu_and_the_rest_wait_for_capacity() -> None:
+    """The market cluster (see there): the GPU rounding left free goes to a log job's second replica; nothing is
+    idle, so every job short of replicas names the pool's capacity, with the plan's numbers."""
     plan = plan_of(*market_cluster())
-    assert plan.pools["a"].price == pytest.approx(0.75, rel=2e-3)
-    lin = plan.jobs[("ml", "lin")]
-    assert lin.bids == {"a": pytest.approx(0.1)}
-    b = only_blocker(plan, "lin")
-    assert (b.reason, b.replicas) == ("PriceAboveBid", 1)
     price = plan.pools["a"].price
-    assert b.message == (f"price {price:.4g} per nvidia.com/gpu in pool 'a' is at or above the job's bid 0.1 per "
-                         "nvidia.com/gpu (its marginal utility per unit at 0 granted replica(s)); 1 nvidia.com/gpu "
-                         "free on 1 node(s) with a slot")
-    for k in range(3):
-        jp = plan.jobs[("ml", f"log{k}")]
-        assert jp.wanted == {"a": 1} and jp.replicas == {"a": 1}
-        assert jp.bids == {"a": pytest.approx(1.0)}
+    assert price == pytest.approx(0.75, rel=2e-3) and plan.pools["a"].free == 0
+    assert plan.jobs[("ml", "log0")].replicas == {"a": 2} and plan.jobs[("ml", "log0")].blockers == ()
+    assert plan.jobs[("ml", "log0")].units == {"a": 2.0}
+    assert plan.jobs[("ml", "log0")].spend == {"a": pytest.approx(2 * price)}
+    for name in ("log1", "log2"):
+        jp = plan.jobs[("ml", name)]
+        assert jp.wanted == {"a": 2} and jp.replicas == {"a": 1} and jp.bids == {"a": pytest.approx(0.5)}
         assert jp.units == {"a": 1.0} and jp.spend == {"a": pytest.approx(price)}
-        blocker = only_blocker(plan, f"log{k}")
-        assert (blocker.reason, blocker.replicas) == ("MarketShare", 1)
-        assert blocker.message.startswith("the market's share of pool 'a' for the job, 1.33 replica(s), rounds to 1")
-        assert conditions(plan, f"log{k}")["ReplicasGranted"].reason == "MarketShare"
+        b = only_blocker(plan, name)
+        assert (b.pool, b.reason, b.replicas) == ("a", "InsufficientCapacity", 1)
+        assert b.message == ("pool 'a' has 0 nvidia.com/gpu free on the 1 node(s) the pod may use; 1 replica(s) need 1 "
+                             "(1 more needed)")
+    lin = plan.jobs[("ml", "lin")]
+    assert lin.replicas == {} and lin.bids == {"a": pytest.approx(0.1)}
+    assert (only_blocker(plan, "lin").reason, only_blocker(plan, "lin").replicas) == ("InsufficientCapacity", 1)
+
+
+def test_price_above_bid() -> None:
+    """Room, and a job whose marginal utility per unit is at or below the price: a target-priority job (a = 1, 4
+    replicas, target 0.5) reaches its target at 2 replicas (``t = 1 * 2 / 4``); beyond it its bid is 0. The fill adds
+    no replica of zero value, so 2 GPUs stay free, unsold (price 0), and the 2 other replicas are not granted."""
+    saturated = job("t", {"a": 1.0}, count=4, utility={"type": "target-priority", "target": 0.5})
+    plan = plan_of([gpu_node("a0")], [pool("a", "a")], [saturated])
+    jp = plan.jobs[("ml", "t")]
+    assert jp.replicas == {"a": 2} and jp.wanted == {"a": 2} and jp.bids == {"a": 0.0}
+    assert plan.pools["a"].price == pytest.approx(0.0, abs=1e-9) and plan.pools["a"].free == 2
+    b = only_blocker(plan, "t")
+    assert (b.pool, b.reason, b.replicas) == ("a", "PriceAboveBid", 2)
+    assert b.message == ("price 0 per nvidia.com/gpu in pool 'a' is at or above the job's bid 0 per nvidia.com/gpu "
+                         "(its marginal utility per unit at 2 granted replica(s)); 2 nvidia.com/gpu free on 1 node(s) "
+                         "with a slot")
+    cond = conditions(plan, "t")
+    assert (cond["ReplicasGranted"].status, cond["ReplicasGranted"].reason) == ("False", "PriceAboveBid")
+    assert cond["ReplicasGranted"].message.startswith("granted 2 of 4 replica(s): a=2; 2 not granted: price 0 ")
+    assert (cond["Scheduled"].status, cond["Scheduled"].reason) == ("True", "AllPodsPlaced")
+
+
+def test_market_share() -> None:
+    """Room, a bid above the price, and a share that rounds to fewer replicas: a gang (elastic, min 3, max 4, log)
+    and a log job of 2 replicas on 4 GPUs. By hand: ``4 x_g + 2 x_h <= 4`` with equal spending, ``x_g = 1/2``,
+    ``x_h = 1``, price ``u'(1) a / (N d) = 1 / 2 = 0.5``. The gang's share ``N x = 2`` is below its minimum 3 and
+    rounds to 0 replicas (the fill leaves a gang below its minimum out), so 2 GPUs stay free; at 0 granted its log
+    bid is unbounded."""
+    gang = job("g", {"a": 1.0}, replicas={"min": 3, "max": 4})
+    plan = plan_of([gpu_node("a0")], [pool("a", "a")], [gang, job("h", {"a": 1.0}, count=2)])
+    price = plan.pools["a"].price
+    assert price == pytest.approx(0.5, rel=2e-3) and plan.pools["a"].free == 2
+    assert plan.jobs[("ml", "h")].replicas == {"a": 2} and plan.jobs[("ml", "h")].blockers == ()
+    jp = plan.jobs[("ml", "g")]
+    assert jp.replicas == {} and jp.wanted == {} and jp.bids == {"a": None}
+    assert jp.allocation == {"a": pytest.approx(0.5, rel=2e-3)}
+    b = only_blocker(plan, "g")
+    assert (b.pool, b.reason, b.replicas) == ("a", "MarketShare", 4)
+    assert b.message == (f"the market's share of pool 'a' for the job, 2 replica(s), rounds to 0; price {price:.4g} "
+                         "per nvidia.com/gpu, bid unbounded; 2 nvidia.com/gpu free on 1 node(s) with a slot")
+    cond = conditions(plan, "g")
+    assert (cond["ReplicasGranted"].status, cond["ReplicasGranted"].reason) == ("False", "MarketShare")
+    assert (cond["Scheduled"].status, cond["Scheduled"].reason) == ("False", "MarketShare")
 
 
 def test_queue_position_is_priority_then_bid_then_age() -> None:
     nodes, pools, jobs = market_cluster()
     plan = plan_of(nodes, pools, jobs)
-    # every job waits; equal weights; the log jobs bid 1.0 (oldest first), the linear one 0.1 (although oldest)
-    assert [plan.jobs[("ml", n)].queue_position for n in ("log0", "log1", "log2", "lin")] == [1, 2, 3, 4]
-    assert {jp.waiting for jp in plan.jobs.values()} == {4}
+    # log0 has all its replicas (the fill); the others wait; equal weights; log1 and log2 bid 0.5 (the older first),
+    # the linear one 0.1 (although the oldest)
+    assert [plan.jobs[("ml", n)].queue_position for n in ("log0", "log1", "log2", "lin")] == [None, 1, 2, 3]
+    assert {jp.waiting for jp in plan.jobs.values() if jp.queue_position is not None} == {3}
+    assert plan.jobs[("ml", "log0")].waiting == 0
     jobs[3]["spec"]["weight"] = 5  # priority first
     plan = plan_of(nodes, pools, jobs)
     assert plan.jobs[("ml", "lin")].queue_position == 1
@@ -287,24 +339,29 @@ def test_explain_json_carries_the_plans_numbers(market_dir: Path, capsys: pytest
     doc = json.loads(capsys.readouterr().out)
     plan = plan_of(*market_cluster())
     jp = plan.jobs[("ml", "lin")]
-    assert doc["replicas"] == {"count": 1, "granted": 0, "placed": 0, "bound": 0, "running": 0}
+    # lin: the market sells it nothing (bid 0.1 < price 0.75); what it still asks for waits for capacity (wanted)
+    assert doc["replicas"] == {"count": 1, "granted": 1, "placed": 0, "bound": 0, "running": 0}
     assert doc["pools"]["a"]["bid"] == pytest.approx(0.1) and doc["pools"]["a"]["price"] == plan.pools["a"].price
-    assert doc["blocked"] == [b.to_dict() for b in jp.blockers] and doc["reason"] == "PriceAboveBid"
-    assert doc["queue"]["position"] == 4 and doc["queue"]["waiting"] == 4
+    assert doc["blocked"] == [b.to_dict() for b in jp.blockers] and doc["reason"] == "InsufficientCapacity"
+    assert doc["reason"] == jp.reason
+    assert doc["queue"]["position"] == 3 and doc["queue"]["waiting"] == 3
     assert doc["asked"]["throughput"] == {"a": 0.1} and doc["asked"]["replicas"] == 1
-    assert main(["explain", "ml/log0", "-f", str(market_dir), "-o", "json"]) == 0
+    assert main(["explain", "ml/log1", "-f", str(market_dir), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["pools"]["a"]["units"] == 1.0 and doc["pools"]["a"]["spend"] == pytest.approx(0.75, rel=2e-3)
+    assert doc["pools"]["a"]["bid"] == pytest.approx(0.5) and doc["queue"]["position"] == 1
 
 
 def test_explain_text(market_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "ml/lin", "-f", str(market_dir)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("FungibleJob ml/lin: Pending (0 of 1 replica(s) running, 0 placed, 0 granted)")
-    assert "1 replica(s), pool a: PriceAboveBid: price 0.75" in out
-    assert "Queue: position 4 of 4 waiting job(s) (order: priority (spec.weight, high first), then bid" in out
+    assert out.startswith("FungibleJob ml/lin: Pending (0 of 1 replica(s) running, 0 placed, 1 granted)")
+    assert ("1 replica(s), pool a: InsufficientCapacity: pool 'a' has 0 nvidia.com/gpu free on the 1 node(s) the pod "
+            "may use; 1 replica(s) need 1 (1 more needed)") in out
+    assert "Queue: position 3 of 3 waiting job(s) (order: priority (spec.weight, high first), then bid" in out
+    price = f"{plan_of(*market_cluster()).pools['a'].price:.4g}"
     row = next(line for line in out.splitlines() if line.strip().startswith("a "))
-    assert row.split()[:8] == ["a", "nvidia.com/gpu", "0", "0", out.split("price ")[1].split()[0], "0", "0", "0.1"]
+    assert row.split()[:8] == ["a", "nvidia.com/gpu", "1", "0", price, "0", "0", "0.1"]
 
 
 def test_explain_an_unknown_job_suggests_the_near_names(market_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -268,8 +268,8 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
     the ceiling of the sum (hysteresis: a total on a rounding boundary does not flip between plans). An elastic job
     below its minimum gets none (its pods are a gang), except in fair pools, where the fair mechanism decides and what
     exists stays. The row is split by largest remainder and then reconciled with what exists
-    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
-    ``(demand per replica, free room per pool, running (n, m), offered (n, m), keep (n,))``, new replicas that rounding put in a
+    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` = ``(demand per
+    replica, free room per pool, running (n, m), offered (n, m), keep (n,))``, new replicas that rounding put in a
     pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
     existing pods always stay; ``dropped`` counts the replicas that found no pool with room). What exists stays up to
     ``N_i`` (the integral fill gives idle room beyond the rounding), except for the rows where ``columns``' ``keep`` is
