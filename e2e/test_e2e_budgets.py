@@ -1,8 +1,9 @@
 """End to end, Budgets (docs/budgets.md): the real ``walras run --tenants`` against the real control plane, two
 tenants competing for the two GPU pools, one of which inflates its numbers (a linear job of weight 1e6 whose
-throughputs are multiplied by 1e8, within the schema's bound of 1e9): each tenant spends at most its share (within one pod's price: the placed plan
-rounds the market's fractions to whole pods), the Budget's status shows its units, spend rate and spend, and the
-accumulated spend continues across a restart of the operator by (T5) from the status alone."""
+throughputs are multiplied by 1e8, within the schema's bound of 1e9): each tenant spends at most its share (within
+one pod's price: the placed plan rounds the market's fractions to whole pods), the Budget's status shows its units,
+spend rate and spend, and the accumulated spend continues across a restart of the operator by (T5) from the status
+alone."""
 
 from __future__ import annotations
 

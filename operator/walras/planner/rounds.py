@@ -264,17 +264,18 @@ def replica_targets(shares: np.ndarray, replicas: np.ndarray, existing: np.ndarr
                     dropped: np.ndarray | None = None) -> np.ndarray:
     """Integral replicas per job and pool from the market's fractional replicas ``shares = N_i x_ij``.
 
-    The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor or
-    the ceiling of the sum (hysteresis: a total on a rounding boundary does not flip between plans). An elastic job
-    below its minimum gets none (its pods are a gang), except in fair pools, where the fair mechanism decides and what
-    exists stays. The row is split by largest remainder and then reconciled with what exists
-    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` = ``(demand per
-    replica, free room per pool, running (n, m), offered (n, m), keep (n,))``, new replicas that rounding put in a
-    pool beyond its free room move to another offered pool of the job, or are dropped (:func:`.replicas.fit_columns`;
-    existing pods always stay; ``dropped`` counts the replicas that found no pool with room). What exists stays up to
-    ``N_i`` (the integral fill gives idle room beyond the rounding), except for the rows where ``columns``' ``keep`` is
-    False: jobs with pods in a pool whose kept replicas need more than it sells (a ``spec.capacity`` lowered below
-    what runs), which the market shrinks to its rounding (their surplus is evicted, :mod:`.reconcile`).
+    The job's total is ``round(sum_j shares_ij)`` (at most ``N_i``), or what exists when that is already the floor
+    or the ceiling of the sum (hysteresis: a total on a rounding boundary does not flip between plans). An elastic
+    job below its minimum gets none (its pods are a gang), except in fair pools, where the fair mechanism decides
+    and what exists stays. The row is split by largest remainder and then reconciled with what exists
+    (:func:`.replicas.split_replicas`): existing pods are kept whenever the total allows. With ``columns`` =
+    ``(demand per replica, free room per pool, running (n, m), offered (n, m), keep (n,))``, new replicas that
+    rounding put in a pool beyond its free room move to another offered pool of the job, or are dropped
+    (:func:`.replicas.fit_columns`; existing pods always stay; ``dropped`` counts the replicas that found no pool
+    with room). What exists stays up to ``N_i`` (the integral fill gives idle room beyond the rounding), except for
+    the rows where ``columns``' ``keep`` is False: jobs with pods in a pool whose kept replicas need more than it
+    sells (a ``spec.capacity`` lowered below what runs), which the market shrinks to its rounding (their surplus is
+    evicted, :mod:`.reconcile`).
     """
     total_share = shares.sum(axis=1)
     have = existing.sum(axis=1)
