@@ -109,11 +109,14 @@ def test_unsettled_names_unbound_surplus_and_nodeless_pods() -> None:
         PodPlan("ml", "nowhere", "j", "k80", None, action="keep"),
     ))
 
-    def pod(name: str, node: str | None) -> dict[str, object]:
-        return {"metadata": {"namespace": "ml", "name": name}, "spec": {"nodeName": node} if node else {}}
+    def pod(name: str, node: str | None, phase: str = "Running") -> dict[str, object]:
+        return {"metadata": {"namespace": "ml", "name": name}, "spec": {"nodeName": node} if node else {},
+                "status": {"phase": phase}}
 
     cluster = [pod("bound", "gpu-0"), pod("elsewhere", "gpu-1"), pod("surplus", "gpu-0"), pod("nowhere", None)]
     left = demo.unsettled(plan, cluster)
+    # a bound pod the kubelet has not started yet keeps the demo waiting too (its job's phase follows its pods)
+    assert demo.unsettled(plan, [pod("bound", "gpu-0", "Pending")])[0] == "ml/bound: bound to gpu-0, not Running yet"
     assert left == [
         "ml/elsewhere: planned on gpu-0, bound to gpu-1",
         "ml/missing: planned on gpu-1, not created",

@@ -164,7 +164,8 @@ def render(data: Mapping[str, Any]) -> str:
 def unsettled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """What keeps the demo waiting: ``namespace/name: reason`` for every pod the plan places on a node that is not
     bound there yet, every surplus pod that still exists, and every pod the plan keeps without a node (which would
-    never be bound). Empty when the cluster matches the plan; ``["no plan yet"]`` before the first plan."""
+    never be bound), and every bound pod not Running yet. Empty when the cluster matches the plan and its pods run;
+    ``["no plan yet"]`` before the first plan."""
     if plan is None:
         return ["no plan yet"]
     cluster = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
@@ -185,11 +186,14 @@ def unsettled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> list[str]
         elif current is not None and (current.get("status") or {}).get("phase") == "Failed":
             status = current.get("status") or {}
             out.append(f"{name}: Failed on {bound} ({status.get('reason')}: {status.get('message')})")
+        elif current is not None and (current.get("status") or {}).get("phase") != "Running":
+            # the job's phase follows its pods (issue 28): wait for the kubelet, so the statuses printed have caught up
+            out.append(f"{name}: bound to {bound}, not Running yet")
     return out
 
 
 def settled(plan: Plan | None, pods: Iterable[Mapping[str, Any]]) -> bool:
-    """Every planned pod exists and is bound to its planned node, and no surplus or node-less pod is left."""
+    """Every planned pod exists, is bound to its planned node and Running, and no surplus or node-less pod is left."""
     return not unsettled(plan, pods)
 
 
