@@ -206,6 +206,16 @@ def _stop_apiserver(cp: Any) -> Any:
         plane.processes[:] = [p for p in plane.processes if p.alive() or not p.name.startswith("kube-scheduler")]
         plane._spawn("kube-apiserver", args)
         plane._wait(90.0, "kube-apiserver /readyz", plane._readyz)
+        # kube-controller-manager is restarted too, as a control-plane restart does: the session's control plane is
+        # shared with later tests, and a controller manager that lived through the outage was seen to leave its
+        # controllers stale (no default ServiceAccount in new namespaces, no not-ready taints) for the tests after it
+        (kcm,) = [p for p in plane.processes if p.name == "kube-controller-manager"]
+        kcm_args = list(kcm.popen.args)[1:]
+        kcm.stop()
+        plane.processes.remove(kcm)
+        plane._spawn("kube-controller-manager", kcm_args)
+        plane._wait(60.0, "the default ServiceAccount of namespace default",
+                    lambda: plane._exists("/api/v1/namespaces/default/serviceaccounts/default"))
 
     return restart
 
