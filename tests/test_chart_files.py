@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests.realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "walras"
@@ -30,15 +30,6 @@ def sync_chart():  # type: ignore[no-untyped-def]
     sys.modules["sync_chart"] = module
     spec.loader.exec_module(module)
     return module
-
-
-def helm() -> str:
-    found = shutil.which("helm") or shutil.which("helm", path=str(ROOT / ".tools" / "bin"))
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("helm is missing (make tools installs it)")
-        pytest.skip("helm is missing (make tools installs it)")
-    return found
 
 
 def test_the_chart_has_no_link_and_its_copies_are_up_to_date() -> None:
@@ -80,7 +71,7 @@ def test_the_readme_lists_every_value_with_its_default() -> None:
 
 
 def test_a_copied_chart_lints_and_renders(tmp_path: Path) -> None:
-    binary = helm()
+    binary = require("helm")
     copy = tmp_path / "walras"
     shutil.copytree(CHART, copy, symlinks=True)  # links would stay links and dangle here
     lint = subprocess.run([binary, "lint", "--strict", str(copy)], capture_output=True, text=True, timeout=120)
