@@ -57,8 +57,18 @@ from walras.planner.reuse import PlanCache
 from bench._machine import machine_line, now_utc
 from bench.planner import cluster as bench_cluster
 from bench.planner import grow_one_job, running
-from tests.budgets_reference import Instance, eisenberg_gale, generate, merged, scaled, split, tenant_units, walras
-from tests.simcluster import job, node, pool
+from tests.budgets_reference import (
+    Instance,
+    budget_doc,
+    capped_cluster,
+    eisenberg_gale,
+    generate,
+    merged,
+    scaled,
+    split,
+    tenant_units,
+    walras,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "bench" / "budgets.md"
@@ -117,35 +127,12 @@ def _overspend(inst: Instance, X: np.ndarray, prices: np.ndarray) -> float:
     return max(float(prices @ tenant_units(inst, X, t)) / share - 1 for t, share in enumerate(inst.shares))
 
 
-def _gpu_job(name: str, namespace: str, throughput: dict[str, float], replicas: int) -> dict[str, Any]:
-    obj = job(name, throughput, {"count": replicas}, namespace=namespace, cpu="1", memory="1Gi")
-    obj["spec"]["resources"]["nvidia.com/gpu"] = "1"
-    return obj
-
-
-def _budget(name: str, share: float, namespaces: list[str], caps: dict[str, float] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"share": share, "namespaces": namespaces}
-    if caps:
-        spec["caps"] = [{"pool": p, "maxUnits": u} for p, u in caps.items()]
-    return {"kind": "Budget", "metadata": {"name": name, "generation": 1}, "spec": spec}
-
-
 def _cap_excess(seed: int) -> tuple[float, int]:
     """A whole plan of a 4-node, 2-pool cluster where tenant alpha has random caps: the most units over a cap its
     placed pods hold (<= 0 when the caps hold), and the invariant violations of the plan."""
     rng = np.random.default_rng(seed)
     caps = {"a": float(rng.integers(0, 9)), "b": float(rng.integers(0, 9))}
-    nodes = [node(f"a{k}", {"pool": "a"}) for k in range(2)] + [node(f"b{k}", {"pool": "b"}) for k in range(2)]
-    jobs = []
-    for t in ("alpha", "beta"):
-        for q in range(int(rng.integers(1, 4))):
-            pools = {"a": float(rng.uniform(1, 10)), "b": float(rng.uniform(1, 10))}
-            if rng.random() < 0.4:
-                pools.pop(str(rng.choice(["a", "b"])))
-            jobs.append(_gpu_job(f"{t}-{q}", t, pools, int(rng.integers(1, 5))))
-    snap = Snapshot(nodes=tuple(nodes), pools=(pool("a", {"pool": "a"}, "throughput"),
-                                               pool("b", {"pool": "b"}, "throughput")),
-                    jobs=tuple(jobs), budgets=(_budget("alpha", 3.0, ["alpha"], caps), _budget("beta", 1.0, ["beta"])))
+    snap = capped_cluster(rng, caps)
     cluster = cluster_from(snap)
     plan = build_plan(cluster, options=PlanOptions(tenants=TenantOptions()))
     held: dict[str, float] = {}
@@ -190,7 +177,7 @@ def guarantees(n: int) -> dict[str, tuple[float, float | None]]:
 
 
 def _with_budgets(snap: Snapshot) -> Snapshot:
-    budgets = tuple(_budget(f"tenant-{k}", float(k + 1), [f"team-{2 * k}", f"team-{2 * k + 1}"],
+    budgets = tuple(budget_doc(f"tenant-{k}", float(k + 1), [f"team-{2 * k}", f"team-{2 * k + 1}"],
                             {"p0": 40.0} if k == 0 else None) for k in range(4))
     return replace(snap, budgets=budgets)
 

@@ -16,8 +16,11 @@ import cvxpy as cp
 import numpy as np
 from walras.planner.cluster import Budget, BudgetSpec, Cluster, Job, Pool, TenantOptions
 from walras.planner.market import MarketSettings, solve_market
+from walras.planner.model import Snapshot
 from walras.planner.spec import parse_job, parse_pool
 from walras.planner.tenants import apply_tenants, market_eps
+
+from tests.simcluster import job, node, pool
 
 
 @dataclass(frozen=True)
@@ -187,3 +190,35 @@ def tenant_utility(inst: Instance, X: np.ndarray, t: int) -> float:
     rows = np.flatnonzero(np.array(inst.tenant) == t)
     rates = np.einsum("ij,ij->i", inst.A()[rows], X[rows])
     return float(inst.budgets()[rows] @ np.log(np.maximum(rates, 1e-300)))
+
+
+def budget_doc(name: str, share: float, namespaces: list[str], caps: dict[str, float] | None = None) -> dict[str, Any]:
+    """A Budget object (the raw manifest the decoder reads) of ``share`` over ``namespaces``, with per-pool caps."""
+    spec: dict[str, Any] = {"share": share, "namespaces": namespaces}
+    if caps:
+        spec["caps"] = [{"pool": p, "maxUnits": u} for p, u in caps.items()]
+    return {"kind": "Budget", "metadata": {"name": name, "generation": 1}, "spec": spec}
+
+
+def gpu_job(name: str, namespace: str, throughput: dict[str, float], replicas: int) -> dict[str, Any]:
+    """A FungibleJob of ``replicas`` one-GPU replicas (1 cpu, 1Gi) with ``throughput`` per pool."""
+    obj = job(name, throughput, {"count": replicas}, namespace=namespace, cpu="1", memory="1Gi")
+    obj["spec"]["resources"]["nvidia.com/gpu"] = "1"
+    return obj
+
+
+def capped_cluster(rng: np.random.Generator, caps: dict[str, float]) -> Snapshot:
+    """Two 2-node GPU pools ``a``/``b`` and 1-3 jobs of each of the tenants alpha (share 3, ``caps``) and beta
+    (share 1), drawn from ``rng``: the caps-hold-in-placed-plans instances of the tests and the bench."""
+    nodes = [node(f"a{k}", {"pool": "a"}) for k in range(2)] + [node(f"b{k}", {"pool": "b"}) for k in range(2)]
+    jobs = []
+    for t in ("alpha", "beta"):
+        for q in range(int(rng.integers(1, 4))):
+            pools = {"a": float(rng.uniform(1, 10)), "b": float(rng.uniform(1, 10))}
+            if rng.random() < 0.4:
+                pools.pop(str(rng.choice(["a", "b"])))
+            jobs.append(gpu_job(f"{t}-{q}", t, pools, int(rng.integers(1, 5))))
+    return Snapshot(nodes=tuple(nodes), pools=(pool("a", {"pool": "a"}, "throughput"),
+                                               pool("b", {"pool": "b"}, "throughput")),
+                    jobs=tuple(jobs), budgets=(budget_doc("alpha", 3.0, ["alpha"], caps),
+                                               budget_doc("beta", 1.0, ["beta"])))

@@ -13,37 +13,13 @@ from walras.planner.cluster import TenantOptions
 from walras.planner.quantity import parse_quantity
 from walras.planner.results import PlanOptions
 
-from tests.simcluster import job, node, pool
+from tests.budgets_reference import budget_doc, capped_cluster
 
 HOLDING = {"create", "bind", "keep", "resize"}
 
 
-def _budget(name: str, share: float, namespaces: list[str], caps: dict[str, float] | None = None) -> dict:
-    spec: dict = {"share": share, "namespaces": namespaces}
-    if caps:
-        spec["caps"] = [{"pool": p, "maxUnits": u} for p, u in caps.items()]
-    return {"kind": "Budget", "metadata": {"name": name, "generation": 1}, "spec": spec}
-
-
-def _gpu_job(name: str, namespace: str, throughput: dict[str, float], replicas: int) -> dict:
-    obj = job(name, throughput, {"count": replicas}, namespace=namespace, cpu="1", memory="1Gi")
-    obj["spec"]["resources"]["nvidia.com/gpu"] = "1"
-    return obj
-
-
 def _snapshot(seed: int, caps: dict[str, float]) -> Snapshot:
-    rng = np.random.default_rng(seed)
-    nodes = [node(f"a{k}", {"pool": "a"}) for k in range(2)] + [node(f"b{k}", {"pool": "b"}) for k in range(2)]
-    jobs = []
-    for t in ("alpha", "beta"):
-        for q in range(int(rng.integers(1, 4))):
-            pools = {"a": float(rng.uniform(1, 10)), "b": float(rng.uniform(1, 10))}
-            if rng.random() < 0.4:
-                pools.pop(str(rng.choice(["a", "b"])))
-            jobs.append(_gpu_job(f"{t}-{q}", t, pools, int(rng.integers(1, 5))))
-    return Snapshot(nodes=tuple(nodes), pools=(pool("a", {"pool": "a"}, "throughput"),
-                                               pool("b", {"pool": "b"}, "throughput")),
-                    jobs=tuple(jobs), budgets=(_budget("alpha", 3.0, ["alpha"], caps), _budget("beta", 1.0, ["beta"])))
+    return capped_cluster(np.random.default_rng(seed), caps)
 
 
 def _held(plan, namespace: str) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -77,7 +53,7 @@ def test_tenants_off_is_the_plan_of_today() -> None:
 def test_a_namespace_two_budgets_select_is_planned_under_neither() -> None:
     snap = _snapshot(2, {})
     snap = Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs,
-                    budgets=(*snap.budgets, _budget("gamma", 5.0, ["beta"])))
+                    budgets=(*snap.budgets, budget_doc("gamma", 5.0, ["beta"])))
     plan = build_plan(cluster_from(snap), options=PlanOptions(tenants=TenantOptions(default_share=0.5)))
     assert plan.tenants["namespace/beta"].share == 0.5
     for name in ("beta", "gamma"):
@@ -127,7 +103,7 @@ def test_an_unchanged_cluster_with_tenants_reuses_the_previous_solve(monkeypatch
     solves: list[int] = []
     solve = rounds.solve_market
     monkeypatch.setattr(rounds, "solve_market", lambda *a, **k: (solves.append(1), solve(*a, **k))[1])
-    budgets = (_budget("first", 2.0, ["team-0", "team-1"], {"p0": 6.0}),)
+    budgets = (budget_doc("first", 2.0, ["team-0", "team-1"], {"p0": 6.0}),)
     options = PlanOptions(tenants=TenantOptions())
     snap = replace(bench_cluster(40, 4, 12, 3), budgets=budgets)
     first = planned(snap, options=options)
