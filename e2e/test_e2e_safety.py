@@ -16,7 +16,6 @@ The scenarios run on the real control plane only (the emulator has no Eviction A
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import threading
@@ -27,8 +26,7 @@ from typing import Any
 
 import pytest
 from walras.kube.client import KubeClient
-from walras.metrics import WalrasMetrics
-from walras.operator import Controller, IndexSource, OperatorOptions, run_operator
+from walras.operator import OperatorOptions
 
 from tests.controlplane import ControlPlane, install_chart_identity
 from tests.lifecycle_support import OperatorThread, fungible_job, gpu_node, pool, wait_for
@@ -65,26 +63,9 @@ class CountingOperator(OperatorThread):
 
     client: CountingClient
 
-    def start(self, timeout: float = 60.0) -> CountingOperator:
-        self.thread.start()
-
-        async def launch() -> Controller:
-            source = IndexSource(self.options.namespaces)
-            self.client = CountingClient(self.kube)
-            controller = Controller(self.client, source, self.planner, self.options, WalrasMetrics())
-            self._stop = asyncio.Event()
-            self._ready = asyncio.Event()
-            self._task = asyncio.create_task(run_operator(controller, source, self.kube, peering=None,
-                                                          health_port=None, stop_flag=self._stop,
-                                                          ready_flag=self._ready))
-            return controller
-
-        self.controller = self.call(launch)
-        wait_for(lambda: self._ready.is_set() or (self._task is not None and self._task.done()), timeout,
-                 "the operator's watches")
-        if self._task is not None and self._task.done():
-            self._task.result()
-        return self
+    def make_client(self) -> CountingClient:
+        self.client = CountingClient(self.kube)
+        return self.client
 
 
 class Env:

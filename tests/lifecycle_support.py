@@ -52,12 +52,16 @@ class OperatorThread:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(wrapped(), self.loop)
         return future.result(timeout)
 
+    def make_client(self) -> KubeClient:
+        """The controller's API client (a subclass may count or alter its requests)."""
+        return KubeClient(self.kube)
+
     def start(self, timeout: float = 60.0) -> OperatorThread:
         self.thread.start()
 
         async def launch() -> Controller:
             source = IndexSource(self.options.namespaces)
-            controller = Controller(KubeClient(self.kube), source, self.planner, self.options, WalrasMetrics())
+            controller = Controller(self.make_client(), source, self.planner, self.options, WalrasMetrics())
             self._stop = asyncio.Event()
             self._ready = asyncio.Event()
             self._task = asyncio.create_task(run_operator(controller, source, self.kube, peering=None,
