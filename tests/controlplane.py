@@ -91,6 +91,31 @@ class ControlPlane:
         if objects:
             self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects), kubeconfig=kubeconfig)
 
+    def ready_node(self, name: str, labels: dict[str, str], allocatable: dict[str, str]) -> None:
+        """Create the Node ``name`` (``labels``; capacity = allocatable = ``allocatable``) and make it Ready and
+        schedulable now, as a kubelet would: its status gets ``Ready=True`` and the ``node.kubernetes.io/not-ready``
+        taint that the API server puts on every new Node (TaintNodesByCondition) is removed here rather than waiting for
+        the node lifecycle controller, which lifts it on its next pass (a planner that reads the Node before that pass
+        sees a tainted node; a test that does so races the controller). Tests that need heartbeats use the kubelet
+        stand-in (:mod:`walras_testbed.kubelet`) instead."""
+        import time
+
+        self.kubectl("create", "-f", "-", stdin=json.dumps({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}))
+        status = {"capacity": dict(allocatable), "allocatable": dict(allocatable),
+                  "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
+        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+        deadline = time.monotonic() + 30
+        while True:
+            taints = [t for t in self.get("node", name)["spec"].get("taints", [])
+                      if t["key"] == "node.kubernetes.io/not-ready"]
+            if not taints:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"node {name} keeps its not-ready taint: {taints}")
+            for taint in taints:
+                self.kubectl("taint", "node", name, f"{taint['key']}:{taint['effect']}-", check=False)
+
     def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
         """One raw API call (admin unless ``token``): ``(status, decoded body)``."""
         return self.plane.request(method, path, body, token)

@@ -68,15 +68,7 @@ def test_chart_identity_has_the_chart_permissions_and_no_more(control_plane: Con
 
 def test_the_default_scheduler_binds_a_pod_to_a_ready_node(control_plane: ControlPlane, namespace: str) -> None:
     node = f"cp-{namespace}"
-    control_plane.kubectl("create", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"cp-test": namespace}}}))
-    status = {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"},
-              "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"},
-              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
-    control_plane.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
-                          json.dumps({"status": status}))
-    control_plane.kubectl("taint", "node", node, "node.kubernetes.io/not-ready-", check=False)
-    control_plane.kubectl("taint", "node", node, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+    control_plane.ready_node(node, {"cp-test": namespace}, {"cpu": "4", "memory": "8Gi", "pods": "10"})
     scheduler = control_plane.start_scheduler()
     try:
         control_plane.kubectl("run", "p", "-n", namespace, "--image=registry.invalid/none", "--overrides",

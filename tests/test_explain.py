@@ -397,12 +397,7 @@ def test_explain_reads_a_live_cluster(control_plane: Any, namespace: str, capsys
     root = Path(__file__).resolve().parents[1]
     control_plane.kubectl("apply", "-f", str(root / "crds"))
     label, name = f"explain-{namespace}", f"explain-{namespace}"
-    control_plane.apply_objects([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
-                                                                                  "labels": {"gpu": label}}}])
-    status = {"status": {"capacity": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
-                         "allocatable": {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"},
-                         "conditions": [{"type": "Ready", "status": "True"}]}}
-    control_plane.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(status))
+    control_plane.ready_node(name, {"gpu": label}, {GPU: "8", "cpu": "16", "memory": "64Gi", "pods": "110"})
     the_pool = pool(name, label, degreeLimit=2)
     the_job = job("dl", {name: 1.0}, count=4, ns=namespace)
     for doc in (the_pool, the_job):

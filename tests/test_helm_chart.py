@@ -652,14 +652,7 @@ def test_the_real_kube_scheduler_calls_the_extender_over_the_charts_mutual_tls(c
     path.write_text(yaml.safe_dump(config))
 
     node = f"helm-{namespace}"
-    control_plane.kubectl("create", "-f", "-", stdin=json.dumps({
-        "apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {"helm-test": namespace}}}))
-    status = {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "10"},
-              "allocatable": {"cpu": "4", "memory": "8Gi", "pods": "10"},
-              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
-    control_plane.kubectl("patch", "node", node, "--subresource=status", "--type=merge", "-p",
-                          json.dumps({"status": status}))
-    control_plane.kubectl("taint", "node", node, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+    control_plane.ready_node(node, {"helm-test": namespace}, {"cpu": "4", "memory": "8Gi", "pods": "10"})
     scheduler = control_plane.start_scheduler(path)
     try:
         control_plane.kubectl("run", "p", "-n", namespace, "--image=registry.invalid/none", "--overrides",

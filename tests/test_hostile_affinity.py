@@ -103,15 +103,7 @@ def test_without_a_pool_selector_the_pod_is_as_before() -> None:
 
 
 def _ready_node(cp: Any, name: str, labels: dict[str, str], cpu: str) -> None:
-    import json
-
-    cp.kubectl("create", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "Node",
-                                                      "metadata": {"name": name, "labels": labels}}))
-    status = {"capacity": {"cpu": cpu, "memory": "64Gi", "pods": "20"},
-              "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "20"},
-              "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
-    cp.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
-    cp.kubectl("taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
+    cp.ready_node(name, labels, {"cpu": cpu, "memory": "64Gi", "pods": "20"})
 
 
 def test_kube_scheduler_without_the_extender_cannot_bind_a_walras_pod_outside_its_pool(control_plane: Any,
