@@ -151,7 +151,8 @@ def test_search_adds_a_whole_gang_or_nothing() -> None:
                 utility=Utility(np.zeros(1, dtype=np.int64), np.ones(1), np.zeros(1)),
                 vectors=np.array([[[1.0, 1.0, 1.0]]]), priced=np.ones(1, dtype=np.int64),
                 free=np.array([[10.0, 3.0, 8.0], [10.0, 1.0, 8.0]]), slots=np.array([10, 10]),
-                pool=np.zeros(2, dtype=np.int64), masks=np.ones((1, 2), dtype=bool), mask_of=np.zeros(1, dtype=np.int64),
+                pool=np.zeros(2, dtype=np.int64), masks=np.ones((1, 2), dtype=bool),
+                mask_of=np.zeros(1, dtype=np.int64),
                 offered=np.ones((1, 1), dtype=bool), budget=np.full(1, np.inf), gang=np.array([True]))
     four = FillProblem(replicas=np.array([4.0]), left=np.array([4]), **base)  # type: ignore[arg-type]
     got = fill_search(four)

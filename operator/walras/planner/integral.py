@@ -16,6 +16,8 @@ minus what runs, is pending or was placed), not an elastic job below its gang mi
 pool's mechanism sizes (PS-DSF / PF-VDS decide those, 002), offered every pool whose throughput is positive (a pool
 that a placement failure withdrew from the market is offered again: the fill checks every node itself). A fill
 replica of a job whose wanted replica found no node replaces that one (the job's total stays within its replicas).
+A gang job (``spec.replicas.gang``) takes part as one bundle: all of its replicas left, in one pool (the pool it runs
+in, where it runs), or none (``allocator.integral``'s gang rows; :mod:`.gang`).
 """
 
 from __future__ import annotations
@@ -338,7 +340,8 @@ def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: n
         throughput=inputs.throughput[rows], replicas=inputs.replicas[rows].astype(np.float64), have=placed[rows],
         left=left[rows], utility=utility_arrays([jobs[i].spec.utility for i in rows.tolist()]), vectors=vectors,
         priced=priced, free=free, slots=slots, pool=pool_of, masks=np.array(masks, dtype=bool), mask_of=mask_of,
-        offered=inputs.offered[rows], budget=budget)
+        offered=inputs.offered[rows], budget=budget,
+        gang=np.array([jobs[i].spec.gang for i in rows.tolist()], dtype=bool))  # all or none (docs/gangs.md)
     return problem, rows, node_ids
 
 

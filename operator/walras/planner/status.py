@@ -344,6 +344,9 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
                  _counts_text(wanted_rows[i]))
         done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
         conditions, phase, raised = done
+        gang_note = actions.gangs.get(key)  # a gang waits whole (walras.planner.gang)
+        if gang_note:
+            conditions = (*conditions, Condition("GangPlaced", "False", "GangNotPlaceable", gang_note))
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
@@ -356,7 +359,8 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
             running=running, bound=on_node, demand=spec.demand, units=units,
             spend={name: prices_l[column[name]] * u for name, u in units.items()},
             bids={names[j]: b for j, b in row_bids.items()}, blockers=found,
-            reason=found[0].reason if found else "", created=info.job.created, first_running=first_running)
+            reason="GangNotPlaceable" if gang_note else found[0].reason if found else "", created=info.job.created,
+            first_running=first_running)
         planned = _planned(previous.jobs.get(key) if previous is not None else None, jp, wanted_total)
         if planned is not None:
             events.append(planned)
