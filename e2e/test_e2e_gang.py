@@ -26,7 +26,7 @@ from walras.planner.model import Plan
 
 from tests.lifecycle_support import OperatorThread, wait_for
 from tests.test_lifecycle_e2e import NODE_LOSS_GRACE, Env, invariants, job_doc, live, setup_pool, status
-from tests.test_lifecycle_e2e import env as env  # noqa: F401  (the module's namespace, chart identity, stand-in)
+from tests.test_lifecycle_e2e import env as env
 
 
 class CheckedPlanner:
@@ -55,7 +55,7 @@ def planner() -> CheckedPlanner:
 
 
 @pytest.fixture(scope="module")
-def walras(env: Env, planner: CheckedPlanner) -> Iterator[OperatorThread]:  # noqa: F811
+def walras(env: Env, planner: CheckedPlanner) -> Iterator[OperatorThread]:
     options = OperatorOptions(namespaces=(env.namespace,), debounce=0.1, plan_period=1.0, identity="gang-e2e",
                               node_loss_grace=NODE_LOSS_GRACE)
     operator = OperatorThread(env.operator_kubeconfig, planner, options).start()
@@ -63,17 +63,17 @@ def walras(env: Env, planner: CheckedPlanner) -> Iterator[OperatorThread]:  # no
     operator.stop()
 
 
-def gang_doc(env: Env, name: str, pool_name: str, count: int) -> dict[str, Any]:  # noqa: F811
+def gang_doc(env: Env, name: str, pool_name: str, count: int) -> dict[str, Any]:
     doc = job_doc(env, name, {pool_name: 1.0}, count)
     doc["spec"]["replicas"] = {"count": count, "gang": True}
     return doc
 
 
-def condition(env: Env, job: str, kind: str) -> dict[str, Any] | None:  # noqa: F811
+def condition(env: Env, job: str, kind: str) -> dict[str, Any] | None:
     return next((c for c in status(env, job).get("conditions") or [] if c.get("type") == kind), None)
 
 
-def test_gang_runs_whole_and_is_released_whole_when_a_node_is_lost(env: Env, walras: OperatorThread,  # noqa: F811
+def test_gang_runs_whole_and_is_released_whole_when_a_node_is_lost(env: Env, walras: OperatorThread,
                                                                    planner: CheckedPlanner) -> None:
     pool_name, nodes = setup_pool(env, "gang", 2, gpus=2)
     env.apply(gang_doc(env, "g4", pool_name, 4))
@@ -104,7 +104,7 @@ def test_gang_runs_whole_and_is_released_whole_when_a_node_is_lost(env: Env, wal
     env.kc("delete", "fungiblejob", "g4", "-n", env.namespace, "--wait=false")
 
 
-def test_gang_that_cannot_fit_creates_no_pod(env: Env, walras: OperatorThread,  # noqa: F811
+def test_gang_that_cannot_fit_creates_no_pod(env: Env, walras: OperatorThread,
                                              planner: CheckedPlanner) -> None:
     pool_name, _ = setup_pool(env, "big", 2, gpus=2)
     env.apply(gang_doc(env, "g5", pool_name, 5))

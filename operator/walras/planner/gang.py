@@ -4,11 +4,11 @@ The market (004, Alg. 2) sells time fractions; a gang is worth something only wh
 bundle of N replicas (004 Sec. 2.1: ``x_ij = 1`` for ``N d_i`` of pool j, the demand vector of Sec. 7.1 taken N
 times) or nothing. The rule is applied at three depths, each all-or-none:
 
-1. **Replica targets** (:func:`gang_targets`, numerics in :func:`.replicas.whole_gangs`): a gang's target is N in
-   the pool where it runs, else in the pool with the best surplus ``u_i(a_ij) - p_j N d_i - u_i(0)`` at the market's
+1. **Replica targets** (:func:`.integral.gang_targets`, numerics in :func:`.replicas.whole_gangs`): a gang's
+   target is N in the pool where it runs, else in the pool with the best surplus ``u_i(a_ij) - p_j N d_i - u_i(0)`` at the market's
    prices among the pools whose nodes can host all N, when that surplus is at least 0; else 0.
-2. **Placement** (:func:`withdraw`): after a pool's policy placed a round's pods, a gang with fewer than N replicas
-   running or placed gets none of its new pods (they are unplaced again and their room given back), so the market
+2. **Placement** (:func:`.integral.withdraw_gangs`): after a pool's policy placed a round's pods, a gang with fewer
+   than N replicas running or placed gets none of its new pods (they are unplaced again and their room given back), so the market
    re-prices without it; the integral fill (:mod:`.integral`, ``allocator.integral``'s gang rows) may then place
    the whole gang, or restore a running gang whole, in one pool.
 3. **The plan** (:func:`enforce`, after reconcile and migration): a gang job whose plan keeps, binds or creates
@@ -18,6 +18,9 @@ times) or nothing. The rule is applied at three depths, each all-or-none:
    budget. A gang waiting says why, with numbers (reason ``GangNotPlaceable``).
 
 :func:`walras.planner.invariants.check_plan` checks the result (``PartialGang``).
+
+Rules 1 and 2 live in :mod:`.integral` (the integral stage the rounds phase imports: this module imports the
+reconcile phase's removal path, which the rounds do not).
 """
 
 from __future__ import annotations
@@ -28,85 +31,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from allocator.integral import utility_value
 from walras.planner.cluster import PODS, Cluster, Pod, pod_vector
-from walras.planner.integral import utility_arrays
 from walras.planner.model import PodPlan
 from walras.planner.placement import why_not
 from walras.planner.reconcile import removal
-from walras.planner.replicas import whole_gangs
-from walras.planner.results import Actions, Batch, Outcome, Placed, PlanContext, Reservations
+from walras.planner.results import Actions, Outcome, PlanContext
 
-__all__ = ["LIVE", "Gangs", "enforce", "gang_sizes", "gang_targets", "withdraw"]
+__all__ = ["LIVE", "Gangs", "enforce", "gang_sizes"]
 
 #: Pod actions after which the pod exists (counted in a gang's k).
 LIVE = ("keep", "resize", "bind", "create")
-
-
-def _gang_rows(ctx: PlanContext) -> np.ndarray:
-    return np.array([info.spec.gang for info in ctx.objects.jobs], dtype=bool)
-
-
-def gang_targets(ctx: PlanContext, target: np.ndarray, existing: np.ndarray, throughput: np.ndarray,
-                 prices: np.ndarray, capable: np.ndarray, dropped: np.ndarray | None = None) -> np.ndarray:
-    """The round's replica targets with each gang all or none in one pool (module docstring, rule 1):
-    ``throughput`` the (n, m) ``a_ij`` the market saw (0 where not offered), ``prices`` the market's ``p``,
-    ``capable[i, j]`` how many of job i's pods pool j can hold (running plus placeable now). The surplus is
-    ``u_i(a_ij) - p_j N_i d_i - u_i(0)`` (``u_i(0)`` the starved value of :mod:`allocator.integral`). A gang's
-    row of ``dropped`` (replicas rounding took out of a pool without room) is cleared: its target says it all."""
-    gang = _gang_rows(ctx)
-    if not gang.any():
-        return target
-    jobs = ctx.objects.jobs
-    n, m = target.shape
-    rows = np.flatnonzero(gang)
-    replicas = np.array([info.spec.replicas for info in jobs], dtype=np.int64)
-    surplus = np.full((n, m), -np.inf)
-    u = utility_arrays([jobs[i].spec.utility for i in rows.tolist()])
-    for q, i in enumerate(rows.tolist()):
-        a = throughput[i]
-        if not (a > 0).any() or replicas[i] <= 0:
-            continue
-        t1 = float(a[a > 0].min()) / replicas[i]
-        none = utility_value(u, q, 0.0, t1)
-        cost = prices * replicas[i] * jobs[i].spec.demand if prices.size == m else np.zeros(m)
-        for j in np.flatnonzero(a > 0).tolist():
-            surplus[i, j] = utility_value(u, q, float(a[j]), t1) - float(cost[j]) - none
-    ok = (capable >= replicas[:, None]) & (throughput > 0)
-    if dropped is not None:
-        dropped[gang] = 0
-    return whole_gangs(target, gang, replicas, existing, surplus, ok)
-
-
-def withdraw(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
-             work: Reservations) -> dict[int, int]:
-    """Rule 2 of the module docstring: a gang row with ``0 < k < N`` replicas running or placed in this round gets
-    none of its new pods (unplaced again, their room in ``work`` given back, marked withdrawn, not unplaceable).
-    Returns the rows concerned with the replicas they had (k)."""
-    objects, templates = ctx.objects, ctx.templates
-    gang = _gang_rows(ctx)
-    if not gang.any():
-        return {}
-    placed = running.sum(axis=1).astype(np.int64)
-    for batch, result, _ in batches:
-        for q, row in enumerate(batch.rows):
-            if result.node[q] >= 0:
-                placed[row] += 1
-    out = {row: int(placed[row]) for row in np.flatnonzero(gang).tolist()
-           if 0 < placed[row] < objects.jobs[row].spec.replicas}
-    for batch, result, pods in batches:
-        priced = objects.pools[batch.pool].spec.resource
-        for q, row in enumerate(batch.rows):
-            k = int(result.node[q])
-            if row in out and k >= 0 and pods[q] is None:
-                spec = objects.jobs[row].spec
-                work.table.used[k] -= work.table.vector(pod_vector(templates[row], spec, priced,
-                                                                   float(result.amount[q])))
-                work.count[k] -= 1
-                result.node[q] = -1
-                result.amount[q] = 0.0
-                batch.optional[q] = True
-    return out
 
 
 @dataclass(frozen=True)

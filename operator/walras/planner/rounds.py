@@ -28,9 +28,7 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod, pod_vector
-from walras.planner.gang import gang_targets
-from walras.planner.gang import withdraw as withdraw_gangs
-from walras.planner.integral import FillInputs, fill_plan, idle_while_priced
+from walras.planner.integral import FillInputs, fill_plan, gang_targets, idle_while_priced, withdraw_gangs
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
