@@ -5,12 +5,12 @@ bundle of N replicas (004 Sec. 2.1: ``x_ij = 1`` for ``N d_i`` of pool j, the de
 times) or nothing. The rule is applied at three depths, each all-or-none:
 
 1. **Replica targets** (:func:`.integral.gang_targets`, numerics in :func:`.replicas.whole_gangs`): a gang's
-   target is N in the pool where it runs, else in the pool with the best surplus ``u_i(a_ij) - p_j N d_i - u_i(0)`` at the market's
-   prices among the pools whose nodes can host all N, when that surplus is at least 0; else 0.
+   target is N in the pool where it runs, else in the pool with the best surplus ``u_i(a_ij) - p_j N d_i - u_i(0)``
+   at the market's prices among the pools whose nodes can host all N, when that surplus is at least 0; else 0.
 2. **Placement** (:func:`.integral.withdraw_gangs`): after a pool's policy placed a round's pods, a gang with fewer
-   than N replicas running or placed gets none of its new pods (they are unplaced again and their room given back), so the market
-   re-prices without it; the integral fill (:mod:`.integral`, ``allocator.integral``'s gang rows) may then place
-   the whole gang, or restore a running gang whole, in one pool.
+   than N replicas running or placed gets none of its new pods (they are unplaced again and their room given back),
+   so the market re-prices without it; the integral fill (:mod:`.integral`, ``allocator.integral``'s gang rows) may
+   then place the whole gang, or restore a running gang whole, in one pool.
 3. **The plan** (:func:`enforce`, after reconcile and migration): a gang job whose plan keeps, binds or creates
    ``0 < k < N`` pods (a pod lost with its node, evicted, failed, and no replacement placed in this plan) is
    released whole: its new pods are not created, its pending pods are deleted and its running pods removed through
