@@ -269,16 +269,16 @@ def fill_search(p: FillProblem) -> FillResult:
             continue
         vec = p.vectors[i, j]
         if p.is_gang(i):  # all of left[i] in pool j, or none
-            got = _place_gang(p, i, j, int(left[i]), (free, slots, budget), nodes_of[j])
-            if got is None:
+            bundle = _place_gang(p, i, j, int(left[i]), (free, slots, budget), nodes_of[j])
+            if bundle is None:
                 closed[i, j] = True
             else:
-                counts[i, j] += len(got)
-                t[i] += len(got) * p.throughput[i, j] / replicas[i]
+                counts[i, j] += len(bundle)
+                t[i] += len(bundle) * p.throughput[i, j] / replicas[i]
                 left[i] = 0
-                rows.extend([i] * len(got))
-                pools.extend([j] * len(got))
-                nodes.extend(got)
+                rows.extend([i] * len(bundle))
+                pools.extend([j] * len(bundle))
+                nodes.extend(bundle)
             version[i] += 1
             again = best(i)
             if again is not None:
