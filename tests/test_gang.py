@@ -248,3 +248,34 @@ def test_no_plan_ever_has_a_partial_gang(seed: int) -> None:
         cluster, restart = _step(rng, cluster, plan, now)
         if restart:
             plan = None
+
+
+def test_crd_schema_takes_gang_with_count_and_its_cel_rule_refuses_a_range() -> None:
+    """``walras.manifests.schema`` checks a manifest against the CRD as the API server does (structural schema and
+    CEL, cel-python): ``gang`` with ``count`` is valid; with ``min``/``max``, or with no count, it is refused."""
+    from walras.manifests.schema import validate
+
+    def job(replicas: dict[str, object]) -> dict[str, object]:
+        return {"apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob",
+                "metadata": {"name": "g", "namespace": "ns"},
+                "spec": {"throughput": {"a": 1.0}, "replicas": replicas,
+                         "template": {"spec": {"containers": [{"name": "main", "image": "registry.invalid/x:1"}]}}}}
+
+    assert validate(job({"count": 4, "gang": True})) == []
+    assert validate(job({"count": 4, "gang": False})) == []
+    assert any("replicas.gang needs replicas.count" in e for e in validate(job({"min": 1, "max": 4, "gang": True})))
+    assert any("replicas.gang needs replicas.count" in e for e in validate(job({"count": 0, "gang": True})))
+    assert validate(job({"gang": True}))  # no count: refused (count, or min and max)
+    assert validate(job({"count": 2, "gang": "yes"}))
+
+
+def test_explain_shows_the_gang_size_and_why_it_waits() -> None:
+    from walras.cli.explain import explain_document, render
+
+    job = _job("g", 5)
+    cluster = Cluster(nodes=(_node("n0"), _node("n1")), pods=(), pools=(_pool(),), jobs=(job,))
+    plan = build_plan(cluster)
+    doc = explain_document(plan, job, ("ns", "g"))
+    assert doc["asked"]["gang"] == 5 and doc["reason"] == "GangNotPlaceable"
+    text = render(doc)
+    assert "a gang of 5: all in one pool or none" in text and "GangNotPlaceable" in text

@@ -23,8 +23,9 @@ On a plan for that cluster (``check_plan``):
 * ``PartialGang``: a gang job (``spec.replicas.gang``) whose plan keeps, resizes, binds or creates ``0 < k < N`` pods,
   or puts them in more than one pool (docs/gangs.md; N is ``spec.replicas.count`` less the pods that Succeeded).
 
-On the cluster, ``PartialGang`` also flags a gang job with ``0 < k < N`` pods when all of them are Running on a node
-and none is terminating (a gang caught in a transition, pods still starting or leaving, is not judged).
+On the cluster, ``PartialGang`` also flags a gang job with ``0 < k < N`` pods when all of them are Running on a node,
+none is terminating and its status (where written) reports those k (a gang caught in a transition, pods still being
+created, starting or leaving, is not judged).
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def partial_gangs(cluster: Cluster, plan: Plan) -> list[Violation]:
 
 def _partial_gangs_running(cluster: Cluster) -> list[Violation]:
     """``PartialGang`` on a cluster: a gang job with ``0 < k < N`` live pods, all Running on a node, none
-    terminating."""
+    terminating, and a status that (where written) reports k replicas (the operator is not still creating the rest)."""
     out: list[Violation] = []
     done = _succeeded(cluster)
     pods: dict[tuple[str, str], list[bool]] = defaultdict(list)
@@ -202,7 +203,8 @@ def _partial_gangs_running(cluster: Cluster) -> list[Violation]:
         if job.spec is None or not job.spec.gang:
             continue
         states = pods.get(job.key, [])
-        if 0 < len(states) < job.spec.replicas - done.get(job.key, 0) and all(states):
+        caught_up = not job.reported.phase or sum(job.reported.replicas.values()) == len(states)
+        if 0 < len(states) < job.spec.replicas - done.get(job.key, 0) and all(states) and caught_up:
             out.append(Violation("PartialGang", f"FungibleJob/{job.namespace}/{job.name}",
                                  f"{len(states)} of the gang's {job.spec.replicas} pod(s) run"))
     return out
