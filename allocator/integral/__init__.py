@@ -32,6 +32,14 @@ search     otherwise, or when the MILP has no answer in its time (greedy        
            marginal-utility-per-unit fill, best-fit node)
 =========  =====================================================================  =================================
 
+Gang rows (``FillProblem.gang``, a FungibleJob's ``spec.replicas.gang``): the job is one indivisible bundle of the
+market (004 Sec. 2.1: its time fractions ``n_ij / N_i`` are worth something only as a whole, the demand vector of
+Sec. 7.1 taken N times), so a gang row gets exactly its ``left`` replicas, all in one pool (the pool it already has
+replicas in, where it has any), or none: the MILP gives it a binary ``g_ij`` per pool with ``sum_k y_ik = left_i
+g_ij`` over the pool's cells and ``sum_j g_ij <= 1``; the search adds a whole gang at once (its marginal utility per
+unit over all ``left`` replicas, placed best fit one by one on a copy of the room and committed only when all fit)
+or nothing (docs/gangs.md).
+
 The search is price-guided in the market's sense: a replica's worth is its marginal utility per unit of the priced
 resource it takes (the quantity the market's prices equalise, 004 Sec. 3); replicas are added best first while any
 fits. So the search is work-conserving by construction: it stops only when no row with replicas left has a replica
@@ -150,6 +158,17 @@ class FillProblem:
     mask_of: np.ndarray
     offered: np.ndarray
     budget: np.ndarray
+    #: ``(n,)`` bool or None: rows that take all of ``left`` in one pool or nothing (module docstring)
+    gang: np.ndarray | None = None
+
+    def is_gang(self, i: int) -> bool:
+        """Whether row i is a gang (all of ``left`` in one pool, or nothing)."""
+        return self.gang is not None and bool(self.gang[i])
+
+    def gang_pools(self, i: int) -> np.ndarray:
+        """The pools gang row i may take its replicas in: where it has replicas already, else every pool offered."""
+        where = self.have[i] > 0
+        return (self.offered[i] & where) if where.any() else self.offered[i].copy()
 
     def rates(self, counts: np.ndarray) -> np.ndarray:
         """``t_i`` of ``counts`` (n, m) replicas: ``sum_j a_ij counts_ij / N_i``."""
@@ -225,11 +244,14 @@ def fill_search(p: FillProblem) -> FillResult:
             return None
         now = utility_value(p.utility, i, float(t[i]), float(t1[i]))
         top: tuple[float, int] | None = None
-        for j in np.flatnonzero(p.offered[i] & ~closed[i]).tolist():
-            gain = utility_value(p.utility, i, float(t[i] + p.throughput[i, j] / replicas[i]), float(t1[i])) - now
+        whole = int(left[i]) if p.is_gang(i) else 1  # a gang's replicas come as one bundle
+        allowed = p.gang_pools(i) if p.is_gang(i) else p.offered[i]
+        for j in np.flatnonzero(allowed & ~closed[i]).tolist():
+            gain = utility_value(p.utility, i, float(t[i] + whole * p.throughput[i, j] / replicas[i]),
+                                 float(t1[i])) - now
             if gain <= 1e-12:
                 continue
-            unit = float(p.vectors[i, j, p.priced[j]])
+            unit = whole * float(p.vectors[i, j, p.priced[j]])
             density = gain / unit if unit > 0 else math.inf
             if top is None or density > top[0]:
                 top = (density, j)
@@ -246,6 +268,22 @@ def fill_search(p: FillProblem) -> FillResult:
         if ver != version[i] or left[i] <= 0:
             continue
         vec = p.vectors[i, j]
+        if p.is_gang(i):  # all of left[i] in pool j, or none
+            bundle = _place_gang(p, i, j, int(left[i]), (free, slots, budget), nodes_of[j])
+            if bundle is None:
+                closed[i, j] = True
+            else:
+                counts[i, j] += len(bundle)
+                t[i] += len(bundle) * p.throughput[i, j] / replicas[i]
+                left[i] = 0
+                rows.extend([i] * len(bundle))
+                pools.extend([j] * len(bundle))
+                nodes.extend(bundle)
+            version[i] += 1
+            again = best(i)
+            if again is not None:
+                heapq.heappush(heap, (-again[0], i, again[1], int(version[i])))
+            continue
         key = (int(p.mask_of[i]), j, vec.tobytes())
         k = -1
         if key not in dead and budget[j] + EPS >= vec[p.priced[j]]:
@@ -278,6 +316,35 @@ def fill_search(p: FillProblem) -> FillResult:
                       "search", p.value(counts), seconds=time.perf_counter() - started, counts=counts)
 
 
+def _place_gang(p: FillProblem, i: int, j: int, count: int, room: tuple[np.ndarray, np.ndarray, np.ndarray],
+                cand: np.ndarray) -> list[int] | None:
+    """Gang row i's ``count`` replicas in pool j, each best fit (the admitting node with a slot and room on every
+    resource that leaves the least of the priced resource free, ties to the lower node), tried on a copy of the
+    room; when all fit, the room (``free``, ``slots``, ``budget``, changed in place) is taken and the nodes are
+    returned, else None and nothing changes."""
+    free, slots, budget = room
+    vec = p.vectors[i, j]
+    c = int(p.priced[j])
+    if budget[j] + EPS < count * vec[c]:
+        return None
+    f, s = free[cand].copy(), slots[cand].copy()
+    mask = p.masks[p.mask_of[i]][cand]
+    out: list[int] = []
+    for _ in range(count):
+        ok = mask & (s > 0) & _fits(f, vec)
+        if not ok.any():
+            return None
+        at = np.flatnonzero(ok)
+        q = int(at[int(np.argmin(f[at, c] - vec[c]))])
+        f[q] -= vec
+        s[q] -= 1
+        out.append(int(cand[q]))
+    free[cand] = f
+    slots[cand] = s
+    budget[j] -= count * vec[c]
+    return out
+
+
 def fill_cells(p: FillProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The (row, node) cells that can take at least one replica, with the most each can take."""
     rows: list[int] = []
@@ -285,7 +352,7 @@ def fill_cells(p: FillProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     caps: list[float] = []
     for i in np.flatnonzero(p.left > 0).tolist():
         mask = p.masks[p.mask_of[i]]
-        for j in np.flatnonzero(p.offered[i]).tolist():
+        for j in np.flatnonzero(p.gang_pools(i) if p.is_gang(i) else p.offered[i]).tolist():
             vec = p.vectors[i, j]
             cand = np.flatnonzero((p.pool == j) & mask & (p.slots > 0))
             if cand.size == 0:
@@ -364,13 +431,17 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
     pool_of_cell = p.pool[nodes]
     coef = p.throughput[rows, pool_of_cell] / replicas[rows] if c else np.zeros(0)
     live = np.flatnonzero(p.left > 0)
-    zcol = {int(i): c + q for q, i in enumerate(live.tolist())}
-    ncol = c + live.size
+    # a binary g per (gang row, pool with cells): the row's cells in the pool sum to left * g, at most one g is 1
+    bundles = sorted({(int(rows[q]), int(pool_of_cell[q])) for q in range(c) if p.is_gang(int(rows[q]))})
+    g = len(bundles)
+    zcol = {int(i): c + g + q for q, i in enumerate(live.tolist())}
+    ncol = c + g + live.size
     cost = np.full(ncol, TIE_COST)  # a replica that adds no utility is not worth adding (ties: fewer replicas)
-    cost[c:] = -1.0
+    cost[c:c + g] = 0.0
+    cost[c + g:] = -1.0
     lower = np.zeros(ncol)
-    upper = np.concatenate([caps, np.full(live.size, np.inf)])
-    lower[c:] = -np.inf
+    upper = np.concatenate([caps, np.ones(g), np.full(live.size, np.inf)])
+    lower[c + g:] = -np.inf
     row_lo: list[float] = []
     row_hi: list[float] = []
     indptr = [0]
@@ -397,6 +468,12 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
         at = np.flatnonzero(pool_of_cell == j)
         if at.size and math.isfinite(p.budget[j]):
             add(at.tolist(), p.vectors[rows[at], j, p.priced[j]].tolist(), -np.inf, float(p.budget[j]) + EPS)
+    for b, (i, j) in enumerate(bundles):  # a gang: all of left in one pool, or none
+        at = np.flatnonzero((rows == i) & (pool_of_cell == j))
+        add([*at.tolist(), c + b], [1.0] * at.size + [-float(p.left[i])], 0.0, 0.0)
+    for i in sorted({i for i, _ in bundles}):
+        add([c + b for b, (r, _) in enumerate(bundles) if r == i], [1.0] * sum(r == i for r, _ in bundles), -np.inf,
+            1.0)
     # per row: replicas left, and z_i <= tangent cuts at t in a grid (t = t0_i + sum coef y)
     for i in live.tolist():
         at = np.flatnonzero(rows == i)
@@ -421,7 +498,7 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
             v0 = utility_value(p.utility, i, 0.0, float(t1[i]))
             chord = (_raw(k, w, q, float(t1[i])) - v0) / float(t1[i])
             add([zi, *at.tolist()], [1.0, *(-chord * coef[at]).tolist()], -np.inf, v0)
-    h = _mip(ncol, (cost, lower, upper), (row_lo, row_hi, indptr, idx, val), c, time_limit)
+    h = _mip(ncol, (cost, lower, upper), (row_lo, row_hi, indptr, idx, val), c + g, time_limit)
     if h is None:
         return None
     h.run()

@@ -73,7 +73,8 @@ def explain_document(plan: Any, job: Any, key: tuple[str, str]) -> dict[str, Any
     if spec is not None:
         asked = {"replicas": spec.replicas, "minReplicas": spec.min_replicas, "elastic": spec.elastic,
                  "demand": spec.demand, "throughput": dict(spec.throughput), "throughputUnit": spec.throughput_unit,
-                 "weight": spec.weight, "utility": spec.utility.type}
+                 "weight": spec.weight, "utility": spec.utility.type,
+                 "gang": spec.replicas if spec.gang else None}  # all or none in one pool (docs/gangs.md)
     return {
         "job": f"{key[0]}/{key[1]}",
         "phase": jp.phase,
@@ -109,6 +110,8 @@ def render(doc: dict[str, Any]) -> str:
     if asked:
         each = f"{asked['demand']:g} unit(s) of each pool's priced resource per replica"
         count = (f"{asked['minReplicas']} to {asked['replicas']}" if asked["elastic"] else str(asked["replicas"]))
+        if asked.get("gang"):
+            count += f" (a gang of {asked['gang']}: all in one pool or none)"
         unit = asked["throughputUnit"]
         unit = unit if unit.startswith("/") else f" {unit}"
         through = ", ".join(f"{p}={v:g}{unit}" for p, v in asked["throughput"].items())

@@ -16,6 +16,8 @@ minus what runs, is pending or was placed), not an elastic job below its gang mi
 pool's mechanism sizes (PS-DSF / PF-VDS decide those, 002), offered every pool whose throughput is positive (a pool
 that a placement failure withdrew from the market is offered again: the fill checks every node itself). A fill
 replica of a job whose wanted replica found no node replaces that one (the job's total stays within its replicas).
+A gang job (``spec.replicas.gang``) takes part as one bundle: all of its replicas left, in one pool (the pool it runs
+in, where it runs), or none (``allocator.integral``'s gang rows; :mod:`.gang`).
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ from allocator.integral import (
 )
 from allocator.integral import KINDS as UTILITY_KINDS
 from walras.planner.capacity import NodeTable
-from walras.planner.cluster import pod_vector
+from walras.planner.cluster import Pod, pod_vector
 from walras.planner.placement import why_not
 from walras.planner.policies import UNLIMITED
+from walras.planner.replicas import whole_gangs
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
 from walras.planner.spec import UtilitySpec
 
-__all__ = ["IntegralReport", "fill_plan", "idle_while_priced"]
+__all__ = ["IntegralReport", "fill_plan", "gang_targets", "idle_while_priced", "withdraw_gangs"]
 
 
 def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray, left: np.ndarray,
@@ -338,7 +341,8 @@ def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: n
         throughput=inputs.throughput[rows], replicas=inputs.replicas[rows].astype(np.float64), have=placed[rows],
         left=left[rows], utility=utility_arrays([jobs[i].spec.utility for i in rows.tolist()]), vectors=vectors,
         priced=priced, free=free, slots=slots, pool=pool_of, masks=np.array(masks, dtype=bool), mask_of=mask_of,
-        offered=inputs.offered[rows], budget=budget)
+        offered=inputs.offered[rows], budget=budget,
+        gang=np.array([jobs[i].spec.gang for i in rows.tolist()], dtype=bool))  # all or none (docs/gangs.md)
     return problem, rows, node_ids
 
 
@@ -401,4 +405,73 @@ def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[
         if waiting:
             out[pool.name] = (f"priced {prices[j]:.4g} while a replica of {', '.join(waiting[:5])}"
                               f"{' and others' if len(waiting) > 5 else ''} fits a node of the pool")
+    return out
+
+
+# --- gang jobs (walras.planner.gang: the rule, all or none in one pool) ------------------------------------------
+
+
+def _gang_rows(ctx: PlanContext) -> np.ndarray:
+    return np.array([info.spec.gang for info in ctx.objects.jobs], dtype=bool)
+
+
+def gang_targets(ctx: PlanContext, target: np.ndarray, existing: np.ndarray, throughput: np.ndarray,
+                 prices: np.ndarray, capable: np.ndarray, dropped: np.ndarray | None = None) -> np.ndarray:
+    """The round's replica targets with each gang all or none in one pool (:mod:`.gang`, rule 1):
+    ``throughput`` the (n, m) ``a_ij`` the market saw (0 where not offered), ``prices`` the market's ``p``,
+    ``capable[i, j]`` how many of job i's pods pool j can hold (running plus placeable now). The surplus is
+    ``u_i(a_ij) - p_j N_i d_i - u_i(0)`` (``u_i(0)`` the starved value of :mod:`allocator.integral`). A gang's
+    row of ``dropped`` (replicas rounding took out of a pool without room) is cleared: its target says it all."""
+    gang = _gang_rows(ctx)
+    if not gang.any():
+        return target
+    jobs = ctx.objects.jobs
+    n, m = target.shape
+    rows = np.flatnonzero(gang)
+    replicas = np.array([info.spec.replicas for info in jobs], dtype=np.int64)
+    surplus = np.full((n, m), -np.inf)
+    u = utility_arrays([jobs[i].spec.utility for i in rows.tolist()])
+    for q, i in enumerate(rows.tolist()):
+        a = throughput[i]
+        if not (a > 0).any() or replicas[i] <= 0:
+            continue
+        t1 = float(a[a > 0].min()) / replicas[i]
+        none = utility_value(u, q, 0.0, t1)
+        cost = prices * replicas[i] * jobs[i].spec.demand if prices.size == m else np.zeros(m)
+        for j in np.flatnonzero(a > 0).tolist():
+            surplus[i, j] = utility_value(u, q, float(a[j]), t1) - float(cost[j]) - none
+    ok = (capable >= replicas[:, None]) & (throughput > 0)
+    if dropped is not None:
+        dropped[gang] = 0
+    return whole_gangs(target, gang, replicas, existing, surplus, ok)
+
+
+def withdraw_gangs(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
+             work: Reservations) -> dict[int, int]:
+    """Rule 2 of :mod:`.gang`: a gang row with ``0 < k < N`` replicas running or placed in this round gets
+    none of its new pods (unplaced again, their room in ``work`` given back, marked withdrawn, not unplaceable).
+    Returns the rows concerned with the replicas they had (k)."""
+    objects, templates = ctx.objects, ctx.templates
+    gang = _gang_rows(ctx)
+    if not gang.any():
+        return {}
+    placed = running.sum(axis=1).astype(np.int64)
+    for batch, result, _ in batches:
+        for q, row in enumerate(batch.rows):
+            if result.node[q] >= 0:
+                placed[row] += 1
+    out = {row: int(placed[row]) for row in np.flatnonzero(gang).tolist()
+           if 0 < placed[row] < objects.jobs[row].spec.replicas}
+    for batch, result, pods in batches:
+        priced = objects.pools[batch.pool].spec.resource
+        for q, row in enumerate(batch.rows):
+            k = int(result.node[q])
+            if row in out and k >= 0 and pods[q] is None:
+                spec = objects.jobs[row].spec
+                work.table.used[k] -= work.table.vector(pod_vector(templates[row], spec, priced,
+                                                                   float(result.amount[q])))
+                work.count[k] -= 1
+                result.node[q] = -1
+                result.amount[q] = 0.0
+                batch.optional[q] = True
     return out

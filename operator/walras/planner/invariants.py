@@ -19,7 +19,13 @@ On a plan for that cluster (``check_plan``):
 * ``DoubleBinding``: the plan binds a pod that is already bound, or to a node other than its own;
 * ``DuplicatePod``: the plan names a pod twice, or creates a pod whose name exists;
 * ``LostPod``: a pod the cluster has, of a job that still wants replicas in its pool, that the plan neither keeps nor
-  deletes (every managed live pod must appear in the plan).
+  deletes (every managed live pod must appear in the plan);
+* ``PartialGang``: a gang job (``spec.replicas.gang``) whose plan keeps, resizes, binds or creates ``0 < k < N`` pods,
+  or puts them in more than one pool (docs/gangs.md; N is ``spec.replicas.count`` less the pods that Succeeded).
+
+On the cluster, ``PartialGang`` also flags a gang job with ``0 < k < N`` pods when all of them are Running on a node,
+none is terminating and its status (where written) reports those k (a gang caught in a transition, pods still being
+created, starting or leaving, is not judged).
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ def check_cluster(cluster: Cluster) -> list[Violation]:
             counts[key] += 1
             if pod.phase == "Running" and pod.node is not None:
                 running[key] += 1
+    out.extend(_partial_gangs_running(cluster))
     for key, job in jobs.items():
         if job.spec is None or key in settling or not job.reported.phase:
             continue
@@ -155,6 +162,51 @@ def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
     for (namespace, job), missing in sorted(by_job.items()):
         for name in missing:
             out.append(Violation("LostPod", f"Pod/{namespace}/{name}", f"pod of job {job} is not in the plan"))
+    out.extend(partial_gangs(cluster, plan))
+    return out
+
+
+def partial_gangs(cluster: Cluster, plan: Plan) -> list[Violation]:
+    """``PartialGang`` on a plan: every gang job of ``cluster`` whose ``plan`` leaves ``0 < k < N`` pods (kept,
+    resized, bound or created) or spreads them over more than one pool."""
+    out: list[Violation] = []
+    live: dict[tuple[str, str], list[str]] = defaultdict(list)
+    done = _succeeded(cluster)
+    for p in plan.pods:
+        if p.action in ("keep", "resize", "bind", "create"):
+            live[(p.namespace, p.job)].append(p.pool)
+    for job in cluster.jobs:
+        if job.spec is None or not job.spec.gang:
+            continue
+        pools = live.get(job.key, [])
+        big_n = job.spec.replicas - done.get(job.key, 0)
+        if 0 < len(pools) < big_n:
+            out.append(Violation("PartialGang", f"FungibleJob/{job.namespace}/{job.name}",
+                                 f"the plan leaves {len(pools)} of the gang's {big_n} pod(s)"))
+        elif len(set(pools)) > 1:
+            out.append(Violation("PartialGang", f"FungibleJob/{job.namespace}/{job.name}",
+                                 f"the gang's pods are planned in {len(set(pools))} pools: {sorted(set(pools))}"))
+    return out
+
+
+def _partial_gangs_running(cluster: Cluster) -> list[Violation]:
+    """``PartialGang`` on a cluster: a gang job with ``0 < k < N`` live pods, all Running on a node, none
+    terminating, and a status that (where written) reports k replicas (the operator is not still creating the rest)."""
+    out: list[Violation] = []
+    done = _succeeded(cluster)
+    pods: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.job is not None and not pod.terminal:
+            pods[(pod.namespace, pod.job)].append(pod.phase == "Running" and pod.node is not None
+                                                  and not pod.terminating)
+    for job in cluster.jobs:
+        if job.spec is None or not job.spec.gang:
+            continue
+        states = pods.get(job.key, [])
+        caught_up = not job.reported.phase or sum(job.reported.replicas.values()) == len(states)
+        if 0 < len(states) < job.spec.replicas - done.get(job.key, 0) and all(states) and caught_up:
+            out.append(Violation("PartialGang", f"FungibleJob/{job.namespace}/{job.name}",
+                                 f"{len(states)} of the gang's {job.spec.replicas} pod(s) run"))
     return out
 
 
@@ -163,3 +215,12 @@ def _parse(value: str) -> float:
         return parse_quantity(value)
     except ValueError:
         return 0.0
+
+
+def _succeeded(cluster: Cluster) -> dict[tuple[str, str], int]:
+    """Per job, its pods in phase Succeeded (a gang's finished replicas: its size N counts the others)."""
+    out: dict[tuple[str, str], int] = Counter()
+    for pod in cluster.pods:
+        if pod.job is not None and pod.phase == "Succeeded":
+            out[(pod.namespace, pod.job)] += 1
+    return out

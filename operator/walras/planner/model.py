@@ -164,6 +164,7 @@ REASONS: dict[str, str] = {
     "PoolCapacity": "the pool's spec.capacity is sold out",
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+    "GangNotPlaceable": "a gang (spec.replicas.gang) needs all its replicas in one pool; no pool can place them all",
 }
 
 

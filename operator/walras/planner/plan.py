@@ -16,6 +16,8 @@ placement             realise the market's allocation (:mod:`.rounds`, :mod:`.ma
 reconcile             desired vs observed -> pod actions, within the churn budget (:mod:`.reconcile`)
 migration             running pods of opted-in jobs moved towards the market's split when the utility gain pays,
                       within the churn budgets (:mod:`.migration`)
+gang                  a gang job keeps, binds or creates 0 or N pods, never 0 < k < N: else it is released
+                      whole (:mod:`.gang`)
 status                job and pool statuses and events from what was placed (:mod:`.status`)
 lifecycle (post)      phases Complete/Failed/Suspended, failure and migration counters, the lifecycle's deletions
                       (:mod:`.lifecycle`)
@@ -43,6 +45,8 @@ import numpy as np
 from walras.planner.assume import overlay
 from walras.planner.capacity import node_table
 from walras.planner.cluster import Cluster, Constraints, Pod
+from walras.planner.gang import enforce as enforce_gangs
+from walras.planner.gang import gang_sizes
 from walras.planner.lifecycle import conclude, prepare
 from walras.planner.migration import migrate
 from walras.planner.model import JobPlan, Plan, PodPlan, SolverStats
@@ -73,7 +77,9 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     started = time.perf_counter()
     opts = options or PlanOptions(device=device)
     reuse = Reuse(cache, read=opts.reuse) if cache is not None else Reuse.off()
-    life = prepare(overlay(cluster, assumed), previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
+    given = overlay(cluster, assumed)
+    sizes = gang_sizes(given)  # each gang's declared size N (docs/gangs.md)
+    life = prepare(given, previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
     cluster, tenancy = apply_tenants(life.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
     if opts.tenants is not None and opts.market_eps is None:
         opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
@@ -95,6 +101,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     actions = reconcile(ctx, observed, outcome, resizes)
     migrated = migrate(ctx, observed, outcome, actions, held=life.held)
     outcome, actions = migrated.outcome, migrated.actions
+    actions = enforce_gangs(ctx, outcome, actions, sizes).actions  # a gang runs whole or not at all (docs/gangs.md)
     market = outcome.market
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused,

@@ -207,3 +207,29 @@ def fit_columns(target: np.ndarray, shares: np.ndarray, demand: np.ndarray, room
             if dropped is not None and dropped[i].any():
                 dropped[i, int(np.flatnonzero(dropped[i])[0])] -= 1
     return out
+
+
+def whole_gangs(target: np.ndarray, gang: np.ndarray, replicas: np.ndarray, existing: np.ndarray,
+                surplus: np.ndarray, capable: np.ndarray) -> np.ndarray:
+    """Replica targets with every gang row all or none in one pool (docs/gangs.md).
+
+    A gang (``spec.replicas.gang``) is one indivisible bundle of the market: its share is ``N_i`` replicas in one
+    pool or nothing (004 Sec. 2.1 with the demand vector of Sec. 7.1 taken ``N_i`` times: ``N_i d_i`` of the pool
+    for the throughput ``a_ij``). So a gang row's target is ``N_i`` in one pool, else 0: the pool where it has pods
+    (most of them, ties to the lower pool; what exists stays, as for every job), else the pool ``j`` that ``capable``
+    allows (its nodes can host all ``N_i``) with the largest ``surplus[i, j]`` (the bundle's utility less its cost at
+    the market's prices, less the utility of nothing), when that surplus is at least 0; else nothing. Rows that are
+    not gangs are returned as given. Returns a new integer matrix."""
+    out = np.asarray(target, dtype=np.int64).copy()
+    for i in np.flatnonzero(gang).tolist():
+        out[i] = 0
+        if replicas[i] <= 0:
+            continue
+        if existing[i].sum() > 0:
+            out[i, int(np.argmax(existing[i]))] = int(replicas[i])
+            continue
+        worth = np.where(capable[i], surplus[i], -np.inf)
+        j = int(np.argmax(worth))
+        if np.isfinite(worth[j]) and worth[j] >= 0.0:
+            out[i, j] = int(replicas[i])
+    return out

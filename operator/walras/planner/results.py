@@ -219,6 +219,8 @@ class Actions:
     deferred: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     placed: dict[tuple[str, str], dict[str, int]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     unplaced: dict[tuple[str, str], dict[str, tuple[int, str]]] = field(default_factory=lambda: defaultdict(dict))
+    #: per waiting gang job, its ``GangNotPlaceable`` message (:func:`walras.planner.gang.enforce`)
+    gangs: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod, pod_vector
-from walras.planner.integral import FillInputs, fill_plan, idle_while_priced
+from walras.planner.integral import FillInputs, fill_plan, gang_targets, idle_while_priced, withdraw_gangs
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
@@ -382,6 +382,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         dropped = np.zeros((n, m), dtype=np.int64)
         target = replica_targets(f.replicas[:, None] * X, f.replicas, f.existing, f.elastic, f.low, fair_elastic,
                                  (f.per_replica, f.room, f.running, A_eff > 0, keep_existing), dropped)
+        target = gang_targets(ctx, target, f.existing, A_eff, market.prices, cap, dropped)  # gangs: N in 1 pool or 0
         table = ctx.table
         work = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column,
                                       table.alloc, table.used.copy(), table.usable), observed.walras_count.copy())
@@ -399,6 +400,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
                     short[i, j] += 1
                     reasons[(i, j)] = placed.why[q] or reasons.get((i, j), "")
         below_min = _gang(ctx, batches, f.running, work)
+        withdraw_gangs(ctx, batches, f.running, work)  # a gang below N gets no new pod (walras.planner.gang)
         if not short.any() or rounds >= opts.max_rounds or short.sum() >= last_short:
             break  # realised, out of rounds, or the feedback no longer helps
         last_short = int(short.sum())

@@ -386,6 +386,10 @@ class JobSpec:
     migration: MigrationSpec | None = None  # None: the job's running pods are never moved
     remaining_work: float | None = None  # ANNOTATION_REMAINING_WORK, None when absent or malformed
     host_access: tuple[str, ...] = ()  # what of the host the template asks for (:func:`host_access`)
+    #: ``spec.replicas.gang``: all ``replicas`` placed together in one pool, or none (docs/gangs.md; the market's
+    #: share of the job is then N replicas or 0, an indivisible bundle of 004 Sec. 2.1 with the demand vector of
+    #: Sec. 7.1; :mod:`walras.planner.gang`)
+    gang: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -514,6 +518,9 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
     else:
         high = low = _integer(replicas_raw.get("count", 1), "spec.replicas.count", minimum=0, maximum=MAX_REPLICAS)
         elastic = False
+    gang = _boolean(replicas_raw.get("gang", False), "spec.replicas.gang")
+    if gang and (has_range or not has_count or high < 1):
+        raise ValueError("spec.replicas.gang needs spec.replicas.count (at least 1), not min and max")
     raw_resources = _count(_mapping(spec.get("resources"), "spec.resources"), "spec.resources", MAX_RESOURCES)
     resources = {str(k): _quantity(k, v) for k, v in raw_resources.items()}
     colocation = _mapping(spec.get("colocation"), "spec.colocation")
@@ -555,6 +562,7 @@ def parse_job(obj: Mapping[str, Any]) -> JobSpec:
         migration=_parse_migration(spec),
         remaining_work=_remaining_work(obj),
         host_access=host_access(template),
+        gang=gang,
     )
 
 

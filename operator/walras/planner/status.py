@@ -343,7 +343,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
                  resize_blocked.get(key), resize_later.get(key), below_min.get(i), running, found, spec.elastic,
                  _counts_text(wanted_rows[i]))
         done = before.done if before is not None and matches((before.given,), (given,)) else _conditions(key, given)
-        conditions, phase, raised = done
+        conditions, phase, raised = _gang_waiting(done, actions.gangs.get(key))  # walras.planner.gang
         if raised:
             events.extend(raised)
         reuse.store(StatusEntry(inputs, ordered, live, resized, bound, pools, allocation, text, given, done), key)
@@ -356,11 +356,20 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
             running=running, bound=on_node, demand=spec.demand, units=units,
             spend={name: prices_l[column[name]] * u for name, u in units.items()},
             bids={names[j]: b for j, b in row_bids.items()}, blockers=found,
-            reason=found[0].reason if found else "", created=info.job.created, first_running=first_running)
+            reason="GangNotPlaceable" if key in actions.gangs else (found[0].reason if found else ""),
+            created=info.job.created, first_running=first_running)
         planned = _planned(previous.jobs.get(key) if previous is not None else None, jp, wanted_total)
         if planned is not None:
             events.append(planned)
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
+
+
+def _gang_waiting(done: Concluded, note: str | None) -> Concluded:
+    """``done`` with a waiting gang's ``GangPlaced`` False ``GangNotPlaceable`` condition (``note``, the message of
+    :func:`walras.planner.gang.enforce`) added."""
+    if not note:
+        return done
+    return (*done[0], Condition("GangPlaced", "False", "GangNotPlaceable", note)), done[1], done[2]
 
 
 def _planned(old: JobPlan | None, jp: JobPlan, granted: int) -> PlanEvent | None:
