@@ -8,6 +8,10 @@ A shown output is a ``$ walras plan ...`` / ``$ walras explain ...`` line of a `
 lines (up to the next ``$`` line). It must be offline (``-f`` manifests, no ``--kubeconfig``); a YAML block of the
 same page whose first line is ``# NAME.yaml`` provides the file NAME.yaml; the rest of the line after `` | ``
 (``head -5``, ``grep ...``) is run by the shell on the command's stdout. tests/test_docs_outputs.py checks them.
+
+docs/simulate.md's example table is the report ``walras simulate`` prints for :data:`SIMULATE_ARGV` (the shipped
+trace, every policy; the simulated quantities are deterministic), written between :data:`SIMULATE_BEGIN` and
+:data:`SIMULATE_END` without the ``sim s`` column (wall seconds of the machine, not a property of the policy).
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+SIMULATE_PAGE = DOCS / "simulate.md"
+#: The command of docs/simulate.md's example (``-o DIR`` added by :func:`simulate_block`).
+SIMULATE_ARGV = ("simulate", "--trace", "operator/walras/data/traces/small.csv",
+                 "--cluster", "k80=1x4,p100=1x4,v100=1x4", "--no-plots")
+SIMULATE_BEGIN = "<!-- begin: the report of the command above, written by scripts/docs_outputs.py -->"
+SIMULATE_END = "<!-- end: the report -->"
+#: Columns of the report left out of the page: they measure the machine, not the policy.
+WALL_COLUMNS = ("sim s",)
 
 
 def pages() -> list[Path]:
@@ -104,6 +116,42 @@ def run(case: Shown) -> tuple[int, list[str]]:
     return code, [line.rstrip() for line in text.rstrip("\n").splitlines()]
 
 
+def simulate_block() -> str:
+    """The lines docs/simulate.md shows between its markers: the report of ``walras`` :data:`SIMULATE_ARGV` (run in
+    this process from the repository's root) without its title and without :data:`WALL_COLUMNS`."""
+    from walras.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = io.StringIO()
+        here = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+                code = main([*SIMULATE_ARGV, "-o", tmp])
+        finally:
+            os.chdir(here)
+    if code != 0:
+        raise RuntimeError(f"walras {' '.join(SIMULATE_ARGV)} exited {code}")
+    lines = [line for line in out.getvalue().strip().splitlines() if not line.startswith("# ")]
+    drop: list[int] = []
+    kept = []
+    for line in lines:
+        if line.startswith("|"):
+            cells = line.strip().strip("|").split("|")
+            if not drop and "policy" in cells[0]:
+                drop = [i for i, cell in enumerate(cells) if cell.strip() in WALL_COLUMNS]
+            line = "|" + "|".join(c for i, c in enumerate(cells) if i not in drop) + "|"
+        kept.append(line)
+    return "\n".join(kept).strip("\n")
+
+
+def shown_simulate_block(text: str) -> str:
+    """What docs/simulate.md shows between its markers (empty if they are missing)."""
+    if SIMULATE_BEGIN not in text or SIMULATE_END not in text:
+        return ""
+    return text.split(SIMULATE_BEGIN, 1)[1].split(SIMULATE_END, 1)[0].strip("\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only report outputs that differ (exit 1)")
@@ -125,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                 lines[case.line:case.line + len(case.output)] = now
         if not args.check:
             page.write_text("\n".join(lines))
+    text = SIMULATE_PAGE.read_text()
+    now = simulate_block()
+    if shown_simulate_block(text) != now:
+        stale += 1
+        print(f"{'differs' if args.check else 'refreshed'}: {SIMULATE_PAGE.relative_to(ROOT)}: walras simulate report")
+        if not args.check:
+            head, rest = text.split(SIMULATE_BEGIN, 1)
+            SIMULATE_PAGE.write_text(f"{head}{SIMULATE_BEGIN}\n{now}\n{SIMULATE_END}{rest.split(SIMULATE_END, 1)[1]}")
     return 1 if (args.check and stale) else 0
 
 

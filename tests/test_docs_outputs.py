@@ -33,3 +33,21 @@ def test_the_shown_output_is_what_the_command_prints(case: docs_outputs.Shown) -
     code, now = docs_outputs.run(case)
     assert code == 0
     assert now == [line.rstrip() for line in case.output]
+
+
+def test_the_simulate_report_is_what_walras_simulate_prints() -> None:
+    shown = docs_outputs.shown_simulate_block(docs_outputs.SIMULATE_PAGE.read_text())
+    assert shown.count("\n| ") >= 6, "docs/simulate.md lost its report markers or rows"
+    assert shown == docs_outputs.simulate_block(), "run: python scripts/docs_outputs.py"
+    assert " sim s " not in shown
+
+
+def test_the_shipped_trace_is_as_docs_simulate_describes_it() -> None:
+    import csv
+
+    text = docs_outputs.SIMULATE_PAGE.read_text()
+    with open(docs_outputs.ROOT / "operator/walras/data/traces/small.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    pods = {int(r["pods"]) for r in rows}
+    minutes = round(max(float(r["arrival"]) for r in rows) / 60)
+    assert f"({len(rows)} jobs, {min(pods)} to {max(pods)} pods, arrivals over {minutes} minutes)" in text
