@@ -20,12 +20,11 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 
 #: Broken links of the measurement pages, which the benchmarks in bench/ write (not the docs' owners): the plots of
-#: docs/bench/simulate/ linked as if from docs/bench/ (bench/simulate_steady.py), and docs/benchmarks.md, assembled
-#: from docs/bench/*.md one folder up. The test requires exactly these, so a fix must shrink the list.
+#: docs/bench/simulate/ linked as if from docs/bench/ (bench/simulate_steady.py writes the page). The test requires
+#: exactly these, so a fix must shrink the list.
 KNOWN_BROKEN = {
     "docs/bench/simulate/steady.md": {"simulate/steady_jct_vs_rate.png", "simulate/steady_in_system_multi.png",
                                       "simulate/steady_in_system_single.png"},
-    "docs/benchmarks.md": {"simulate/jct_vs_load.png", "simulate/jct_cdf.png", "simulate/moves_vs_load.png"},
 }
 
 
