@@ -177,7 +177,9 @@ def render_api(crds: Path = CRDS) -> str:
     intro = ["# API reference: the Walras kinds", "",
              "Generated from [`crds/`](../../crds) (the single source of the CustomResourceDefinitions). Concepts:",
              "[../concepts/](../concepts/README.md). `kubectl explain KIND.spec` shows the same descriptions on a "
-             "cluster.", "", "Kinds: " + ", ".join(f"[{k}](#{k.lower()})" for k in kinds) + ".", ""]
+             "cluster. A number such as `004` in a description names a paper of [the paper table]"
+             "(../concepts/README.md#the-papers).", "",
+             "Kinds: " + ", ".join(f"[{k}](#{k.lower()})" for k in kinds) + ".", ""]
     return HEADER.format(source="crds/*.yaml") + "\n".join(intro) + "\n" + "\n".join(render_kind(d) for d in docs)
 
 
@@ -337,7 +339,8 @@ def render_metrics() -> str:
              "`fungiblejob` and `fungiblejob_namespace`, never `job` or `namespace` (Prometheus sets those on every "
              "series itself). Counters export `NAME_total`, histograms `NAME_bucket`, `NAME_sum` and `NAME_count`; no "
              "`*_created` series. The dashboard's panels and the alerts: [watch prices in Grafana]"
-             "(../tasks/grafana.md), [runbooks](../runbooks.md).", "",
+             "(../tasks/grafana.md), [runbooks](../runbooks.md). A number such as `004` in a help text names a "
+             "paper of [the paper table](../concepts/README.md#the-papers).", "",
              "| metric | type | labels | unit | help |", "| --- | --- | --- | --- | --- |"]
     lines = []
     for row in rows:
