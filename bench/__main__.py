@@ -14,6 +14,8 @@ ours); this driver never edits a fragment.
 from __future__ import annotations
 
 import argparse
+import posixpath
+import re
 import subprocess
 import sys
 import time
@@ -33,13 +35,26 @@ exact command, the machine and the versions it ran with. Benchmarks are scripts,
 """
 
 
+_LINK = re.compile(r"(!?\[[^\]]*\]\()([^()\s#]+)")
+
+
+def relink(fragment: str) -> str:
+    """A fragment's relative links (written from docs/bench/) rewritten to resolve from docs/benchmarks.md."""
+    def fix(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("/"):
+            return match.group(0)
+        return match.group(1) + posixpath.normpath(posixpath.join("bench", target))
+    return _LINK.sub(fix, fragment)
+
+
 def assemble() -> None:
     """Concatenate the fragments in module order (unknown extra fragments last, alphabetically)."""
     present = {p.stem: p for p in FRAGMENTS.glob("*.md")}
     order = [m for m in MODULES if m in present] + sorted(set(present) - set(MODULES))
     parts = [HEADER]
     for name in order:
-        parts.append(present[name].read_text().strip() + "\n\n")
+        parts.append(relink(present[name].read_text().strip()) + "\n\n")
     OUTPUT.write_text("".join(parts).rstrip() + "\n")
 
 

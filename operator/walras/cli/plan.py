@@ -5,6 +5,11 @@ A dry run users can pipe: ``-o json`` (compact; ``--indent N`` to indent; ``--js
 ``-o yaml`` print the whole plan; ``--emit-pods FILE`` writes the Pod manifests the operator would create, bound to
 their planned nodes (``--unbound``: left Pending, as extender mode creates them). Feeding them back
 (``walras plan -f DIR -f FILE``) gives a plan with no action: re-planning an unchanged cluster is a fixed point.
+
+Progress (issue 29: nothing was printed for 34 s on a 5,000-job file): with ``--progress``, or by default when stderr
+is a terminal and the manifests add up to at least :data:`PROGRESS_BYTES`, each step that may take seconds (reading
+and validating the manifests with the planner's imports, planning, writing ``--emit-pods``) is reported on stderr by
+:func:`walras.cli.progress.step`; stdout carries only the plan.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from walras.cli.errors import UsageError
 
 #: The process ends without the interpreter's teardown once the plan is written (see :mod:`walras.cli`).
 EXIT_WITHOUT_TEARDOWN = True
+
+#: Manifests of at least this many bytes in all show progress on a terminal by default (1 MiB: about 2,000 pods, a
+#: plan of a second or more on a laptop; smaller inputs plan faster than a spinner is worth).
+PROGRESS_BYTES = 1 << 20
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -48,7 +57,38 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="with --tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
                         help="do not check Walras objects against the CRDs' schemas and rules")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="report each step (reading, planning, writing pods) on stderr (default: when stderr "
+                             "is a terminal and the manifests add up to 1 MiB or more)")
     return parser
+
+
+def input_bytes(paths: list[str]) -> int:
+    """Total size of the manifest files ``paths`` names (directories searched as :func:`load_manifests` searches
+    them: *.yaml, *.yml, *.json); a path that cannot be read counts 0 (the loader reports it)."""
+    total = 0
+    for path in paths:
+        if os.path.isdir(path):
+            for root, _, names in os.walk(path):
+                total += sum(_size(os.path.join(root, n)) for n in names if n.endswith((".yaml", ".yml", ".json")))
+        else:
+            total += _size(path)
+    return total
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def show_progress(choice: bool | None, paths: list[str], terminal: bool) -> bool:
+    """Whether ``walras plan`` reports its steps: ``--progress``/``--no-progress`` decide; by default only on a
+    terminal, for manifests of at least :data:`PROGRESS_BYTES`."""
+    if choice is not None:
+        return choice
+    return terminal and input_bytes(paths) >= PROGRESS_BYTES
 
 
 def _cell(value: float) -> str:
@@ -369,36 +409,44 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import yaml
 
+    from walras.cli.progress import step
+
+    show = show_progress(getattr(args, "progress", None), args.files, sys.stderr.isatty())
     # Reading and validating the manifests (seconds of CPU for 20,000 pods) is shared with a forked reader process
     # that starts while this one imports the planner, where that is possible (see ReadAhead); otherwise it runs here
     # after the imports.
-    ahead = ReadAhead.start(args.files, validate=args.validate)
-    try:
-        from walras.manifests import load_manifests
-        from walras.planner import build_plan
-
+    with step("walras plan", f"reading {len(args.files)} manifest path(s) and loading the planner", enabled=show):
+        ahead = ReadAhead.start(args.files, validate=args.validate)
         try:
-            snapshot = ahead.result() if ahead is not None else None
-            if snapshot is None:
-                snapshot = load_manifests(args.files, validate=args.validate)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    finally:
-        if ahead is not None:
-            ahead.close()
+            from walras.manifests import load_manifests
+            from walras.planner import build_plan
+
+            try:
+                snapshot = ahead.result() if ahead is not None else None
+                if snapshot is None:
+                    snapshot = load_manifests(args.files, validate=args.validate)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        finally:
+            if ahead is not None:
+                ahead.close()
     from walras.kube.decode import cluster_from
     from walras.planner.cluster import TenantOptions
     from walras.planner.results import PlanOptions
 
     tenants = TenantOptions(default_share=args.default_share) if getattr(args, "tenants", False) else None
-    plan = build_plan(cluster_from(snapshot), options=PlanOptions(tenants=tenants))
+    with step("walras plan", f"planning {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} FungibleJob(s), "
+              f"{len(snapshot.pods)} pod(s)", enabled=show):
+        plan = build_plan(cluster_from(snapshot), options=PlanOptions(tenants=tenants))
     if args.emit_pods:
-        pods = emitted_pods(plan, snapshot, bound=not args.unbound)
-        try:
-            with open(args.emit_pods, "w") as handle:
-                yaml.dump_all(pods, handle, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.emit_pods}: {exc.strerror or exc}") from None
+        with step("walras plan", f"writing the pods to {args.emit_pods}", enabled=show):
+            pods = emitted_pods(plan, snapshot, bound=not args.unbound)
+            try:
+                with open(args.emit_pods, "w") as handle:
+                    yaml.dump_all(pods, handle, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                                  sort_keys=False)
+            except OSError as exc:
+                raise UsageError(f"cannot write {args.emit_pods}: {exc.strerror or exc}") from None
     # The manifests are no longer needed: freed here, their memory holds the output's objects (the process's peak
     # RSS is reached while writing the plan of 20,000 pods).
     del snapshot
