@@ -15,25 +15,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
-
+from e2e.invariants import overcommitted, rejected
 from e2e.test_e2e_safety import CountingOperator, Env, finish, pod_writes
-from tests.controlplane import ControlPlane
 from tests.lifecycle_support import wait_for
 
 pytest_plugins = ["e2e.test_e2e_safety"]  # its env and walras fixtures (module scope)
 
 
-@pytest.fixture(scope="module")
-def contention(env: Env) -> Iterator[Env]:
-    yield env
-
-
-def test_a_waiting_job_wins_capacity_by_its_bid_through_the_eviction_api(contention: Env, walras: CountingOperator,
-                                                                         control_plane: ControlPlane) -> None:
-    env = contention
+def test_a_waiting_job_wins_capacity_by_its_bid_through_the_eviction_api(env: Env, walras: CountingOperator) -> None:
     pool_name, _ = env.setup_pool("contend", 1, 4)
     env.job("cheap", {pool_name: 1.0}, 4)
     before = wait_for(lambda: env.running("cheap", 4), 40, "cheap's 4 pods Running")
@@ -81,5 +71,9 @@ def test_a_waiting_job_wins_capacity_by_its_bid_through_the_eviction_api(content
     assert pod_writes(walras.client.writes(mark), env.namespace) == []
     assert env.running("cheap", 3) is not None and env.running("rich", 1) is not None
     assert (env.status("rich").get("replicas") or {}) == {pool_name: 1}
+    # the e2e invariants: no node over-committed, no pod rejected by the kubelet
+    nodes = [n for n in env.get("/api/v1/nodes")["items"] if n["metadata"]["name"].startswith(pool_name)]
+    pods = list(env.get(f"/api/v1/namespaces/{env.namespace}/pods")["items"])
+    assert overcommitted(nodes, pods) == [] and rejected(pods) == []
     finish(env, "rich")
     finish(env, "cheap")

@@ -329,10 +329,11 @@ def job_from(obj: Mapping[str, Any]) -> Job:
     except (ValueError, TypeError) as exc:
         return Job(namespace, name, _generation(obj), None, str(exc), reported=reported)
     template_spec = _map(_map(spec.template).get("spec"))
-    explicit = template_spec.get("priority")
-    explicit_ok = isinstance(explicit, int) and not isinstance(explicit, bool)
+    raw_priority = template_spec.get("priority")
+    explicit = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else None
+    explicit_ok = explicit is not None
     return Job(namespace, name, spec.generation, spec, None, template_from(_map(spec.template)), reported,
-               timestamp(meta.get("creationTimestamp")), int(explicit) if explicit_ok else 0,
+               timestamp(meta.get("creationTimestamp")), explicit if explicit is not None else 0,
                _map(obj.get("spec")).get("preemptible") is not False,
                str(template_spec.get("priorityClassName") or ""), explicit_ok)
 

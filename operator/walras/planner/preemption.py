@@ -40,6 +40,16 @@ delete), and the waiting job gets a *claim*: a pod created without a node, whose
 placement as a pending pod's previous node), keep it while its victims leave, and ask again for an eviction a
 PodDisruptionBudget refused (the same victims, not counted twice in the budgets).
 
+Pods this plan only planned (``create`` on a node, not running yet) may yield too, first, by the same rules with
+no restart on either side (the ``Market`` rule is then ``g_w > l_v``): the waiting job's pod takes the node at once,
+when it leaves none of the room the dropped pods held idle, and a dropped pod goes where its job still finds room
+now. So the placement this plan makes admits no swap the next plan would preempt for (the integral fill's search
+route is greedy; without this the plan after it could evict what this one created). For the same reason a running
+pod that the previous plan placed while the waiting job was already there (in the previous plan's jobs) does not
+yield to it in this plan: that plan priced them against each other. Gangs (elastic jobs whose
+``spec.replicas.min`` is 2 or more) neither preempt nor yield: a claim is one replica, and taking one of a gang's
+would leave it running partially.
+
 Budgets, per pool: at most ``spec.preemption.maxPerPlan`` victims per plan (default 10 % of the pool's running
 Walras pods, at least 1) and ``maxPerHour`` over the last hour (default 3 times that; counted from
 ``PoolPlan.preemptions`` of the previous plan, which needs ``PlanOptions.now``; without a clock only the per-plan
