@@ -13,8 +13,8 @@ from walras.kube.decode import cluster_from, job_priority, priority_classes
 from walras.planner import Plan, Snapshot
 from walras.planner.invariants import check_plan
 from walras.planner.plan import PlanOptions
-from walras.planner.preemption import budgets, claimed_nodes, market_gain
-from walras.planner.queue import queue_key
+from walras.planner.preemption import budgets
+from walras.planner.queue import claimed_nodes, market_gain, queue_key
 from walras.planner.spec import PreemptionSpec, parse_pool
 
 from tests.planning import build_plan

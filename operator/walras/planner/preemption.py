@@ -46,9 +46,11 @@ when it leaves none of the room the dropped pods held idle, and a dropped pod go
 now. So the placement this plan makes admits no swap the next plan would preempt for (the integral fill's search
 route is greedy; without this the plan after it could evict what this one created). For the same reason a running
 pod that the previous plan placed while the waiting job was already there (in the previous plan's jobs) does not
-yield to it in this plan: that plan priced them against each other. Gangs (elastic jobs whose
-``spec.replicas.min`` is 2 or more) neither preempt nor yield: a claim is one replica, and taking one of a gang's
-would leave it running partially.
+yield to it in this plan: that plan priced them against each other. In ``fair`` and ``colocation``
+pools the policy's own mechanism shares the capacity among equal priorities
+(:data:`walras.planner.queue.MECHANISM_POLICIES`): there only a lower priority yields (the ``LowerPriority`` part of
+``Market``), and this plan's pods are not swapped. Gangs (elastic jobs whose ``spec.replicas.min`` is 2 or more)
+neither preempt nor yield: a claim is one replica, and taking one of a gang's would leave it running partially.
 
 Budgets, per pool: at most ``spec.preemption.maxPerPlan`` victims per plan (default 10 % of the pool's running
 Walras pods, at least 1) and ``maxPerHour`` over the last hour (default 3 times that; counted from
@@ -64,7 +66,6 @@ of the unchanged cluster after it preempts nothing more (tests/test_preemption_p
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
@@ -72,45 +73,35 @@ from typing import Any
 
 import numpy as np
 
-from allocator.integral import utility_value
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.integral import utility_arrays
-from walras.planner.market import utility_values
-from walras.planner.model import ObjectKey, Plan, PlanEvent, PodPlan
+from walras.planner.model import ObjectKey, PlanEvent, PodPlan
 from walras.planner.quantity import format_quantity, parse_quantity
-from walras.planner.queue import queue_key
+from walras.planner.queue import (
+    CLAIM,
+    MECHANISM_POLICIES,
+    Valuation,
+    claim_reason,
+    claimed_nodes,
+    gang,
+    may_yield,
+    queue_key,
+    yields,
+)
 from walras.planner.reconcile import pod_base, removal
 from walras.planner.results import Actions, JobInfo, Observed, Outcome, PlanContext
-from walras.planner.spec import PoolSpec, restart_cost
+from walras.planner.spec import PoolSpec
 
-__all__ = ["HOUR", "Preempted", "budgets", "claim_reason", "claimed_nodes", "contested", "market_gain", "preempt"]
+__all__ = ["HOUR", "PASSES", "Preempted", "budgets", "preempt"]
 
 #: The per-hour budget's window (seconds).
 HOUR = 3600.0
 #: Passes over the queue in one plan (a pass that changes nothing ends them).
 PASSES = 8
 
-_CLAIM = re.compile(r"\(preemption: waits on node (\S+) for ([^)]*)\)")
 
 
-def claim_reason(node: str, victims: Collection[str]) -> str:
-    """The reason of a claim pod's plan: the node it waits for and the pods that leave it (read back by
-    :func:`claimed_nodes`)."""
-    return f"(preemption: waits on node {node} for {','.join(sorted(victims))})"
-
-
-def claimed_nodes(previous: Plan | None) -> dict[ObjectKey, tuple[str, tuple[str, ...]]]:
-    """Per claim pod of ``previous`` ((namespace, name)), the node it waits for and the victims' names."""
-    out: dict[ObjectKey, tuple[str, tuple[str, ...]]] = {}
-    if previous is None:
-        return out
-    for pod in previous.pods:
-        if pod.node is None and pod.reason:
-            match = _CLAIM.search(pod.reason)
-            if match is not None:
-                out[(pod.namespace, pod.name)] = (match.group(1), tuple(v for v in match.group(2).split(",") if v))
-    return out
 
 
 @dataclass(frozen=True)
@@ -135,98 +126,6 @@ def budgets(spec: PoolSpec, running: int) -> tuple[int, int]:
     per_plan = default if rules.max_per_plan is None else rules.max_per_plan
     per_hour = 3 * default if rules.max_per_hour is None else rules.max_per_hour
     return per_plan, per_hour
-
-
-def market_gain(u_w: tuple[float, float], u_v: tuple[float, float], restart: tuple[float, float],
-                horizon: float) -> tuple[bool, float]:
-    """The ``Market`` rule of the module docstring for one (waiting job w, victim v) pair: ``u_w`` is w's utility
-    (before, after one more replica), ``u_v`` v's (before, after one fewer), ``restart`` (r_w, r_v) in seconds,
-    ``horizon`` H. Returns (whether ``(H - r_w) g_w - H l_v > r_v l_v``, the instantaneous ``g_w - l_v``)."""
-    (w0, w1), (v0, v1), (r_w, r_v) = u_w, u_v, restart
-    if not math.isfinite(v1) or not math.isfinite(v0) or not math.isfinite(w1):
-        return False, -math.inf  # the victim's utility unbounded below without this replica: it never yields
-    loss = v0 - v1
-    if not math.isfinite(w0):
-        return horizon > r_w, math.inf  # a starved job's first replica: an unbounded gain
-    gain = w1 - w0
-    return (horizon - r_w) * gain - horizon * loss > r_v * loss, gain - loss
-
-
-def contested(ctx: PlanContext, observed: Observed) -> set[tuple[int, int]]:
-    """The (job row, pool) pairs where a waiting job (fewer running and pending pods than ``spec.replicas``) may win
-    capacity from running pods by the pool's rule (module docstring), each victim's one replica against the job's
-    next one at what runs now: the rounds offer such a pool to the job even when no pod of it fits now
-    (:func:`walras.planner.rounds.run_rounds`), so its bid enters the market's prices; a pool whose rule lets no
-    running pod yield to it is offered only where a pod fits, as before (the job spills elsewhere)."""
-    objects = ctx.objects
-    pools, jobs = objects.pools, objects.jobs
-    n, m = len(jobs), len(pools)
-    out: set[tuple[int, int]] = set()
-    if not n or not m or all(p.spec.preemption.rule == "Never" for p in pools):
-        return out
-    running = observed.counts("running")
-    existing = running + observed.counts("pending")
-    a = np.zeros((n, m))
-    for i, info in enumerate(jobs):
-        for j in np.flatnonzero(info.pools).tolist():
-            a[i, j] = info.spec.throughput.get(pools[j].name, 0.0)
-    big_n = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
-    utility = _Utility(jobs, a, (a * running).sum(axis=1) / big_n)
-    for j, pool in enumerate(pools):
-        rule = pool.spec.preemption.rule
-        if rule == "Never":
-            continue
-        holders = [v for v in range(n) if running[v, j] > 0 and _may_yield(jobs[v])]
-        if not holders:
-            continue
-        for i, info in enumerate(jobs):
-            if a[i, j] <= 0 or existing[i].sum() >= info.spec.replicas or _gang(info):
-                continue
-            for v in holders:
-                if v != i and _yields(ctx, (i, v, j), utility, a, True):
-                    out.add((i, j))
-                    break
-    return out
-
-
-def _may_yield(info: JobInfo) -> bool:
-    """Whether a job's pods may be preempted at all: ``spec.preemptible`` and not a gang (a job that needs at least
-    two replicas together: taking one would leave it running partially)."""
-    return info.job.preemptible and not _gang(info)
-
-
-def _gang(info: JobInfo) -> bool:
-    """An elastic job whose ``spec.replicas.min`` is 2 or more: its pods run together or not at all."""
-    return info.spec.elastic and info.spec.min_replicas > 1
-
-
-def _yields(ctx: PlanContext, pair: tuple[int, int, int], utility: _Utility, a: np.ndarray,
-            restarts: bool) -> str | None:
-    """Why job row v's replica in pool j may yield to job row i by the pool's rule at the throughputs of
-    ``utility.t`` (None: it may not); ``restarts``: the victim runs (both restart costs count), else it is a pod this
-    plan only planned (nothing restarts: the rule is ``g_w > l_v``)."""
-    i, v, j = pair
-    jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
-    w, info = jobs[i], jobs[v]
-    rule = pool.spec.preemption.rule
-    if rule == "Never" or not _may_yield(info):
-        return None
-    if info.job.priority < w.job.priority:
-        return f"priority {info.job.priority} < {w.job.priority}"
-    if rule != "Market" or info.job.priority != w.job.priority:
-        return None
-    t_w, t_v = float(utility.t[i]), float(utility.t[v])
-    step = a[i, j] / max(w.spec.replicas, 1)
-    v0, v1 = utility.value(v, t_v), utility.value(v, t_v - a[v, j] / max(info.spec.replicas, 1))
-    horizon = pool.spec.preemption.horizon
-    remaining = w.spec.remaining_work
-    if remaining is not None and t_w + step > 0:
-        horizon = min(horizon, remaining / (t_w + step))
-    r_w, r_v = (restart_cost(w.spec), restart_cost(info.spec)) if restarts else (0.0, 0.0)
-    ok, delta = market_gain((utility.value(i, t_w), utility.value(i, t_w + step)), (v0, v1), (r_w, r_v), horizon)
-    if not ok:
-        return None
-    return f"market: objective +{delta:.4g} per s over {horizon:g} s beats restart {r_v:g} s of {info.spec.name}"
 
 
 def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, *,
@@ -269,10 +168,10 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
     for _ in range(PASSES):
         changed = False
         waiting = [i for i, info in enumerate(jobs) if info.key not in held and info.spec.replicas > 0
-                   and not _gang(info) and work.wants(i) > 0 and (a[i] > 0).any()]
+                   and not gang(info) and work.wants(i) > 0 and (a[i] > 0).any()]
         order = sorted(waiting, key=lambda i: queue_key(
-            jobs[i].job.priority, jobs[i].spec.weight, _bids(a[i], float(work.utility.t[i]), jobs[i]),
-            jobs[i].job.created, *jobs[i].key))
+            jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]), jobs[i].job.created,
+            *jobs[i].key))
         for i in order:
             for j in sorted(np.flatnonzero(a[i] > 0).tolist(), key=lambda j: (-a[i, j], j)):
                 if pools[j].spec.preemption.rule == "Never":
@@ -308,17 +207,17 @@ def _history(ctx: PlanContext, now: float | None) -> dict[str, tuple[float, ...]
     return out
 
 
-def _bids(a: np.ndarray, t: float, info: JobInfo) -> list[float | None]:
-    """A waiting job's per-unit bids (:mod:`.queue`): the slope of its utility at ``t`` times ``a_ij / (N_i d_i)``,
-    by a finite difference of one replica (None: unbounded)."""
+def _bids(utility: Valuation, i: int, a: np.ndarray, info: JobInfo) -> list[float | None]:
+    """A waiting job's per-unit bids (:mod:`.queue`): the slope of its utility at its throughput times
+    ``a_ij / (N_i d_i)``, by the finite difference of one replica, ``(u(t + a_ij/N_i) - u(t)) / d_i`` (the fill's
+    valuation of a starved job; None: unbounded)."""
     spec = info.spec
     big = max(spec.replicas, 1)
+    t = float(utility.t[i])
     out: list[float | None] = []
     for aj in a[a > 0].tolist():
-        step = aj / big
-        values = utility_values([spec.utility] * 2, [1.0, 1.0], np.array([t, t + step]))
-        slope = float(values[1] - values[0]) / step
-        out.append(slope * aj / (big * max(spec.demand, 1e-300)) if math.isfinite(slope) else None)
+        slope = utility.value(i, t + aj / big) - utility.value(i, t)
+        out.append(slope / max(spec.demand, 1e-300) if math.isfinite(slope) else None)
     return out
 
 
@@ -327,23 +226,6 @@ def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> b
     ``limit``."""
     free, count = room
     return bool(np.all(free >= vec - 1e-9)) and (limit is None or count < limit)
-
-
-class _Utility:
-    """Each job's utility at a throughput, as the integral fill values it (:func:`allocator.integral.utility_value`:
-    a job with no replica and ``u(0) = -inf`` is worth its first replica less ``STARVED_PENALTY`` times its marginal
-    value, so the preemption phase and the fill rank plans alike), and the jobs' current throughputs ``t``."""
-
-    def __init__(self, jobs: tuple[JobInfo, ...], a: np.ndarray, t: np.ndarray) -> None:
-        self.arrays = utility_arrays([info.spec.utility for info in jobs])
-        big = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
-        steps = np.where(a > 0, a / big[:, None], np.inf)
-        self.t1 = np.min(steps, axis=1) if a.size else np.zeros(len(jobs))
-        self.t = np.asarray(t, dtype=np.float64).copy()
-
-    def value(self, i: int, t: float) -> float:
-        t1 = float(self.t1[i]) if math.isfinite(float(self.t1[i])) else 1.0
-        return float(utility_value(self.arrays, i, max(t, 0.0) if t > 1e-12 else 0.0, t1))
 
 
 @dataclass
@@ -377,7 +259,8 @@ class _Work:
                                dtype=np.int64).reshape(n, m)
         self.claimed = np.zeros((n, m), dtype=np.int64)
         big = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
-        self.utility = _Utility(jobs, a, (a * self.placed).sum(axis=1) / big if n else np.zeros(0))
+        self.utility = Valuation(jobs, a, (a * self.placed).sum(axis=1) / big if n else np.zeros(0),
+                                 utility_arrays([info.spec.utility for info in jobs]))
         self.taken: set[tuple[str, str]] = set()  # pods chosen as victims in this plan
         self.freed = np.zeros_like(outcome.table.used)  # per node, what this plan's evicted victims will free
         self.slots = np.zeros(len(outcome.table.names), dtype=np.int64)
@@ -432,7 +315,7 @@ class _Work:
         """Carry a claim pod's reason forward, and ask again for the evictions of its victims still running."""
         key = self.ctx.objects.jobs[i].key
         self._swap(key, plan, replace(plan, reason=f"waits for preempted pods {reason}"))
-        match = _CLAIM.search(reason)
+        match = CLAIM.search(reason)
         if match is None:
             return
         names = set(match.group(2).split(","))
@@ -462,14 +345,15 @@ class _Work:
         # a pod the previous plan placed while job i already waited was priced against it then (module docstring)
         waited = previous is not None and jobs[i].key in previous.jobs
         for v, info in enumerate(jobs):
-            if v == i or info.key in self.held or not _may_yield(info) or self.placed[v, j] <= 0:
+            if v == i or info.key in self.held or not may_yield(info) or self.placed[v, j] <= 0:
                 continue
             t_v = float(self.utility.t[v])
             loss = self.utility.value(v, t_v) - self.utility.value(v, t_v - self.a[v, j] / max(info.spec.replicas, 1))
             planned = [p for p in self.actions.pods.get(info.key, []) if p.action == "create" and not p.exists
-                       and p.node is not None and p.pool == pool.name]
+                       and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
+                MECHANISM_POLICIES else []
             if planned:
-                why = _yields(ctx, (i, v, j), self.utility, self.a, False)
+                why = yields(ctx, (i, v, j), self.utility, self.a, False)
                 if why is not None:
                     for p in planned:
                         amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else \
@@ -482,7 +366,7 @@ class _Work:
                     and not (pod.key in self.recent and waited)]
             if not pods:
                 continue
-            why = _yields(ctx, (i, v, j), self.utility, self.a, True)
+            why = yields(ctx, (i, v, j), self.utility, self.a, True)
             if why is None:
                 continue
             for pod in pods:
@@ -639,7 +523,7 @@ class _Work:
         for j in sorted(np.flatnonzero(self.a[v] > 0).tolist(), key=lambda j: (-self.a[v, j], j)):
             pool = ctx.objects.pools[j]
             nodes = pool.usable
-            if nodes.size == 0:
+            if nodes.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
                 continue
             vec = table.vector(pod_vector(ctx.templates[v], info.spec, pool.spec.resource, info.spec.demand))
             ok = ctx.admitted[v][nodes] & table.fits_many(nodes, vec)

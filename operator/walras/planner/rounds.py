@@ -28,11 +28,11 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod, pod_vector
-from walras.planner.integral import FillInputs, fill_plan, idle_while_priced
+from walras.planner.integral import FillInputs, fill_plan, idle_while_priced, utility_arrays
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
-from walras.planner.preemption import claimed_nodes, contested
+from walras.planner.queue import claimed_nodes, contested
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
 from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, Reservations
 from walras.planner.reuse import Inputs, Reuse, Same, array_key, frozen, matches
@@ -348,13 +348,15 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     hostable, never = _hostable(ctx, observed.walras_count)
     cap = f.running + hostable
     # A waiting job bids in a pool where no pod of it fits now when the pool's preemption rule lets running pods
-    # yield to it (issue 31; docs/preemption.md: :func:`.preemption.contested`), so the prices say what it must beat
+    # yield to it (issue 31; docs/preemption.md: :func:`.queue.contested`), so the prices say what it must beat
     # and the preemption phase decides which pods yield; elsewhere it is offered only where a pod fits (it spills).
-    contest = contested(ctx, observed)
+    full = [(int(i), int(j)) for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True)]
+    pairs = [pair for pair in full if pair not in never]
+    contest = contested(ctx, observed, pairs, utility_arrays([info.spec.utility for info in jobs])) if pairs else set()
     blocked: dict[tuple[int, int], str] = {}
-    for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
-        if (int(i), int(j)) in never or (int(i), int(j)) not in contest:
-            blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
+    for pair in full:
+        if pair in never or pair not in contest:
+            blocked[pair] = never.get(pair, "NoRoom")
     R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
     # pools whose running replicas need more than the pool sells (spec.capacity lowered below what runs): their jobs
     # are shrunk to the market's rounding, every other job keeps what it runs
