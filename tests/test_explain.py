@@ -358,7 +358,8 @@ def test_explain_text(market_dir: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert out.startswith("FungibleJob ml/lin: Pending (0 of 1 replica(s) running, 0 placed, 1 granted)")
     assert ("1 replica(s), pool a: InsufficientCapacity: pool 'a' has 0 nvidia.com/gpu free on the 1 node(s) the pod "
             "may use; 1 replica(s) need 1 (1 more needed)") in out
-    assert "Queue: position 3 of 3 waiting job(s) (order: priority (spec.weight, high first), then bid" in out
+    assert ("Queue: position 3 of 3 waiting job(s) (order: priority (PriorityClass, high first), then spec.weight, "
+            "then bid") in out
     price = f"{plan_of(*market_cluster()).pools['a'].price:.4g}"
     row = next(line for line in out.splitlines() if line.strip().startswith("a "))
     assert row.split()[:8] == ["a", "nvidia.com/gpu", "1", "0", price, "0", "0", "0.1"]

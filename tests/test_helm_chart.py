@@ -442,6 +442,7 @@ EXPECTED_RULES = {
     ("walras.dev", "budgets"): {"get", "list", "watch"},
     ("walras.dev", "budgets/status"): {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("scheduling.k8s.io", "priorityclasses"): {"get", "list", "watch"},  # a job's priority (docs/preemption.md)
 }
 
 

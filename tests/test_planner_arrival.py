@@ -1,13 +1,11 @@
 """The example GPU jobs (examples/jobs/gpu.yaml: 7 jobs, 23-26 GPUs wanted, 24 GPUs in three pools) arriving at the
 operator together or in bursts, every plan applied to the model of the API server (tests/simcluster.py).
 
-Together, the market prices them in one plan and every job runs. In bursts, the outcome depends on the order: a job
-that finds its pools full is not offered them (``rounds.run_rounds``: job i is offered pool j only where one of its
-pods can run now), and pods that run stay where they run (replica hysteresis; moves only with ``spec.migration``),
-so the market never prices it against the jobs that came first. Of the 64 ways the 7 jobs can arrive in bursts (a
-cut or not after each job), 54 leave a job with no pod in this model; CI met one such order through the real
-operator (e2e/test_e2e_policies.py now creates the jobs before the operator starts). The second test pins one such
-order as a known limitation: it fails (strict xfail) once the planner prices late arrivals against the running jobs.
+Together, the market prices them in one plan and every job runs. In bursts, a job that finds its pools full still
+bids in them (``rounds.run_rounds`` offers every pool a job may use), and the preemption phase
+(``walras.planner.preemption``, docs/preemption.md; the pools' default rule ``Market``) lets it take a running replica
+through the Eviction API when the market's objective gains more than the restart costs. Before it (session 15) 54
+of the 64 burst orders left a job with no pod; the second test pins one such order, one job per plan.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.simcluster import SimCluster
@@ -50,7 +47,7 @@ def _arrive(cuts: tuple[int, ...], quiet: int = 4) -> dict[str, int]:
             sim.step()
     for _ in range(quiet):
         sim.step()
-    if sim.violations or sim.rejected:  # not an AssertionError: the strict xfail below expects only its own
+    if sim.violations or sim.rejected:
         raise RuntimeError(f"invariants broken: {sim.violations} {sim.rejected}")
     return {key[1]: sum((j.get("status") or {}).get("replicas", {}).values()) for key, j in sim.jobs.items()}
 
@@ -60,8 +57,6 @@ def test_together_every_example_gpu_job_runs() -> None:
     assert len(placed) == 7 and all(count > 0 for count in placed.values()), placed
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="market over time: a job that arrives when its pools "
-                   "are full is never priced against the running jobs (see the module docstring)")
 def test_one_job_per_plan_every_example_gpu_job_runs() -> None:
     placed = _arrive((1, 1, 1, 1, 1, 1))
     assert len(placed) == 7 and all(count > 0 for count in placed.values()), placed

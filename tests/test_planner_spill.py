@@ -1,5 +1,7 @@
 """Running pods stay where they are (issue 7), so a pool can be full of pods the market would have put elsewhere. The
-market is not offered what placement cannot realise: a new job is priced only where its pods can run, and says so."""
+market is not offered what placement cannot realise: a new job is priced only where its pods can run, and says so.
+These pools never preempt (``spec.preemption.rule: Never``); under the default rule, ``Market``, a waiting job also
+bids where running pods may yield to it (docs/preemption.md; tests/test_preemption.py has the same cluster so)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ def node(name: str, kind: str) -> dict[str, Any]:
     }
 
 
-def pool(name: str) -> dict[str, Any]:
+def pool(name: str, rule: str = "Never") -> dict[str, Any]:
     return {
         "kind": "ResourcePool",
         "metadata": {"name": name},
-        "spec": {"nodeSelector": {"gpu": name}, "resource": "nvidia.com/gpu", "policy": {"type": "throughput"}},
+        "spec": {"nodeSelector": {"gpu": name}, "resource": "nvidia.com/gpu", "policy": {"type": "throughput"},
+                 "preemption": {"rule": rule}},
     }
 
 

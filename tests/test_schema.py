@@ -120,6 +120,8 @@ TYPOS = [
 
 #: CEL rule violations: (kind, name, path, value, the error's path and the rule's message).
 CEL = [
+    ("ResourcePool", "cpu", "spec.preemption", {"maxPerPlan": 5, "maxPerHour": 2},  # docs/preemption.md
+     "preemption.maxPerPlan must not exceed preemption.maxPerHour"),
     ("ResourcePool", "cpu", "spec.policy", {"type": "colocation"},
      "spec.policy: Invalid value: object: policy.colocation (with a profile) is required"),
     ("ResourcePool", "p100", "spec.policy.fair", {"mechanism": "pf-vds"},
@@ -162,6 +164,8 @@ CEL = [
 
 #: Objects valid only because of CEL's typing or defaulting: the API server accepts them too.
 VALID_VARIANTS = [
+    ("ResourcePool", "cpu", "spec.preemption", {"rule": "Never", "maxPerPlan": 2, "maxPerHour": 2}),
+    ("FungibleJob", "resnet50", "spec.preemptible", False),
     ("FungibleJob", "resnet50", "spec.utility", {"type": "power", "exponent": 1}),  # integer literal of a number
     ("FungibleJob", "resnet50", "spec.demand", _DELETE),  # default 1
     ("FungibleJob", "resnet50", "spec.replicas", {"min": 1, "max": 1}),

@@ -206,6 +206,7 @@ class WalrasMetrics:
         self._pool_series: set[tuple[str, str]] = set()
         self._job_series: set[tuple[str, str]] = set()
         self.budgets = BudgetMetrics(r)  # walras_budget_* (docs/budgets.md), defined at the end of this module
+        self.queue = QueueMetrics(r, job_metrics_limit)  # walras_job_queue_position (docs/preemption.md)
 
     # ------------------------------------------------------------------ updates
 
@@ -293,6 +294,7 @@ class WalrasMetrics:
         for kind, count in invalid.items():
             self.invalid_objects.labels(kind=kind).set(count)
         self.budgets.update(plan)
+        self.queue.update(plan)
 
     def _update_pending_since(self, plan: Plan, now: float) -> None:
         """``walras_job_pending_since_timestamp_seconds`` of the jobs with no pod Running (see its help)."""
@@ -456,3 +458,28 @@ class BudgetMetrics:
     def spent_total(self, budget: str, credits: float) -> None:
         """Set a Budget's accumulated spend (what its status says, walras.operator.budgets)."""
         self.spent.labels(budget).set(_finite(credits))
+
+
+class QueueMetrics:
+    """``walras_job_queue_position`` (docs/preemption.md): each waiting job's place in the queue (1 first; the order
+    of :mod:`walras.planner.queue`: PriorityClass priority, weight, bid, age), for the first ``limit`` positions
+    (the cardinality bound of the per-job gauges); the series of a job that no longer waits is removed."""
+
+    def __init__(self, registry: CollectorRegistry, limit: int) -> None:
+        self.limit = limit
+        self.position = Gauge("walras_job_queue_position",
+                              "The waiting job's place in the queue (1 first: PriorityClass priority, then weight, "
+                              "then bid, then age); only jobs with fewer replicas placed than they ask for.",
+                              JOB_LABELS, registry=registry)
+        self._series: set[tuple[str, str]] = set()
+
+    def update(self, plan: Plan) -> None:
+        """Set the positions of ``plan``'s waiting jobs; remove the others' series."""
+        series = set()
+        for job in plan.jobs.values():
+            if job.queue_position is not None and job.queue_position <= self.limit:
+                series.add(job.key)
+                self.position.labels(job.namespace, job.name).set(job.queue_position)
+        for key in self._series - series:
+            WalrasMetrics._remove(self.position, *key)
+        self._series = series

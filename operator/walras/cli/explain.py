@@ -25,9 +25,7 @@ import sys
 from typing import Any
 
 from walras.cli.errors import UsageError
-
-#: How the waiting jobs are ordered (docs/troubleshooting.md#queue-position).
-QUEUE_ORDER = "priority (spec.weight, high first), then bid (largest first), then age (oldest first)"
+from walras.planner.queue import QUEUE_ORDER  # how the waiting jobs are ordered (docs/preemption.md)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter, itemgetter
@@ -328,8 +328,14 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         spec = parse_job(obj)
     except (ValueError, TypeError) as exc:
         return Job(namespace, name, _generation(obj), None, str(exc), reported=reported)
+    template_spec = _map(_map(spec.template).get("spec"))
+    raw_priority = template_spec.get("priority")
+    explicit = raw_priority if isinstance(raw_priority, int) and not isinstance(raw_priority, bool) else None
+    explicit_ok = explicit is not None
     return Job(namespace, name, spec.generation, spec, None, template_from(_map(spec.template)), reported,
-               timestamp(meta.get("creationTimestamp")))
+               timestamp(meta.get("creationTimestamp")), explicit if explicit is not None else 0,
+               _map(obj.get("spec")).get("preemptible") is not False,
+               str(template_spec.get("priorityClassName") or ""), explicit_ok)
 
 
 def pool_from(obj: Mapping[str, Any]) -> Pool:
@@ -593,6 +599,57 @@ def namespace_labels(objs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, s
     return dict(sorted(out.items()))
 
 
+# ------------------------------------------------------------------ PriorityClasses (docs/preemption.md)
+
+#: The largest value of a user PriorityClass (scheduling.k8s.io/v1: larger ones are reserved for system classes).
+MAX_PRIORITY = 1_000_000_000
+
+
+def priority_classes(objs: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], int]:
+    """PriorityClass objects (scheduling.k8s.io/v1) -> (name -> value, the globalDefault class's value or 0). An
+    object without an integer ``value`` is left out (the API server refuses one); of several globalDefault classes
+    (the API server admits one) the lowest value counts, as kube-scheduler's admission takes the lowest."""
+    classes: dict[str, int] = {}
+    defaults: list[int] = []
+    for obj in objs:
+        name = _meta(obj).get("name")
+        value = obj.get("value")
+        if not isinstance(name, str) or not name or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        classes[name] = int(value)
+        if obj.get("globalDefault") is True:
+            defaults.append(int(value))
+    return dict(sorted(classes.items())), min(defaults) if defaults else 0
+
+
+def job_priority(job: Job, classes: Mapping[str, int], default: int) -> int:
+    """A job's priority as the Priority admission plugin resolves a pod's: the template's ``priority`` when set, else
+    its ``priorityClassName``'s value, else the globalDefault class's value (0 without one); an unknown class name
+    counts as the default (the API server would refuse the pod; the planner serves the job at the default)."""
+    if job.priority_explicit:
+        return job.priority
+    if job.priority_class:
+        return classes.get(job.priority_class, default)
+    return default
+
+
+def with_priorities(jobs: tuple[Job, ...], classes: Mapping[str, int], default: int,
+                    before: TranslationCache | None, after: TranslationCache | None) -> tuple[Job, ...]:
+    """``jobs`` with :func:`job_priority` resolved into ``Job.priority``. With the caches, the same input tuple (the
+    translation cache's) and the same classes give the same resolved tuple object as the last call (so reuse by
+    identity downstream still holds); the result is recorded in ``after``."""
+    key = repr((sorted(classes.items()), default))
+    last = before.sequences.get("PriorityClass") if before is not None else None
+    if last is not None and last.items[0] is jobs and last.versions == [key]:
+        resolved: tuple[Job, ...] = last.items[1]
+    else:
+        resolved = tuple(job if job.priority == (p := job_priority(job, classes, default)) else replace(job, priority=p)
+                         for job in jobs)
+    if after is not None:
+        cast(dict[str, KindSequence], after.sequences)["PriorityClass"] = KindSequence([], [key], [], (jobs, resolved))
+    return resolved
+
+
 def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> Cluster:
     """The typed :class:`Cluster` of a :class:`Snapshot` of raw objects (see the module docstring). With ``cache``
     (the caller's, from its previous call): pods, nodes and jobs whose uid and resourceVersion are unchanged reuse
@@ -608,6 +665,9 @@ def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> C
         budgets=tuple(sorted(map(budget_from, snapshot.budgets), key=lambda b: b.name)),
         namespaces=namespace_labels(snapshot.namespaces),
     )
+    if snapshot.priorityclasses:  # docs/preemption.md
+        classes, default = priority_classes(snapshot.priorityclasses)
+        out = replace(out, jobs=with_priorities(out.jobs, classes, default, cache, after), priority_classes=classes)
     if cache is not None and after is not None:
         cache.objects, cache.sequences = after.objects, after.sequences
     return out

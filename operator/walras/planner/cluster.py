@@ -191,6 +191,17 @@ class Job:
     template: JobTemplate = JobTemplate()
     reported: ReportedStatus = ReportedStatus()
     created: float | None = None  # metadata.creationTimestamp (epoch seconds)
+    # --- contention (docs/preemption.md) ---
+    #: The job's priority: its template's ``priority`` when set, else its ``priorityClassName`` resolved against the
+    #: PriorityClass objects (scheduling.k8s.io/v1), else the value of the globalDefault class, else 0
+    #: (:func:`walras.kube.decode.with_priorities`). Higher is served first and may preempt lower (docs/preemption.md).
+    priority: int = 0
+    #: ``spec.preemptible`` (default true): false means no pod of the job is ever preempted.
+    preemptible: bool = True
+    #: The template's ``priorityClassName`` ("" when unset), resolved into :attr:`priority` by the decode.
+    priority_class: str = ""
+    #: Whether the template sets ``priority`` itself (then :attr:`priority` is that value, no class is looked up).
+    priority_explicit: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -291,6 +302,8 @@ class Cluster:
     profiles: tuple[Profile, ...] = ()
     budgets: tuple[Budget, ...] = ()
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: PriorityClass name -> value (scheduling.k8s.io/v1; docs/preemption.md), for reports; jobs carry theirs resolved.
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
 
     def resource_names(self) -> tuple[str, ...]:
         """Every resource named by a node's allocatable or a live pod's request, ``pods`` first, then sorted."""

@@ -44,6 +44,7 @@ class Snapshot:
     profiles: tuple[KubeObject, ...] = ()  # ColocationProfile
     budgets: tuple[KubeObject, ...] = ()  # Budget (docs/budgets.md)
     namespaces: tuple[KubeObject, ...] = ()  # Namespace (their labels, for the Budgets' selectors)
+    priorityclasses: tuple[KubeObject, ...] = ()  # PriorityClass (scheduling.k8s.io/v1; docs/preemption.md)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,9 @@ class PoolPlan:
     member_count: int = 0
     degree_limit: int | None = None
     free: float = 0.0
+    #: The clock times (``PlanOptions.now``) of the pool's preemptions over the last hour, one per preempted pod, for
+    #: ``spec.preemption.maxPerHour`` (:mod:`walras.planner.preemption`; carried from plan to plan).
+    preemptions: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ placement             realise the market's allocation (:mod:`.rounds`, :mod:`.ma
 reconcile             desired vs observed -> pod actions, within the churn budget (:mod:`.reconcile`)
 migration             running pods of opted-in jobs moved towards the market's split when the utility gain pays,
                       within the churn budgets (:mod:`.migration`)
+preemption            waiting jobs in the queue's order take running pods (through the Eviction API) or this plan's
+                      new pods by the pools' preemption rules, within their budgets (:mod:`.preemption`)
 gang                  a gang job keeps, binds or creates 0 or N pods, never 0 < k < N: else it is released
                       whole (:mod:`.gang`)
 status                job and pool statuses and events from what was placed (:mod:`.status`)
@@ -52,6 +54,7 @@ from walras.planner.migration import migrate
 from walras.planner.model import JobPlan, Plan, PodPlan, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
+from walras.planner.preemption import preempt
 from walras.planner.reconcile import reconcile
 from walras.planner.resize import plan_resizes
 from walras.planner.results import Actions, PlanContext, PlanOptions
@@ -101,6 +104,8 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     actions = reconcile(ctx, observed, outcome, resizes)
     migrated = migrate(ctx, observed, outcome, actions, held=life.held)
     outcome, actions = migrated.outcome, migrated.actions
+    preempted = preempt(ctx, observed, outcome, actions, held=life.held)  # docs/preemption.md
+    outcome, actions = preempted.outcome, preempted.actions
     actions = enforce_gangs(ctx, outcome, actions, sizes).actions  # a gang runs whole or not at all (docs/gangs.md)
     market = outcome.market
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
@@ -110,6 +115,9 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     jobs.update(statuses.jobs)
     priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)
     pools.update(priced.pools)
+    for name, times in preempted.history.items():  # the pools' preemptions of the last hour (maxPerHour)
+        if name in pools:
+            pools[name] = replace(pools[name], preemptions=times)
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
     jobs.update(concluded.jobs)
     pods = _listed(jobs, concluded.actions, statuses.counted)
@@ -117,8 +125,8 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
         jobs = with_tenants(tenancy, jobs)
     reuse.commit()
     # the events in the order the phases raised them
-    events = (*reported.events, *outcome.events, *migrated.events, *statuses.events, *priced.events,
-              *concluded.events)
+    events = (*reported.events, *outcome.events, *migrated.events, *preempted.events, *statuses.events,
+              *priced.events, *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started,
                 tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {})

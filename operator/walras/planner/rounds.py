@@ -28,10 +28,18 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Pod, pod_vector
-from walras.planner.integral import FillInputs, fill_plan, gang_targets, idle_while_priced, withdraw_gangs
+from walras.planner.integral import (
+    FillInputs,
+    fill_plan,
+    gang_targets,
+    idle_while_priced,
+    utility_arrays,
+    withdraw_gangs,
+)
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import place_batch
+from walras.planner.queue import claimed_nodes, contested
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
 from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, Reservations
 from walras.planner.reuse import Inputs, Reuse, Same, array_key, frozen, matches
@@ -346,9 +354,16 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     f = _fixed(ctx, observed)
     hostable, never = _hostable(ctx, observed.walras_count)
     cap = f.running + hostable
+    # A waiting job bids in a pool where no pod of it fits now when the pool's preemption rule lets running pods
+    # yield to it (issue 31; docs/preemption.md: :func:`.queue.contested`), so the prices say what it must beat
+    # and the preemption phase decides which pods yield; elsewhere it is offered only where a pod fits (it spills).
+    full = [(int(i), int(j)) for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True)]
+    pairs = [pair for pair in full if pair not in never]
+    contest = contested(ctx, observed, pairs, utility_arrays([info.spec.utility for info in jobs])) if pairs else set()
     blocked: dict[tuple[int, int], str] = {}
-    for i, j in zip(*np.nonzero((f.A > 0) & (cap == 0)), strict=True):
-        blocked[(int(i), int(j))] = never.get((int(i), int(j)), "NoRoom")
+    for pair in full:
+        if pair in never or pair not in contest:
+            blocked[pair] = never.get(pair, "NoRoom")
     R = _sellable(ctx, observed, _placeable(ctx, observed.walras_count, hostable, f.A > 0))
     # pools whose running replicas need more than the pool sells (spec.capacity lowered below what runs): their jobs
     # are shrunk to the market's rounding, every other job keeps what it runs
@@ -359,8 +374,13 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
     # each pending pod's node in the previous plan (a pending pod keeps it while it fits there)
+    waiting = previous is not None and any(any(cell) for row in observed.pending for cell in row)
     before = {(p.namespace, p.name): p.node for p in previous.pods if p.node is not None} if (
-        previous is not None and any(any(cell) for row in observed.pending for cell in row)) else {}
+        previous is not None and waiting) else {}
+    if waiting:  # a claim pod (the preemption phase's) is reserved first on the node its victims free
+        before.update((key, node) for key, (node, _) in claimed_nodes(previous).items())
+    priority = [info.job.priority for info in jobs]
+    by_priority = priority if len(set(priority)) > 1 else None  # higher priority served first in each batch
     rounds = 0
     last_short = 1 << 62
     reported: dict[str, list[Condition]] = {}
@@ -391,7 +411,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         short = np.zeros((n, m), dtype=np.int64)
         reasons: dict[tuple[int, int], str] = {}
         for j in range(m):
-            batch, pods = _batch(observed, f, j, target - f.running, (granted, fair_share, X, target))
+            batch, pods = _batch(observed, f, j, target - f.running, (granted, fair_share, X, target), by_priority)
             placed = place_batch(ctx, batch, A_eff, work, memoise=True, sticky=_sticky(pods, before, table.index))
             batches.append((batch, placed, pods))
             _report_policy(reported, events, objects.pools[j].name, placed.conditions)
@@ -452,10 +472,13 @@ def _placed_rows(batches: list[tuple[Batch, Placed, list[Pod | None]]], running:
 
 
 def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
-           fair: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> tuple[Batch, list[Pod | None]]:
+           fair: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+           priority: list[int] | None = None) -> tuple[Batch, list[Pod | None]]:
     """Pool j's batch of one round: each row's pending pods it still wants (first), then its new pods, then the
     optional pods an elastic job offers a fair pool; with, per pod, the pending pod or None for a new one. ``fair``:
-    (granted (n, m), fair share (n, m), X, target)."""
+    (granted (n, m), fair share (n, m), X, target). With ``priority`` (per row, when the jobs' PriorityClass
+    priorities differ) the rows of higher priority come first (docs/preemption.md: PriorityClass order is served
+    before the market's)."""
     granted_all, fair_share, X, target = fair
     rows: list[int] = []
     optional: list[bool] = []
@@ -464,6 +487,8 @@ def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
     # Only rows that want pods here or may be granted some contribute to the batch.
     candidates = np.flatnonzero((wants[:, j] > 0) | granted_all[:, j]).tolist() if n else []
     want_j = wants[:, j].tolist() if n else []
+    if priority is not None:
+        candidates.sort(key=lambda i: -priority[i])
     for i in candidates:
         want = int(want_j[i])
         pending = observed.pending[i][j]

@@ -198,6 +198,41 @@ class PoolSpec:
     #: Namespaces whose jobs may ask for host access in this pool (spec.podPolicy.allowHostAccess: privileged,
     #: host namespaces, hostPath, hostPort; :func:`host_access`); empty: none may (the default).
     host_access_namespaces: frozenset[str] = frozenset()
+    #: ``spec.preemption`` (docs/preemption.md): whether and how running pods yield to waiting jobs.
+    preemption: PreemptionSpec = field(default_factory=lambda: PreemptionSpec())
+
+
+#: The preemption rules of ``spec.preemption.rule`` (docs/preemption.md).
+PREEMPTION_RULES = ("Never", "LowerPriority", "Market")
+
+
+@dataclass(frozen=True)
+class PreemptionSpec:
+    """A pool's ``spec.preemption`` (docs/preemption.md): the rule (``Market`` by default: what a user gets without
+    asking should let a waiting job that bids more win capacity, issue 31), and the churn budgets: at most
+    ``max_per_plan`` running pods preempted per plan (None: 10 % of the pool's running Walras pods, at least 1) and
+    ``max_per_hour`` over any hour (None: 3 times that default); ``horizon`` is the time a preemption is taken to
+    last (seconds) when the waiting job reports no remaining work."""
+
+    rule: str = "Market"
+    max_per_plan: int | None = None
+    max_per_hour: int | None = None
+    horizon: float = 600.0
+
+
+def parse_preemption(raw: Any) -> PreemptionSpec:
+    """``spec.preemption`` -> :class:`PreemptionSpec` (``ValueError`` names the bad field)."""
+    spec = _mapping(raw, "spec.preemption")
+    per_plan, per_hour, horizon = spec.get("maxPerPlan"), spec.get("maxPerHour"), spec.get("horizonSeconds")
+    out = PreemptionSpec(
+        _choice(spec.get("rule", "Market"), "spec.preemption.rule", PREEMPTION_RULES),
+        None if per_plan is None else _integer(per_plan, "spec.preemption.maxPerPlan", minimum=0, maximum=100000),
+        None if per_hour is None else _integer(per_hour, "spec.preemption.maxPerHour", minimum=0, maximum=1000000),
+        600.0 if horizon is None else _number(horizon, "spec.preemption.horizonSeconds", minimum=1.0,
+                                              maximum=31536000.0))
+    if out.max_per_plan is not None and out.max_per_hour is not None and out.max_per_plan > out.max_per_hour:
+        raise ValueError("spec.preemption.maxPerPlan must not exceed spec.preemption.maxPerHour")
+    return out
 
 
 def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
@@ -255,6 +290,7 @@ def parse_pool(obj: Mapping[str, Any]) -> PoolSpec:
         fair_alpha=None if alpha is None
         else _number(alpha, "spec.policy.fair.alpha", minimum=0.0, exclusive=True, maximum=MAX_ALPHA),
         host_access_namespaces=frozenset(allowed),
+        preemption=parse_preemption(spec.get("preemption")),
     )
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from walras.planner.cluster import pod_vector
 from walras.planner.market import build_utility, utility_values
 from walras.planner.model import Blocker, Condition, JobPlan, PlanEvent, PodPlan, PoolPlan, evolve
+from walras.planner.queue import queue_key
 from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
 
@@ -435,16 +436,14 @@ def _bids(ctx: PlanContext, granted: np.ndarray, big_ns: np.ndarray, demands: np
 
 
 def _queue(plans: dict[tuple[str, str], JobPlan], jobs: Sequence[Any]) -> dict[tuple[str, str], JobPlan]:
-    """``plans`` with each waiting job's place in the queue: the jobs with fewer replicas placed than ``count``,
-    ordered by priority (``spec.weight``, high first), then bid (the largest of its per-unit bids, an unbounded one
-    first), then age (the oldest first; a job without a creation time last), then namespace/name."""
-    weight = {info.key: info.spec.weight for info in jobs}
+    """``plans`` with each waiting job's place in the queue: the jobs with fewer replicas placed than ``count``, in
+    the order of :mod:`walras.planner.queue` (PriorityClass priority, then ``spec.weight``, then bid, then age)."""
+    info = {i.key: (i.job.priority, i.spec.weight) for i in jobs}
     waiting = [jp for jp in plans.values() if sum(jp.replicas.values()) < jp.count]
 
-    def order(jp: JobPlan) -> tuple[float, float, float, str, str]:
-        bids = [math.inf if b is None else b for b in jp.bids.values()]
-        return (-weight.get(jp.key, 1.0), -max(bids, default=0.0),
-                jp.created if jp.created is not None else math.inf, jp.namespace, jp.name)
+    def order(jp: JobPlan) -> tuple[float, float, float, float, str, str]:
+        priority, weight = info.get(jp.key, (0, 1.0))
+        return queue_key(priority, weight, jp.bids.values(), jp.created, jp.namespace, jp.name)
 
     for position, jp in enumerate(sorted(waiting, key=order), start=1):
         plans[jp.key] = evolve(jp, queue_position=position, waiting=len(waiting))

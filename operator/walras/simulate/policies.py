@@ -378,6 +378,11 @@ class WalrasPolicy:
                 self._pods.pop(p.name, None)
                 if p.action == "evict":
                     evicted[p.job] = evicted.get(p.job, 0) + 1
+            elif p.action == "create" and p.node is None and p.name not in self._pods:
+                # a preemption's claim (walras.planner.preemption): a pod that waits, unbound, for its victims
+                requests = {k: parse_quantity(v) for k, v in p.requests.items()}
+                self._pods[p.name] = Pod(NAMESPACE, p.name, None, {**requests, PODS: 1.0}, phase="Pending",
+                                         job=p.job, pool=p.pool, uid=f"c{p.name}")
             elif p.action in ("create", "bind") and p.node is not None:
                 self._serial += 1
                 requests = {k: parse_quantity(v) for k, v in p.requests.items()}
@@ -395,6 +400,8 @@ class WalrasPolicy:
                                                    r.last_failure, r.migrations + moved, state.now))
         by_job: dict[str, list[int]] = {}
         for pod in self._pods.values():
+            if pod.node is None and pod.phase == "Pending":
+                continue  # a claim that waits for its victims (no GPU yet)
             if pod.requests.get(GPUS, 0.0) != 1.0 or pod.node is None:
                 violations.append(f"Pod/{pod.namespace}/{pod.name}: requests {pod.requests.get(GPUS, 0.0):g} "
                                   f"{GPUS}, the simulator models one per pod")

@@ -1,0 +1,555 @@
+"""Phase *preemption* (docs/preemption.md): after reconcile and migration, decide per pool which running pods yield
+to waiting jobs, to whom, within the pool's churn budgets.
+
+Every job bids in every pool it may use, whether or not a pod fits now (:func:`walras.planner.rounds.run_rounds`
+offers a full pool to a waiting job), so the market's prices (004 Sec. 2: the duals of the pools' capacities) say
+what a waiting job must beat. What runs holds its capacity: a running replica leaves only when this phase says so.
+Waiting jobs are served in the queue's order (:mod:`.queue`: PriorityClass priority, then weight, then bid, then age);
+a job waits when its placed replicas and its claims (below) are fewer than ``spec.replicas``. For each waiting job
+``w``, pool by pool (highest throughput ``a_wj`` first), a running pod of another job ``v`` may yield when the pool's
+``spec.preemption.rule`` allows it:
+
+* ``Never``: no pod yields.
+* ``LowerPriority``: ``priority_v < priority_w`` (``Job.priority``, PriorityClass order, whatever either bids), as
+  kube-scheduler preempts.
+* ``Market`` (the default): as ``LowerPriority``, and also ``priority_v == priority_w`` when the market's objective
+  ``Phi = sum_i u_i(t_i)`` (004 Sec. 2, with ``t_i = sum_j a_ij n_ij / N_i`` the throughput of the placed replicas,
+  as the migration phase counts it) gains more over the time the preemption lasts than the restart costs:
+
+      ``(H - r_w) * g_w - H * l_v > r_v * l_v``,
+      ``g_w = u_w(t_w + a_wj / N_w) - u_w(t_w)``, ``l_v = u_v(t_v) - u_v(t_v - a_vj / N_v)``
+
+  with ``r_v``, ``r_w`` the jobs' restart costs (:func:`walras.planner.spec.restart_cost`: the seconds a move or a
+  preemption stops a job) and ``H`` the time the preemption lasts: ``spec.preemption.horizonSeconds`` (600 s), or
+  less, ``W_w / t_w'``, when the waiting job reports its remaining work ``W_w`` (annotation
+  ``walras.dev/remaining-work``), the shape of the migration phase's remaining-work rule (:mod:`.migration`, rule f).
+  The left side is the objective's integral over the horizon with the move less without it (the preemptor gains
+  only once started, after ``r_w``; the victim loses its replica at once); the right side is the work the victim
+  repeats after its restart (its last ``r_v`` seconds). It implies ``g_w > l_v``: the objective rises with every
+  such preemption. A waiting job with ``u_w(t_w) = -inf`` (a log job with nothing placed) gains without bound; a
+  victim whose utility is unbounded below without the replica (a log job's last one) never yields by the market.
+
+Never a pod of a job with ``spec.preemptible: false``, nor a job the lifecycle holds, nor a pod this plan already
+removes, resizes or holds (NotReady node, disrupted pool, churn-deferred), nor a pod that has not started. The victims
+of one claim are on one node: the fewest running pods (lowest priority, smallest loss, most recently started first)
+that free, with the node's free room, the waiting pod's whole request vector (and a slot under the degree limit, and
+room under ``spec.capacity``). Each victim is removed through the existing removal path
+(:func:`walras.planner.reconcile.removal`: ``evict``, the Eviction API, so PodDisruptionBudgets hold; never a plain
+delete), and the waiting job gets a *claim*: a pod created without a node, whose plan names the node it waits for
+(:func:`claim_reason`). Later plans reserve that node for it first (:func:`claimed_nodes`, read by the rounds'
+placement as a pending pod's previous node), keep it while its victims leave, and ask again for an eviction a
+PodDisruptionBudget refused (the same victims, not counted twice in the budgets).
+
+Pods this plan only planned (``create`` on a node, not running yet) may yield too, first, by the same rules with
+no restart on either side (the ``Market`` rule is then ``g_w > l_v``): the waiting job's pod takes the node at once,
+when it leaves none of the room the dropped pods held idle, and a dropped pod goes where its job still finds room
+now. So the placement this plan makes admits no swap the next plan would preempt for (the integral fill's search
+route is greedy; without this the plan after it could evict what this one created). For the same reason a running
+pod that the previous plan placed while the waiting job was already there (in the previous plan's jobs) does not
+yield to it in this plan: that plan priced them against each other. In ``fair`` and ``colocation``
+pools the policy's own mechanism shares the capacity among equal priorities
+(:data:`walras.planner.queue.MECHANISM_POLICIES`): there only a lower priority yields (the ``LowerPriority`` part of
+``Market``), and this plan's pods are not swapped. Gangs (elastic jobs whose ``spec.replicas.min`` is 2 or more)
+neither preempt nor yield: a claim is one replica, and taking one of a gang's would leave it running partially.
+
+Budgets, per pool: at most ``spec.preemption.maxPerPlan`` victims per plan (default 10 % of the pool's running
+Walras pods, at least 1) and ``maxPerHour`` over the last hour (default 3 times that; counted from
+``PoolPlan.preemptions`` of the previous plan, which needs ``PlanOptions.now``; without a clock only the per-plan
+budget applies).
+
+*No oscillation.* Under ``Market`` among equal priorities every preemption raises ``Phi`` by a positive amount and
+the victim may take nothing back from its preemptor unless ``Phi`` would rise again, which the reverse of a move that
+raised it cannot; a higher-priority job is never a victim of a lower one. So a chain of preemptions ends, and a plan
+of the unchanged cluster after it preempts nothing more (tests/test_preemption_properties.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Pod, pod_vector
+from walras.planner.integral import utility_arrays
+from walras.planner.model import ObjectKey, PlanEvent, PodPlan
+from walras.planner.quantity import format_quantity, parse_quantity
+from walras.planner.queue import (
+    CLAIM,
+    MECHANISM_POLICIES,
+    Valuation,
+    claim_reason,
+    claimed_nodes,
+    gang,
+    may_yield,
+    queue_key,
+    yields,
+)
+from walras.planner.reconcile import pod_base, removal
+from walras.planner.results import Actions, JobInfo, Observed, Outcome, PlanContext
+from walras.planner.spec import PoolSpec
+
+__all__ = ["HOUR", "PASSES", "Preempted", "budgets", "preempt"]
+
+#: The per-hour budget's window (seconds).
+HOUR = 3600.0
+#: Passes over the queue in one plan (a pass that changes nothing ends them).
+PASSES = 8
+
+
+
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """What the preemption phase returns: the pods preempted per victim job, the claims made per waiting job, the
+    ``Preempted``/``Preempting`` events, the actions after them, and per pool the preemption times of the last hour
+    (for the next plan's ``maxPerHour``)."""
+
+    preempted: Mapping[ObjectKey, int]
+    claims: Mapping[ObjectKey, int]
+    events: tuple[PlanEvent, ...]
+    actions: Actions
+    outcome: Outcome
+    history: Mapping[str, tuple[float, ...]]
+
+
+def budgets(spec: PoolSpec, running: int) -> tuple[int, int]:
+    """A pool's (per plan, per hour) preemption budgets (module docstring): the explicit values, else 10 % of its
+    ``running`` Walras pods (at least 1) and 3 times that."""
+    default = max(1, int(0.1 * running))
+    rules = spec.preemption
+    per_plan = default if rules.max_per_plan is None else rules.max_per_plan
+    per_hour = 3 * default if rules.max_per_hour is None else rules.max_per_hour
+    return per_plan, per_hour
+
+
+def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions, *,
+            held: Collection[ObjectKey] = ()) -> Preempted:
+    """The preemptions of the module docstring; ``held``: the jobs the lifecycle holds (never preempted, never
+    served). Passes over the queue until a pass changes nothing (at most :data:`PASSES`). Returns new actions and
+    outcome where something changed, else ``actions`` and ``outcome`` themselves."""
+    objects, now = ctx.objects, ctx.options.now
+    pools, jobs = objects.pools, objects.jobs
+    n, m = len(jobs), len(pools)
+    history = _history(ctx, now)
+    if not n or not m or all(p.spec.preemption.rule == "Never" for p in pools):
+        return Preempted({}, {}, (), actions, outcome, history)
+    previous = claimed_nodes(ctx.previous)
+    plans_by_name = [{p.name: p for p in actions.pods.get(info.key, [])} for info in jobs]
+    a = np.zeros((n, m))
+    for i, info in enumerate(jobs):
+        for j in np.flatnonzero(info.pools).tolist():
+            a[i, j] = info.spec.throughput.get(pools[j].name, 0.0)
+    work = _Work(ctx, observed, outcome, actions, held, a)
+    renewed: list[tuple[int, PodPlan, str]] = []  # (row, pending pod's plan, its claim reason) carried forward
+    for i in range(n):
+        for j in range(m):
+            for pod in observed.pending[i][j]:
+                plan = plans_by_name[i].get(pod.name)
+                if plan is not None and plan.node is None and plan.action == "keep":
+                    work.claimed[i, j] += 1
+                    claim = previous.get(pod.key)
+                    if claim is not None:
+                        renewed.append((i, plan, claim_reason(*claim)))
+    for i, plan, reason in renewed:
+        work.renew(i, plan, reason)
+    running_in = [sum(len(observed.running[i][j]) for i in range(n)) for j in range(m)]
+    caps = []
+    for j, pool in enumerate(pools):
+        per_plan, per_hour = budgets(pool.spec, running_in[j])
+        used_hour = len(history.get(pool.name, ()))
+        caps.append(min(per_plan, max(per_hour - used_hour, 0)) if now is not None else per_plan)
+    spent = [0] * m
+    for _ in range(PASSES):
+        changed = False
+        waiting = [i for i, info in enumerate(jobs) if info.key not in held and info.spec.replicas > 0
+                   and not gang(info) and work.wants(i) > 0 and (a[i] > 0).any()]
+        order = sorted(waiting, key=lambda i: queue_key(
+            jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]), jobs[i].job.created,
+            *jobs[i].key))
+        for i in order:
+            for j in sorted(np.flatnonzero(a[i] > 0).tolist(), key=lambda j: (-a[i, j], j)):
+                if pools[j].spec.preemption.rule == "Never":
+                    continue
+                while work.wants(i) > 0:
+                    got = work.claim(i, j, caps[j] - spent[j])
+                    if got is None:
+                        break
+                    spent[j] += got
+                    changed = True
+        if not changed:
+            break
+    for j, pool in enumerate(pools):
+        if spent[j] and now is not None:
+            history[pool.name] = (*history.get(pool.name, ()), *([now] * spent[j]))
+    if not work.changed:
+        return Preempted({}, {}, tuple(work.events), actions, outcome, history)
+    return Preempted(dict(work.preempted), dict(work.claims), tuple(work.events), work.actions, work.outcome,
+                     history)
+
+
+def _history(ctx: PlanContext, now: float | None) -> dict[str, tuple[float, ...]]:
+    """Per pool, the preemption times of the previous plan within the last hour of ``now`` (empty without a clock)."""
+    previous = ctx.previous
+    if previous is None or now is None:
+        return {}
+    out: dict[str, tuple[float, ...]] = {}
+    for pool in ctx.objects.pools:
+        old = previous.pools.get(pool.name)
+        kept = tuple(s for s in (old.preemptions if old is not None else ()) if now - s < HOUR)
+        if kept:
+            out[pool.name] = kept
+    return out
+
+
+def _bids(utility: Valuation, i: int, a: np.ndarray, info: JobInfo) -> list[float | None]:
+    """A waiting job's per-unit bids (:mod:`.queue`): the slope of its utility at its throughput times
+    ``a_ij / (N_i d_i)``, by the finite difference of one replica, ``(u(t + a_ij/N_i) - u(t)) / d_i`` (the fill's
+    valuation of a starved job; None: unbounded)."""
+    spec = info.spec
+    big = max(spec.replicas, 1)
+    t = float(utility.t[i])
+    out: list[float | None] = []
+    for aj in a[a > 0].tolist():
+        slope = utility.value(i, t + aj / big) - utility.value(i, t)
+        out.append(slope / max(spec.demand, 1e-300) if math.isfinite(slope) else None)
+    return out
+
+
+def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> bool:
+    """Whether a pod of request vector ``vec`` fits a node's free ``room`` (vector, Walras pods) under the degree
+    ``limit``."""
+    free, count = room
+    return bool(np.all(free >= vec - 1e-9)) and (limit is None or count < limit)
+
+
+@dataclass
+class _Victim:
+    """A pod that may yield: ``running`` (evicted; it restarts) or a pod this plan only planned (``create``:
+    dropped, nothing restarts), its job row, its order key, its request vector and why it may yield."""
+
+    key: tuple[Any, ...]
+    row: int
+    name: str
+    node: int
+    vector: np.ndarray
+    running: bool
+    why: str
+    pod: Pod | None = None
+    plan: PodPlan | None = None
+
+
+class _Work:
+    """The phase's working state: the actions and node table (copied on the first change), what this plan's
+    victims will free per node once gone, the placed and claimed replicas and throughputs, the counts and events."""
+
+    def __init__(self, ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Actions,
+                 held: Collection[ObjectKey], a: np.ndarray) -> None:
+        self.ctx, self.observed, self.held, self.a = ctx, observed, held, a
+        self.outcome, self.actions = outcome, actions
+        self.changed = False
+        jobs, pools = ctx.objects.jobs, ctx.objects.pools
+        n, m = len(jobs), len(pools)
+        self.placed = np.array([[actions.placed.get(info.key, {}).get(p.name, 0) for p in pools] for info in jobs],
+                               dtype=np.int64).reshape(n, m)
+        self.claimed = np.zeros((n, m), dtype=np.int64)
+        big = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
+        self.utility = Valuation(jobs, a, (a * self.placed).sum(axis=1) / big if n else np.zeros(0),
+                                 utility_arrays([info.spec.utility for info in jobs]))
+        self.taken: set[tuple[str, str]] = set()  # pods chosen as victims in this plan
+        self.freed = np.zeros_like(outcome.table.used)  # per node, what this plan's evicted victims will free
+        self.slots = np.zeros(len(outcome.table.names), dtype=np.int64)
+        self.preempted: defaultdict[ObjectKey, int] = defaultdict(int)
+        self.claims: defaultdict[ObjectKey, int] = defaultdict(int)
+        self.events: list[PlanEvent] = []
+        previous = ctx.previous
+        self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
+            previous is not None) else set()
+
+    def wants(self, i: int) -> int:
+        """Replicas job row i still waits for (beyond its placed and claimed ones)."""
+        return self.ctx.objects.jobs[i].spec.replicas - int(self.placed[i].sum() + self.claimed[i].sum())
+
+    def _own(self) -> Actions:
+        if not self.changed:
+            src = self.actions
+            placed: defaultdict[ObjectKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+            placed.update((k, defaultdict(int, v)) for k, v in src.placed.items())
+            unplaced: defaultdict[ObjectKey, dict[str, tuple[int, str]]] = defaultdict(dict)
+            unplaced.update((k, dict(v)) for k, v in src.unplaced.items())
+            self.actions = Actions(defaultdict(list, ((k, list(v)) for k, v in src.pods.items())), src.deferred,
+                                   placed, unplaced)
+            table = self.outcome.table
+            self.outcome = replace(self.outcome, table=NodeTable(
+                table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
+                table.used.copy(), table.usable), walras_count=self.outcome.walras_count.copy())
+            self.changed = True
+        return self.actions
+
+    def _swap(self, key: ObjectKey, old: PodPlan, new: PodPlan | None) -> None:
+        plans = self._own().pods[key]
+        at = next(q for q, p in enumerate(plans) if p is old)
+        if new is None:
+            del plans[at]
+        else:
+            plans[at] = new
+
+    def _plan_of(self, v: int, name: str) -> PodPlan | None:
+        for p in self.actions.pods.get(self.ctx.objects.jobs[v].key, []):
+            if p.name == name:
+                return p
+        return None
+
+    def _count(self, key: ObjectKey, pool: str, delta: int) -> None:
+        placed = self._own().placed[key]
+        placed[pool] = placed.get(pool, 0) + delta
+        if placed[pool] <= 0:
+            del placed[pool]
+
+    def renew(self, i: int, plan: PodPlan, reason: str) -> None:
+        """Carry a claim pod's reason forward, and ask again for the evictions of its victims still running."""
+        key = self.ctx.objects.jobs[i].key
+        self._swap(key, plan, replace(plan, reason=f"waits for preempted pods {reason}"))
+        match = CLAIM.search(reason)
+        if match is None:
+            return
+        names = set(match.group(2).split(","))
+        table = self.outcome.table
+        for v, info in enumerate(self.ctx.objects.jobs):
+            for j, row in enumerate(self.observed.running[v]):
+                for pod in row:
+                    if pod.name not in names or pod.node != match.group(1) or pod.key in self.taken:
+                        continue
+                    current = self._plan_of(v, pod.name)
+                    if current is not None and current.action == "keep" and current.exists:
+                        self._swap(info.key, current, replace(current, action=removal(pod, table), grace=None,
+                                                              reason=f"preempted for {key[0]}/{key[1]} (eviction "
+                                                              "asked again)"))
+                        self.taken.add(pod.key)
+                        self._count(info.key, self.ctx.objects.pools[j].name, -1)
+
+    def _victims(self, i: int, j: int) -> list[_Victim]:
+        """The pods of pool j that may yield to job row i, in the order they are taken (this plan's planned pods
+        first, as nothing restarts; then lowest priority, smallest loss, most recently started, name)."""
+        ctx = self.ctx
+        jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
+        table = self.outcome.table
+        priced = pool.spec.resource
+        out: list[_Victim] = []
+        previous = ctx.previous
+        # a pod the previous plan placed while job i already waited was priced against it then (module docstring)
+        waited = previous is not None and jobs[i].key in previous.jobs
+        for v, info in enumerate(jobs):
+            if v == i or info.key in self.held or not may_yield(info) or self.placed[v, j] <= 0:
+                continue
+            t_v = float(self.utility.t[v])
+            loss = self.utility.value(v, t_v) - self.utility.value(v, t_v - self.a[v, j] / max(info.spec.replicas, 1))
+            planned = [p for p in self.actions.pods.get(info.key, []) if p.action == "create" and not p.exists
+                       and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
+                MECHANISM_POLICIES else []
+            if planned:
+                why = yields(ctx, (i, v, j), self.utility, self.a, False)
+                if why is not None:
+                    for p in planned:
+                        amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else \
+                            info.spec.demand
+                        vec = table.vector(pod_vector(ctx.templates[v], info.spec, priced, amount))
+                        out.append(_Victim((0, info.job.priority, loss, 0.0, p.name), v, p.name,
+                                           table.index[p.node], vec, False, why, plan=p))  # type: ignore[index]
+            pods = [pod for pod in self.observed.running[v][j] if pod.key not in self.taken and pod.node in
+                    table.index and pod.phase == "Running" and not pod.terminating and removal(pod, table) == "evict"
+                    and not (pod.key in self.recent and waited)]
+            if not pods:
+                continue
+            why = yields(ctx, (i, v, j), self.utility, self.a, True)
+            if why is None:
+                continue
+            for pod in pods:
+                plan = self._plan_of(v, pod.name)
+                if plan is None or plan.action != "keep" or plan.reason or not plan.exists:
+                    continue  # removed, resized or held (NotReady, disrupted, deferred) by an earlier phase
+                started = pod.started if pod.started is not None else -math.inf
+                out.append(_Victim((1, info.job.priority, loss, -started, pod.name), v, pod.name,
+                                   table.index[pod.node], table.vector(pod.requests), True, why,  # type: ignore[index]
+                                   pod=pod, plan=plan))
+        out.sort(key=lambda victim: victim.key)
+        return out
+
+    def claim(self, i: int, j: int, budget: int) -> int | None:
+        """One replica for job row i in pool j: its victims on one node (at most ``budget`` running ones) dropped
+        or evicted, and its pod created on the node (only planned pods yielded) or as a claim without a node; the
+        running victims counted, or None when no node can be freed for it."""
+        ctx = self.ctx
+        info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
+        table = self.outcome.table
+        vec = table.vector(pod_vector(ctx.templates[i], info.spec, pool.spec.resource, info.spec.demand))
+        by_node: defaultdict[int, list[_Victim]] = defaultdict(list)
+        for victim in self._victims(i, j):
+            by_node[victim.node].append(victim)
+        c = table.column.get(pool.spec.resource)
+        limit = pool.spec.degree_limit
+        best: tuple[tuple[Any, ...], int, list[_Victim]] | None = None
+        admitted = ctx.admitted[i]
+        for k, victims in sorted(by_node.items()):
+            if not admitted[k] or not table.usable[k]:
+                continue
+            # now: the room free in this plan's reservations; later: with what this plan's evictions free once done
+            now_free, later_free = table.free[k].copy(), table.free[k] + self.freed[k]
+            now_count = int(self.outcome.walras_count[k])
+            later_count = now_count - int(self.slots[k])
+            chosen: list[_Victim] = []
+            runs = 0
+
+            for victim in victims:
+                if _fits(vec, limit, (now_free, now_count) if runs == 0 else (later_free, later_count)):
+                    break
+                if victim.running and runs >= budget:
+                    continue
+                chosen.append(victim)
+                runs += victim.running
+                later_free = later_free + victim.vector
+                later_count -= 1
+                if not victim.running:
+                    now_free = now_free + victim.vector
+                    now_count -= 1
+            if not chosen or not _fits(vec, limit, (now_free, now_count) if runs == 0 else (later_free, later_count)):
+                continue
+            dropped = sum((v.vector for v in chosen if not v.running), np.zeros_like(vec))
+            if runs == 0 and np.any(dropped > vec + 1e-9):
+                continue  # a swap of planned pods only when it leaves no room the dropped pods held idle
+            if pool.spec.capacity is not None and c is not None:
+                used = float(table.used[pool.members, c].sum() - self.freed[pool.members, c].sum())
+                if used - sum(float(v.vector[c]) for v in chosen) + vec[c] > pool.spec.capacity + 1e-9:
+                    continue
+            rank = (runs, len(chosen), tuple(v.key for v in chosen), k)
+            if best is None or rank < best[0]:
+                best = (rank, k, chosen)
+        if best is None:
+            return None
+        _, k, chosen = best
+        return self._apply(i, j, k, chosen, vec)
+
+    def _apply(self, i: int, j: int, k: int, chosen: list[_Victim], vec: np.ndarray) -> int:
+        ctx = self.ctx
+        info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
+        spec = info.spec
+        actions = self._own()
+        table = self.outcome.table
+        node = table.names[k]
+        runs = [v for v in chosen if v.running]
+        for victim in chosen:
+            vinfo = ctx.objects.jobs[victim.row]
+            assert victim.plan is not None
+            self._count(vinfo.key, pool.name, -1)
+            self.placed[victim.row, j] -= 1
+            self.utility.t[victim.row] -= self.a[victim.row, j] / max(vinfo.spec.replicas, 1)
+            if victim.running:
+                assert victim.pod is not None
+                self._swap(vinfo.key, victim.plan, replace(
+                    victim.plan, action=removal(victim.pod, table), grace=None,
+                    reason=f"preempted for {spec.namespace}/{spec.name} ({victim.why})"))
+                self.taken.add(victim.pod.key)
+                self.freed[k] += victim.vector
+                self.slots[k] += 1
+                self.preempted[vinfo.key] += 1
+                self.events.append(PlanEvent(
+                    "FungibleJob", vinfo.spec.namespace, vinfo.spec.name, "Warning", "Preempted",
+                    f"Pod {victim.name} (node {node}, pool {pool.name!r}) is evicted for {spec.namespace}/{spec.name}: "
+                    f"{victim.why}."))
+            else:  # a pod this plan only planned: not created, its room given to job i now
+                self._swap(vinfo.key, victim.plan, None)
+                table.used[k] -= victim.vector
+                self.outcome.walras_count[k] -= 1
+                count, why = actions.unplaced[vinfo.key].get(pool.name, (0, ""))
+                actions.unplaced[vinfo.key][pool.name] = (count + 1, why or "InsufficientCapacity")
+        self.utility.t[i] += self.a[i, j] / max(spec.replicas, 1)
+        name = self._create(i, j, None if runs else k, vec)
+        requests = {**spec.resource_text, pool.spec.resource: format_quantity(spec.demand)}
+        if runs:
+            self.freed[k] -= vec
+            self.slots[k] -= 1
+            self.claimed[i, j] += 1
+            victims = [v.name for v in runs]
+            actions.pods[info.key].append(PodPlan(spec.namespace, name, spec.name, pool.name, None, requests,
+                                                  dict(requests), "create", False,
+                                                  f"waits for preempted pods {claim_reason(node, victims)}"))
+            self.claims[info.key] += 1
+            self.events.append(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Preempting",
+                                         f"Pod {name} waits on node {node} (pool {pool.name!r}) while "
+                                         f"{', '.join(victims)} leave."))
+        else:
+            self._unwait(info.key, pool.name)
+        for victim in chosen:  # a planned pod that yielded goes where its job still finds room now, if anywhere
+            if not victim.running:
+                self._elsewhere(victim.row)
+        return len(runs)
+
+    def _create(self, i: int, j: int, k: int | None, vec: np.ndarray) -> str:
+        """A new pod of job row i in pool j: on node k (reserved there, counted placed) or, with k None, a claim
+        (not reserved); returns its name (the plan is appended by the caller for a claim)."""
+        ctx = self.ctx
+        info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
+        spec = info.spec
+        actions = self._own()
+        table = self.outcome.table
+        taken = self.observed.taken(info.key)
+        base = pod_base(spec.name, pool.name)
+        counter = 0
+        while f"{base}-{counter}" in taken:
+            counter += 1
+        name = f"{base}-{counter}"
+        taken.add(name)
+        if k is not None:
+            requests = {**spec.resource_text, pool.spec.resource: format_quantity(spec.demand)}
+            table.used[k] += vec
+            self.outcome.walras_count[k] += 1
+            self.placed[i, j] += 1
+            self._count(info.key, pool.name, +1)
+            actions.pods[info.key].append(PodPlan(spec.namespace, name, spec.name, pool.name, table.names[k],
+                                                  requests, dict(requests), "create", False))
+        return name
+
+    def _elsewhere(self, v: int) -> None:
+        """Place one replica of job row v (whose planned pod yielded) where it fits now: its pools by throughput,
+        the admitted usable node with the most free priced resource (under the degree limit and spec.capacity)."""
+        ctx = self.ctx
+        info = ctx.objects.jobs[v]
+        table = self.outcome.table
+        for j in sorted(np.flatnonzero(self.a[v] > 0).tolist(), key=lambda j: (-self.a[v, j], j)):
+            pool = ctx.objects.pools[j]
+            nodes = pool.usable
+            if nodes.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
+                continue
+            vec = table.vector(pod_vector(ctx.templates[v], info.spec, pool.spec.resource, info.spec.demand))
+            ok = ctx.admitted[v][nodes] & table.fits_many(nodes, vec)
+            if pool.spec.degree_limit is not None:
+                ok &= self.outcome.walras_count[nodes] < pool.spec.degree_limit
+            c = table.column.get(pool.spec.resource)
+            if pool.spec.capacity is not None and c is not None and pool.members.size and \
+                    float(table.used[pool.members, c].sum()) + vec[c] > pool.spec.capacity + 1e-9:
+                continue
+            if not ok.any():
+                continue
+            free = table.free[nodes, c] if c is not None else np.zeros(nodes.size)
+            candidates = np.flatnonzero(ok)
+            k = int(nodes[candidates[np.lexsort((candidates, -free[candidates]))[0]]])
+            self._create(v, j, k, vec)
+            self.utility.t[v] += self.a[v, j] / max(info.spec.replicas, 1)
+            self._unwait(info.key, pool.name)
+            return
+
+    def _unwait(self, key: ObjectKey, pool: str) -> None:
+        """One of the job's unplaced replicas is placed now: its count of unplaced ones, that pool's first, drops."""
+        unplaced = self.actions.unplaced.get(key, {})
+        for at in sorted(unplaced, key=lambda name: (name != pool, name)):
+            count, why = unplaced[at]
+            if count > 1:
+                unplaced[at] = (count - 1, why)
+            else:
+                del unplaced[at]
+            break

@@ -1,0 +1,191 @@
+"""The queue of waiting jobs (docs/preemption.md): one documented order, shared by the status phase (each waiting
+job's ``status.queuePosition``, :func:`walras.planner.status.job_statuses`) and the preemption phase (which waiting
+job is served first, :mod:`.preemption`).
+
+A job waits while it has fewer replicas placed than it asks for. Waiting jobs are ordered by
+
+1. priority (``Job.priority``, its PriorityClass's value; high first): Kubernetes' PriorityClass order comes before
+   the market;
+2. ``spec.weight`` (high first), the market's own weight of the job's utility (004 Sec. 2: ``w_i u_i``);
+3. bid (high first): the job's largest bid per unit of a priced resource, ``u_i'(t_i) a_ij / (N_i d_i)``, what the
+   market compares with the price ``p_j`` (004 Sec. 2.2: at the equilibrium ``u_i'(t_i) a_ij <= p_j N_i d_i``); an
+   unbounded bid (a log or power utility with nothing placed) comes first;
+4. age (``metadata.creationTimestamp``, the oldest first; a job without one last), then namespace and name.
+
+Also here, as the rules the rounds (which offer a full pool to a waiting job where a running pod may yield to it,
+:func:`contested`) and the preemption phase (:mod:`.preemption`, whose docstring states them) share: whether a pod
+of one job may yield to another (:func:`yields`, :func:`market_gain`: the restart-cost rule), the utilities as the
+integral fill values them (:class:`Valuation`), and a claim pod's reason (:func:`claim_reason`,
+:func:`claimed_nodes`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Iterable
+
+import numpy as np
+
+from allocator.integral import Utility, utility_value
+from walras.planner.model import ObjectKey, Plan
+from walras.planner.results import JobInfo, Observed, PlanContext
+from walras.planner.spec import restart_cost
+
+__all__ = ["CLAIM", "MECHANISM_POLICIES", "QUEUE_ORDER", "Valuation", "claim_reason", "claimed_nodes", "contested",
+           "gang", "market_gain", "may_yield", "queue_key", "yields"]
+
+#: Pools whose placement policy's own mechanism shares the capacity among equal priorities (fair: 002's
+#: mechanisms; colocation: 001's): there only PriorityClass order preempts, and a plan's new pods are not swapped.
+MECHANISM_POLICIES = frozenset({"fair", "colocation"})
+
+#: The queue order in words (``walras explain`` and the docs say it).
+QUEUE_ORDER = "priority (PriorityClass, high first), then spec.weight, then bid (high first), then age (oldest first)"
+
+
+def queue_key(priority: int, weight: float, bids: Iterable[float | None], created: float | None, namespace: str,
+              name: str) -> tuple[float, float, float, float, str, str]:
+    """The sort key of one waiting job in the order of the module docstring (smaller first); ``bids`` are its
+    per-unit bids (None: unbounded)."""
+    best = max((math.inf if b is None else float(b) for b in bids), default=0.0)
+    if math.isnan(best):
+        best = 0.0
+    return (-float(priority), -float(weight), -best, created if created is not None else math.inf, namespace, name)
+
+
+CLAIM = re.compile(r"\(preemption: waits on node (\S+) for ([^)]*)\)")
+
+
+def claim_reason(node: str, victims: Collection[str]) -> str:
+    """The reason of a claim pod's plan: the node it waits for and the pods that leave it (read back by
+    :func:`claimed_nodes`)."""
+    return f"(preemption: waits on node {node} for {','.join(sorted(victims))})"
+
+
+def claimed_nodes(previous: Plan | None) -> dict[ObjectKey, tuple[str, tuple[str, ...]]]:
+    """Per claim pod of ``previous`` ((namespace, name)), the node it waits for and the victims' names."""
+    out: dict[ObjectKey, tuple[str, tuple[str, ...]]] = {}
+    if previous is None:
+        return out
+    for pod in previous.pods:
+        if pod.node is None and pod.reason:
+            match = CLAIM.search(pod.reason)
+            if match is not None:
+                out[(pod.namespace, pod.name)] = (match.group(1), tuple(v for v in match.group(2).split(",") if v))
+    return out
+
+
+def market_gain(u_w: tuple[float, float], u_v: tuple[float, float], restart: tuple[float, float],
+                horizon: float) -> tuple[bool, float]:
+    """The ``Market`` rule of the module docstring for one (waiting job w, victim v) pair: ``u_w`` is w's utility
+    (before, after one more replica), ``u_v`` v's (before, after one fewer), ``restart`` (r_w, r_v) in seconds,
+    ``horizon`` H. Returns (whether ``(H - r_w) g_w - H l_v > r_v l_v``, the instantaneous ``g_w - l_v``)."""
+    (w0, w1), (v0, v1), (r_w, r_v) = u_w, u_v, restart
+    if not math.isfinite(v1) or not math.isfinite(v0) or not math.isfinite(w1):
+        return False, -math.inf  # the victim's utility unbounded below without this replica: it never yields
+    loss = v0 - v1
+    if not math.isfinite(w0):
+        return horizon > r_w, math.inf  # a starved job's first replica: an unbounded gain
+    gain = w1 - w0
+    return (horizon - r_w) * gain - horizon * loss > r_v * loss, gain - loss
+
+
+def contested(ctx: PlanContext, observed: Observed, pairs: Collection[tuple[int, int]],
+              arrays: Utility) -> set[tuple[int, int]]:
+    """Of ``pairs`` (job row, pool), those where a waiting job (fewer running and pending pods than
+    ``spec.replicas``) may win capacity from running pods by the pool's rule (:mod:`.preemption`), each victim's one
+    replica against the job's next one at what runs now (``arrays``: the jobs' utilities): the rounds offer such a
+    pool to the job even when no pod of it fits now (:func:`walras.planner.rounds.run_rounds`), so its bid enters the
+    market's prices; a pool whose rule lets no running pod yield to it is offered only where a pod fits, as before
+    (the job spills elsewhere)."""
+    objects = ctx.objects
+    pools, jobs = objects.pools, objects.jobs
+    n, m = len(jobs), len(pools)
+    out: set[tuple[int, int]] = set()
+    if not n or not m or not pairs or all(p.spec.preemption.rule == "Never" for p in pools):
+        return out
+    running = observed.counts("running")
+    existing = running + observed.counts("pending")
+    a = np.zeros((n, m))
+    for i, info in enumerate(jobs):
+        for j in np.flatnonzero(info.pools).tolist():
+            a[i, j] = info.spec.throughput.get(pools[j].name, 0.0)
+    big_n = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
+    utility = Valuation(jobs, a, (a * running).sum(axis=1) / big_n, arrays)
+    holders: dict[int, list[int]] = {}
+    for i, j in sorted(pairs):
+        pool, info = pools[j], jobs[i]
+        if pool.spec.preemption.rule == "Never" or a[i, j] <= 0 or existing[i].sum() >= info.spec.replicas or \
+                gang(info):
+            continue
+        if j not in holders:  # lower priorities first: they yield without a market test
+            holders[j] = sorted((v for v in range(n) if running[v, j] > 0 and may_yield(jobs[v])),
+                                key=lambda v: (jobs[v].job.priority, v))
+        for v in holders[j]:
+            if v != i and yields(ctx, (i, v, j), utility, a, True):
+                out.add((i, j))
+                break
+    return out
+
+
+def may_yield(info: JobInfo) -> bool:
+    """Whether a job's pods may be preempted at all: ``spec.preemptible`` and not a gang (a job that needs at least
+    two replicas together: taking one would leave it running partially)."""
+    return info.job.preemptible and not gang(info)
+
+
+def gang(info: JobInfo) -> bool:
+    """An elastic job whose ``spec.replicas.min`` is 2 or more: its pods run together or not at all."""
+    return info.spec.elastic and info.spec.min_replicas > 1
+
+
+def yields(ctx: PlanContext, pair: tuple[int, int, int], utility: Valuation, a: np.ndarray,
+            restarts: bool) -> str | None:
+    """Why job row v's replica in pool j may yield to job row i by the pool's rule at the throughputs of
+    ``utility.t`` (None: it may not); ``restarts``: the victim runs (both restart costs count), else it is a pod this
+    plan only planned (nothing restarts: the rule is ``g_w > l_v``)."""
+    i, v, j = pair
+    jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
+    w, info = jobs[i], jobs[v]
+    rule = pool.spec.preemption.rule
+    if rule == "Never" or not may_yield(info):
+        return None
+    if info.job.priority < w.job.priority:
+        return f"priority {info.job.priority} < {w.job.priority}"
+    if rule != "Market" or info.job.priority != w.job.priority or pool.spec.policy in MECHANISM_POLICIES:
+        return None
+    t_w, t_v = float(utility.t[i]), float(utility.t[v])
+    step = a[i, j] / max(w.spec.replicas, 1)
+    v0, v1 = utility.value(v, t_v), utility.value(v, t_v - a[v, j] / max(info.spec.replicas, 1))
+    horizon = pool.spec.preemption.horizon
+    remaining = w.spec.remaining_work
+    if remaining is not None and t_w + step > 0:
+        horizon = min(horizon, remaining / (t_w + step))
+    r_w, r_v = (restart_cost(w.spec), restart_cost(info.spec)) if restarts else (0.0, 0.0)
+    ok, delta = market_gain((utility.value(i, t_w), utility.value(i, t_w + step)), (v0, v1), (r_w, r_v), horizon)
+    if not ok:
+        return None
+    return f"market: objective +{delta:.4g} per s over {horizon:g} s beats restart {r_v:g} s of {info.spec.name}"
+
+
+class Valuation:
+    """Each job's utility at a throughput, as the integral fill values it (:func:`allocator.integral.utility_value`:
+    a job with no replica and ``u(0) = -inf`` is worth its first replica less ``STARVED_PENALTY`` times its marginal
+    value, so the preemption phase and the fill rank plans alike), and the jobs' current throughputs ``t``."""
+
+    def __init__(self, jobs: tuple[JobInfo, ...], a: np.ndarray, t: np.ndarray, arrays: Utility) -> None:
+        self.arrays = arrays  # walras.planner.integral.utility_arrays of the jobs' utility specs
+        big = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
+        steps = np.where(a > 0, a / big[:, None], np.inf)
+        self.t1 = np.min(steps, axis=1) if a.size else np.zeros(len(jobs))
+        self.t = np.asarray(t, dtype=np.float64).copy()
+        self.memo: dict[tuple[int, float], float] = {}
+
+    def value(self, i: int, t: float) -> float:
+        """Row i's utility at throughput ``t`` (memoised)."""
+        t = t if t > 1e-12 else 0.0
+        got = self.memo.get((i, t))
+        if got is None:
+            t1 = float(self.t1[i]) if math.isfinite(float(self.t1[i])) else 1.0
+            got = self.memo[(i, t)] = float(utility_value(self.arrays, i, t, t1))
+        return got
