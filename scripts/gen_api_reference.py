@@ -312,7 +312,10 @@ def metric_rows() -> list[MetricRow]:
 
     metrics = WalrasMetrics()
     wrappers: list[MetricWrapperBase] = []
-    for owner in (metrics, metrics.budgets):
+    # the metrics object and every group it owns (budgets, queue, ...): a group added later is listed without an edit
+    groups = [v for v in vars(metrics).values()
+              if hasattr(v, "__dict__") and any(isinstance(x, MetricWrapperBase) for x in vars(v).values())]
+    for owner in (metrics, *groups):
         wrappers += [v for v in vars(owner).values() if isinstance(v, MetricWrapperBase)]
     initial: dict[str, dict[str, set[str]]] = {}
     for family in metrics.registry.collect():
