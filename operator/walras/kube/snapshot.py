@@ -14,7 +14,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from walras.kube.decode import budget_from, job_from, namespace_labels, node_from, pod_from, pool_from, profile_from
+from walras.kube.decode import (
+    budget_from,
+    job_from,
+    namespace_labels,
+    node_from,
+    pod_from,
+    pool_from,
+    profile_from,
+    quota_from,
+)
 from walras.planner.cluster import BudgetReported, ReportedStatus
 from walras.planner.model import LABEL_MANAGED, Snapshot
 
@@ -27,6 +36,7 @@ DECODERS: Mapping[str, Any] = {
     "ColocationProfile": profile_from,
     "Budget": budget_from,  # docs/budgets.md; its reported spend left out, as a job's status
     "Namespace": lambda obj: namespace_labels((obj,)),  # its labels, for the Budgets' selectors
+    "ResourceQuota": quota_from,  # a namespace's limits (docs/refusals.md); its status.used is left out
 }
 
 _UNREPORTED = ReportedStatus()
@@ -53,8 +63,8 @@ def object_key(obj: Mapping[str, Any]) -> tuple[str, str]:
 def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
                   pools: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]],
                   profiles: Iterable[Mapping[str, Any]], namespaces: Iterable[str] = (), *,
-                  budgets: Iterable[Mapping[str, Any]] = (), namespace_objects: Iterable[Mapping[str, Any]] = ()
-                  ) -> Snapshot:
+                  budgets: Iterable[Mapping[str, Any]] = (), namespace_objects: Iterable[Mapping[str, Any]] = (),
+                  resourcequotas: Iterable[Mapping[str, Any]] = ()) -> Snapshot:
     """A planner snapshot, each kind in (namespace, name) order; with ``namespaces`` only the FungibleJobs (and
     their pods) of those namespaces count, while every pod still counts for node usage."""
     allowed = set(namespaces)
@@ -76,4 +86,5 @@ def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         profiles=tuple(sorted(profiles, key=object_key)),
         budgets=tuple(sorted(budgets, key=object_key)),
         namespaces=tuple(sorted(namespace_objects, key=object_key)),
+        resourcequotas=tuple(sorted(resourcequotas, key=object_key)),
     )

@@ -52,7 +52,7 @@ from walras.planner.model import GROUP, VERSION, Snapshot
 logger = logging.getLogger("walras.operator")
 
 INDEX_NAMES = ("walras_nodes", "walras_pods", "walras_pools", "walras_jobs", "walras_profiles", "walras_budgets",
-               "walras_namespaces")
+               "walras_namespaces", "walras_resourcequotas")
 
 #: The finalizer an older Walras put on ResourcePools through its kopf timer; removed by the leader on sight.
 LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
@@ -154,7 +154,8 @@ class IndexSource:
         return snapshot_from(self._values("walras_nodes"), self._values("walras_pods"), self._values("walras_pools"),
                              self._values("walras_jobs"), self._values("walras_profiles"), self.namespaces,
                              budgets=self._values("walras_budgets"),  # docs/budgets.md
-                             namespace_objects=self._values("walras_namespaces"))
+                             namespace_objects=self._values("walras_namespaces"),
+                             resourcequotas=self._values("walras_resourcequotas"))  # docs/refusals.md
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,6 +185,7 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
         "walras_profiles": ((GROUP, VERSION, "colocationprofiles"), "ColocationProfile"),
         "walras_budgets": ((GROUP, VERSION, "budgets"), "Budget"),  # docs/budgets.md
         "walras_namespaces": (("v1", "namespaces"), "Namespace"),  # labels for the Budgets' selectors
+        "walras_resourcequotas": (("v1", "resourcequotas"), "ResourceQuota"),  # namespaces' limits (docs/refusals.md)
     }
 
     def make_index(index_name: str, selector: tuple[str, ...]) -> None:

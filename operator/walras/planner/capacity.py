@@ -3,7 +3,9 @@
 For every node, the free vector over every resource present is ``allocatable - requested`` where ``requested`` sums
 the effective requests of every non-terminal pod bound to the node (Walras's or not, terminating ones included, and
 the pods the operator has assumed there, :mod:`.cache`). A pod *fits* a node when its request vector is within the
-free vector on every resource, the ``pods`` count included (``NodeResourcesFit``). A node is *usable* for new pods when
+free vector on every resource, the ``pods`` count included (``NodeResourcesFit``). In a plan (``nominated=True``)
+a node's requested vector also holds the requests of the pods kube-scheduler *nominated* to it
+(:func:`reserve_nominated`, docs/refusals.md "Nominations"). A node is *usable* for new pods when
 it is Ready and not cordoned; a job's pods may go to the usable nodes its template admits (``NodeAffinity``,
 ``TaintToleration``, ``nodeSelector``).
 """
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from walras.planner.cluster import PODS, Cluster, Constraints, Node
+from walras.planner.cluster import PODS, Cluster, Constraints, Node, Pod
 from walras.planner.reuse import Inputs, Reuse, Same, frozen
 
 #: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
@@ -115,8 +117,10 @@ class TableEntry:
     table: NodeTable
 
 
-def node_table(cluster: Cluster, reuse: Reuse | None = None) -> NodeTable:
-    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there. With
+def node_table(cluster: Cluster, reuse: Reuse | None = None, *, nominated: bool = False) -> NodeTable:
+    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there, and with
+    ``nominated`` (the plan's table; not the invariants', which count bound pods only) the pods nominated to a node
+    are reserved on it (:func:`reserve_nominated`). With
     ``reuse`` (the caller's cache, :mod:`.reuse`), a cluster with the same node and pod objects in the same order as
     the recorded table was built from gets that table (its arrays shared read-only, ``used`` copied: later phases
     reserve in it); this plan's is recorded."""
@@ -130,13 +134,48 @@ def node_table(cluster: Cluster, reuse: Reuse | None = None) -> NodeTable:
         # the same arrays, with this plan's masks and label columns
         reuse.store(TableEntry(inputs, NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used,
                                                  t.usable, table.masks, table.labels)))
+        if nominated:
+            reserve_nominated(table, cluster)
         return table
     table = _node_table(cluster)
     shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
                        frozen(table.used.copy()), frozen(table.usable), table.masks,
                        table.labels)  # masks and label columns: this plan's too
     reuse.store(TableEntry(inputs, shared))
+    if nominated:
+        reserve_nominated(table, cluster)
     return table
+
+
+def nominations(cluster: Cluster) -> list[Pod]:
+    """The pods whose requests a plan reserves on their nominated node (docs/refusals.md, "Nominations"): a pod of
+    another controller (not one Walras manages), live (not terminal, not terminating), not bound yet, with
+    ``status.nominatedNodeName`` naming an existing node, at a priority higher than the lowest of the Walras pods
+    that count on that node (terminating ones included: the victims of the preemption), or on a node no Walras pod
+    counts on. kube-scheduler's own filters count such a pod on its node for every pod of no higher priority
+    (``addNominatedPods``); Walras's pods are of lower priority, so the planner counts it too and places none of
+    Walras's replacements into the room the preemption freed while the nomination stands."""
+    nodes = {node.name for node in cluster.nodes}
+    lowest: dict[str, int] = {}
+    for pod in cluster.pods:
+        if pod.job is not None and pod.node is not None and not pod.terminal:
+            lowest[pod.node] = min(pod.priority, lowest.get(pod.node, pod.priority))
+    out = []
+    for pod in cluster.pods:
+        node = pod.nominated
+        if (pod.job is None and node is not None and pod.node is None and not pod.terminal and not pod.terminating
+                and node in nodes and (node not in lowest or pod.priority > lowest[node])):
+            out.append(pod)
+    return out
+
+
+def reserve_nominated(table: NodeTable, cluster: Cluster) -> list[Pod]:
+    """Reserve each of :func:`nominations` on its nominated node of ``table`` (``table.used``; a resource no node
+    offers is left out: such a pod fits nowhere anyway); the pods reserved."""
+    pods = nominations(cluster)
+    for pod in pods:
+        table.add(table.index[pod.nominated or ""], table.vector(pod.requests))
+    return pods
 
 
 def _node_table(cluster: Cluster) -> NodeTable:

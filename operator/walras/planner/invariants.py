@@ -19,7 +19,9 @@ On a plan for that cluster (``check_plan``):
 * ``DoubleBinding``: the plan binds a pod that is already bound, or to a node other than its own;
 * ``DuplicatePod``: the plan names a pod twice, or creates a pod whose name exists;
 * ``LostPod``: a pod the cluster has, of a job that still wants replicas in its pool, that the plan neither keeps nor
-  deletes (every managed live pod must appear in the plan).
+  deletes (every managed live pod must appear in the plan);
+* ``NominationTaken``: the plan puts pods on a node into the room kube-scheduler holds there for a pod it nominated
+  (:func:`walras.planner.capacity.nominations`, docs/refusals.md), beyond allocatable once that pod is counted.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.capacity import node_table
+from walras.planner.capacity import node_table, nominations
 from walras.planner.cluster import PODS, Cluster
 from walras.planner.model import Plan
 from walras.planner.objects import select
@@ -146,6 +148,14 @@ def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
         out.append(Violation("PlanOverCommits", f"Node/{table.names[k]}",
                              f"{table.resources[r]} would be {_fmt(after[k, r])} > allocatable "
                              f"{_fmt(table.alloc[k, r])}"))
+    held = np.zeros_like(table.used)
+    for pod in nominations(cluster):
+        held[table.index[pod.nominated or ""]] += table.vector(pod.requests)
+    taken = (after + held > table.alloc + 1e-9 * np.maximum(1.0, table.alloc)) & grew & ~over
+    for k, r in zip(*np.nonzero(taken), strict=True):
+        out.append(Violation("NominationTaken", f"Node/{table.names[k]}",
+                             f"{table.resources[r]} would be {_fmt(after[k, r] + held[k, r])} > allocatable "
+                             f"{_fmt(table.alloc[k, r])} with the pods nominated there"))
     planned = {(p.namespace, p.name) for p in plan.pods}
     by_job: dict[tuple[str, str], list[str]] = defaultdict(list)
     for pod in cluster.pods:

@@ -44,6 +44,7 @@ class Snapshot:
     profiles: tuple[KubeObject, ...] = ()  # ColocationProfile
     budgets: tuple[KubeObject, ...] = ()  # Budget (docs/budgets.md)
     namespaces: tuple[KubeObject, ...] = ()  # Namespace (their labels, for the Budgets' selectors)
+    resourcequotas: tuple[KubeObject, ...] = ()  # ResourceQuota (namespaces' limits, docs/refusals.md)
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,9 @@ REASONS: dict[str, str] = {
     "PoolCapacity": "the pool's spec.capacity is sold out",
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+    # docs/refusals.md (walras.planner.quota)
+    "QuotaLimited": "the namespace's ResourceQuota leaves room for fewer replicas than the job wants",
+    "AdmissionRefused": "the API server refused the job's pods (Pod Security, quota, webhook); retried with backoff",
 }
 
 

@@ -1,0 +1,225 @@
+"""Phase *admission*: what the API server will admit caps what the plan holds for a job (docs/refusals.md).
+
+Two inputs of the typed cluster, applied after the lifecycle's pre-phase and before the market, as each job's
+*effective* replicas (``dataclasses.replace`` of its spec, as :func:`walras.planner.lifecycle.prepare` does):
+
+* **ResourceQuota** (``Cluster.quotas``): per namespace, the smallest ``hard`` amount of each request resource over
+  its quotas, less what the namespace's other pods request (every non-terminal pod that is not a live replica of a
+  Walras job: other controllers' pods, Walras's terminating ones), is what Walras's replicas there may request
+  together (the API server's quota admission counts a pod's requests as kube-scheduler does: containers summed, at
+  least the largest init container, plus overhead, plus one ``pods``). The namespace's valid jobs take it in name
+  order: each keeps its live pods (a quota never removes a pod: the API server only refuses new ones), then gets as
+  many more replicas as fit, each replica counted at its largest request vector over the pools it may use. A job
+  capped below its spec's replicas gets the condition ``QuotaLimited`` and a blocker with the numbers; the market
+  never prices the capacity the quota would refuse, so other namespaces' jobs are offered it.
+* **Refusals** (``Cluster.refused``, the operator's record of pod creations the API server refused: Pod Security,
+  a quota the planner does not model, a webhook): while ``PlanOptions.now`` is before the refusal's ``until`` (the
+  operator's backoff), the job's effective replicas are its live pods, so no capacity is held for the replicas the
+  API server refuses; once the backoff ends the plan asks for them again (and the operator tries again). Without a
+  clock a refusal holds until the operator drops it. The job gets the condition ``AdmissionRefused`` with the API
+  server's message and the number of refused pods.
+
+Pure: no I/O, no clock of its own; the result is a function of the cluster and ``now``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from walras.planner.cluster import Cluster, Job, Pod, Quota, Refusal, pod_vector
+from walras.planner.model import Blocker, Condition, JobPlan, rfc3339
+
+__all__ = ["Admission", "Limit", "admit", "annotate", "quota_room"]
+
+ADMISSION_REFUSED = "AdmissionRefused"
+QUOTA_LIMITED = "QuotaLimited"
+
+JobKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Why a job's effective replicas are below its spec's: ``replicas`` of ``wanted`` allowed; the condition it
+    gets (type = reason, ``QuotaLimited`` or ``AdmissionRefused``) and its message."""
+
+    reason: str
+    replicas: int
+    wanted: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The cluster with each job's effective replicas capped, and each capped or refused job's :class:`Limit` s."""
+
+    cluster: Cluster
+    limits: Mapping[JobKey, tuple[Limit, ...]]
+
+
+def _live(pod: Pod) -> bool:
+    return not pod.terminal and not pod.terminating
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def _largest_vector(job: Job, cluster: Cluster) -> dict[str, float]:
+    """The job's pod request vector (:func:`pod_vector`), the largest per resource over the pools it may use."""
+    assert job.spec is not None
+    pools = {p.name: p.spec for p in cluster.pools if p.spec is not None}
+    out: dict[str, float] = {}
+    for name in job.spec.throughput:
+        spec = pools.get(name)
+        if spec is None:
+            continue
+        for resource, value in pod_vector(job.template, job.spec, spec.resource, job.spec.demand).items():
+            out[resource] = max(value, out.get(resource, 0.0))
+    return out
+
+
+def quota_room(cluster: Cluster) -> dict[str, tuple[dict[str, float], dict[str, str]]]:
+    """Per namespace with a quota: (what Walras's live replicas and new pods there may request together, per
+    resource: the smallest ``hard`` over its quotas less the requests of its other non-terminal pods; the quota
+    that sets each resource's limit)."""
+    hard: dict[str, dict[str, float]] = defaultdict(dict)
+    binding: dict[str, dict[str, str]] = defaultdict(dict)
+    for quota in cluster.quotas:
+        _tighten(hard[quota.namespace], binding[quota.namespace], quota)
+    jobs = {job.key for job in cluster.jobs if job.spec is not None}
+    for pod in cluster.pods:
+        if pod.namespace not in hard or pod.terminal:
+            continue
+        if pod.job is not None and (pod.namespace, pod.job) in jobs and not pod.terminating:
+            continue  # a live replica: counted against its job below
+        room = hard[pod.namespace]
+        for resource, value in pod.requests.items():
+            if resource in room:
+                room[resource] -= value
+    return {ns: (hard[ns], binding[ns]) for ns in sorted(hard)}
+
+
+def _tighten(room: dict[str, float], binding: dict[str, str], quota: Quota) -> None:
+    for resource, value in quota.hard.items():
+        if value < room.get(resource, math.inf):
+            room[resource] = value
+            binding[resource] = quota.name
+
+
+def _fit(room: Mapping[str, float], vector: Mapping[str, float]) -> tuple[int, str]:
+    """How many pods of ``vector`` fit ``room`` (a large number when no limited resource is requested), and the
+    resource that limits it."""
+    best, which = 1 << 30, ""
+    for resource, have in room.items():
+        need = vector.get(resource, 0.0)
+        if need > 0:
+            fits = max(0, math.floor((have + 1e-9 * max(1.0, abs(have))) / need))
+            if fits < best:
+                best, which = fits, resource
+    return best, which
+
+
+def _quota_caps(cluster: Cluster, live: Mapping[JobKey, list[Pod]]) -> dict[JobKey, tuple[int, Limit]]:
+    """Each quota-limited job's allowed replicas and its ``QuotaLimited`` :class:`Limit` (see the module
+    docstring)."""
+    out: dict[JobKey, tuple[int, Limit]] = {}
+    by_namespace: dict[str, list[Job]] = defaultdict(list)
+    for job in cluster.jobs:
+        if job.spec is not None:
+            by_namespace[job.namespace].append(job)
+    for namespace, (room, binding) in quota_room(cluster).items():
+        for job in sorted(by_namespace.get(namespace, ()), key=lambda j: j.name):
+            assert job.spec is not None
+            pods = live.get(job.key, [])
+            for pod in pods:
+                for resource, value in pod.requests.items():
+                    if resource in room:
+                        room[resource] -= value
+            vector = _largest_vector(job, cluster)
+            wanted = job.spec.replicas
+            more, which = _fit(room, vector)
+            extra = max(0, min(more, wanted - len(pods)))
+            for resource in room:
+                room[resource] -= extra * vector.get(resource, 0.0)
+            allowed = len(pods) + extra
+            if allowed < wanted:
+                left = room[which] + extra * vector[which]
+                message = (f"ResourceQuota {namespace}/{binding[which]} leaves room for {allowed} of {wanted} "
+                           f"replica(s): {which} {_fmt(left)} left for new pods after the namespace's other pods "
+                           f"and this job's {len(pods)} live pod(s), {_fmt(vector[which])} per replica")
+                out[job.key] = (allowed, Limit(QUOTA_LIMITED, allowed, wanted, message))
+    return out
+
+
+def _refusal_limit(refusal: Refusal, live: int, wanted: int, now: float | None) -> tuple[int | None, Limit]:
+    """A refused job's allowed replicas (None once its backoff has ended) and its ``AdmissionRefused``
+    :class:`Limit`."""
+    holding = refusal.until is None or now is None or now < refusal.until
+    when = (f"asked again at {rfc3339(refusal.until)}" if refusal.until is not None else "held") if holding else \
+        "asked again now"
+    message = (f"the API server refused {refusal.pods} pod(s) ({refusal.code}, {refusal.attempts} time(s) in a row; "
+               f"{when}, backoff doubling): {refusal.message}")
+    allowed = min(live, wanted) if holding else None
+    return allowed, Limit(ADMISSION_REFUSED, allowed if allowed is not None else wanted, wanted, message)
+
+
+def admit(cluster: Cluster, now: float | None) -> Admission:
+    """The :class:`Admission` of ``cluster`` at ``now`` (see the module docstring); the cluster itself when no
+    quota or refusal applies."""
+    if not cluster.quotas and not cluster.refused:
+        return Admission(cluster, {})
+    live: dict[JobKey, list[Pod]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.job is not None and _live(pod):
+            live[(pod.namespace, pod.job)].append(pod)
+    caps = _quota_caps(cluster, live) if cluster.quotas else {}
+    limits: dict[JobKey, list[Limit]] = defaultdict(list)
+    allowed: dict[JobKey, int] = {}
+    for key, (n, limit) in caps.items():
+        allowed[key] = n
+        limits[key].append(limit)
+    specs = {job.key: job.spec for job in cluster.jobs if job.spec is not None}
+    for key, refusal in sorted(cluster.refused.items()):
+        spec = specs.get(key)
+        if spec is None:
+            continue
+        n, limit = _refusal_limit(refusal, len(live.get(key, ())), spec.replicas, now)
+        if n is not None:
+            allowed[key] = min(n, allowed.get(key, n))
+        limits[key].append(limit)
+    jobs = []
+    changed = False
+    for job in cluster.jobs:
+        n = allowed.get(job.key)
+        if job.spec is not None and n is not None and n < job.spec.replicas:
+            spec = dataclasses.replace(job.spec, replicas=n, min_replicas=min(job.spec.min_replicas, n))
+            job = dataclasses.replace(job, spec=spec)
+            changed = True
+        jobs.append(job)
+    out = dataclasses.replace(cluster, jobs=tuple(jobs)) if changed else cluster
+    return Admission(out, {key: tuple(found) for key, found in sorted(limits.items())})
+
+
+def annotate(jobs: Mapping[JobKey, JobPlan], admission: Admission) -> dict[JobKey, JobPlan]:
+    """The job plans of ``jobs`` that an :class:`Admission` limit applies to, each with its conditions
+    (``QuotaLimited`` / ``AdmissionRefused``, status True, reason = type), its spec's replica count as ``count``,
+    and, for the replicas it keeps out, a blocker first (so its ``reason`` says why)."""
+    out: dict[JobKey, JobPlan] = {}
+    for key, limits in admission.limits.items():
+        jp = jobs.get(key)
+        if jp is None:
+            continue
+        conditions = tuple(c for c in jp.conditions if c.type not in (QUOTA_LIMITED, ADMISSION_REFUSED))
+        conditions += tuple(Condition(limit.reason, "True", limit.reason, limit.message[:32000]) for limit in limits)
+        pool = next(iter(jp.replicas), "") or next(iter(jp.allocation), "")
+        blockers = tuple(Blocker(pool, limit.reason, limit.wanted - limit.replicas, limit.message) for limit in limits
+                         if limit.replicas < limit.wanted)
+        wanted = max(limit.wanted for limit in limits)
+        out[key] = dataclasses.replace(jp, conditions=conditions, count=max(jp.count, wanted),
+                                       blockers=blockers + jp.blockers,
+                                       reason=blockers[0].reason if blockers else jp.reason)
+    return out
