@@ -19,7 +19,7 @@ from walras.planner.cluster import Refusal
 from walras.planner.model import Plan, PodPlan, Snapshot
 
 JOB = {"apiVersion": "walras.dev/v1alpha1", "kind": "FungibleJob",
-       "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid", "resourceVersion": "1"},
+       "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid", "resourceVersion": "1", "generation": 1},
        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
 PSA = ('pods "j-0" is forbidden: violates PodSecurity "restricted:latest": privileged (container "c" must not '
        'set securityContext.privileged=true)')
@@ -119,7 +119,7 @@ async def test_a_creation_that_succeeds_ends_the_refusal() -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_refusal_ends_when_its_job_is_gone_or_nothing_is_asked_after_the_backoff() -> None:
+async def test_a_refusal_ends_when_its_job_is_gone_or_its_spec_changes() -> None:
     client, clock = FakeClient(ApiError(400, "BadRequest", 'admission webhook "deny.example" denied the request')),\
         Clock()
     actuator = actuator_for(client, clock)
@@ -129,7 +129,10 @@ async def test_a_refusal_ends_when_its_job_is_gone_or_nothing_is_asked_after_the
     assert actuator.refusals == {}
     await act(actuator, creates("j-0"))
     clock.now += REFUSAL_BACKOFF + 1
-    await act(actuator, Plan())  # past the backoff and the plan no longer asks for the pod
+    await act(actuator, Plan())  # past the backoff, nothing asked (no room for a retry): the record stays
+    assert ("ns", "j") in actuator.refusals
+    edited = {**JOB, "metadata": {**JOB["metadata"], "generation": 2}}
+    await act(actuator, Plan(), jobs=(edited,))  # the template was fixed: its pods are asked for at once
     assert actuator.refusals == {}
 
 

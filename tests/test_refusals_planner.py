@@ -142,15 +142,29 @@ def test_a_refused_job_holds_no_capacity_until_its_backoff_ends() -> None:
     condition = {c.type: c for c in x.conditions}["AdmissionRefused"]
     assert condition.status == "True" and "refused 7 pod(s)" in condition.message and "PodSecurity" in condition.message
     assert x.reason == "AdmissionRefused" and x.blockers[0].replicas == 7
-    # the backoff over: x is planned again (the operator retries), the condition stays until a creation succeeds
+    # the backoff over: one more pod of x is asked for (slow start), where a node has free room for it
     later = dataclasses.replace(refused, until=NOW - 1)
     again, _ = plan_of(_refusal_cluster(), x=later)
-    assert planned(again, "ml", "x") > 1
-    assert "asked again now" in {c.type: c for c in again.jobs[("ml", "x")].conditions}["AdmissionRefused"].message
-    # no refusal: the same as the backoff over, less the condition
+    assert planned(again, "ml", "x") == 2
+    assert "one pod asked again now" in {c.type: c for c in again.jobs[("ml", "x")].conditions}[
+        "AdmissionRefused"].message
+    # no refusal: x gets its whole share, and no condition
     clean, _ = plan_of(_refusal_cluster())
-    assert planned(clean, "ml", "x") == planned(again, "ml", "x")
+    assert planned(clean, "ml", "x") == 8
     assert "AdmissionRefused" not in {c.type for c in clean.jobs[("ml", "x")].conditions}
+
+
+def test_a_retry_never_displaces_a_running_pod_of_another_job() -> None:
+    # y took the room x's refused pods would have had: after the backoff, no node has room for x's next pod, so x
+    # waits (nothing of y is evicted for a pod the API server may refuse again)
+    full = dataclasses.replace(_refusal_cluster(), pods=(pod("x-0", "x", "ml", "a0"),
+                                                         *(pod(f"y-{k}", "y", "ml", "a0" if k < 3 else "a1")
+                                                           for k in range(7))))
+    plan, _ = plan_of(full, x=Refusal("denied", pods=7, until=NOW - 1))
+    assert [p.action for p in plan.pods if p.job == "y"] == ["keep"] * 7
+    assert planned(plan, "ml", "x") == 1
+    message = {c.type: c for c in plan.jobs[("ml", "x")].conditions}["AdmissionRefused"].message
+    assert "once a node has room" in message
 
 
 def test_a_refusal_of_a_job_that_is_gone_or_invalid_is_ignored() -> None:

@@ -21,8 +21,8 @@
   (aggregated), the refusal handed to the next plans (``Cluster.refused``: the planner holds no capacity for the
   job's missing pods and writes the ``AdmissionRefused`` condition), and the creation asked again after a backoff
   (:data:`REFUSAL_BACKOFF` doubling per refused attempt up to :data:`REFUSAL_BACKOFF_CAP`); a create of a job within
-  its backoff sends nothing. A successful creation, the job's deletion, or a plan past the backoff that creates
-  nothing for the job ends the record.
+  its backoff sends nothing. A successful creation, the job's deletion, or a change of its spec (a new
+  ``metadata.generation``) ends the record.
 
 Every pod created or bound is assumed (:class:`walras.operator.assumed.AssumedPods`) until the watch shows it; pods
 deleted or evicted are forgotten. A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound,
@@ -62,6 +62,11 @@ REFUSAL_BACKOFF = 10.0
 REFUSAL_BACKOFF_CAP = 300.0
 
 
+def _generation(job: RawObject | None) -> object:
+    """A job's ``metadata.generation`` (``"gone"`` for no job)."""
+    return "gone" if job is None else (job.get("metadata") or {}).get("generation")
+
+
 @dataclass
 class _Refused:
     """A job's refused pod creations: the API server's answer, the pods refused in the last attempt (one plan's
@@ -74,6 +79,7 @@ class _Refused:
     delay: float
     until: float
     round: int
+    generation: object  # the job's metadata.generation when refused ("gone" when the job is gone)
 
 
 @dataclass
@@ -141,7 +147,7 @@ class Actuator:
         calls: list[Awaitable[None]] = [self._adopt(pod, index.jobs) for pod in index.pods.values()
                                         if self._needs_adoption(pod, index.jobs)]
         self._settle_resizes(plan)
-        self._settle_refusals(plan, index)
+        self._settle_refusals(index)
         now = self.wall()
         for pp in plan.pods:
             current = index.pods.get((pp.namespace, pp.name))
@@ -175,15 +181,11 @@ class Actuator:
                 del self._eviction_blocked[owner]
         return calls
 
-    def _settle_refusals(self, plan: Plan, index: SnapshotIndex) -> None:
-        """Start a new attempt; drop the refusals of jobs that are gone, and of jobs past their backoff that this
-        plan creates no pod for (nothing is asked again: the refusal is over)."""
+    def _settle_refusals(self, index: SnapshotIndex) -> None:
+        """Start a new attempt; drop the refusals of jobs that are gone or whose spec changed since (a new
+        ``metadata.generation``: the template may be fixed, so its pods are asked for at once)."""
         self._round += 1
-        now = self.wall()
-        creating = {(pp.namespace, pp.job) for pp in plan.pods
-                    if pp.action == "create" and (pp.namespace, pp.name) not in index.pods}
-        for key in [k for k, r in self._refused.items()
-                    if k not in index.jobs or (now >= r.until and k not in creating)]:
+        for key in [k for k, r in self._refused.items() if _generation(index.jobs.get(k)) != r.generation]:
             del self._refused[key]
 
     async def _refuse(self, pp: PodPlan, job: RawObject, exc: ApiError) -> None:
@@ -197,7 +199,8 @@ class Actuator:
         else:
             attempts = was.attempts + 1 if was is not None else 1
             delay = min(2.0 * was.delay, REFUSAL_BACKOFF_CAP) if was is not None else REFUSAL_BACKOFF
-            self._refused[key] = _Refused(exc.code, message, {pp.name}, attempts, delay, now + delay, self._round)
+            self._refused[key] = _Refused(exc.code, message, {pp.name}, attempts, delay, now + delay, self._round,
+                                          _generation(job))
             logger.warning("the API server refused pod %s/%s of job %s (%s %s), asked again in %g s: %s",
                            pp.namespace, pp.name, pp.job, exc.code, exc.reason, delay, message)
         await self.recorder.event(job, "Warning", "AdmissionRefused",

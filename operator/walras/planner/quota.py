@@ -15,9 +15,12 @@ Two inputs of the typed cluster, applied after the lifecycle's pre-phase and bef
 * **Refusals** (``Cluster.refused``, the operator's record of pod creations the API server refused: Pod Security,
   a quota the planner does not model, a webhook): while ``PlanOptions.now`` is before the refusal's ``until`` (the
   operator's backoff), the job's effective replicas are its live pods, so no capacity is held for the replicas the
-  API server refuses; once the backoff ends the plan asks for them again (and the operator tries again). Without a
-  clock a refusal holds until the operator drops it. The job gets the condition ``AdmissionRefused`` with the API
-  server's message and the number of refused pods.
+  API server refuses. Once the backoff ends the plan asks for *one* more pod (the ReplicaSet controller's slow
+  start: a batch of one before the rest), and only where a node of one of the job's pools has free room for it now,
+  so a retry never displaces a running pod of another job; the operator creates it, and the refusal ends when the
+  API server admits it (the next plan asks for the rest) or starts a longer backoff when it refuses it again.
+  Without a clock a refusal holds until the operator drops it. The job gets the condition ``AdmissionRefused`` with
+  the API server's message and the number of refused pods (while it has fewer live pods than it wants).
 
 Pure: no I/O, no clock of its own; the result is a function of the cluster and ``now``.
 """
@@ -27,11 +30,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
+from walras.planner.capacity import NodeTable, node_table
 from walras.planner.cluster import Cluster, Job, Pod, Quota, Refusal, pod_vector
 from walras.planner.model import Blocker, Condition, JobPlan, rfc3339
+from walras.planner.objects import select
 
 __all__ = ["Admission", "Limit", "admit", "annotate", "quota_room"]
 
@@ -155,16 +162,35 @@ def _quota_caps(cluster: Cluster, live: Mapping[JobKey, list[Pod]]) -> dict[JobK
     return out
 
 
-def _refusal_limit(refusal: Refusal, live: int, wanted: int, now: float | None) -> tuple[int | None, Limit]:
-    """A refused job's allowed replicas (None once its backoff has ended) and its ``AdmissionRefused``
-    :class:`Limit`."""
+def _room_for_one(job: Job, cluster: Cluster, table: NodeTable) -> bool:
+    """Whether a usable node of one of ``job``'s pools, admitting its template, has free room for one of its pods
+    now (bound and nominated pods counted; the pool's degree limit and ``spec.capacity`` are not)."""
+    assert job.spec is not None
+    admitted = table.admitted(job.template.constraints)
+    for pool in cluster.pools:
+        if pool.spec is None or pool.name not in job.spec.throughput:
+            continue
+        nodes = np.flatnonzero(admitted & select(table, pool.spec.node_selector))
+        vector = table.vector(pod_vector(job.template, job.spec, pool.spec.resource, job.spec.demand))
+        if nodes.size and bool(table.fits_many(nodes, vector).any()):
+            return True
+    return False
+
+
+def _refusal_limit(refusal: Refusal, live: int, wanted: int, now: float | None,
+                   room: Callable[[], bool]) -> tuple[int, Limit]:
+    """A refused job's allowed replicas and its ``AdmissionRefused`` :class:`Limit` (see the module docstring)."""
     holding = refusal.until is None or now is None or now < refusal.until
-    when = (f"asked again at {rfc3339(refusal.until)}" if refusal.until is not None else "held") if holding else \
-        "asked again now"
+    if holding:
+        allowed = min(live, wanted)
+        when = f"asked again at {rfc3339(refusal.until)}" if refusal.until is not None else "held"
+    elif room():
+        allowed, when = min(live + 1, wanted), "one pod asked again now"
+    else:
+        allowed, when = min(live, wanted), "asked again once a node has room for one pod"
     message = (f"the API server refused {refusal.pods} pod(s) ({refusal.code}, {refusal.attempts} time(s) in a row; "
                f"{when}, backoff doubling): {refusal.message}")
-    allowed = min(live, wanted) if holding else None
-    return allowed, Limit(ADMISSION_REFUSED, allowed if allowed is not None else wanted, wanted, message)
+    return allowed, Limit(ADMISSION_REFUSED, allowed, wanted, message)
 
 
 def admit(cluster: Cluster, now: float | None) -> Admission:
@@ -182,14 +208,23 @@ def admit(cluster: Cluster, now: float | None) -> Admission:
     for key, (n, limit) in caps.items():
         allowed[key] = n
         limits[key].append(limit)
-    specs = {job.key: job.spec for job in cluster.jobs if job.spec is not None}
+    valid = {job.key: job for job in cluster.jobs if job.spec is not None}
+    tables: list[NodeTable] = []
+
+    def table() -> NodeTable:
+        if not tables:
+            tables.append(node_table(cluster, nominated=True))
+        return tables[0]
+
     for key, refusal in sorted(cluster.refused.items()):
-        spec = specs.get(key)
-        if spec is None:
+        job = valid.get(key)
+        if job is None or job.spec is None:
             continue
-        n, limit = _refusal_limit(refusal, len(live.get(key, ())), spec.replicas, now)
-        if n is not None:
-            allowed[key] = min(n, allowed.get(key, n))
+        have, wanted = len(live.get(key, ())), allowed.get(key, job.spec.replicas)
+        if have >= wanted:
+            continue  # it wants no pod it does not have: nothing to refuse
+        n, limit = _refusal_limit(refusal, have, wanted, now, lambda job=job: _room_for_one(job, cluster, table()))
+        allowed[key] = n
         limits[key].append(limit)
     jobs = []
     changed = False
