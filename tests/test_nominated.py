@@ -85,9 +85,11 @@ def test_while_the_victims_terminate_the_node_stays_full_and_nothing_is_created(
     plan = build_plan(snap, options=PlanOptions(now=NOW))
     assert check_plan(cluster_from(snap), plan) == []
     assert [p for p in plan.pods if p.action == "create"] == []
-    table = node_table(cluster_from(snap), nominated=True)
+    cluster = cluster_from(snap)
+    table = node_table(cluster, nominated=nominations(cluster))
     gpu = table.column["nvidia.com/gpu"]
-    assert table.used[table.index["a1"], gpu] == 8.0  # 4 terminating + 4 nominated
+    assert table.used[table.index["a1"], gpu] == 4.0  # the 4 terminating victims free the room the nomination takes
+    assert table.used[table.index["a0"], gpu] == 4.0
     assert node_table(cluster_from(snap)).used[table.index["a1"], gpu] == 4.0  # the invariants' table: bound only
 
 
@@ -95,10 +97,10 @@ def test_a_nomination_of_no_higher_priority_than_the_walras_pods_there_reserves_
     pods = [walras_pod(f"x-{k}", "a1", priority=1000) for k in range(2)]
     snap = Snapshot(nodes=(node("a0"), node("a1")), pools=(pool("a"),), jobs=(job("x", {"a": 1.0}, count=8),),
                     pods=(*pods, foreign(nominated="a1", gpus="2", priority=1000)))
-    assert nominations(cluster_from(snap)) == []
+    assert nominations(cluster_from(snap)) == {}
     higher = Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs,
                       pods=(*pods, foreign(nominated="a1", gpus="2", priority=1001)))
-    assert [p.name for p in nominations(cluster_from(higher))] == ["big"]
+    assert nominations(cluster_from(higher)) == {("other", "big"): ("a1", None)}
     plan = build_plan(higher, options=PlanOptions(now=NOW))
     assert check_plan(cluster_from(higher), plan) == []
     assert creates_on(plan, "a1") == []  # 2 Walras + 2 held: a1 is full
@@ -114,7 +116,7 @@ def test_bound_terminal_terminating_and_walras_nominated_pods_reserve_nothing() 
     own["status"]["nominatedNodeName"] = "a1"
     snap = Snapshot(nodes=(node("a0"), node("a1")), pools=(pool("a"),), jobs=(job("x", {"a": 1.0}, count=8),),
                     pods=(bound, done, going, gone_node, own))
-    assert nominations(cluster_from(snap)) == []
+    assert nominations(cluster_from(snap)) == {}
 
 
 def test_a_plan_that_fills_a_nominated_node_breaks_the_nomination_invariant() -> None:
@@ -126,3 +128,35 @@ def test_a_plan_that_fills_a_nominated_node_breaks_the_nomination_invariant() ->
     plain = Snapshot(nodes=held.nodes, pools=held.pools, jobs=held.jobs, pods=(*pods, foreign(nominated=None)))
     found = check_plan(cluster_from(held), build_plan(plain, options=PlanOptions(now=NOW)))
     assert {v.kind for v in found} == {"NominationTaken"} and all(v.object == "Node/a1" for v in found)
+
+
+def test_a_nomination_the_victims_still_hold_is_not_counted_twice_and_the_job_is_not_shrunk() -> None:
+    # while the victims terminate, the room is theirs and then the nominated pod's: counted once, so the market
+    # does not shrink the job's 4 pods on a0 to make room it thinks is sold twice
+    pods = [walras_pod(f"x-{k}", "a0") for k in range(4)]
+    pods += [walras_pod(f"x-{k}", "a1", terminating=True) for k in range(4, 8)]
+    snap = Snapshot(nodes=(node("a0"), node("a1")), pools=(pool("a"),), jobs=(job("x", {"a": 1.0}, count=8),),
+                    pods=(*pods, foreign(nominated="a1")))
+    plan = build_plan(snap, options=PlanOptions(now=NOW))
+    assert sorted(p.action for p in plan.pods if p.job == "x" and p.node == "a0") == ["keep"] * 4
+
+
+def test_a_cleared_nomination_is_held_for_a_while_then_released() -> None:
+    """kube-scheduler clears a nomination for a moment when an attempt fails while the victims leave: the plan after
+    keeps the room for the still-unbound pod for NOMINATION_HOLD seconds, then offers it again."""
+    from walras.planner.capacity import NOMINATION_HOLD
+
+    pods = [walras_pod(f"x-{k}", "a0") for k in range(4)]
+    base = dict(nodes=(node("a0"), node("a1")), pools=(pool("a"),), jobs=(job("x", {"a": 1.0}, count=8),))
+    nominated = Snapshot(**base, pods=(*pods, foreign(nominated="a1")))  # type: ignore[arg-type]
+    cleared = Snapshot(**base, pods=(*pods, foreign(nominated=None)))  # type: ignore[arg-type]
+    first = build_plan(nominated, options=PlanOptions(now=NOW))
+    assert first.nominations == {("other", "big"): ("a1", NOW)}
+    soon = build_plan(cleared, first, options=PlanOptions(now=NOW + 5))
+    assert creates_on(soon, "a1") == [] and soon.nominations == {("other", "big"): ("a1", NOW)}
+    late = build_plan(cleared, soon, options=PlanOptions(now=NOW + NOMINATION_HOLD))
+    assert len(creates_on(late, "a1")) == 4 and late.nominations == {}
+    # bound meanwhile: counted as a bound pod, no longer held
+    bound = Snapshot(**base, pods=(*pods, foreign(nominated=None, node_name="a1", phase="Running")))  # type: ignore[arg-type]
+    after = build_plan(bound, soon, options=PlanOptions(now=NOW + 6))
+    assert after.nominations == {} and creates_on(after, "a1") == []

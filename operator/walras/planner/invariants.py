@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.capacity import node_table, nominations
+from walras.planner.capacity import node_table, nominations, reserve_nominated
 from walras.planner.cluster import PODS, Cluster
 from walras.planner.model import Plan
 from walras.planner.objects import select
@@ -148,9 +148,9 @@ def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
         out.append(Violation("PlanOverCommits", f"Node/{table.names[k]}",
                              f"{table.resources[r]} would be {_fmt(after[k, r])} > allocatable "
                              f"{_fmt(table.alloc[k, r])}"))
-    held = np.zeros_like(table.used)
-    for pod in nominations(cluster):
-        held[table.index[pod.nominated or ""]] += table.vector(pod.requests)
+    bound = table.used.copy()
+    reserve_nominated(table, cluster, nominations(cluster))  # this check's own table: restored below
+    held, table.used = table.used - bound, bound
     taken = (after + held > table.alloc + 1e-9 * np.maximum(1.0, table.alloc)) & grew & ~over
     for k, r in zip(*np.nonzero(taken), strict=True):
         out.append(Violation("NominationTaken", f"Node/{table.names[k]}",

@@ -339,6 +339,10 @@ class Plan:
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
     tenants: Mapping[str, TenantPlan] = field(default_factory=dict)  # empty with tenants off
+    #: The pods whose requests this plan reserved on a node for kube-scheduler's nomination: pod -> (node, since
+    #: when, epoch seconds; None without a clock); the next plan holds them a while after the nomination is
+    #: cleared (walras.planner.capacity.nominations, docs/refusals.md)
+    nominations: Mapping[ObjectKey, tuple[str, float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("pods", "events"):

@@ -43,7 +43,7 @@ from operator import attrgetter
 import numpy as np
 
 from walras.planner.assume import overlay
-from walras.planner.capacity import node_table
+from walras.planner.capacity import node_table, nominations
 from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.lifecycle import conclude, prepare
 from walras.planner.migration import migrate
@@ -81,7 +81,8 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     cluster, tenancy = apply_tenants(admission.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
     if opts.tenants is not None and opts.market_eps is None:
         opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
-    table = node_table(cluster, reuse, nominated=True)  # nominated pods reserved (docs/refusals.md)
+    held = nominations(cluster, previous.nominations if previous is not None else None, opts.now)
+    table = node_table(cluster, reuse, nominated=held)  # nominated pods reserved (docs/refusals.md)
     objects, reported = build_objects(cluster, table)
     pools, jobs = dict(reported.pools), dict(reported.jobs)
     templates = tuple(info.job.template for info in objects.jobs)
@@ -119,7 +120,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
               *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started,
-                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {})
+                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {}, nominations=held)
 
 
 def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,

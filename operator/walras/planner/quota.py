@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.capacity import NodeTable, node_table
+from walras.planner.capacity import NodeTable, node_table, nominations
 from walras.planner.cluster import Cluster, Job, Pod, Quota, Refusal, pod_vector
 from walras.planner.model import Blocker, Condition, JobPlan, rfc3339
 from walras.planner.objects import select
@@ -213,7 +213,7 @@ def admit(cluster: Cluster, now: float | None) -> Admission:
 
     def table() -> NodeTable:
         if not tables:
-            tables.append(node_table(cluster, nominated=True))
+            tables.append(node_table(cluster, nominated=nominations(cluster)))
         return tables[0]
 
     for key, refusal in sorted(cluster.refused.items()):
