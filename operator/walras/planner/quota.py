@@ -28,6 +28,7 @@ Pure: no I/O, no clock of its own; the result is a function of the cluster and `
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -162,10 +163,12 @@ def _quota_caps(cluster: Cluster, live: Mapping[JobKey, list[Pod]]) -> dict[JobK
     return out
 
 
-def _room_for_one(job: Job, cluster: Cluster, table: NodeTable) -> bool:
+def _room_for_one(job: Job, cluster: Cluster, tabled: Callable[[], NodeTable]) -> bool:
     """Whether a usable node of one of ``job``'s pools, admitting its template, has free room for one of its pods
-    now (bound and nominated pods counted; the pool's degree limit and ``spec.capacity`` are not)."""
+    now (bound and nominated pods counted; the pool's degree limit and ``spec.capacity`` are not); ``tabled`` gives
+    the node table (built once, on first use)."""
     assert job.spec is not None
+    table = tabled()
     admitted = table.admitted(job.template.constraints)
     for pool in cluster.pools:
         if pool.spec is None or pool.name not in job.spec.throughput:
@@ -223,15 +226,15 @@ def admit(cluster: Cluster, now: float | None) -> Admission:
         have, wanted = len(live.get(key, ())), allowed.get(key, job.spec.replicas)
         if have >= wanted:
             continue  # it wants no pod it does not have: nothing to refuse
-        n, limit = _refusal_limit(refusal, have, wanted, now, lambda job=job: _room_for_one(job, cluster, table()))
+        n, limit = _refusal_limit(refusal, have, wanted, now, functools.partial(_room_for_one, job, cluster, table))
         allowed[key] = n
         limits[key].append(limit)
     jobs = []
     changed = False
     for job in cluster.jobs:
-        n = allowed.get(job.key)
-        if job.spec is not None and n is not None and n < job.spec.replicas:
-            spec = dataclasses.replace(job.spec, replicas=n, min_replicas=min(job.spec.min_replicas, n))
+        cap = allowed.get(job.key)
+        if job.spec is not None and cap is not None and cap < job.spec.replicas:
+            spec = dataclasses.replace(job.spec, replicas=cap, min_replicas=min(job.spec.min_replicas, cap))
             job = dataclasses.replace(job, spec=spec)
             changed = True
         jobs.append(job)
