@@ -179,3 +179,20 @@ def test_an_unchanged_cluster_with_a_refusal_plans_the_same_twice() -> None:
     second = build_plan(cluster, first, options=PlanOptions(now=NOW))
     assert [(p.name, p.action, p.node) for p in first.pods] == [(p.name, p.action, p.node) for p in second.pods]
     assert first.jobs[("ml", "x")].conditions == second.jobs[("ml", "x")].conditions
+
+
+def test_walras_plan_reads_a_resourcequota_from_manifests(tmp_path: Any) -> None:
+    """``walras plan -f`` (the manifests loader) puts ResourceQuotas into the snapshot: the offline plan caps the
+    namespace as the operator's does."""
+    import json
+
+    from walras.manifests import load_manifests
+
+    docs = [node("a0"), node("a1"), pool("a"), job("small", "team-a", 6), job("big", "team-b", 8),
+            quota("team-a", {"requests.nvidia.com/gpu": "2"})]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    snap = load_manifests(path, validate=False)
+    assert [q["metadata"]["name"] for q in snap.resourcequotas] == ["q"]
+    plan, _ = plan_of(snap)
+    assert (planned(plan, "team-a", "small"), planned(plan, "team-b", "big")) == (2, 6)
