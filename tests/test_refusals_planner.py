@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from walras.kube.decode import cluster_from, quota_from
 from walras.planner import Snapshot
 from walras.planner.cluster import Quota, Refusal
@@ -196,3 +198,44 @@ def test_walras_plan_reads_a_resourcequota_from_manifests(tmp_path: Any) -> None
     assert [q["metadata"]["name"] for q in snap.resourcequotas] == ["q"]
     plan, _ = plan_of(snap)
     assert (planned(plan, "team-a", "small"), planned(plan, "team-b", "big")) == (2, 6)
+
+
+# --- a property: new pods never take a namespace over its quota -------------------------------------------------------
+
+
+@st.composite
+def quota_clusters(draw: st.DrawFn) -> Snapshot:
+    nodes = tuple(node(f"a{k}") for k in range(draw(st.integers(1, 3))))  # 4 GPUs each
+    names = [f"ns{k}" for k in range(draw(st.integers(1, 3)))]
+    jobs, pods, quotas = [], [], []
+    slots = iter([f"a{k % len(nodes)}" for k in range(4 * len(nodes))])  # bound pods never over-commit a node
+    for ns in names:
+        if draw(st.booleans()):
+            key = draw(st.sampled_from(["requests.nvidia.com/gpu", "count/pods", "pods"]))
+            quotas.append(quota(ns, {key: str(draw(st.integers(0, 6)))}))
+        for j in range(draw(st.integers(1, 2))):
+            name = f"j{j}"
+            jobs.append(job(name, ns, draw(st.integers(1, 6)), weight=draw(st.sampled_from([1.0, 3.0]))))
+            for k in range(draw(st.integers(0, 2))):
+                where = next(slots, None)
+                if where is not None:
+                    pods.append(pod(f"{name}-{ns}-{k}", name, ns, where))
+        for k in range(draw(st.integers(0, 1))):
+            where = next(slots, None)
+            if where is not None:
+                pods.append(pod(f"other-{ns}-{k}", None, ns, where))
+    return Snapshot(nodes=nodes, pools=(pool("a"),), jobs=tuple(jobs), pods=tuple(pods),
+                    resourcequotas=tuple(quotas))
+
+
+@settings(max_examples=40, deadline=None)
+@given(quota_clusters())
+def test_new_pods_never_take_a_namespace_over_its_quota(snap: Snapshot) -> None:
+    plan, cluster = plan_of(snap)
+    for q in cluster.quotas:
+        ((resource, hard),) = q.hard.items()
+        used = sum(p.requests.get(resource, 0.0) for p in cluster.pods if p.namespace == q.namespace)
+        new = [p for p in plan.pods if p.namespace == q.namespace and p.action == "create"]
+        per_pod = 1.0  # every pod here requests one GPU and one pod slot
+        if new:
+            assert used + per_pod * len(new) <= hard + 1e-9, (q, used, [p.name for p in new])

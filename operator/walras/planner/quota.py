@@ -7,9 +7,10 @@ Two inputs of the typed cluster, applied after the lifecycle's pre-phase and bef
   its quotas, less what the namespace's other pods request (every non-terminal pod that is not a live replica of a
   Walras job: other controllers' pods, Walras's terminating ones), is what Walras's replicas there may request
   together (the API server's quota admission counts a pod's requests as kube-scheduler does: containers summed, at
-  least the largest init container, plus overhead, plus one ``pods``). The namespace's valid jobs take it in name
-  order: each keeps its live pods (a quota never removes a pod: the API server only refuses new ones), then gets as
-  many more replicas as fit, each replica counted at its largest request vector over the pools it may use. A job
+  least the largest init container, plus overhead, plus one ``pods``). Every job keeps its live pods (a quota never
+  removes a pod: the API server only refuses new ones) and they count first; then the namespace's valid jobs take
+  what is left in name order, each as many more replicas as fit, a replica counted at its largest request vector
+  over the pools it may use. A job
   capped below its spec's replicas gets the condition ``QuotaLimited`` and a blocker with the numbers; the market
   never prices the capacity the quota would refuse, so other namespaces' jobs are offered it.
 * **Refusals** (``Cluster.refused``, the operator's record of pod creations the API server refused: Pod Security,
@@ -140,13 +141,15 @@ def _quota_caps(cluster: Cluster, live: Mapping[JobKey, list[Pod]]) -> dict[JobK
         if job.spec is not None:
             by_namespace[job.namespace].append(job)
     for namespace, (room, binding) in quota_room(cluster).items():
-        for job in sorted(by_namespace.get(namespace, ()), key=lambda j: j.name):
-            assert job.spec is not None
-            pods = live.get(job.key, [])
-            for pod in pods:
+        ordered = sorted(by_namespace.get(namespace, ()), key=lambda j: j.name)
+        for job in ordered:  # every live pod counts first: the quota holds them already
+            for pod in live.get(job.key, []):
                 for resource, value in pod.requests.items():
                     if resource in room:
                         room[resource] -= value
+        for job in ordered:
+            assert job.spec is not None
+            pods = live.get(job.key, [])
             vector = _largest_vector(job, cluster)
             wanted = job.spec.replicas
             more, which = _fit(room, vector)
@@ -157,8 +160,9 @@ def _quota_caps(cluster: Cluster, live: Mapping[JobKey, list[Pod]]) -> dict[JobK
             if allowed < wanted:
                 left = room[which] + extra * vector[which]
                 message = (f"ResourceQuota {namespace}/{binding[which]} leaves room for {allowed} of {wanted} "
-                           f"replica(s): {which} {_fmt(left)} left for new pods after the namespace's other pods "
-                           f"and this job's {len(pods)} live pod(s), {_fmt(vector[which])} per replica")
+                           f"replica(s): {which} {_fmt(left)} left for new pods after the namespace's other pods, "
+                           f"the live pods of its Walras jobs ({len(pods)} of this one) and the new pods of the jobs "
+                           f"before it in name order, {_fmt(vector[which])} per replica")
                 out[job.key] = (allowed, Limit(QUOTA_LIMITED, allowed, wanted, message))
     return out
 
