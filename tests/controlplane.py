@@ -104,7 +104,8 @@ class ControlPlane:
             "apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}))
         status = {"capacity": dict(allocatable), "allocatable": dict(allocatable),
                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test"}]}
-        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+        self.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                     json.dumps({"status": status}))
         deadline = time.monotonic() + 30
         while True:
             taints = [t for t in self.get("node", name)["spec"].get("taints", [])

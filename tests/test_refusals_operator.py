@@ -143,3 +143,23 @@ async def test_other_errors_are_not_refusals() -> None:
     with pytest.raises(ApiError):
         await act(actuator, creates("j-0"))
     assert actuator.refusals == {}
+
+
+@pytest.mark.asyncio
+async def test_the_controller_hands_the_refusals_to_the_next_plan() -> None:
+    from walras.operator.controller import Controller
+
+    client, clock = FakeClient(Forbidden(403, "Forbidden", PSA)), Clock()
+    seen: list[Any] = []
+
+    def planner(cluster: Any, previous: Any, **_: Any) -> Plan:
+        seen.append(cluster)
+        return Plan()
+
+    controller = Controller(client, lambda: Snapshot(jobs=(JOB,)), planner)  # type: ignore[arg-type]
+    controller.actuator.wall = clock
+    controller.planned_from(Snapshot(jobs=(JOB,)), None)
+    assert seen[-1].refused == {}
+    await act(controller.actuator, creates("j-0"))
+    controller.planned_from(Snapshot(jobs=(JOB,)), None)
+    assert seen[-1].refused == {("ns", "j"): Refusal(PSA, 1, clock.now + REFUSAL_BACKOFF, 403, 1)}
