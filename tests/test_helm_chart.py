@@ -433,6 +433,7 @@ EXPECTED_RULES = {
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
     ("", "namespaces"): {"list", "watch"},
+    ("", "resourcequotas"): {"list", "watch"},  # the namespaces' limits in the plan (docs/refusals.md)
     ("walras.dev", "resourcepools"): {"get", "list", "watch", "patch"},
     ("walras.dev", "fungiblejobs"): {"get", "list", "watch", "patch"},
     ("walras.dev", "colocationprofiles"): {"get", "list", "watch", "patch"},

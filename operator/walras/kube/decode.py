@@ -41,6 +41,7 @@ from walras.planner.cluster import (
     Pod,
     Pool,
     Profile,
+    Quota,
     ReportedStatus,
     Requirement,
     Taint,
@@ -267,7 +268,21 @@ def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | N
         uid=str(meta.get("uid") or ""),
         started=timestamp(status.get("startTime")),
         reason=str(status.get("reason") or ""),
+        nominated=_nominated(status),
+        priority=_priority(spec),
     )
+
+
+def _nominated(status: Mapping[str, Any]) -> str | None:
+    """``status.nominatedNodeName`` (docs/refusals.md, "Nominations"), None when absent or not a name."""
+    node = status.get("nominatedNodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def _priority(spec: Mapping[str, Any]) -> int:
+    """``spec.priority`` (an int32 the API server resolves from the pod's PriorityClass), 0 when absent or malformed."""
+    value = spec.get("priority")
+    return value if type(value) is int else 0
 
 
 def constraints_from(pod_spec: Mapping[str, Any]) -> Constraints:
@@ -648,6 +663,50 @@ def with_priorities(jobs: tuple[Job, ...], classes: Mapping[str, int], default: 
     if after is not None:
         cast(dict[str, KindSequence], after.sequences)["PriorityClass"] = KindSequence([], [key], [], (jobs, resolved))
     return resolved
+# ------------------------------------------------------------------ ResourceQuotas (docs/refusals.md)
+
+#: A ResourceQuota's ``spec.hard`` keys the planner models -> the resource of a pod's request they limit.
+QUOTA_KEYS = {"requests.cpu": "cpu", "cpu": "cpu", "requests.memory": "memory", "memory": "memory",
+              "pods": PODS, "count/pods": PODS}
+
+
+def _quota_resource(key: str) -> str | None:
+    """The request resource a ``spec.hard`` key limits (``requests.nvidia.com/gpu`` -> ``nvidia.com/gpu``), None for
+    limits, storage and object counts the planner does not model."""
+    if key in QUOTA_KEYS:
+        return QUOTA_KEYS[key]
+    if key.startswith("requests.") and "/" in key:  # an extended resource: only requests.* is allowed for those
+        return key[len("requests."):]
+    return None
+
+
+def quota_from(obj: Mapping[str, Any]) -> Quota | None:
+    """A ResourceQuota -> :class:`Quota` of the request limits it sets (the smaller where two keys name one
+    resource, ``cpu`` and ``requests.cpu``); None for a quota with ``scopes`` or a ``scopeSelector`` (it limits only
+    some pods: not modelled), one without a name, or one that limits nothing the planner models. A malformed
+    quantity counts as 0, as elsewhere in this module (the API server validates them)."""
+    meta = _meta(obj)
+    name = meta.get("name")
+    spec = _map(obj.get("spec"))
+    if not isinstance(name, str) or not name or spec.get("scopes") or spec.get("scopeSelector"):
+        return None
+    hard: dict[str, float] = {}
+    for key, raw in _map(spec.get("hard")).items():
+        resource = _quota_resource(str(key))
+        if resource is None:
+            continue
+        value = _quantity(raw if isinstance(raw, str | int | float) else "")
+        if math.isfinite(value):
+            hard[resource] = min(value, hard.get(resource, math.inf))
+    if not hard:
+        return None
+    return Quota(str(meta.get("namespace") or "default"), name, dict(sorted(hard.items())))
+
+
+def quotas_from(objs: Iterable[Mapping[str, Any]]) -> tuple[Quota, ...]:
+    """The :class:`Quota` of each ResourceQuota that sets a limit the planner models, in (namespace, name) order."""
+    quotas = [q for q in map(quota_from, objs) if q is not None]
+    return tuple(sorted(quotas, key=lambda q: (q.namespace, q.name)))
 
 
 def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> Cluster:
@@ -664,6 +723,7 @@ def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> C
         profiles=tuple(sorted(map(profile_from, snapshot.profiles), key=lambda p: p.name)),
         budgets=tuple(sorted(map(budget_from, snapshot.budgets), key=lambda b: b.name)),
         namespaces=namespace_labels(snapshot.namespaces),
+        quotas=quotas_from(snapshot.resourcequotas),  # docs/refusals.md
     )
     if snapshot.priorityclasses:  # docs/preemption.md
         classes, default = priority_classes(snapshot.priorityclasses)

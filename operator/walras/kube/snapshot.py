@@ -23,6 +23,7 @@ from walras.kube.decode import (
     pool_from,
     priority_classes,
     profile_from,
+    quota_from,
 )
 from walras.planner.cluster import BudgetReported, ReportedStatus
 from walras.planner.model import LABEL_MANAGED, Snapshot
@@ -37,6 +38,7 @@ DECODERS: Mapping[str, Any] = {
     "Budget": budget_from,  # docs/budgets.md; its reported spend left out, as a job's status
     "Namespace": lambda obj: namespace_labels((obj,)),  # its labels, for the Budgets' selectors
     "PriorityClass": lambda obj: priority_classes((obj,)),  # its value and globalDefault (docs/preemption.md)
+    "ResourceQuota": quota_from,  # a namespace's limits (docs/refusals.md); its status.used is left out
 }
 
 _UNREPORTED = ReportedStatus()
@@ -64,7 +66,8 @@ def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
                   pools: Iterable[Mapping[str, Any]], jobs: Iterable[Mapping[str, Any]],
                   profiles: Iterable[Mapping[str, Any]], namespaces: Iterable[str] = (), *,
                   budgets: Iterable[Mapping[str, Any]] = (), namespace_objects: Iterable[Mapping[str, Any]] = (),
-                  priorityclasses: Iterable[Mapping[str, Any]] = ()) -> Snapshot:
+                  priorityclasses: Iterable[Mapping[str, Any]] = (),
+                  resourcequotas: Iterable[Mapping[str, Any]] = ()) -> Snapshot:
     """A planner snapshot, each kind in (namespace, name) order; with ``namespaces`` only the FungibleJobs (and
     their pods) of those namespaces count, while every pod still counts for node usage."""
     allowed = set(namespaces)
@@ -87,4 +90,5 @@ def snapshot_from(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         budgets=tuple(sorted(budgets, key=object_key)),
         namespaces=tuple(sorted(namespace_objects, key=object_key)),
         priorityclasses=tuple(sorted(priorityclasses, key=object_key)),
+        resourcequotas=tuple(sorted(resourcequotas, key=object_key)),
     )

@@ -50,6 +50,7 @@ KINDS = {
     "ColocationProfile": "profiles",
     "Budget": "budgets",
     "Namespace": "namespaces",
+    "ResourceQuota": "resourcequotas",  # a namespace's limits in the plan (docs/refusals.md)
 }
 
 

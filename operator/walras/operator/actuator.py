@@ -16,6 +16,13 @@
   condition), and the eviction is asked again by later plans with a capped exponential backoff per pod
   (:data:`EVICTION_BACKOFF` doubling up to :data:`EVICTION_BACKOFF_CAP`); plans within the backoff send nothing.
 * pods labelled with a job's name but not owned by it are adopted (owner reference added).
+* a ``create`` the API server refuses (400, 403 or 422: Pod Security, a ResourceQuota, an admission webhook) is
+  recorded per job (:attr:`Actuator.refusals`, docs/refusals.md): a Warning Event ``AdmissionRefused`` on the job
+  (aggregated), the refusal handed to the next plans (``Cluster.refused``: the planner holds no capacity for the
+  job's missing pods and writes the ``AdmissionRefused`` condition), and the creation asked again after a backoff
+  (:data:`REFUSAL_BACKOFF` doubling per refused attempt up to :data:`REFUSAL_BACKOFF_CAP`); a create of a job within
+  its backoff sends nothing. A successful creation, the job's deletion, or a change of its spec (a new
+  ``metadata.generation``) ends the record.
 
 Every pod created or bound is assumed (:class:`walras.operator.assumed.AssumedPods`) until the watch shows it; pods
 deleted or evicted are forgotten. A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound,
@@ -33,11 +40,12 @@ from dataclasses import dataclass, field
 from walras.kube.client import KubeClient
 from walras.kube.decode import pod_from
 from walras.kube.encode import TemplateCache, build_pod, pool_node_selector, resize_containers
-from walras.kube.errors import ApiError, Conflict
+from walras.kube.errors import ApiError, BadRequest, Conflict, Forbidden, UnprocessableEntity
 from walras.metrics import WalrasMetrics
 from walras.operator.assumed import AssumedPods
 from walras.operator.recorder import Recorder
 from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
+from walras.planner.cluster import Refusal
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan
 
 logger = logging.getLogger("walras.operator")
@@ -46,6 +54,32 @@ logger = logging.getLogger("walras.operator")
 #: refused eviction every 5 s; the backoff keeps a long-blocked budget from costing a request every plan).
 EVICTION_BACKOFF = 2.0
 EVICTION_BACKOFF_CAP = 120.0
+
+#: Seconds before a refused pod creation is tried again, doubled per refused attempt up to the cap (docs/refusals.md;
+#: kube-controller-manager's ReplicaSet controller retries a refused create with its work queue's rate limiter,
+#: 5 ms doubling to 1000 s; ours starts where an admission problem is unlikely to have gone, and caps at 5 minutes).
+REFUSAL_BACKOFF = 10.0
+REFUSAL_BACKOFF_CAP = 300.0
+
+
+def _generation(job: RawObject | None) -> object:
+    """A job's ``metadata.generation`` (``"gone"`` for no job)."""
+    return "gone" if job is None else (job.get("metadata") or {}).get("generation")
+
+
+@dataclass
+class _Refused:
+    """A job's refused pod creations: the API server's answer, the pods refused in the last attempt (one plan's
+    creates), refused attempts in a row, the delay after this one, and when to try again (``wall`` seconds)."""
+
+    code: int
+    message: str
+    pods: set[str]
+    attempts: int
+    delay: float
+    until: float
+    round: int
+    generation: object  # the job's metadata.generation when refused ("gone" when the job is gone)
 
 
 @dataclass
@@ -75,6 +109,18 @@ class Actuator:
     _eviction_blocked: dict[ObjectKey, dict[str, str]] = field(default_factory=dict)
     #: the clock of the eviction backoff (tests replace it)
     clock: Callable[[], float] = time.monotonic
+    #: job -> its refused pod creations (docs/refusals.md)
+    _refused: dict[ObjectKey, _Refused] = field(default_factory=dict)
+    #: how many plans :meth:`calls` carried out (a refusal's attempt is one plan's creates)
+    _round: int = 0
+    #: the clock of the refusals' backoff: the planner's (``PlanOptions.now``, epoch seconds; tests replace it)
+    wall: Callable[[], float] = time.time
+
+    @property
+    def refusals(self) -> Mapping[ObjectKey, Refusal]:
+        """job -> the API server's refusal of its pods, as the planner reads it (``Cluster.refused``)."""
+        return {key: Refusal(r.message, len(r.pods), r.until, r.code, r.attempts)
+                for key, r in sorted(self._refused.items())}
 
     @property
     def eviction_blocked(self) -> Mapping[ObjectKey, str]:
@@ -101,10 +147,15 @@ class Actuator:
         calls: list[Awaitable[None]] = [self._adopt(pod, index.jobs) for pod in index.pods.values()
                                         if self._needs_adoption(pod, index.jobs)]
         self._settle_resizes(plan)
+        self._settle_refusals(index)
+        now = self.wall()
         for pp in plan.pods:
             current = index.pods.get((pp.namespace, pp.name))
             job = index.jobs.get((pp.namespace, pp.job))
             if pp.action == "create" and current is None:
+                refused = self._refused.get((pp.namespace, pp.job))
+                if refused is not None and now < refused.until:
+                    continue  # refused, within its backoff: not asked again yet
                 if job is not None:
                     calls.append(self._create(pp, job, pool_node_selector(index.pools.get(("", pp.pool)))))
             elif current is None:
@@ -129,6 +180,32 @@ class Actuator:
             if not blocked:
                 del self._eviction_blocked[owner]
         return calls
+
+    def _settle_refusals(self, index: SnapshotIndex) -> None:
+        """Start a new attempt; drop the refusals of jobs that are gone or whose spec changed since (a new
+        ``metadata.generation``: the template may be fixed, so its pods are asked for at once)."""
+        self._round += 1
+        for key in [k for k, r in self._refused.items() if _generation(index.jobs.get(k)) != r.generation]:
+            del self._refused[key]
+
+    async def _refuse(self, pp: PodPlan, job: RawObject, exc: ApiError) -> None:
+        """Record that the API server refused to create ``pp`` (see the module docstring)."""
+        key = (pp.namespace, pp.job)
+        now = self.wall()
+        message = exc.message or str(exc)
+        was = self._refused.get(key)
+        if was is not None and was.round == self._round:  # another pod of the same attempt
+            was.pods.add(pp.name)
+        else:
+            attempts = was.attempts + 1 if was is not None else 1
+            delay = min(2.0 * was.delay, REFUSAL_BACKOFF_CAP) if was is not None else REFUSAL_BACKOFF
+            self._refused[key] = _Refused(exc.code, message, {pp.name}, attempts, delay, now + delay, self._round,
+                                          _generation(job))
+            logger.warning("the API server refused pod %s/%s of job %s (%s %s), asked again in %g s: %s",
+                           pp.namespace, pp.name, pp.job, exc.code, exc.reason, delay, message)
+        await self.recorder.event(job, "Warning", "AdmissionRefused",
+                                  f"The API server refused pod {pp.name} ({exc.code} {exc.reason}); asked again with "
+                                  f"backoff: {message}")
 
     def _settle_resizes(self, plan: Plan) -> None:
         """Drop the waiting pods that no longer wait for a resize (resized, gone, replaced)."""
@@ -172,7 +249,12 @@ class Actuator:
         except ValueError as exc:
             await self.recorder.event(job, "Warning", "PodTemplateInvalid", str(exc))
             return
-        pod, created = await self.client.create_pod(pp.namespace, body)
+        try:
+            pod, created = await self.client.create_pod(pp.namespace, body)
+        except (BadRequest, Forbidden, UnprocessableEntity) as exc:  # admission refused it (docs/refusals.md)
+            await self._refuse(pp, job, exc)
+            return
+        self._refused.pop((pp.namespace, pp.job), None)
         self._assume(pod)
         if created:
             logger.info("created pod %s/%s for job %s in pool %s", pp.namespace, pp.name, pp.job, pp.pool)

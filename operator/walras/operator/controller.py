@@ -200,6 +200,8 @@ class Controller:
         """``snapshot`` translated (with the controller's translation cache) and planned by ``self.planner`` after
         ``previous`` with the controller's plan cache."""
         cluster = cluster_from(snapshot, self.translations)
+        if self.actuator.refusals:  # the API server's refusals of pod creations are an input (docs/refusals.md)
+            cluster = replace(cluster, refused=self.actuator.refusals)
         return self.planner(cluster, previous, cache=self.plan_cache, **kwargs)
 
     def planned_without_gc(self, *args: Any, **kwargs: Any) -> Plan:

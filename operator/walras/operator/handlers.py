@@ -52,7 +52,7 @@ from walras.planner.model import GROUP, VERSION, Snapshot
 logger = logging.getLogger("walras.operator")
 
 INDEX_NAMES = ("walras_nodes", "walras_pods", "walras_pools", "walras_jobs", "walras_profiles", "walras_budgets",
-               "walras_namespaces", "walras_priorityclasses")
+               "walras_namespaces", "walras_priorityclasses", "walras_resourcequotas")
 
 #: The finalizer an older Walras put on ResourcePools through its kopf timer; removed by the leader on sight.
 LEGACY_FINALIZER = f"{GROUP}/kopf-finalizer"
@@ -155,7 +155,8 @@ class IndexSource:
                              self._values("walras_jobs"), self._values("walras_profiles"), self.namespaces,
                              budgets=self._values("walras_budgets"),  # docs/budgets.md
                              namespace_objects=self._values("walras_namespaces"),
-                             priorityclasses=self._values("walras_priorityclasses"))  # docs/preemption.md
+                             priorityclasses=self._values("walras_priorityclasses"),  # docs/preemption.md
+                             resourcequotas=self._values("walras_resourcequotas"))  # docs/refusals.md
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -186,6 +187,7 @@ def build_registry(controller: Controller, source: IndexSource, kube: KubeConfig
         "walras_budgets": ((GROUP, VERSION, "budgets"), "Budget"),  # docs/budgets.md
         "walras_namespaces": (("v1", "namespaces"), "Namespace"),  # labels for the Budgets' selectors
         "walras_priorityclasses": (("scheduling.k8s.io", "v1", "priorityclasses"), "PriorityClass"),  # preemption.md
+        "walras_resourcequotas": (("v1", "resourcequotas"), "ResourceQuota"),  # namespaces' limits (docs/refusals.md)
     }
 
     def make_index(index_name: str, selector: tuple[str, ...]) -> None:

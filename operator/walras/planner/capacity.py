@@ -3,7 +3,9 @@
 For every node, the free vector over every resource present is ``allocatable - requested`` where ``requested`` sums
 the effective requests of every non-terminal pod bound to the node (Walras's or not, terminating ones included, and
 the pods the operator has assumed there, :mod:`.cache`). A pod *fits* a node when its request vector is within the
-free vector on every resource, the ``pods`` count included (``NodeResourcesFit``). A node is *usable* for new pods when
+free vector on every resource, the ``pods`` count included (``NodeResourcesFit``). In a plan (``nominated=True``)
+a node's requested vector also holds the requests of the pods kube-scheduler *nominated* to it
+(:func:`reserve_nominated`, docs/refusals.md "Nominations"). A node is *usable* for new pods when
 it is Ready and not cordoned; a job's pods may go to the usable nodes its template admits (``NodeAffinity``,
 ``TaintToleration``, ``nodeSelector``).
 """
@@ -115,8 +117,10 @@ class TableEntry:
     table: NodeTable
 
 
-def node_table(cluster: Cluster, reuse: Reuse | None = None) -> NodeTable:
-    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there. With
+def node_table(cluster: Cluster, reuse: Reuse | None = None, *, nominated: Nominations | None = None) -> NodeTable:
+    """The :class:`NodeTable` of ``cluster``: every non-terminal pod bound to an existing node counts there, and with
+    ``nominated`` (the plan's table, :func:`nominations`; not the invariants', which count bound pods only) the pods
+    nominated to a node are reserved on it (:func:`reserve_nominated`). With
     ``reuse`` (the caller's cache, :mod:`.reuse`), a cluster with the same node and pod objects in the same order as
     the recorded table was built from gets that table (its arrays shared read-only, ``used`` copied: later phases
     reserve in it); this plan's is recorded."""
@@ -130,13 +134,77 @@ def node_table(cluster: Cluster, reuse: Reuse | None = None) -> NodeTable:
         # the same arrays, with this plan's masks and label columns
         reuse.store(TableEntry(inputs, NodeTable(t.nodes, t.names, t.index, t.resources, t.column, t.alloc, t.used,
                                                  t.usable, table.masks, table.labels)))
+        reserve_nominated(table, cluster, nominated or {})
         return table
     table = _node_table(cluster)
     shared = NodeTable(table.nodes, table.names, table.index, table.resources, table.column, frozen(table.alloc),
                        frozen(table.used.copy()), frozen(table.usable), table.masks,
                        table.labels)  # masks and label columns: this plan's too
     reuse.store(TableEntry(inputs, shared))
+    reserve_nominated(table, cluster, nominated or {})
     return table
+
+
+#: Seconds a plan keeps holding a node for a pod after kube-scheduler cleared its nomination while the pod is still
+#: unbound (docs/refusals.md): kube-scheduler clears a nomination when an attempt of the preemptor fails while its
+#: victims are still leaving (seen on the real control plane: the nomination is gone for ~0.1 s before the next
+#: attempt binds the pod), and a plan in that gap must not refill the room.
+NOMINATION_HOLD = 30.0
+
+Nominations = Mapping[tuple[str, str], tuple[str, float | None]]
+
+
+def nominations(cluster: Cluster, previous: Nominations | None = None, now: float | None = None
+                ) -> dict[tuple[str, str], tuple[str, float | None]]:
+    """The pods whose requests a plan reserves on a node (docs/refusals.md, "Nominations"): pod -> (node, since).
+
+    A pod of another controller (not one Walras manages), live (not terminal, not terminating), not bound yet, with
+    ``status.nominatedNodeName`` naming an existing node, at a priority higher than the lowest of the Walras pods
+    that count on that node (terminating ones included: the victims of the preemption), or on a node no Walras pod
+    counts on. kube-scheduler's own filters count such a pod on its node for every pod of no higher priority
+    (``addNominatedPods``); Walras's pods are of lower priority, so the planner counts it too and places none of
+    Walras's replacements into the room the preemption freed while the nomination stands. A pod in ``previous`` (the
+    previous plan's) whose nomination is cleared meanwhile, and that is still unbound and live, stays reserved on
+    its node for :data:`NOMINATION_HOLD` seconds from when it was first reserved there (with a clock)."""
+    before = previous or {}
+    nodes = {node.name for node in cluster.nodes}
+    lowest: dict[str, int] = {}
+    for pod in cluster.pods:
+        if pod.job is not None and pod.node is not None and not pod.terminal:
+            lowest[pod.node] = min(pod.priority, lowest.get(pod.node, pod.priority))
+    out: dict[tuple[str, str], tuple[str, float | None]] = {}
+    for pod in cluster.pods:
+        if pod.job is not None or pod.node is not None or pod.terminal or pod.terminating:
+            continue
+        node, since = pod.nominated, now
+        held = before.get(pod.key)
+        if held is not None and (node is None or node == held[0]):
+            node, since = held
+            if pod.nominated is None and now is not None and since is not None and now - since >= NOMINATION_HOLD:
+                continue
+        if node is not None and node in nodes and (node not in lowest or pod.priority > lowest[node]):
+            out[pod.key] = (node, since)
+    return out
+
+
+def reserve_nominated(table: NodeTable, cluster: Cluster, held: Nominations) -> None:
+    """Reserve the requests of the pods ``held`` (:func:`nominations`) on their nodes of ``table``: per node, the
+    nominated pods' requests less what the node's terminating pods hold (the room they free is the room the
+    nomination waits for: counting both would sell it twice), at least 0 per resource."""
+    if not held:
+        return
+    wanted = np.zeros_like(table.used)
+    leaving = np.zeros_like(table.used)
+    pods = {pod.key: pod for pod in cluster.pods}
+    for key, (node, _) in held.items():
+        pod = pods.get(key)
+        if pod is not None:
+            wanted[table.index[node]] += table.vector(pod.requests)
+    for pod in cluster.pods:
+        k = table.index.get(pod.node) if pod.node is not None else None
+        if k is not None and pod.terminating and not pod.terminal and wanted[k].any():
+            leaving[k] += table.vector(pod.requests)
+    table.used += np.maximum(wanted - leaving, 0.0)
 
 
 def _node_table(cluster: Cluster) -> NodeTable:

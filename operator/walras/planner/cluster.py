@@ -143,6 +143,10 @@ class Pod:
     assumed: bool = False
     started: float | None = None  # status.startTime (epoch seconds), set once the kubelet accepted the pod
     reason: str = ""  # status.reason, e.g. OutOfcpu (kubelet admission) or Evicted
+    #: ``status.nominatedNodeName``: the node kube-scheduler preempted for this pod and holds for it until it binds
+    #: (docs/refusals.md, "Nominations"); None when not nominated.
+    nominated: str | None = None
+    priority: int = 0  # spec.priority (resolved from its PriorityClass by the API server; 0 without one)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -304,6 +308,10 @@ class Cluster:
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: PriorityClass name -> value (scheduling.k8s.io/v1; docs/preemption.md), for reports; jobs carry theirs resolved.
     priority_classes: Mapping[str, int] = field(default_factory=dict)
+    #: job key -> the operator's record of the API server refusing its pods (docs/refusals.md)
+    refused: Mapping[tuple[str, str], Refusal] = field(default_factory=dict)
+    #: the ResourceQuotas (without scopes), in (namespace, name) order (docs/refusals.md)
+    quotas: tuple[Quota, ...] = ()
 
     def resource_names(self) -> tuple[str, ...]:
         """Every resource named by a node's allocatable or a live pod's request, ``pods`` first, then sorted."""
@@ -314,6 +322,32 @@ class Cluster:
             if not pod.terminal:
                 names.update(pod.requests)
         return (PODS, *sorted(names - {PODS}))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The API server refused to create pods of a job (Pod Security, ResourceQuota, an admission webhook): the
+    operator's record (:class:`walras.operator.actuator.Actuator`), an input of the plan (``Cluster.refused``,
+    docs/refusals.md). ``pods`` were refused in the last attempt, ``message`` is the API server's, and until
+    ``until`` (epoch seconds, the clock of ``PlanOptions.now``; None: until the caller says otherwise) the plan holds
+    no capacity for the job's replicas that have no pod (:mod:`walras.planner.quota`)."""
+
+    message: str
+    pods: int = 1
+    until: float | None = None
+    code: int = 403
+    attempts: int = 1  # refusals in a row (each doubles the backoff)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A ResourceQuota's hard limits, as request amounts of the planner's resources (``requests.cpu`` and ``cpu``
+    -> ``cpu``, ``requests.nvidia.com/gpu`` -> ``nvidia.com/gpu``, ``pods`` and ``count/pods`` -> ``pods``); limits
+    on ``limits.*`` and other object counts are not modelled, nor are quotas with scopes (docs/refusals.md)."""
+
+    namespace: str
+    name: str
+    hard: Resources
 
 
 def pod_vector(template: JobTemplate, job: JobSpec, priced: str, amount: float) -> dict[str, float]:

@@ -22,6 +22,8 @@ On a plan for that cluster (``check_plan``):
   deletes (every managed live pod must appear in the plan);
 * ``PartialGang``: a gang job (``spec.replicas.gang``) whose plan keeps, resizes, binds or creates ``0 < k < N`` pods,
   or puts them in more than one pool (docs/gangs.md; N is ``spec.replicas.count`` less the pods that Succeeded).
+* ``NominationTaken``: the plan puts pods on a node into the room kube-scheduler holds there for a pod it nominated
+  (:func:`walras.planner.capacity.nominations`, docs/refusals.md), beyond allocatable once that pod is counted.
 
 On the cluster, ``PartialGang`` also flags a gang job with ``0 < k < N`` pods when all of them are Running on a node,
 none is terminating and its status (where written) reports those k (a gang caught in a transition, pods still being
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.capacity import node_table
+from walras.planner.capacity import node_table, nominations, reserve_nominated
 from walras.planner.cluster import PODS, Cluster
 from walras.planner.model import Plan
 from walras.planner.objects import select
@@ -153,6 +155,14 @@ def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
         out.append(Violation("PlanOverCommits", f"Node/{table.names[k]}",
                              f"{table.resources[r]} would be {_fmt(after[k, r])} > allocatable "
                              f"{_fmt(table.alloc[k, r])}"))
+    bound = table.used.copy()
+    reserve_nominated(table, cluster, nominations(cluster))  # this check's own table: restored below
+    held, table.used = table.used - bound, bound
+    taken = (after + held > table.alloc + 1e-9 * np.maximum(1.0, table.alloc)) & grew & ~over
+    for k, r in zip(*np.nonzero(taken), strict=True):
+        out.append(Violation("NominationTaken", f"Node/{table.names[k]}",
+                             f"{table.resources[r]} would be {_fmt(after[k, r] + held[k, r])} > allocatable "
+                             f"{_fmt(table.alloc[k, r])} with the pods nominated there"))
     planned = {(p.namespace, p.name) for p in plan.pods}
     by_job: dict[tuple[str, str], list[str]] = defaultdict(list)
     for pod in cluster.pods:

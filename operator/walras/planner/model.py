@@ -45,6 +45,7 @@ class Snapshot:
     budgets: tuple[KubeObject, ...] = ()  # Budget (docs/budgets.md)
     namespaces: tuple[KubeObject, ...] = ()  # Namespace (their labels, for the Budgets' selectors)
     priorityclasses: tuple[KubeObject, ...] = ()  # PriorityClass (scheduling.k8s.io/v1; docs/preemption.md)
+    resourcequotas: tuple[KubeObject, ...] = ()  # ResourceQuota (namespaces' limits, docs/refusals.md)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,9 @@ REASONS: dict[str, str] = {
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
     "GangNotPlaceable": "a gang (spec.replicas.gang) needs all its replicas in one pool; no pool can place them all",
+    # docs/refusals.md (walras.planner.quota)
+    "QuotaLimited": "the namespace's ResourceQuota leaves room for fewer replicas than the job wants",
+    "AdmissionRefused": "the API server refused the job's pods (Pod Security, quota, webhook); retried with backoff",
 }
 
 
@@ -340,6 +344,10 @@ class Plan:
     solver: SolverStats = field(default_factory=SolverStats)
     seconds: float = 0.0
     tenants: Mapping[str, TenantPlan] = field(default_factory=dict)  # empty with tenants off
+    #: The pods whose requests this plan reserved on a node for kube-scheduler's nomination: pod -> (node, since
+    #: when, epoch seconds; None without a clock); the next plan holds them a while after the nomination is
+    #: cleared (walras.planner.capacity.nominations, docs/refusals.md)
+    nominations: Mapping[ObjectKey, tuple[str, float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("pods", "events"):

@@ -6,7 +6,9 @@ decode (caller)       raw API objects -> the typed :class:`~.cluster.Cluster` (:
                       runs it before ``build_plan``, with its own :class:`~walras.kube.decode.TranslationCache`)
 lifecycle (pre)       lost pods force-deleted; each job's state over time (complete, failed pods and their
                       backoff, backoff limit, suspended) as the replicas the market may plan (:mod:`.lifecycle`)
-capacity              per-node allocatable and requested vectors over every resource (:mod:`.capacity`)
+admission             ResourceQuotas and the API server's refusals cap each job's replicas (:mod:`.quota`)
+capacity              per-node allocatable and requested vectors over every resource, nominated pods reserved
+                      (:mod:`.capacity`)
 objects               valid profiles, pools (their nodes) and jobs (their pools) (:mod:`.objects`)
 observe               each job's running and pending pods per pool; pods no job wants (:mod:`.observe`)
 resize                running pods whose planned requests changed (:mod:`.resize`)
@@ -45,7 +47,7 @@ from operator import attrgetter
 import numpy as np
 
 from walras.planner.assume import overlay
-from walras.planner.capacity import node_table
+from walras.planner.capacity import node_table, nominations
 from walras.planner.cluster import Cluster, Constraints, Pod
 from walras.planner.gang import enforce as enforce_gangs
 from walras.planner.gang import gang_sizes
@@ -55,6 +57,7 @@ from walras.planner.model import JobPlan, Plan, PodPlan, SolverStats
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
 from walras.planner.preemption import preempt
+from walras.planner.quota import admit, annotate
 from walras.planner.reconcile import reconcile
 from walras.planner.resize import plan_resizes
 from walras.planner.results import Actions, PlanContext, PlanOptions
@@ -83,10 +86,12 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
     given = overlay(cluster, assumed)
     sizes = gang_sizes(given)  # each gang's declared size N (docs/gangs.md)
     life = prepare(given, previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
-    cluster, tenancy = apply_tenants(life.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
+    admission = admit(life.cluster, opts.now)  # quotas and refused pods cap what is held (docs/refusals.md)
+    cluster, tenancy = apply_tenants(admission.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
     if opts.tenants is not None and opts.market_eps is None:
         opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
-    table = node_table(cluster, reuse)
+    held = nominations(cluster, previous.nominations if previous is not None else None, opts.now)
+    table = node_table(cluster, reuse, nominated=held)  # nominated pods reserved (docs/refusals.md)
     objects, reported = build_objects(cluster, table)
     pools, jobs = dict(reported.pools), dict(reported.jobs)
     templates = tuple(info.job.template for info in objects.jobs)
@@ -120,6 +125,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
             pools[name] = replace(pools[name], preemptions=times)
     concluded = conclude(life, ctx, actions, migrated.moved, jobs)
     jobs.update(concluded.jobs)
+    jobs.update(annotate(jobs, admission))
     pods = _listed(jobs, concluded.actions, statuses.counted)
     if opts.tenants is not None:
         jobs = with_tenants(tenancy, jobs)
@@ -129,7 +135,7 @@ def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCac
               *priced.events, *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started,
-                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {})
+                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {}, nominations=held)
 
 
 def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,
