@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from walras.simulate.cluster import parse_cluster
-from walras.simulate.engine import EngineOptions, simulate
+from walras.simulate.engine import TIME_TOLERANCE, EngineOptions, simulate
 from walras.simulate.policies import POLICIES
 from walras.simulate.state import Decision, SimState
 from walras.simulate.trace import read_csv
@@ -44,7 +44,9 @@ def _check(run_rows: list[tuple[float, str, float, int]], policy: str, window: f
         done[i] += rate * (end - begin)
         last_end[i] = end
     np.testing.assert_allclose(done, run.work, rtol=1e-9)  # the work integrated over the segments is the work
-    assert np.all(run.finish - run.arrival >= run.work / run.best_rate * (1 - 1e-12))
+    # no job beats its best rate; the engine admits arrivals within TIME_TOLERANCE of an event at that event (a job
+    # arriving 1e-10 s after another starts with it), so a JCT may be short of work/rate by that much, no more
+    assert np.all(run.finish - run.arrival >= run.work / run.best_rate * (1 - 1e-12) - TIME_TOLERANCE)
 
 
 @pytest.mark.parametrize("policy", [p for p in POLICIES if p not in PLANNER])
