@@ -92,8 +92,8 @@ def test_printer_columns_and_explain(crds: ControlPlane, namespace: str) -> None
     wide = crds.kubectl("get", "fungiblejob", "j", "-n", namespace, "-o", "wide").stdout.splitlines()
     assert "WEIGHT" in wide[0].split() and "2" in wide[1].split()
     explained = crds.kubectl("explain", "fungiblejob.spec.replicas").stdout
-    assert "Either a fixed count, or min and max" in explained
-    for field in ("count", "min", "max"):
+    assert "Either a fixed count (optionally a gang), or min and max" in explained
+    for field in ("count", "gang", "min", "max"):
         assert f"  {field}\t" in explained or f"  {field} " in explained, explained
     assert "ResourcePool" in crds.kubectl("explain", "resourcepools").stdout
     conditions = crds.kubectl("explain", "fungiblejob.status.conditions").stdout
