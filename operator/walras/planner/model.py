@@ -164,6 +164,13 @@ REASONS: dict[str, str] = {
     "PoolCapacity": "the pool's spec.capacity is sold out",
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+    # outages helper (issue 30 items 3, 5, 7): job conditions of the lifecycle and objects phases and of build_plan
+    "Misplaced": "a pod of the job was bound to a node outside its pool (a scheduler bypassed Walras); it is removed "
+                 "and its replacement backed off",
+    "PodSecurityRefused": "the namespace's Pod Security level (pod-security.kubernetes.io/enforce) refuses the pod "
+                          "template; no pod is created",
+    "SolverFailed": "the market's solver failed on this job's numbers; the job is left out of the plan, the others "
+                    "are planned",
 }
 
 
@@ -265,6 +272,12 @@ class JobPlan:
     waiting: int = 0
     created: float | None = None
     first_running: float | None = None
+    #: Misplacements (:mod:`walras.planner.lifecycle`, issue 30 item 3): pods of the job bound to a node outside
+    #: their pool that the job cannot use (a scheduler that bypassed the extender), counted once each; the time of
+    #: the last one (the replacement's backoff runs from it); the identities already counted, carried while visible.
+    misplaced: int = 0
+    last_misplaced: float | None = None
+    counted_misplaced: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
 
     @property
     def key(self) -> ObjectKey:
