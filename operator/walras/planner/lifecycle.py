@@ -49,8 +49,9 @@ phases plan as usual:
   (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
   the node and the pool only, so that the recorder aggregates repeats into one Event's count;
 
-Precedence: Complete, then Failed, then Suspended, then backoff, then misplacement. Without a clock no node is lost by time (a node that
-is gone still is) and no backoff is measured (a failed pod's replacement is planned at once, as before this phase).
+Precedence: Complete, then Failed, then Suspended, then backoff, then misplacement. Without a clock no node is lost
+by time (a node that is gone still is) and no backoff is measured (a failed pod's or a misplaced pod's replacement
+is planned at once, as before this phase).
 
 :func:`conclude` runs after the status phase: it adds this phase's deletions to the plan, gives the deletions of a
 Failed or Suspended job their reason, sets the phase, conditions, events and the counters (``failedPods``,
