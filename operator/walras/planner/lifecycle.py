@@ -49,9 +49,15 @@ phases plan as usual:
   (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
   the node and the pool only, so that the recorder aggregates repeats into one Event's count;
 
-Precedence: Complete, then Failed, then Suspended, then backoff, then misplacement. Without a clock no node is lost
-by time (a node that is gone still is) and no backoff is measured (a failed pod's or a misplaced pod's replacement
-is planned at once, as before this phase).
+* a job whose pod template the namespace's **Pod Security** level (``pod-security.kubernetes.io/enforce``) refuses
+  (:func:`walras.planner.podsecurity.violations`) creates no new pod (effective replicas: its live pods, which the
+  API server admitted before and which Pod Security never removes) and gets the condition ``PodSecurity=False``
+  (reason ``PodSecurityRefused``, naming the failed checks) and one Warning Event when the refusal starts, instead
+  of a create refused with 403 at every plan;
+
+Precedence: Complete, then Failed, then Suspended, then Pod Security, then backoff, then misplacement. Without a
+clock no node is lost by time (a node that is gone still is) and no backoff is measured (a failed pod's or a
+misplaced pod's replacement is planned at once, as before this phase).
 
 :func:`conclude` runs after the status phase: it adds this phase's deletions to the plan, gives the deletions of a
 Failed or Suspended job their reason, sets the phase, conditions, events and the counters (``failedPods``,
@@ -71,6 +77,7 @@ import numpy as np
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, evolve, rfc3339
+from walras.planner.podsecurity import ENFORCE_LABEL, level_of, violations
 from walras.planner.results import NODE_LOSS_GRACE, Actions, Concluded, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
@@ -223,6 +230,11 @@ class JobLife:
     last_misplaced: float | None = None
     counted_misplaced: frozenset[str] = frozenset()
     misplaced_until: float | None = None
+    #: Pod Security: the namespace's enforced level and what of the template it refuses (empty: admitted); whether
+    #: the previous plan already reported the refusal
+    level: str = "privileged"
+    refused: tuple[str, ...] = ()
+    was_refused: bool = False
 
 
 @dataclass
@@ -327,7 +339,9 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
         tally = tallies.get(job.key, _NO_PODS)
         mine = tuple((p, pool) for p, pool in astray.get(job.key, ()) if not (
             pool is not None and spec.throughput.get(pool, 0.0) > 0))
-        life = _job_life(job, spec, tally, previous, now, mine)
+        level = level_of(cluster.namespaces.get(job.namespace))
+        refused = violations(spec.template, level) if level != "privileged" else ()
+        life = _job_life(job, spec, tally, previous, now, mine, (level, refused))
         out.jobs[job.key] = life
         for pod in tally.failed:
             if not pod.terminating:
@@ -403,7 +417,8 @@ def _tally(pods: list[Pod]) -> Tally:
 
 
 def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now: float | None,
-              astray: tuple[tuple[Pod, str | None], ...] = ()) -> JobLife:
+              astray: tuple[tuple[Pod, str | None], ...] = (),
+              security: tuple[str, tuple[str, ...]] = ("privileged", ())) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
     misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now)
     reported = job.reported
@@ -434,6 +449,8 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
         state, replicas = "Failed", 0
     elif spec.suspend:
         state, replicas = "Suspended", 0
+    elif security[1]:
+        state, replicas = "PodSecurityRefused", min(spec.replicas, live - len(astray))
     elif failures > 0 and now is not None and last_failure is not None and \
             now < last_failure + backoff_delay(failures):
         state, replicas = "Backoff", min(spec.replicas, live - len(astray))
@@ -444,8 +461,10 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
     else:
         state, replicas = "Active", spec.replicas
     until = last_misplaced + misplaced_delay(misplaced) if last_misplaced is not None and misplaced else None
+    was_refused = old is not None and any(c.type == "PodSecurity" and c.status == "False" for c in old.conditions)
     return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at,
-                   misplaced, astray, new_misplaced, last_misplaced, counted_misplaced, until)
+                   misplaced, astray, new_misplaced, last_misplaced, counted_misplaced, until, security[0],
+                   security[1], was_refused)
 
 
 def _misplacements(old: JobPlan | None, astray: tuple[tuple[Pod, str | None], ...], now: float | None) -> tuple[
@@ -561,12 +580,24 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
             "Backoff", "True", "FailedPodBackoff",
             f"{life.failures} failed pod(s) (backoffLimit {spec.backoff_limit}): no new pod before "
             f"{rfc3339(life.retry_at)} ({backoff_delay(life.failures):g} s after the last failure)"))
+    if life.refused:
+        message = _refused_message(life)
+        conditions.append(Condition("PodSecurity", "False", "PodSecurityRefused", message))
+        if not life.was_refused:
+            event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodSecurityRefused", message))
     if life.astray or life.state == "Misplaced":
         conditions.append(Condition("Misplaced", "True", "Misplaced", _misplaced_message(life)))
     if before == "Suspended" and life.state != "Suspended":
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Resumed",
                         "spec.suspend is false: the job is planned again."))
     return evolve(jp, conditions=tuple(conditions))
+
+
+def _refused_message(life: JobLife) -> str:
+    """The ``PodSecurity`` condition's message: the level, the failed checks (as the API server names them)."""
+    spec = life.spec
+    return (f'namespace {spec.namespace!r} enforces Pod Security "{life.level}" ({ENFORCE_LABEL}); the pod template '
+            f"violates it: {', '.join(life.refused)}. No pod is created (docs/security.md); fix spec.template")
 
 
 def _misplaced_event(pod: Pod) -> str:
