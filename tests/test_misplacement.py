@@ -1,6 +1,6 @@
 """Issue 30 item 3: a scheduler configuration mistake must not become an endless loop. Every pod Walras creates
 requires its pool's nodes (:func:`walras.kube.encode.build_pod`); a pod bound elsewhere anyway (a scheduler that
-bypasses the extender, a binding made by hand) is reported once (a Warning Event whose repeats aggregate, and the
+bypasses the extender, a binding made by hand) is reported once (one Warning Event per node and pool, and the
 job's ``Misplaced`` condition naming the pod, the node and the pool) and its replacement is backed off
 (:func:`walras.planner.lifecycle.misplaced_delay`: 10 s doubled per misplacement, at most 300 s), so the creations
 over ``T`` seconds are bounded by about ``replicas x (log2(T / 10 s) + 2)`` instead of one round per plan.
@@ -77,7 +77,7 @@ def test_the_backoff_schedule_is_exponential_and_capped() -> None:
 def test_a_scheduler_that_always_misplaces_makes_a_bounded_number_of_creations() -> None:
     """Over 60 s and 600 s of plans every 2 s, a scheduler binding every pod of a 3-replica job to a node outside its
     pool: the creations stay within ``3 x (log2(T / 10 s) + 2)`` (without the backoff: 3 per two plans, 90 and 900);
-    one distinct Warning Event (its repeats aggregate), the condition names the pod, the node and the pool."""
+    one distinct Warning Event text (the operator posts it once), the condition names the pod, the node and the pool."""
     for seconds in (60.0, 600.0):
         run = _simulate(seconds, lambda p, t: "x0")
         bound = 3 * (math.log2(seconds / 10.0) + 2)
@@ -106,6 +106,7 @@ def test_a_correct_scheduler_after_misplacements_runs_the_job_and_clears_the_con
     assert len(placed) == 3 and set(placed.values()) <= {"a0", "a1"}, placed
     assert "Misplaced" not in {c.type for c in last.jobs[("ml", "j")].conditions}
     assert last.jobs[("ml", "j")].misplaced == len(run["events"]) == run["creations"] - 3
+    assert "node x0, outside pool 'a'" in last.jobs[("ml", "j")].misplaced_where
 
 
 def test_replanning_the_same_misplaced_cluster_counts_each_pod_once() -> None:

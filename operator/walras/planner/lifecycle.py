@@ -44,10 +44,11 @@ phases plan as usual:
   before, but it is counted once (``misplaced``, its identity carried in ``counted_misplaced`` while it is
   visible) and its replacement is **backed off**: for :func:`misplaced_delay` ``(k) = min(10 s * 2^(k-1), 300 s)``
   after the k-th misplacement the job creates no new pod (effective replicas: its live pods that are not
-  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 1`` creations in the
-  first ``T`` seconds (then one per 300 s), never a create/delete loop. The job gets the condition ``Misplaced``
+  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2`` rounds of creations
+  (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a create/delete loop. The job gets the condition ``Misplaced``
   (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
-  the node and the pool only, so that the recorder aggregates repeats into one Event's count;
+  the node and the pool only, so that the same misplacement is one Event (the operator posts an Event of
+  the same text once; the recorder aggregates repeats into its count);
 
 * a job whose pod template the namespace's **Pod Security** level (``pod-security.kubernetes.io/enforce``) refuses
   (:func:`walras.planner.podsecurity.violations`) creates no new pod (effective replicas: its live pods, which the
@@ -230,6 +231,7 @@ class JobLife:
     last_misplaced: float | None = None
     counted_misplaced: frozenset[str] = frozenset()
     misplaced_until: float | None = None
+    misplaced_where: str = ""  # the last misplaced pod, its node and pool (for the condition once it is gone)
     #: Pod Security: the namespace's enforced level and what of the template it refuses (empty: admitted); whether
     #: the previous plan already reported the refusal
     level: str = "privileged"
@@ -421,6 +423,7 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
               security: tuple[str, tuple[str, ...]] = ("privileged", ())) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
     misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now)
+    where = _where(*new_misplaced[-1]) if new_misplaced else (old.misplaced_where if old is not None else "")
     reported = job.reported
     live, succeeded, failed = tally.live, tally.succeeded, tally.failed
     new: list[Pod] = []
@@ -463,7 +466,7 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
     until = last_misplaced + misplaced_delay(misplaced) if last_misplaced is not None and misplaced else None
     was_refused = old is not None and any(c.type == "PodSecurity" and c.status == "False" for c in old.conditions)
     return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at,
-                   misplaced, astray, new_misplaced, last_misplaced, counted_misplaced, until, security[0],
+                   misplaced, astray, new_misplaced, last_misplaced, counted_misplaced, until, where, security[0],
                    security[1], was_refused)
 
 
@@ -537,7 +540,7 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
     jp = evolve(jp, failures=life.failures, last_failure=life.last_failure,
                              counted_failures=life.counted, completion_time=life.completion,
                 misplaced=life.misplaced, last_misplaced=life.last_misplaced,
-                counted_misplaced=life.counted_misplaced)
+                counted_misplaced=life.counted_misplaced, misplaced_where=life.misplaced_where)
     event = events.append
     for pod, _pool in life.new_misplaced:
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "Misplaced", _misplaced_event(pod)))
@@ -600,8 +603,14 @@ def _refused_message(life: JobLife) -> str:
             f"violates it: {', '.join(life.refused)}. No pod is created (docs/security.md); fix spec.template")
 
 
+def _where(pod: Pod, where: str | None) -> str:
+    """``pod P on node N, outside pool 'X'`` (and the node's pool, when it has one)."""
+    return (f"pod {pod.name} on node {pod.node}, outside pool {pod.pool!r}"
+            f"{f' (the node is in pool {where!r}, which the job cannot use)' if where else ''}")
+
+
 def _misplaced_event(pod: Pod) -> str:
-    """The Warning Event of a misplaced pod: the node and the pool, not the pod (repeats aggregate into one Event)."""
+    """The Warning Event of a misplaced pod: the node and the pool, not the pod (the same misplacement is one Event)."""
     return (f"A pod of the job was bound to node {pod.node}, outside its pool {pod.pool!r} (the pool's nodeSelector, "
             "which the pod requires, does not match it): a scheduler bypassed Walras, or a binding was made by hand "
             "(docs/troubleshooting.md, Misplaced). The pod is removed; its replacement is backed off.")
@@ -610,9 +619,8 @@ def _misplaced_event(pod: Pod) -> str:
 def _misplaced_message(life: JobLife) -> str:
     """The ``Misplaced`` condition's message: the pods bound outside their pool now (or the last count), the
     backoff."""
-    shown = "; ".join(f"pod {p.name} on node {p.node}, outside pool {p.pool!r}"
-                      f"{f' (the node is in pool {where!r}, which the job cannot use)' if where else ''}"
-                      for p, where in life.astray[:5])
+    shown = "; ".join(_where(p, where) for p, where in life.astray[:5]) or (
+        f"last: {life.misplaced_where}" if life.misplaced_where else "")
     more = f" and {len(life.astray) - 5} more" if len(life.astray) > 5 else ""
     until = (f"; no new pod before {rfc3339(life.misplaced_until)} ({misplaced_delay(life.misplaced):g} s after the "
              "last)" if life.state == "Misplaced" and life.misplaced_until is not None else "")

@@ -278,6 +278,7 @@ class JobPlan:
     misplaced: int = 0
     last_misplaced: float | None = None
     counted_misplaced: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
+    misplaced_where: str = ""  # the last misplaced pod: "pod P on node N, outside pool 'X'"
 
     @property
     def key(self) -> ObjectKey:
