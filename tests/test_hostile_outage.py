@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import ssl
 import time
 from collections.abc import Sized
@@ -218,18 +219,43 @@ def _stop_component(cp: Any, name: str) -> Any:
         plane.processes[:] = [p for p in plane.processes if p.alive() or not p.name.startswith("kube-scheduler")]
         plane._spawn(name, args)
         plane._wait(120.0, "kube-apiserver /readyz", plane._readyz)
+        # /readyz of kube-apiserver v1.36 does not check etcd: wait until /livez (which does) answers 200 too
+        plane._wait(120.0, "kube-apiserver /livez (etcd)", lambda: _answers(cp, "/livez"))
         # kube-controller-manager is restarted too, as a control-plane restart does: the session's control plane is
         # shared with later tests, and a controller manager that lived through the outage was seen to leave its
-        # controllers stale (no default ServiceAccount in new namespaces, no not-ready taints) for the tests after it
+        # controllers stale (no default ServiceAccount in new namespaces, no not-ready taints) for the tests after it,
+        # or to have exited (its leader lease could not be renewed). It is started until a new namespace gets its
+        # default ServiceAccount (the pods of the next scenario need one).
         (kcm,) = [p for p in plane.processes if p.name == "kube-controller-manager"]
         kcm_args = list(kcm.popen.args)[1:]
         kcm.stop()
         plane.processes.remove(kcm)
-        plane._spawn("kube-controller-manager", kcm_args)
-        plane._wait(60.0, "the default ServiceAccount of namespace default",
-                    lambda: plane._exists("/api/v1/namespaces/default/serviceaccounts/default"))
+        probe = f"outage-probe-{secrets.token_hex(3)}"
+        cp.kubectl("create", "namespace", probe)
+        try:
+            for _ in range(3):
+                started = plane._spawn("kube-controller-manager", kcm_args)
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and started.alive():
+                    if plane._exists(f"/api/v1/namespaces/{probe}/serviceaccounts/default"):
+                        return
+                    time.sleep(0.5)
+                started.stop()
+                plane.processes.remove(started)
+            raise AssertionError(f"kube-controller-manager did not serve a new namespace after 3 starts:\n"
+                                 f"{started.tail()}")
+        finally:
+            cp.kubectl("delete", "namespace", probe, "--wait=false", check=False)
 
     return restart
+
+
+def _answers(cp: Any, path: str) -> bool:
+    """Whether the API server answers ``GET path`` with 200 (no answer: False)."""
+    try:
+        return bool(cp.request("GET", path)[0] == 200)
+    except OSError:
+        return False
 
 
 def _stop_apiserver(cp: Any) -> Any:

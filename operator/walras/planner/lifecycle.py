@@ -44,8 +44,9 @@ phases plan as usual:
   before, but it is counted once (``misplaced``, its identity carried in ``counted_misplaced`` while it is
   visible) and its replacement is **backed off**: for :func:`misplaced_delay` ``(k) = min(10 s * 2^(k-1), 300 s)``
   after the k-th misplacement the job creates no new pod (effective replicas: its live pods that are not
-  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2`` rounds of creations
-  (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a create/delete loop. The job gets the condition ``Misplaced``
+  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2`` rounds of
+  creations (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a
+  create/delete loop. The job gets the condition ``Misplaced``
   (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
   the node and the pool only, so that the same misplacement is one Event (the operator posts an Event of
   the same text once; the recorder aggregates repeats into its count);
