@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import secrets
 import ssl
+import subprocess
 import time
 from collections.abc import Sized
 from typing import Any
@@ -217,21 +218,23 @@ def _stop_component(cp: Any, name: str) -> Any:
         # it cannot renew its lease during the outage, by design (a kubelet would restart it): it is not part of what
         # this test restarts, so it is dropped instead of failing the wait
         plane.processes[:] = [p for p in plane.processes if p.alive() or not p.name.startswith("kube-scheduler")]
-        plane._spawn(name, args)
-        plane._wait(120.0, "kube-apiserver /readyz", plane._readyz)
-        # /readyz of kube-apiserver v1.36 does not check etcd: wait until /livez (which does) answers 200 too
-        plane._wait(120.0, "kube-apiserver /livez (etcd)", lambda: _answers(cp, "/livez"))
         # kube-controller-manager is restarted too, as a control-plane restart does: the session's control plane is
         # shared with later tests, and a controller manager that lived through the outage was seen to leave its
         # controllers stale (no default ServiceAccount in new namespaces, no not-ready taints) for the tests after it,
-        # or to have exited (its leader lease could not be renewed). It is started until a new namespace gets its
-        # default ServiceAccount (the pods of the next scenario need one).
+        # or to have exited. It is stopped first (so that the waits below do not fail on it) and started last, until
+        # a new namespace gets its default ServiceAccount (the pods of the next scenario need one).
         (kcm,) = [p for p in plane.processes if p.name == "kube-controller-manager"]
         kcm_args = list(kcm.popen.args)[1:]
         kcm.stop()
         plane.processes.remove(kcm)
+        plane._spawn(name, args)
+        plane._wait(120.0, "kube-apiserver /readyz", plane._readyz)
+        # /readyz of kube-apiserver v1.36 does not check etcd: wait until /livez (which does) answers 200 too
+        plane._wait(120.0, "kube-apiserver /livez (etcd)", lambda: _answers(cp, "/livez"))
         probe = f"outage-probe-{secrets.token_hex(3)}"
-        cp.kubectl("create", "namespace", probe)
+        # after a long etcd outage kube-apiserver answers /livez before its writes complete again (a create timed
+        # out, "context deadline exceeded", after 180 s of etcd down): the probe namespace is created until it is
+        plane._wait(240.0, "a write to kube-apiserver (namespace create)", lambda: _created(cp, probe))
         try:
             for _ in range(3):
                 started = plane._spawn("kube-controller-manager", kcm_args)
@@ -256,6 +259,15 @@ def _answers(cp: Any, path: str) -> bool:
         return bool(cp.request("GET", path)[0] == 200)
     except OSError:
         return False
+
+
+def _created(cp: Any, namespace: str) -> bool:
+    """Create ``namespace`` once (kubectl, 90 s at most); whether it exists now."""
+    try:
+        cp.kubectl("create", "namespace", namespace, check=False, timeout=90)
+    except subprocess.TimeoutExpired:
+        return False
+    return _answers(cp, f"/api/v1/namespaces/{namespace}")
 
 
 def _stop_apiserver(cp: Any) -> Any:
@@ -344,8 +356,8 @@ def outage_scenario(cp: Any, ns: str, outage: str, seconds: float) -> dict[str, 
                 assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods()} == before
             ended = time.monotonic()
             if restart is not None:
-                await asyncio.to_thread(restart)
-                restart = None
+                pending, restart = restart, None  # once: a failed restart is not retried by the finally below
+                await asyncio.to_thread(pending)
             proxy.down = False
             if stopped:
                 cp.apply_objects([extra])
