@@ -147,6 +147,26 @@ class KubeClient:
         if self._session is not None:
             await self._session.close()
 
+    async def readiness(self, timeout: float = 5.0) -> str | None:
+        """One ``GET /livez?verbose`` and one ``GET /readyz?verbose`` (no retry, ``timeout`` seconds each): None when
+        the API server says it is live and ready, or answers 4xx (not allowed to ask, or no such endpoint: nothing
+        known); else why not: the status and the checks that failed (``/livez 500: [-]etcd failed``: kube-apiserver
+        is up but its etcd is not, which ``/version`` does not show; kube-apiserver v1.36's ``/readyz`` does not
+        check etcd), or that no answer came."""
+        session = await self.session()
+        for path in ("/livez?verbose", "/readyz?verbose"):
+            try:
+                async with session.get(self.config.server + path,
+                                       timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    text = await resp.text()
+                    status = resp.status
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                return f"{path}: no answer ({' '.join(str(exc).split()) or type(exc).__name__})"[:300]
+            if status >= 500:
+                failed = [line.strip() for line in text.splitlines() if line.strip().startswith("[-]")]
+                return f"{path.split('?')[0]} {status}: {'; '.join(failed) or text.strip()}"[:300]
+        return None
+
     async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
                       retry_conflict: bool = False, final_reasons: frozenset[str] = frozenset(),
                       attempts: int | None = None, retryable: frozenset[int] | None = None) -> JSON:

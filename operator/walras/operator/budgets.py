@@ -14,9 +14,11 @@ The writer does remember its own last write per Budget (with the object's resour
 before the watch shows that write integrates from it and not from the older status.
 
 **An unchanged cluster writes nothing**: a Budget's status is written when anything but the spend's bookkeeping
-(``spent``, ``spentText``, ``spentUpdated``) differs, or when the last update is older than ``refresh`` seconds (so
-that ``kubectl get budget`` shows a recent total). Between writes the total is exact all the same: (T5) integrates
-the constant rate in effect since the last write.
+(``spent``, ``spentText``, ``spentUpdated``) differs (its units, rate, namespaces, conditions, generation), or when
+it was never written; never because time passed (issue 32: a quiet cluster's Budgets were rewritten every 300 s).
+Between writes the total is exact all the same: (T5) integrates the constant rate in effect since the last write,
+and ``walras_budget_spent_credits`` exports it at every plan. ``BudgetWriter.refresh`` (seconds, None by default:
+never) brings an unchanged status's total up to date after that long, for a caller that wants it.
 
 With tenants off (``PlanOptions.tenants=None``: a plan without tenants) no Budget status is written.
 """
@@ -36,12 +38,10 @@ from walras.metrics import BudgetMetrics
 from walras.planner.cluster import Budget, BudgetReported
 from walras.planner.model import API_VERSION, Condition, Plan, Snapshot, TenantPlan
 
-__all__ = ["BOOKKEEPING", "REFRESH", "BudgetWriter", "accrued", "budget_status"]
+__all__ = ["BOOKKEEPING", "BudgetWriter", "accrued", "budget_status"]
 
 JSON = dict[str, Any]
 
-#: Seconds after which an unchanged Budget's ``spent`` is brought up to date in its status anyway.
-REFRESH = 300.0
 #: The status keys that change with time alone (not a reason to write before ``REFRESH``).
 BOOKKEEPING = ("spent", "spentText", "spentUpdated")
 
@@ -95,7 +95,9 @@ class BudgetWriter:
     """Writes each Budget's status (module docstring) as a merge patch on ``budgets/status``."""
 
     client: KubeClient
-    refresh: float = REFRESH
+    #: seconds after which an unchanged status's ``spent`` is written anyway; None (the default): never, so a plan of
+    #: an unchanged cluster writes nothing
+    refresh: float | None = None
     #: where each Budget's accrued spend is exported (``walras_budget_spent_credits``), when given
     metrics: BudgetMetrics | None = None
     #: Budget name -> (the object's resourceVersion when we wrote, the status we wrote)
@@ -119,7 +121,8 @@ class BudgetWriter:
             desired = stamp_conditions(current, budget_status(budget, tenant, now), budget.generation)
             if self.metrics is not None and tenant is not None:
                 self.metrics.spent_total(name, desired["spent"])
-            fresh = budget.reported.updated is not None and now - budget.reported.updated < self.refresh
+            fresh = budget.reported.updated is not None and (
+                self.refresh is None or now - budget.reported.updated < self.refresh)
             if fresh and status_patch(_without(current), _without(desired)) is None:
                 continue
             patch = status_patch(current, desired)

@@ -110,14 +110,16 @@ class ApiHealth:
 
 
 async def probe_api(client: KubeClient) -> str | None:
-    """One ``GET /version`` without retries: None when the API server answers it, else why not (no answer, or a 5xx
-    or 429: an API server that is down behind a load balancer answers 503)."""
+    """One ``GET /version`` and, when it answers, ``GET /livez`` and ``/readyz`` (:meth:`KubeClient.readiness`),
+    without retries: None when the API server answers them, else why not (no answer, or a 5xx or 429: an API server
+    that is down behind a load balancer answers 503; a kube-apiserver whose etcd is down still answers ``/version``
+    but ``/livez`` says 500 ``[-]etcd failed``)."""
     try:
         await client.request("GET", "/version", attempts=1)
     except ApiError as exc:
         if exc.code >= 500 or exc.code == 429:
             return f"{exc.code} {exc.reason}: {exc.message}"[:300]
-    return None
+    return await client.readiness()
 
 
 async def watch_api(client: KubeClient, health: ApiHealth, period: float = 5.0) -> None:

@@ -38,8 +38,28 @@ phases plan as usual:
   removed: no lost pod is force-deleted after the grace, and the reconcile phase removes no running pod there
   (:func:`disruption`, read by both). The pool gets a Warning Event ``NodesDisrupted`` (:func:`conclude`).
 
-Precedence: Complete, then Failed, then Suspended, then backoff. Without a clock no node is lost by time (a node that
-is gone still is) and no backoff is measured (a failed pod's replacement is planned at once, as before this phase).
+* a **misplaced** pod (issue 30 item 3: bound to a node that its own pool's ``nodeSelector``, the required node
+  affinity :func:`walras.kube.encode.build_pod` gives every pod, does not match, in no pool the job can use: a
+  scheduler bypassed the extender, or a binding was made by hand) is removed as surplus by the reconcile phase, as
+  before, but it is counted once (``misplaced``, its identity carried in ``counted_misplaced`` while it is
+  visible) and its replacement is **backed off**: for :func:`misplaced_delay` ``(k) = min(10 s * 2^(k-1), 300 s)``
+  after the k-th misplacement the job creates no new pod (effective replicas: its live pods that are not
+  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2`` rounds of
+  creations (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a
+  create/delete loop. The job gets the condition ``Misplaced``
+  (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
+  the node and the pool only, so that the same misplacement is one Event (the operator posts an Event of
+  the same text once; the recorder aggregates repeats into its count);
+
+* a job whose pod template the namespace's **Pod Security** level (``pod-security.kubernetes.io/enforce``) refuses
+  (:func:`walras.planner.podsecurity.violations`) creates no new pod (effective replicas: its live pods, which the
+  API server admitted before and which Pod Security never removes) and gets the condition ``PodSecurity=False``
+  (reason ``PodSecurityRefused``, naming the failed checks) and one Warning Event when the refusal starts, instead
+  of a create refused with 403 at every plan;
+
+Precedence: Complete, then Failed, then Suspended, then Pod Security, then backoff, then misplacement. Without a
+clock no node is lost by time (a node that is gone still is) and no backoff is measured (a failed pod's or a
+misplaced pod's replacement is planned at once, as before this phase).
 
 :func:`conclude` runs after the status phase: it adds this phase's deletions to the plan, gives the deletions of a
 Failed or Suspended job their reason, sets the phase, conditions, events and the counters (``failedPods``,
@@ -59,6 +79,7 @@ import numpy as np
 from walras.planner.cluster import Cluster, Job, Node, Pod
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, evolve, rfc3339
+from walras.planner.podsecurity import ENFORCE_LABEL, level_of, violations
 from walras.planner.results import NODE_LOSS_GRACE, Actions, Concluded, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
@@ -69,6 +90,9 @@ BACKOFF_CAP = 360.0
 #: kube-controller-manager's ``--unhealthy-zone-threshold``: the share of NotReady nodes at which a zone counts as
 #: disrupted and the node lifecycle controller stops evicting its pods.
 UNHEALTHY_THRESHOLD = 0.55
+#: The replacement of a misplaced pod: 10 s, doubled per misplacement of the job, at most 5 minutes.
+MISPLACED_BASE = 10.0
+MISPLACED_CAP = 300.0
 #: Conditions of the market's view that mean nothing for a job out of the market.
 _MARKET_CONDITIONS = ("Scheduled", "ReplicasPlaceable", "PlacedAsPriced", "MinimumReplicas", "ReplicasGranted")
 
@@ -78,6 +102,13 @@ def backoff_delay(failures: int) -> float:
     if failures <= 0:
         return 0.0
     return min(BACKOFF_BASE * 2.0 ** min(failures - 1, 16), BACKOFF_CAP)
+
+
+def misplaced_delay(misplacements: int) -> float:
+    """Seconds a job waits after its ``misplacements``-th misplaced pod before it creates a pod again (0 without)."""
+    if misplacements <= 0:
+        return 0.0
+    return min(MISPLACED_BASE * 2.0 ** min(misplacements - 1, 16), MISPLACED_CAP)
 
 
 @dataclass(frozen=True)
@@ -124,15 +155,9 @@ def disruption(cluster: Cluster) -> Disruption:
     if disrupted(len(down), len(nodes)):
         return Disruption(cluster=(len(down), len(nodes)), held=frozenset(n.name for n in nodes))
     members: dict[str, list[Node]] = defaultdict(list)
-    assigned: set[str] = set()
-    for pool in cluster.pools:
-        if pool.spec is None:
-            continue
-        selector = pool.spec.node_selector.items()
-        for n in nodes:
-            if n.name not in assigned and all(n.labels.get(k) == v for k, v in selector):
-                assigned.add(n.name)
-                members[pool.name].append(n)
+    by_name = {n.name: n for n in nodes}
+    for name, pool in pool_of_nodes(cluster).items():
+        members[pool].append(by_name[name])
     pools: dict[str, tuple[int, int]] = {}
     held: set[str] = set()
     for name, group in members.items():
@@ -141,6 +166,40 @@ def disruption(cluster: Cluster) -> Disruption:
             pools[name] = (count, len(group))
             held.update(n.name for n in group)
     return Disruption(pools, None, frozenset(held)) if pools else NO_DISRUPTION
+
+
+def pool_of_nodes(cluster: Cluster) -> dict[str, str]:
+    """Each node's pool: the first valid pool, in name order, whose ``nodeSelector`` the node's labels match (as
+    :func:`walras.planner.objects.build_objects` assigns them); nodes of no pool are left out."""
+    out: dict[str, str] = {}
+    for pool in cluster.pools:
+        if pool.spec is None:
+            continue
+        selector = pool.spec.node_selector.items()
+        for n in cluster.nodes:
+            if n.name not in out and all(n.labels.get(k) == v for k, v in selector):
+                out[n.name] = pool.name
+    return out
+
+
+def _astray(cluster: Cluster, nodes: Mapping[str, Node]) -> dict[ObjectKey, tuple[tuple[Pod, str | None], ...]]:
+    """Per job, its live pods bound to an existing node that their own pool's ``nodeSelector`` (the ``walras.dev/pool``
+    label names the pool) does not match, each with the node's pool (None: the node is in no pool). Whether the job
+    can use that pool is the caller's question (it reads the job's current spec)."""
+    selectors = {p.name: p.spec.node_selector.items() for p in cluster.pools if p.spec is not None}
+    found: dict[ObjectKey, list[Pod]] = defaultdict(list)
+    for pod in cluster.pods:
+        if pod.job is None or pod.node is None or pod.pool is None or pod.terminating or pod.terminal:
+            continue
+        selector = selectors.get(pod.pool)
+        node = nodes.get(pod.node)
+        if selector is None or node is None or all(node.labels.get(k) == v for k, v in selector):
+            continue
+        found[(pod.namespace, pod.job)].append(pod)
+    if not found:
+        return {}
+    where = pool_of_nodes(cluster)
+    return {key: tuple((p, where.get(p.node or "")) for p in pods) for key, pods in found.items()}
 
 
 def latest(*times: float | None) -> float | None:
@@ -165,6 +224,20 @@ class JobLife:
     last_failure: float | None
     completion: float | None
     retry_at: float | None = None  # end of the backoff
+    #: misplacements (module docstring): counted so far, the pods visible now (each with its node's pool), the
+    #: newly counted ones, the time of the last, the identities counted, the end of the replacement's backoff
+    misplaced: int = 0
+    astray: tuple[tuple[Pod, str | None], ...] = ()
+    new_misplaced: tuple[tuple[Pod, str | None], ...] = ()
+    last_misplaced: float | None = None
+    counted_misplaced: frozenset[str] = frozenset()
+    misplaced_until: float | None = None
+    misplaced_where: str = ""  # the last misplaced pod, its node and pool (for the condition once it is gone)
+    #: Pod Security: the namespace's enforced level and what of the template it refuses (empty: admitted); whether
+    #: the previous plan already reported the refusal
+    level: str = "privileged"
+    refused: tuple[str, ...] = ()
+    was_refused: bool = False
 
 
 @dataclass
@@ -219,10 +292,12 @@ _NO_PODS = Tally(0, 0, ())
 @dataclass(frozen=True)
 class TallyEntry:
     """The lifecycle phase's record (:mod:`.reuse`): each job's :class:`Tally` of the pods and nodes in ``inputs``
-    (``(Same(pods), Same(nodes))``), from a pass that lost and evicted nothing."""
+    (``(Same(pods), Same(nodes), the pools' node selectors)``), from a pass that lost and evicted nothing, and each
+    job's pods bound outside their pool (:func:`_astray`)."""
 
     inputs: Inputs
     tallies: Mapping[ObjectKey, Tally]
+    astray: Mapping[ObjectKey, tuple[tuple[Pod, str | None], ...]] = field(default_factory=dict)
 
 
 def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
@@ -242,17 +317,21 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
                 if p.action == "evict" and _is_move(p)} if previous is not None else {}
     out = Lifecycle(cluster, now=now, disruption=disruption(cluster))
     steady = not evicting and len(safe) == len(cluster.nodes)  # nothing evicted, no node lost by time
-    inputs = (Same(cluster.pods), Same(cluster.nodes))
+    selectors = tuple((p.name, tuple(sorted(p.spec.node_selector.items()))) for p in cluster.pools
+                      if p.spec is not None)
+    inputs = (Same(cluster.pods), Same(cluster.nodes), selectors)
     hit = reuse.lookup(TallyEntry, inputs) if steady else None
     if hit is not None:
         pods: Sequence[Pod] = cluster.pods  # nothing lost or leaving: the pods as they are
         tallies: Mapping[ObjectKey, Tally] = hit.tallies
+        astray = hit.astray
         reuse.store(hit)
     else:
         pods, by_job = _pass(cluster, nodes, safe, evicting, (now, grace), out)
         tallies = {key: _tally(group) for key, group in by_job.items()}
+        astray = _astray(cluster, nodes)
         if steady and not out.lost:
-            reuse.store(TallyEntry(inputs, tallies))
+            reuse.store(TallyEntry(inputs, tallies, astray))
     jobs: list[Job] = []
     changed = bool(out.lost) or out.evicting
     for job in cluster.jobs:
@@ -261,7 +340,11 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
             jobs.append(job)
             continue
         tally = tallies.get(job.key, _NO_PODS)
-        life = _job_life(job, spec, tally, previous, now)
+        mine = tuple((p, pool) for p, pool in astray.get(job.key, ()) if not (
+            pool is not None and spec.throughput.get(pool, 0.0) > 0))
+        level = level_of(cluster.namespaces.get(job.namespace))
+        refused = violations(spec.template, level) if level != "privileged" else ()
+        life = _job_life(job, spec, tally, previous, now, mine, (level, refused))
         out.jobs[job.key] = life
         for pod in tally.failed:
             if not pod.terminating:
@@ -336,8 +419,12 @@ def _tally(pods: list[Pod]) -> Tally:
     return Tally(live, succeeded, tuple(failed))
 
 
-def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now: float | None) -> JobLife:
+def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now: float | None,
+              astray: tuple[tuple[Pod, str | None], ...] = (),
+              security: tuple[str, tuple[str, ...]] = ("privileged", ())) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
+    misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now)
+    where = _where(*new_misplaced[-1]) if new_misplaced else (old.misplaced_where if old is not None else "")
     reported = job.reported
     live, succeeded, failed = tally.live, tally.succeeded, tally.failed
     new: list[Pod] = []
@@ -366,13 +453,42 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
         state, replicas = "Failed", 0
     elif spec.suspend:
         state, replicas = "Suspended", 0
+    elif security[1]:
+        state, replicas = "PodSecurityRefused", min(spec.replicas, live - len(astray))
     elif failures > 0 and now is not None and last_failure is not None and \
             now < last_failure + backoff_delay(failures):
-        state, replicas = "Backoff", min(spec.replicas, live)
+        state, replicas = "Backoff", min(spec.replicas, live - len(astray))
         retry_at = last_failure + backoff_delay(failures)
+    elif misplaced > 0 and now is not None and last_misplaced is not None and \
+            now < last_misplaced + misplaced_delay(misplaced):
+        state, replicas = "Misplaced", min(spec.replicas, live - len(astray))
     else:
         state, replicas = "Active", spec.replicas
-    return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at)
+    until = last_misplaced + misplaced_delay(misplaced) if last_misplaced is not None and misplaced else None
+    was_refused = old is not None and any(c.type == "PodSecurity" and c.status == "False" for c in old.conditions)
+    return JobLife(spec, state, replicas, live, succeeded, failures, counted, new, last_failure, completion, retry_at,
+                   misplaced, astray, new_misplaced, last_misplaced, counted_misplaced, until, where, security[0],
+                   security[1], was_refused)
+
+
+def _misplacements(old: JobPlan | None, astray: tuple[tuple[Pod, str | None], ...], now: float | None) -> tuple[
+        int, tuple[tuple[Pod, str | None], ...], float | None, frozenset[str]]:
+    """``(count, newly counted, last time, identities counted)`` of a job's misplaced pods ``astray`` after the
+    previous plan's ``old``: a pod is counted once (its identity is carried while it is visible); the time of the
+    last misplacement is the plan's clock when one is first counted. The count has no memory beyond the previous
+    plan (an operator restart starts it at 0)."""
+    count = old.misplaced if old is not None else 0
+    last = old.last_misplaced if old is not None else None
+    if not astray:
+        return count, (), last, frozenset()
+    before = old.counted_misplaced if old is not None else frozenset()
+    new = tuple((p, pool) for p, pool in astray if _identity(p) not in before)
+    visible = {_identity(p) for p, _ in astray}
+    counted = frozenset((before & visible) | {_identity(p) for p, _ in new})
+    if new:
+        count += len(new)
+        last = now if now is not None else last
+    return count, new, last, counted
 
 
 def conclude(life: Lifecycle, ctx: PlanContext, actions: Actions, moved: Mapping[ObjectKey, int],
@@ -423,8 +539,12 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
     deletions' new reasons to ``pods`` (the pod plans per job)."""
     spec = life.spec
     jp = evolve(jp, failures=life.failures, last_failure=life.last_failure,
-                             counted_failures=life.counted, completion_time=life.completion)
+                             counted_failures=life.counted, completion_time=life.completion,
+                misplaced=life.misplaced, last_misplaced=life.last_misplaced,
+                counted_misplaced=life.counted_misplaced, misplaced_where=life.misplaced_where)
     event = events.append
+    for pod, _pool in life.new_misplaced:
+        event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "Misplaced", _misplaced_event(pod)))
     for pod in life.new_failures:
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodFailed",
                         f"Pod {pod.name} failed{f' ({pod.reason})' if pod.reason else ''}: failure {life.failures} "
@@ -464,10 +584,50 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
             "Backoff", "True", "FailedPodBackoff",
             f"{life.failures} failed pod(s) (backoffLimit {spec.backoff_limit}): no new pod before "
             f"{rfc3339(life.retry_at)} ({backoff_delay(life.failures):g} s after the last failure)"))
+    if life.refused:
+        message = _refused_message(life)
+        conditions.append(Condition("PodSecurity", "False", "PodSecurityRefused", message))
+        if not life.was_refused:
+            event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodSecurityRefused", message))
+    if life.astray or life.state == "Misplaced":
+        conditions.append(Condition("Misplaced", "True", "Misplaced", _misplaced_message(life)))
     if before == "Suspended" and life.state != "Suspended":
         event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Resumed",
                         "spec.suspend is false: the job is planned again."))
     return evolve(jp, conditions=tuple(conditions))
+
+
+def _refused_message(life: JobLife) -> str:
+    """The ``PodSecurity`` condition's message: the level, the failed checks (as the API server names them)."""
+    spec = life.spec
+    return (f'namespace {spec.namespace!r} enforces Pod Security "{life.level}" ({ENFORCE_LABEL}); the pod template '
+            f"violates it: {', '.join(life.refused)}. No pod is created (docs/security.md); fix spec.template")
+
+
+def _where(pod: Pod, where: str | None) -> str:
+    """``pod P on node N, outside pool 'X'`` (and the node's pool, when it has one)."""
+    return (f"pod {pod.name} on node {pod.node}, outside pool {pod.pool!r}"
+            f"{f' (the node is in pool {where!r}, which the job cannot use)' if where else ''}")
+
+
+def _misplaced_event(pod: Pod) -> str:
+    """The Warning Event of a misplaced pod: the node and the pool, not the pod (the same misplacement is one Event)."""
+    return (f"A pod of the job was bound to node {pod.node}, outside its pool {pod.pool!r} (the pool's nodeSelector, "
+            "which the pod requires, does not match it): a scheduler bypassed Walras, or a binding was made by hand "
+            "(docs/troubleshooting.md, Misplaced). The pod is removed; its replacement is backed off.")
+
+
+def _misplaced_message(life: JobLife) -> str:
+    """The ``Misplaced`` condition's message: the pods bound outside their pool now (or the last count), the
+    backoff."""
+    shown = "; ".join(_where(p, where) for p, where in life.astray[:5]) or (
+        f"last: {life.misplaced_where}" if life.misplaced_where else "")
+    more = f" and {len(life.astray) - 5} more" if len(life.astray) > 5 else ""
+    until = (f"; no new pod before {rfc3339(life.misplaced_until)} ({misplaced_delay(life.misplaced):g} s after the "
+             "last)" if life.state == "Misplaced" and life.misplaced_until is not None else "")
+    return (f"{shown or 'a pod was bound outside its pool'}{more}: removed, {life.misplaced} misplacement(s) "
+            f"counted{until}; check that kube-scheduler calls the extender for every Walras pod "
+            "(managedResources) and that nothing binds them by hand")
 
 
 def _reason(pods: dict[ObjectKey, list[PodPlan]], jp: JobPlan, reason: str) -> JobPlan:

@@ -170,6 +170,13 @@ REASONS: dict[str, str] = {
     # docs/refusals.md (walras.planner.quota)
     "QuotaLimited": "the namespace's ResourceQuota leaves room for fewer replicas than the job wants",
     "AdmissionRefused": "the API server refused the job's pods (Pod Security, quota, webhook); retried with backoff",
+    # outages helper (issue 30 items 3, 5, 7): job conditions of the lifecycle and objects phases and of build_plan
+    "Misplaced": "a pod of the job was bound to a node outside its pool (a scheduler bypassed Walras); it is removed "
+                 "and its replacement backed off",
+    "PodSecurityRefused": "the namespace's Pod Security level (pod-security.kubernetes.io/enforce) refuses the pod "
+                          "template; no pod is created",
+    "SolverFailed": "the market's solver failed on this job's numbers; the job is left out of the plan, the others "
+                    "are planned",
 }
 
 
@@ -274,6 +281,13 @@ class JobPlan:
     waiting: int = 0
     created: float | None = None
     first_running: float | None = None
+    #: Misplacements (:mod:`walras.planner.lifecycle`, issue 30 item 3): pods of the job bound to a node outside
+    #: their pool that the job cannot use (a scheduler that bypassed the extender), counted once each; the time of
+    #: the last one (the replacement's backoff runs from it); the identities already counted, carried while visible.
+    misplaced: int = 0
+    last_misplaced: float | None = None
+    counted_misplaced: frozenset[str] = field(default_factory=frozenset, repr=False, compare=False)
+    misplaced_where: str = ""  # the last misplaced pod: "pod P on node N, outside pool 'X'"
 
     @property
     def key(self) -> ObjectKey:

@@ -35,12 +35,21 @@ unchanged (:mod:`.placement`) and the kept pods' plans (:mod:`.reconcile`) (:mod
 docs/planner.md). The phases read a :class:`~.results.PlanContext` and return their results
 (:mod:`.results`) with the conditions and events they raised; ``build_plan`` assembles the plan from them (the
 events in the order the phases ran, each phase's in the order it raised them).
+
+**One job's numbers never stop the plan** (issue 30 item 7). Values the schema and the decoder admit can still make
+a solver raise (a ``power`` utility with exponent -100 at a throughput of 1e-9 overflows a float). When a plan raises
+an arithmetic error (:data:`SOLVER_ERRORS`), :func:`build_plan` finds the jobs whose presence makes it fail, by
+bisection over the valid jobs (each trial a plan without reuse of the cluster with only some jobs; a failure that
+appears only with several jobs together isolates the smallest group found), plans the cluster again with those
+jobs made invalid (their pods frozen, as for any invalid spec: kept as they are, counted on their nodes) and gives
+each the condition ``Valid=False`` with reason ``SolverFailed`` and the solver's error. The other jobs' plan is the
+plan of the cluster with the failing jobs invalid. An error no job explains is raised as before.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from operator import attrgetter
 
@@ -48,12 +57,12 @@ import numpy as np
 
 from walras.planner.assume import overlay
 from walras.planner.capacity import node_table, nominations
-from walras.planner.cluster import Cluster, Constraints, Pod
+from walras.planner.cluster import Cluster, Constraints, Job, Pod
 from walras.planner.gang import enforce as enforce_gangs
 from walras.planner.gang import gang_sizes
 from walras.planner.lifecycle import conclude, prepare
 from walras.planner.migration import migrate
-from walras.planner.model import JobPlan, Plan, PodPlan, SolverStats
+from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PodPlan, SolverStats, evolve
 from walras.planner.objects import build_objects
 from walras.planner.observe import observe
 from walras.planner.preemption import preempt
@@ -66,13 +75,89 @@ from walras.planner.rounds import run_rounds
 from walras.planner.status import PoolCounts, job_statuses, pool_statuses
 from walras.planner.tenants import apply_tenants, market_eps, tenant_plans, with_tenants
 
-__all__ = ["PlanCache", "PlanOptions", "build_plan"]
+__all__ = ["SOLVER_ERRORS", "PlanCache", "PlanOptions", "build_plan"]
 
 _name = attrgetter("name")
+#: What a solver raises on numbers it cannot handle (OverflowError, ZeroDivisionError, FloatingPointError are
+#: ArithmeticErrors; numpy's LinAlgError; ValueError for a non-finite value met by a check).
+SOLVER_ERRORS: tuple[type[Exception], ...] = (ArithmeticError, ValueError, np.linalg.LinAlgError)
+#: Rounds of isolation before an error no job explains is raised.
+_ISOLATION_ROUNDS = 3
 
 
 def build_plan(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCache | None = None,
                options: PlanOptions | None = None, device: str = "cpu", assumed: Sequence[Pod] = ()) -> Plan:
+    """:func:`plan_phases`, with a job whose numbers make a solver raise isolated (module docstring): the failing
+    jobs are planned as invalid with ``Valid=False SolverFailed``, the others as usual."""
+    try:
+        return plan_phases(cluster, previous, cache=cache, options=options, device=device, assumed=assumed)
+    except SOLVER_ERRORS as exc:
+        error: Exception = exc
+    failed: dict[ObjectKey, str] = {}
+    for _ in range(_ISOLATION_ROUNDS):
+        def fails(jobs: Sequence[Job], base: Cluster = cluster) -> bool:
+            trial = replace(base, jobs=tuple(j for j in base.jobs if j.spec is None or j in jobs))
+            try:
+                plan_phases(_invalid(trial, failed), previous, options=options, device=device, assumed=assumed)
+            except SOLVER_ERRORS:
+                return True
+            return False
+
+        candidates = [j for j in cluster.jobs if j.spec is not None and j.key not in failed]
+        found = _culprits(candidates, fails)
+        if not found:
+            raise error
+        message = f"{type(error).__name__}: {error}"[:500]
+        failed.update({key: message for key in found})
+        try:
+            plan = plan_phases(_invalid(cluster, failed), previous, cache=cache, options=options, device=device,
+                               assumed=assumed)
+        except SOLVER_ERRORS as exc:
+            error = exc
+            continue
+        return _solver_failed(plan, failed)
+    raise error
+
+
+def _culprits(jobs: Sequence[Job], fails: Callable[[Sequence[Job]], bool]) -> list[ObjectKey]:
+    """The keys of the jobs of ``jobs`` whose presence makes ``fails`` true, by bisection: none when ``jobs`` do not
+    fail; a failing single job; else the culprits of each half, or the whole group when neither half fails alone."""
+    if not jobs or not fails(jobs):
+        return []
+    if len(jobs) == 1:
+        return [jobs[0].key]
+    half = len(jobs) // 2
+    found = _culprits(jobs[:half], fails) + _culprits(jobs[half:], fails)
+    return found or [j.key for j in jobs]
+
+
+def _invalid(cluster: Cluster, failed: Mapping[ObjectKey, str]) -> Cluster:
+    """``cluster`` with the jobs of ``failed`` made invalid (their pods are then frozen by the observe phase)."""
+    if not failed:
+        return cluster
+    return replace(cluster, jobs=tuple(
+        replace(j, spec=None, error=f"the market's solver failed on this job's numbers: {failed[j.key]}")
+        if j.key in failed else j for j in cluster.jobs))
+
+
+def _solver_failed(plan: Plan, failed: Mapping[ObjectKey, str]) -> Plan:
+    """``plan`` with each isolated job's ``Valid`` condition and ``InvalidSpec`` event reasoned ``SolverFailed``."""
+    jobs = dict(plan.jobs)
+    for key, message in failed.items():
+        jp = jobs.get(key)
+        if jp is None:
+            continue
+        text = (f"the market's solver failed on this job's numbers ({message}); the job is left out of the plan, "
+                "every other job is planned: bring its throughputs, weight or utility parameters into a smaller range")
+        conditions = tuple(c for c in jp.conditions if c.type != "Valid")
+        jobs[key] = evolve(jp, conditions=(Condition("Valid", "False", "SolverFailed", text), *conditions))
+    events = tuple(replace(e, reason="SolverFailed") if e.kind == "FungibleJob" and e.reason == "InvalidSpec"
+                   and (e.namespace, e.name) in failed else e for e in plan.events)
+    return replace(plan, jobs=jobs, events=events)
+
+
+def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCache | None = None,
+                options: PlanOptions | None = None, device: str = "cpu", assumed: Sequence[Pod] = ()) -> Plan:
     """Plan prices, allocations and pod placements for the typed ``cluster`` (a raw snapshot is translated first,
     :func:`walras.kube.decode.cluster_from`), after ``previous`` (its prices warm-start the market, its
     counters and evictions carry over), counting the operator's ``assumed`` pods (:mod:`.cache`) where the cluster
