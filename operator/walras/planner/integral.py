@@ -39,7 +39,7 @@ from allocator.integral import (
 from allocator.integral import KINDS as UTILITY_KINDS
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
-from walras.planner.placement import why_not
+from walras.planner.placement import capacity_left, why_not
 from walras.planner.policies import UNLIMITED
 from walras.planner.replicas import whole_gangs
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
@@ -82,6 +82,8 @@ def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, pla
             continue
         pool = objects.pools[j]
         job = objects.jobs[i].spec
+        if capacity_left(pool, table) + 1e-9 < job.demand:
+            continue  # spec.capacity sold out: the market grants nothing there (the status says PoolCapacity)
         vec = table.vector(pod_vector(ctx.templates[i], job, pool.spec.resource, job.demand))
         out[j].append((i, int(rest[i]), why_not(table, pool.usable, ctx.admitted[i], work.count,
                                                  pool.spec.degree_limit, vec)))
@@ -113,8 +115,8 @@ def _rescue(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], work: R
             if spec.degree_limit is not None:
                 nodes = nodes[work.count[nodes] < spec.degree_limit]
             nodes = nodes[table.fits_many(nodes, vec)] if nodes.size else nodes
-            if nodes.size == 0:
-                continue
+            if nodes.size == 0 or capacity_left(pool, table) + 1e-9 < vec[c]:
+                continue  # no node, or the pool's spec.capacity is sold out
             was = table.index.get(before.get(pod.name) or "", -1)
             k = was if was in set(nodes.tolist()) else int(nodes[int(np.argmin(table.free[nodes, c]))])
             table.add(k, vec)
@@ -309,7 +311,7 @@ def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: n
             continue
         priced[j] = c
         if pool.spec.capacity is not None:
-            budget[j] = max(float(pool.spec.capacity) - float(table.used[pool.usable, c].sum()), 0.0)
+            budget[j] = max(capacity_left(pool, table), 0.0)
     jobs, templates = objects.jobs, ctx.templates
     # A quick necessary condition (free room only shrinks): a row whose demand exceeds the most free priced resource
     # on any node of each pool it is offered, with a slot, takes no replica; such rows are left out of the problem.
@@ -398,6 +400,8 @@ def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[
             if pool.spec.degree_limit is not None:
                 nodes = nodes[work.count[nodes] < pool.spec.degree_limit]
             vec = table.vector(pod_vector(ctx.templates[i], job, pool.spec.resource, job.demand))
+            if capacity_left(pool, table) + 1e-9 < job.demand:
+                continue  # spec.capacity sold out: nothing idle to sell
             if nodes.size and table.fits_many(nodes, vec).any():
                 rule = "below its gang minimum" if job.elastic and job.min_replicas > 1 else (
                     "sized by the fair mechanism" if job.elastic else "left out")

@@ -22,6 +22,12 @@ On a plan for that cluster (``check_plan``):
   deletes (every managed live pod must appear in the plan);
 * ``PartialGang``: a gang job (``spec.replicas.gang``) whose plan keeps, resizes, binds or creates ``0 < k < N`` pods,
   or puts them in more than one pool (docs/gangs.md; N is ``spec.replicas.count`` less the pods that Succeeded).
+* ``PoolOverCapacity``: a pool with a ``spec.capacity`` into which the plan puts more of its priced resource (binds,
+  creates, resizes up) while its member nodes' pods then use more than the capacity, counting every pod bound there
+  that the plan does not remove (``delete``/``evict``) and what the plan adds (check_cluster's rule, after the plan);
+* ``BudgetCapExceeded``: with tenants on, a tenant whose pods hold more units of a pool's priced resource after the
+  plan than its Budget's cap there (the pods' own requests, assign-and-allocate's amounts included: every pod the
+  plan keeps, resizes, binds or creates on a node, recounted from ``plan.pods``), where the plan adds some;
 * ``NominationTaken``: the plan puts pods on a node into the room kube-scheduler holds there for a pod it nominated
   (:func:`walras.planner.capacity.nominations`, docs/refusals.md), beyond allocatable once that pod is counted.
 
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from walras.planner.capacity import node_table, nominations, reserve_nominated
+from walras.planner.capacity import NodeTable, node_table, nominations, reserve_nominated
 from walras.planner.cluster import PODS, Cluster
 from walras.planner.model import Plan
 from walras.planner.objects import select
@@ -172,7 +178,67 @@ def check_plan(cluster: Cluster, plan: Plan) -> list[Violation]:
     for (namespace, job), missing in sorted(by_job.items()):
         for name in missing:
             out.append(Violation("LostPod", f"Pod/{namespace}/{name}", f"pod of job {job} is not in the plan"))
+    out.extend(_pools_over_capacity(cluster, plan, table, extra))
+    out.extend(_caps_exceeded(cluster, plan))
     out.extend(partial_gangs(cluster, plan))
+    return out
+
+
+def _pools_over_capacity(cluster: Cluster, plan: Plan, table: NodeTable, extra: np.ndarray) -> list[Violation]:
+    """``PoolOverCapacity`` on a plan: per pool with a ``spec.capacity`` that the plan adds use to (``extra``, per
+    node: what its binds, creates and resizes add), the priced resource on the pool's member nodes after the plan
+    (every bound pod the plan does not delete or evict, plus ``extra``) against the capacity."""
+    out: list[Violation] = []
+    removed = {(p.namespace, p.name) for p in plan.pods if p.action in ("delete", "evict")}
+    for pool in cluster.pools:
+        spec = pool.spec
+        if spec is None or spec.capacity is None:
+            continue
+        c = table.column.get(spec.resource)
+        members = np.flatnonzero(select(table, spec.node_selector))
+        if c is None or members.size == 0:
+            continue
+        added = float(extra[members, c].sum())
+        if added <= 1e-12:
+            continue
+        member = {table.names[k] for k in members.tolist()}
+        gone = sum(pod.requests.get(spec.resource, 0.0) for pod in cluster.pods
+                   if pod.key in removed and pod.node in member and not pod.terminal)
+        after = float(table.used[members, c].sum()) - gone + added
+        if after > spec.capacity + 1e-9 * max(1.0, spec.capacity):
+            out.append(Violation("PoolOverCapacity", f"ResourcePool/{pool.name}",
+                                 f"the plan puts {_fmt(added)} {spec.resource} into the pool: {_fmt(after)} in use "
+                                 f"after it > spec.capacity {_fmt(spec.capacity)}"))
+    return out
+
+
+def _caps_exceeded(cluster: Cluster, plan: Plan) -> list[Violation]:
+    """``BudgetCapExceeded``: per tenant of ``plan.tenants`` with caps, the units of each capped pool its namespaces'
+    pods hold after the plan (the planned requests of every holding pod on a node) against the cap, for pools where
+    the plan binds, creates or resizes a pod of the tenant (what ran before the cap is not the plan's doing)."""
+    out: list[Violation] = []
+    capped = [t for t in plan.tenants.values() if t.caps]
+    if not capped:
+        return out
+    resource = {p.name: p.spec.resource for p in cluster.pools if p.spec is not None}
+    for tenant in capped:
+        spaces = set(tenant.namespaces)
+        held: dict[str, float] = defaultdict(float)
+        grew: set[str] = set()
+        for p in plan.pods:
+            if p.namespace not in spaces or p.node is None or p.action not in ("keep", "resize", "bind", "create"):
+                continue
+            res = resource.get(p.pool)
+            if res is None:
+                continue
+            held[p.pool] += _parse(p.requests.get(res, "0"))
+            if p.action != "keep":
+                grew.add(p.pool)
+        for pool, cap in sorted(tenant.caps.items()):
+            if pool in grew and held.get(pool, 0.0) > cap + 1e-9 * max(1.0, cap):
+                out.append(Violation("BudgetCapExceeded", f"Budget/{tenant.budget or tenant.name}",
+                                     f"tenant {tenant.name} holds {_fmt(held[pool])} {resource[pool]} of pool "
+                                     f"{pool} after the plan > cap {_fmt(cap)}"))
     return out
 
 

@@ -33,12 +33,28 @@ from walras.planner.policies import (
     check_result,
     get_policy,
 )
-from walras.planner.results import Batch, Placed, PlanContext, Reservations
+from walras.planner.results import Batch, Placed, PlanContext, PoolInfo, Reservations
 from walras.planner.reuse import Inputs, Reuse
-from walras.planner.spec import PoolSpec
+from walras.planner.spec import JobSpec, PoolSpec
 
-__all__ = ["Batch", "Placed", "PlacementEntry", "effective_free", "place_batch", "placement_digest", "propose",
-           "whole_replicas", "why_not"]
+__all__ = ["Batch", "Placed", "PlacementEntry", "capacity_left", "effective_free", "place_batch", "placement_digest",
+           "propose", "whole_replicas", "why_not"]
+
+#: Why a pod stays unplaced when its pool's ``spec.capacity`` is sold out (:func:`capacity_left`).
+POOL_CAPACITY = "PoolCapacity"
+
+
+def capacity_left(pool: PoolInfo, table: NodeTable) -> float:
+    """What the pool may still sell of its priced resource under its ``spec.capacity``: the capacity less what every
+    pod bound to one of its member nodes (usable or not, Walras' or not) requests there now, as
+    :func:`walras.planner.invariants.check_cluster` counts ``PoolOverCapacity``; ``inf`` without a capacity. New
+    and pending pods are reserved only within it (the Reserve step, the integral fill), so a plan never sells
+    beyond ``spec.capacity``."""
+    if pool.spec.capacity is None:
+        return float("inf")
+    c = table.column.get(pool.spec.resource)
+    used = float(table.used[pool.members, c].sum()) if c is not None and pool.members.size else 0.0
+    return float(pool.spec.capacity) - used
 
 
 def effective_free(table: NodeTable, nodes: np.ndarray, priced: str, vectors: np.ndarray) -> np.ndarray:
@@ -117,6 +133,7 @@ def place_batch(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: Re
         job_replicas_total=np.array([max(jobs[r].spec.replicas, 1) for r in rows], dtype=np.float64),
         pod_job=pod_local,
         profile=pool.profile,
+        job_max_amount=_max_amounts(pool_jobs, pool.name),
     )
     result, reports = _placement(request, ctx.reuse if memoise else None)
     result = whole_replicas(request, result)
@@ -141,6 +158,8 @@ def _place_sticky(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: 
     n = len(batch.rows)
     node = np.full(n, -1, dtype=np.int64)
     amount = np.zeros(n)
+    c = table.column.get(spec.resource)
+    left = capacity_left(ctx.objects.pools[batch.pool], table)
     for q in np.flatnonzero(sticky >= 0).tolist():
         k, row = int(sticky[q]), batch.rows[q]
         job = jobs[row].spec
@@ -149,6 +168,10 @@ def _place_sticky(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: 
             continue
         if spec.degree_limit is not None and count[k] >= spec.degree_limit:
             continue
+        take = float(vec[c]) if c is not None else 0.0
+        if take > left + EPS * max(1.0, abs(left)):
+            continue  # spec.capacity sold out: the Reserve step below says so
+        left -= take
         table.add(k, vec)
         count[k] += 1
         node[q] = k
@@ -162,12 +185,28 @@ def _place_sticky(ctx: PlanContext, batch: Batch, throughput: np.ndarray, work: 
     return Placed(node, amount, why, got.conditions)
 
 
+def _max_amounts(jobs: list[JobSpec], pool: str) -> np.ndarray | None:
+    """Per job, the most units one pod may get in ``pool`` (:attr:`JobSpec.pod_caps`, a Budget cap); None when no
+    job is bounded there."""
+    if not any(job.pod_caps for job in jobs):
+        return None
+    return np.array([dict(job.pod_caps).get(pool, np.inf) for job in jobs], dtype=np.float64)
+
+
 def whole_replicas(request: PlacementRequest, result: PlacementResult) -> PlacementResult:
     """The proposal with every pod of a job without a utility curve given exactly its ``demand`` of the priced
     resource (a replica is whole: a policy arranges replicas, it never cuts one; issue 33). A job with
     ``spec.curve`` asks for variable amounts explicitly (assign-and-allocate, paper 000 Sec. 3) and keeps the
-    policy's. A pod whose node cannot hold its demand is moved or left unplaced by the Reserve step."""
+    policy's, within its per-pod bound in the pool where a Budget caps it (``job_max_amount``). A pod whose node
+    cannot hold its demand is moved or left unplaced by the Reserve step."""
     curved = np.array([job.curve is not None for job in request.jobs], dtype=bool)
+    bound = request.job_max_amount
+    if bound is not None and request.n_pods:  # a Budget cap's per-pod bound clips a curve's amount
+        over = (result.node >= 0) & (result.amount > bound[request.pod_job] + 1e-9)
+        if over.any():
+            amount = result.amount.copy()
+            amount[over] = bound[request.pod_job][over]
+            result = PlacementResult(node=result.node, amount=amount, notes=list(result.notes))
     if curved.all() or request.n_pods == 0:
         return result
     demand = request.demand()
@@ -190,6 +229,7 @@ def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult,
     priced_col = table.column.get(priced)
     degree = spec.degree_limit
     node, amount, why = out.node, out.amount, out.why
+    left = capacity_left(ctx.objects.pools[batch.pool], table)
     for q in range(len(batch.rows)):
         row = batch.rows[q]
         proposed = int(result.node[q])
@@ -213,6 +253,12 @@ def _reserve_one_by_one(ctx: PlanContext, batch: Batch, result: PlacementResult,
             score = table.free[nodes_k, priced_col] if priced_col is not None else np.zeros(nodes_k.size)
             t = int(np.flatnonzero(fits)[np.argmax(score[fits])])
             k = int(nodes_k[t])
+        take = float(vec[priced_col]) if priced_col is not None else 0.0
+        if take > left + EPS * max(1.0, abs(left)):  # the pool's spec.capacity is sold out for this pod
+            if not batch.optional[q]:
+                why[q] = POOL_CAPACITY
+            continue
+        left -= take
         node[q] = k
         amount[q] = got
         table.add(k, vec)
@@ -251,6 +297,10 @@ def _reserve_as_proposed(ctx: PlanContext, batch: Batch, result: PlacementResult
     counts = np.bincount(ks, minlength=len(table.names))
     if degree is not None and np.any(walras_count + counts > degree):
         return False
+    c = table.column.get(priced)
+    left = capacity_left(ctx.objects.pools[batch.pool], table)
+    if c is not None and np.isfinite(left) and float(vecs[:, c].sum()) > left + EPS * max(1.0, abs(left)):
+        return False  # the pool's spec.capacity cannot take every pod: the pod-by-pod Reserve decides which
     used = table.used.copy()
     np.add.at(used, ks, vecs)
     touched = np.flatnonzero(counts)

@@ -55,6 +55,9 @@ class PlacementRequest:
     job_replicas_total: np.ndarray
     pod_job: np.ndarray
     profile: ProfileSpec | None = None
+    #: Per job, the most units of the priced resource one of its pods may get (``inf``: no bound; a tenant's Budget
+    #: cap, :attr:`walras.planner.spec.JobSpec.pod_caps`); None: no job is bounded
+    job_max_amount: np.ndarray | None = None
 
     @property
     def n_pods(self) -> int:
@@ -193,6 +196,9 @@ class UtilityPolicy:
         table = np.zeros((len(request.jobs), top + 1))
         for i, job in enumerate(request.jobs):
             table[i] = curve_values(job.curve, job.demand, top)
+            bound = request.job_max_amount[i] if request.job_max_amount is not None else np.inf
+            if bound < top:  # a Budget cap's per-pod bound: the value table is flat beyond it
+                table[i, int(np.floor(bound + 1e-9)) + 1:] = table[i, int(np.floor(bound + 1e-9))]
         values = table[request.pod_job]
         # Degree limit: AA assigns any number of threads to a server, so pods beyond a node's slots are evicted
         # (smallest amounts first); the units they free go back to the pods left on their node by the same optimal

@@ -2,8 +2,8 @@
 
 * running pods: the first ``target`` of each pool (by name) are kept (``keep``, or ``resize`` when the resize phase
   changed them); the rest are removed (below);
-* pending pods: ``bind`` to the node placement chose, ``keep`` (no node yet) when none had room, ``delete`` when the
-  pool wants fewer;
+* pending pods: ``bind`` to the node placement chose, ``keep`` (no node yet, with why) when none had room or the
+  pool's ``spec.capacity`` is sold out, ``delete`` when no batch holds them (the pool wants fewer);
 * new replicas that placement placed: ``create`` (a deterministic name, so a re-create after a restart is idempotent);
   new replicas that found no node are not created (the job's status says why);
 * pods of deleted jobs, of pools the job cannot use, on nodes that are gone: removed; pods of a job whose spec is
@@ -142,6 +142,8 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
     targets = outcome.target.tolist()
     done = resizes.done
     texts: dict[int, dict[str, str]] = {}  # id(pod.requests) -> its text (the pods are alive for the whole call)
+    # the pending pods the batches hold (each gets its bind/keep plan there)
+    batched = {id(pod) for _, _, held in outcome.batches for pod in held if pod is not None}
 
     def keep(pod: Pod, job_name: str, pool: str) -> PodPlan:
         """The ``keep`` plan of a running pod, its requests written as text once per distinct requests mapping."""
@@ -190,9 +192,11 @@ def reconcile(ctx: PlanContext, observed: Observed, outcome: Outcome, resizes: R
                                              target.reason))
             if min(len(kept), want) > 0:
                 placed_here[pool.name] += min(len(kept), want)
-            wanted_pending = max(want - len(kept), 0)
-            for pod in sorted(pending, key=_name)[wanted_pending:]:
-                delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
+            # a pending pod that no batch of this plan holds (the pool wants fewer, or sells no more: spec.capacity)
+            # is deleted (it never started); every other one gets its plan from its batch (_placed): none is lost
+            for pod in sorted(pending, key=_name):
+                if id(pod) not in batched:
+                    delete(pod, pool.name, f"surplus: the job wants {want} replica(s) in pool {pool.name!r}", False)
         if not plans:
             del out.pods[key]
         if not placed_here:
@@ -246,8 +250,9 @@ def _placed(objects: Objects, observed: Observed, outcome: Outcome, out: Actions
                 text = rendered[(row, priced, amount)] = {**spec.resource_text, priced: format_quantity(amount)}
             if held is not None:
                 verb: PodAction = "bind" if node is not None else "keep"
+                why = "" if node is not None else f"pending: no node takes it ({placed.why[q] or 'no room'})"
                 out.pods[key].append(PodPlan(spec.namespace, held.name, spec.name, pool.name, node, dict(text),
-                                             dict(text), verb, True))
+                                             dict(text), verb, True, why))
             elif node is not None:
                 taken = observed.taken(key)
                 base = stems.get(row) or stems.setdefault(row, pod_base(spec.name, pool.name))

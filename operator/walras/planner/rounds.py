@@ -38,7 +38,7 @@ from walras.planner.integral import (
 )
 from walras.planner.market import MarketResult, MarketSettings, solve_market
 from walras.planner.model import Condition, PlanEvent
-from walras.planner.placement import place_batch
+from walras.planner.placement import capacity_left, place_batch
 from walras.planner.queue import claimed_nodes, contested
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
 from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, Reservations
@@ -146,7 +146,8 @@ def _kept(objects: Objects, observed: Observed, table: NodeTable, resources: lis
 
 
 def _room(objects: Objects, table: NodeTable) -> np.ndarray:
-    """Per pool, the priced resource free now on its usable nodes (within ``spec.capacity`` where set): what new pods
+    """Per pool, the priced resource free now on its usable nodes (within what ``spec.capacity`` leaves, counted over
+    its member nodes as :func:`.placement.capacity_left` does, where set): what new pods
     of this plan can use (room that this plan's deletions free counts only once they are gone)."""
     out = np.zeros(len(objects.pools))
     for j, pool in enumerate(objects.pools):
@@ -154,9 +155,7 @@ def _room(objects: Objects, table: NodeTable) -> np.ndarray:
         if c is None or pool.usable.size == 0:
             continue
         free = float(np.maximum(table.alloc[pool.usable, c] - table.used[pool.usable, c], 0.0).sum())
-        if pool.spec.capacity is not None:
-            free = min(free, max(float(pool.spec.capacity) - float(table.used[pool.usable, c].sum()), 0.0))
-        out[j] = free
+        out[j] = min(free, max(capacity_left(pool, table), 0.0))
     return out
 
 

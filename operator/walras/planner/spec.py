@@ -426,6 +426,10 @@ class JobSpec:
     #: share of the job is then N replicas or 0, an indivisible bundle of 004 Sec. 2.1 with the demand vector of
     #: Sec. 7.1; :mod:`walras.planner.gang`)
     gang: bool = False
+    #: Per pool name, the most units of the pool's priced resource one pod may get (set by a tenant's Budget cap on
+    #: that pool, :mod:`walras.planner.tenants`: a job with ``curve`` gets at most its ``demand`` there, so the
+    #: cap's admission of ``replicas x demand`` units holds under assign-and-allocate's variable amounts)
+    pod_caps: tuple[tuple[str, float], ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:

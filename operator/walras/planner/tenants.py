@@ -253,6 +253,9 @@ def _cap(pool: str, cap: float, keys: list[tuple[str, str]], specs: dict[tuple[s
     """Apply a tenant's cap of ``cap`` units in ``pool`` to its jobs ``keys`` (their specs in ``specs``, replaced in
     place): the admission described in the module docstring (running there first, then weight, then name)."""
     users = [k for k in keys if specs[k].throughput.get(pool, 0.0) > 0]
+    for k in users:  # a pod with a utility curve gets at most its demand in a capped pool (assign-and-allocate)
+        if specs[k].curve is not None:
+            specs[k] = replace(specs[k], pod_caps=(*specs[k].pod_caps, (pool, specs[k].demand)))
     if sum(specs[k].replicas * specs[k].demand for k in users) <= cap * (1 + 1e-12):
         return
     users.sort(key=lambda k: (-running.get((k[0], k[1], pool), 0), -job_weight(specs[k]), k))
