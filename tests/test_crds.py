@@ -294,6 +294,8 @@ def _condition_types_written() -> set[str]:
         found |= set(re.findall(r'"type": "([A-Z][A-Za-z]+)", "status"', text))
         constants = dict(re.findall(r'^([A-Z_]+) = "([A-Z][A-Za-z]+)"$', text, re.MULTILINE))
         found |= {constants[name] for name in re.findall(r'"type": ([A-Z_]+), "status"', text) if name in constants}
+        for listed in re.findall(r'^CONDITION_TYPES = \(([A-Z_, ]+)\)$', text, re.MULTILINE):  # types set by variable
+            found |= {constants[name.strip()] for name in listed.split(",") if name.strip() in constants}
     return found
 
 
@@ -303,9 +305,9 @@ def test_the_conditions_description_names_the_conditions_that_exist() -> None:
     import re
 
     text = schema("FungibleJob")["properties"]["status"]["properties"]["conditions"]["description"]
-    single = "Valid|Scheduled|Schedulable|Backoff|Complete|Failed|Suspended"
+    single = "Valid|Scheduled|Schedulable|Backoff|Complete|Failed|Suspended|Misplaced"
     named = set(re.findall(rf"\b([A-Z][a-z]+(?:[A-Z][a-z]+)+|{single})\b", text))
-    named -= {"InvalidSpec"}  # a reason, quoted with its condition
+    named -= {"InvalidSpec", "ResourceQuota"}  # a reason quoted with its condition; a kind
     written = _condition_types_written()
     pool_or_profile = {"Ready", "NodesOverlap", "TypesComplete", "PolicyApplied", "PolicyCertified",
                        "NamespacesOverlap", "CapsApplied",  # a Budget's (planner/tenants.py)

@@ -133,6 +133,8 @@ CEL = [
     ("FungibleJob", "resnet50", "spec.replicas", {"count": 2, "max": 3}, "spec.replicas: Invalid value: object: "
                                                                           "replicas takes either count"),
     ("FungibleJob", "resnet50", "spec.replicas", {"min": 2}, "replicas.max is required with replicas.min"),
+    ("FungibleJob", "resnet50", "spec.replicas", {"min": 2, "max": 3, "gang": True},  # docs/gangs.md
+     "replicas.gang needs replicas.count (at least 1), not min and max"),
     ("FungibleJob", "resnet50", "spec.replicas", {"min": 4, "max": 3}, "replicas.min must be at most replicas.max"),
     ("FungibleJob", "resnet50", "spec.utilityCurve", {"points": [{"amount": 0, "value": 0}, {"amount": 1, "value": 1}],
                                                       "parametric": {"type": "log"}},

@@ -25,7 +25,6 @@ import sys
 from typing import Any
 
 from walras.cli.errors import UsageError
-from walras.planner.queue import QUEUE_ORDER  # how the waiting jobs are ordered (docs/preemption.md)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -55,6 +54,8 @@ def _key(text: str) -> tuple[str, str]:
 def explain_document(plan: Any, job: Any, key: tuple[str, str]) -> dict[str, Any]:
     """The JSON view of one job's plan (``-o json``; the text view prints the same). ``job`` is the typed
     :class:`walras.planner.cluster.Job` (its spec is what it asked for)."""
+    from walras.planner.queue import QUEUE_ORDER  # how the waiting jobs are ordered (docs/preemption.md)
+
     jp = plan.jobs[key]
     spec = job.spec if job is not None else None
     pools: dict[str, Any] = {}

@@ -46,6 +46,8 @@ __all__ = ["Admission", "Limit", "admit", "annotate", "quota_room"]
 
 ADMISSION_REFUSED = "AdmissionRefused"
 QUOTA_LIMITED = "QuotaLimited"
+#: The job condition types this phase writes (``Condition(limit.reason, ...)``: the type is the reason).
+CONDITION_TYPES = (ADMISSION_REFUSED, QUOTA_LIMITED)
 
 JobKey = tuple[str, str]
 
