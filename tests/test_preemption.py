@@ -122,6 +122,33 @@ def test_market_preempts_only_when_the_gain_beats_the_restart_cost() -> None:
     assert preempted(plan_of(lone)) == []
 
 
+def test_the_hourly_budget_holds_across_an_operator_restart() -> None:
+    """A restarted operator has no previous plan: the pool's ``status.preemptionTimes`` (what the operator wrote,
+    walras.kube.encode.pool_status) carries the hour's preemptions, so ``maxPerHour`` still caps them."""
+    import copy
+
+    from walras.kube.encode import pool_status
+
+    low, high = job("low", 16, 0.01), job("high", 8, 100.0, priority=100)
+    snap = full(low, high, pool("LowerPriority", maxPerPlan=3, maxPerHour=4), nodes=4)
+    first = plan_of(snap)
+    assert len(preempted(first)) == 3
+    written = pool_status(first.pools["a"])
+    assert len(written["preemptionTimes"]) == 3
+    # the restart: the same cluster with the pool's status as written, the claims pending, no previous plan
+    waiting = tuple(pod(name, "high", None, phase="Pending") for name, _ in claims(first))
+    pools = tuple({**copy.deepcopy(p), "status": written} if p["metadata"]["name"] == "a" else p for p in snap.pools)
+    restarted = Snapshot(nodes=snap.nodes, pools=pools, jobs=snap.jobs, pods=snap.pods + waiting)
+    after = plan_of(restarted, None, now=NOW + 60)
+    assert len(after.pools["a"].preemptions) == 4  # 3 read back + 1 more: the hour's budget of 4
+    fresh = plan_of(Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs, pods=snap.pods + waiting), None,
+                    now=NOW + 60)
+    assert len(fresh.pools["a"].preemptions) == 3  # without the status: the budget would restart from 0
+    # an hour later the written times no longer count
+    later = plan_of(restarted, None, now=NOW + 3601)
+    assert all(t >= NOW + 3601 - 3600 for t in later.pools["a"].preemptions)
+
+
 def test_non_preemptible_jobs_are_never_preempted() -> None:
     for rule in ("LowerPriority", "Market"):
         plan = plan_of(full(job("low", 4, preemptible=False), job("high", 1, 4.0, "log", priority=100), pool(rule)))

@@ -47,7 +47,7 @@ from walras.planner.cluster import (
     Taint,
     Toleration,
 )
-from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, Snapshot
+from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, MAX_PREEMPTION_TIMES, Snapshot
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
@@ -353,10 +353,18 @@ def job_from(obj: Mapping[str, Any]) -> Job:
                str(template_spec.get("priorityClassName") or ""), explicit_ok)
 
 
+def _preemption_times(obj: Mapping[str, Any]) -> tuple[float, ...]:
+    """``status.preemptionTimes`` of a ResourcePool (RFC 3339 strings) -> sorted epoch seconds; malformed ones left
+    out, at most :data:`MAX_PREEMPTION_TIMES` (the latest)."""
+    raw = _list(_map(obj.get("status")).get("preemptionTimes"))
+    times = sorted(t for t in map(timestamp, raw) if t is not None and math.isfinite(t))
+    return tuple(times[-MAX_PREEMPTION_TIMES:])
+
+
 def pool_from(obj: Mapping[str, Any]) -> Pool:
     name = str(_meta(obj).get("name") or "<unnamed>")
     try:
-        return Pool(name, _generation(obj), parse_pool(obj))
+        return Pool(name, _generation(obj), parse_pool(obj), preemptions=_preemption_times(obj))
     except (ValueError, TypeError) as exc:
         return Pool(name, _generation(obj), None, str(exc))
 

@@ -33,6 +33,7 @@ from walras.planner.model import (
     LABEL_JOB,
     LABEL_MANAGED,
     LABEL_POOL,
+    MAX_PREEMPTION_TIMES,
     Condition,
     JobPlan,
     Plan,
@@ -302,6 +303,10 @@ def pool_status(pool: PoolPlan) -> JSON:
         "podsBound": pool.pods_bound,
         "conditions": conditions_body(pool.conditions),
         **({} if pool.observed_generation is None else {"observedGeneration": pool.observed_generation}),
+        # the last hour's preemptions (docs/preemption.md: maxPerHour holds across a restart); once written, times
+        # older than an hour are ignored where they are read, so an empty list need not clear the field
+        **({"preemptionTimes": [rfc3339(t) for t in pool.preemptions[-MAX_PREEMPTION_TIMES:]]}
+           if pool.preemptions else {}),
     }
 
 

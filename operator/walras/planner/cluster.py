@@ -218,6 +218,9 @@ class Pool:
     generation: int | None
     spec: PoolSpec | None
     error: str | None = None
+    #: ``status.preemptionTimes`` (epoch seconds): the pool's preemptions over the last hour as the operator last
+    #: wrote them, so that ``spec.preemption.maxPerHour`` holds across an operator restart (docs/preemption.md)
+    preemptions: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,10 @@ class PoolPlan:
     preemptions: tuple[float, ...] = ()
 
 
+#: At most this many preemption times are written to and read from a pool's status (the CRD's maxItems).
+MAX_PREEMPTION_TIMES = 10_000
+
+
 @dataclass(frozen=True)
 class JobPlan:
     """A FungibleJob's allocation across pools (time fractions), its replicas and pods, and what it gets for it.

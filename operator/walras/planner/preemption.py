@@ -196,12 +196,14 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
 def _history(ctx: PlanContext, now: float | None) -> dict[str, tuple[float, ...]]:
     """Per pool, the preemption times of the previous plan within the last hour of ``now`` (empty without a clock)."""
     previous = ctx.previous
-    if previous is None or now is None:
+    if now is None:
         return {}
+    reported = {p.name: p.preemptions for p in ctx.cluster.pools}  # the status, after a restart
     out: dict[str, tuple[float, ...]] = {}
     for pool in ctx.objects.pools:
-        old = previous.pools.get(pool.name)
-        kept = tuple(s for s in (old.preemptions if old is not None else ()) if now - s < HOUR)
+        old = previous.pools.get(pool.name) if previous is not None else None
+        times = old.preemptions if old is not None else reported.get(pool.name, ())
+        kept = tuple(s for s in times if now - s < HOUR)
         if kept:
             out[pool.name] = kept
     return out

@@ -128,6 +128,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("", "v1", "resourcequotas", "ResourceQuota", True, ("quota",), ("status",)),  # watched by the operator
+    ResourceType("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ("pc",)),  # watched too
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",),
                  delete_answers_status=True),
