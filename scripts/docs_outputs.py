@@ -8,6 +8,8 @@ A shown output is a ``$ walras plan ...`` / ``$ walras explain ...`` line of a `
 lines (up to the next ``$`` line). It must be offline (``-f`` manifests, no ``--kubeconfig``); a YAML block of the
 same page whose first line is ``# NAME.yaml`` provides the file NAME.yaml; the rest of the line after `` | ``
 (``head -5``, ``grep ...``) is run by the shell on the command's stdout. tests/test_docs_outputs.py checks them.
+A ``$ walras simulate ...`` line (offline by nature: a trace file and a virtual cluster) is shown the same way: its
+``-o DIR`` goes to a temporary directory and its report's :data:`WALL_COLUMNS` are left out (the page says so).
 
 docs/simulate.md's example table is the report ``walras simulate`` prints for :data:`SIMULATE_ARGV` (the shipped
 trace, every policy; the simulated quantities are deterministic), written between :data:`SIMULATE_BEGIN` and
@@ -95,13 +97,16 @@ def run(case: Shown) -> tuple[int, list[str]]:
 
     command, _, pipe = case.command.partition(" | ")
     argv = shlex.split(command)[1:]
-    if "--kubeconfig" in argv or not ({"-f", "--filename"} & set(argv)):
+    simulate = argv[:1] == ["simulate"]
+    if not simulate and ("--kubeconfig" in argv or not ({"-f", "--filename"} & set(argv))):
         raise ValueError(f"{case.page}:{case.line}: not an offline command: {case.command}")
     named = files(case.page)
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in named.items():
             Path(tmp, name).write_text(text)
         argv = [str(Path(tmp, a)) if a in named else a for a in argv]
+        if simulate:
+            argv = _output_in(argv, str(Path(tmp, "simulation")))
         out = io.StringIO()
         here = os.getcwd()
         os.chdir(ROOT)
@@ -111,9 +116,41 @@ def run(case: Shown) -> tuple[int, list[str]]:
         finally:
             os.chdir(here)
     text = out.getvalue()
+    if simulate:
+        text = "\n".join(without_wall_columns(text.splitlines())) + "\n"
     if pipe:
         text = subprocess.run(["sh", "-c", pipe], input=text, capture_output=True, text=True, check=False).stdout
     return code, [line.rstrip() for line in text.rstrip("\n").splitlines()]
+
+
+def _output_in(argv: list[str], where: str) -> list[str]:
+    """``walras simulate`` arguments with their output directory (``-o DIR``, ``--output DIR`` or ``--output=DIR``,
+    added when absent) replaced by ``where``, so that a shown command writes nothing into the repository."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("-o", "--output"):
+            skip = True
+        elif not arg.startswith("--output="):
+            out.append(arg)
+    return [*out, "-o", where]
+
+
+def without_wall_columns(lines: list[str]) -> list[str]:
+    """The lines of a ``walras simulate`` report with the cells of :data:`WALL_COLUMNS` left out of every table (the
+    columns are found anew at each table's header row, whose first cell is ``policy``)."""
+    drop: list[int] = []
+    kept = []
+    for line in lines:
+        if line.startswith("|"):
+            cells = line.strip().strip("|").split("|")
+            if cells[0].strip() == "policy":
+                drop = [i for i, cell in enumerate(cells) if cell.strip() in WALL_COLUMNS]
+            line = "|" + "|".join(c for i, c in enumerate(cells) if i not in drop) + "|"
+        kept.append(line)
+    return kept
 
 
 def simulate_block() -> str:
