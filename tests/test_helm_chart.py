@@ -1063,3 +1063,21 @@ def test_runbook_urls_follow_the_configured_base() -> None:
                        ("metrics.prometheusRule.runbookBaseURL", "https://wiki.example/walras"))), "PrometheusRule")
     urls = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert urls and all(u.startswith("https://wiki.example/walras#walras") for u in urls)
+
+
+def test_pool_selector_reaches_the_args_as_one_argument() -> None:
+    """``operator.poolSelector`` becomes ``walras run --pool-selector`` (docs/tasks/two-releases.md), one argument
+    even with commas, spaces and parentheses; unset, no flag (every pool no other release claimed)."""
+    from walras.cli.run import pool_selector
+
+    def args(*values: tuple[str, str]) -> list[str]:
+        deployment = one(tuple(render_release("team-a", "walras-a", *values)), "Deployment", "team-a-walras")
+        return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert not [a for a in args() if a.startswith("--pool-selector")]
+    text = "walras.dev/release in (team-a, team-a2),!legacy"
+    escaped = text.replace(",", "\\,")  # helm --set splits on unescaped commas
+    (flag,) = [a for a in args(("operator.poolSelector", escaped)) if a.startswith("--pool-selector")]
+    assert flag == f"--pool-selector={text}"
+    parsed = pool_selector(type("Args", (), {"pool_selector": flag.split("=", 1)[1]})())  # type: ignore[arg-type]
+    assert parsed is not None and parsed.matches({"walras.dev/release": "team-a2"}) and not parsed.matches({})

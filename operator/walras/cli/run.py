@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from walras.metrics import WalrasMetrics
     from walras.operator import Controller, IndexSource, OperatorOptions
     from walras.operator.handlers import ApiHealth
-    from walras.planner.cluster import TenantOptions
+    from walras.operator.ownership import PoolScope
+    from walras.planner.cluster import LabelSelector, TenantOptions
 
 #: The extender's default listen address, :data:`walras.extender.DEFAULT_HOST` (loopback; kept here so that the
 #: parser needs no import of the extender; ``tests/test_cli_help.py`` checks the two are equal).
@@ -46,6 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="direct: the operator binds pods itself; extender: kube-scheduler calls the extender")
     parser.add_argument("--namespace", action="append", default=[], metavar="NS",
                         help="only FungibleJobs in this namespace (repeatable; default: all namespaces)")
+    parser.add_argument("--pool-selector", default="", metavar="SELECTOR",
+                        help="only ResourcePools whose labels match this label selector (kubectl syntax, e.g. "
+                             "walras.dev/release=team-a; default: all pools; docs/tasks/two-releases.md)")
     parser.add_argument("--scheduler-name", default="walras-scheduler", help="schedulerName of the pods Walras creates")
     parser.add_argument("--extender-port", type=int, default=8888, help="port of /scheduler/{filter,prioritize,...}")
     parser.add_argument("--extender-tls-cert", help="serve the extender over TLS with this certificate")
@@ -164,6 +168,30 @@ def operator_options(args: argparse.Namespace) -> OperatorOptions:
         raise UsageError(str(exc)) from exc
 
 
+def pool_selector(args: argparse.Namespace) -> LabelSelector | None:
+    """``--pool-selector`` parsed (:func:`walras.kube.decode.label_selector_text`); None when empty;
+    :class:`UsageError` naming the bad part."""
+    from walras.kube.decode import label_selector_text
+
+    text = str(getattr(args, "pool_selector", "") or "").strip()
+    if not text:
+        return None
+    try:
+        return label_selector_text(text)
+    except ValueError as exc:
+        raise UsageError(f"--pool-selector: {exc}") from exc
+
+
+def pool_scope(args: argparse.Namespace, kube: KubeConfig) -> PoolScope:
+    """The release's pools (:class:`walras.operator.ownership.PoolScope`): its ``--pool-selector``, and its
+    identity ``NAMESPACE/LEASE`` (the Lease that elects its leader, shared by the release's replicas), which it writes
+    on the pools it claims."""
+    from walras.operator.handlers import lease_namespace
+    from walras.operator.ownership import PoolScope
+
+    return PoolScope(release=f"{lease_namespace(kube)}/{args.peering}", selector=pool_selector(args))
+
+
 def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, IndexSource, Extender, WalrasMetrics]:
     """The controller, its index source, the extender and the metrics for ``args``."""
     from walras.extender import Extender
@@ -176,6 +204,7 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
     options = operator_options(args)
     source = IndexSource(options.namespaces)
     controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
+    controller.pool_scope = pool_scope(args, kube)
     extender = Extender(lambda: controller.plan, binder=controller.bind, metrics=metrics)
     return controller, source, extender, metrics
 
@@ -247,6 +276,7 @@ async def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     operator_options(args)  # options out of range: one line before anything starts
+    pool_selector(args)
     check_port_free("0.0.0.0", args.health_port, "--health-port")
     kube = load_kube_config(args.kubeconfig)
     await check_reachable(kube)

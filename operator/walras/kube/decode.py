@@ -739,3 +739,50 @@ def cluster_from(snapshot: Snapshot, cache: TranslationCache | None = None) -> C
     if cache is not None and after is not None:
         cache.objects, cache.sequences = after.objects, after.sequences
     return out
+
+
+# ---------------------------------------------------------------------------- a label selector as kubectl writes it
+# (``walras run --pool-selector``, docs/tasks/two-releases.md)
+
+#: A label key: an optional DNS-subdomain prefix and ``/``, then a name of <= 63 characters; a label value.
+_LABEL_KEY = r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
+
+
+def label_selector_text(text: str) -> LabelSelector:
+    """A label selector in kubectl's string syntax (``-l``: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``,
+    ``k notin (a,b)``, ``k``, ``!k``, requirements separated by commas and ANDed; the grammar of
+    ``k8s.io/apimachinery/pkg/labels.Parse``) -> :class:`LabelSelector`; ``k!=v`` is ``NotIn (v)`` (it matches an
+    object without ``k``, as in Kubernetes). The empty text selects everything. ``ValueError`` names the bad part."""
+    import re
+
+    key, value = _LABEL_KEY, _LABEL_VALUE
+    term = re.compile(rf"\s*(?:(?P<not>!)\s*(?P<nkey>{key})|(?P<key>{key})(?:\s*(?P<op>==|=|!=)\s*(?P<value>{value})"
+                      rf"|\s+(?P<set>in|notin)\s*\((?P<values>[^()]*)\))?)\s*(?:,|$)")
+    labels: dict[str, str] = {}
+    expressions: list[Requirement] = []
+    pos, text = 0, text.strip()
+    while pos < len(text):
+        m = term.match(text, pos)
+        if m is None or m.end() == pos:
+            raise ValueError(f"cannot parse the label selector {text!r} at {text[pos:]!r} (expected k=v, k!=v, "
+                             "k in (a,b), k notin (a,b), k or !k, separated by commas)")
+        pos = m.end()
+        if m["not"]:
+            expressions.append(Requirement(m["nkey"], "DoesNotExist"))
+        elif m["op"] in ("=", "=="):
+            if labels.get(m["key"], m["value"]) != m["value"]:
+                raise ValueError(f"the label selector {text!r} asks for two values of {m['key']!r}")
+            labels[m["key"]] = m["value"]
+        elif m["op"] == "!=":
+            expressions.append(Requirement(m["key"], "NotIn", (m["value"],)))
+        elif m["set"]:
+            values = tuple(v.strip() for v in m["values"].split(","))
+            if not all(re.fullmatch(value, v) for v in values) or (m["set"] == "in" and values == ("",)):
+                raise ValueError(f"the label selector {text!r}: bad values in {m.group(0).strip(' ,')!r}")
+            expressions.append(Requirement(m["key"], "In" if m["set"] == "in" else "NotIn", tuple(sorted(set(values)))))
+        else:
+            expressions.append(Requirement(m["key"], "Exists"))
+        if text[pos - 1:pos] == "," and pos == len(text):
+            raise ValueError(f"the label selector {text!r} ends with a comma")
+    return LabelSelector(tuple(sorted(labels.items())), tuple(expressions))

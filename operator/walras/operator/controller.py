@@ -37,6 +37,7 @@ from walras.metrics import WalrasMetrics
 from walras.operator.actuator import Actuator
 from walras.operator.assumed import AssumedPods
 from walras.operator.budgets import BudgetWriter
+from walras.operator.ownership import OWNED_BY_ANOTHER_RELEASE, PoolScope
 from walras.operator.recorder import Recorder, gather_calls
 from walras.operator.statuses import StatusWriter
 from walras.operator.watch import SnapshotIndex, Watcher
@@ -112,6 +113,8 @@ class Controller:
     translations: TranslationCache = field(default_factory=TranslationCache)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    #: the pools and jobs of this release (``--pool-selector``, walras.operator.ownership); None: all of them
+    pool_scope: PoolScope | None = None
 
     def __post_init__(self) -> None:
         recorder = Recorder(self.client, self.options.identity)
@@ -171,6 +174,8 @@ class Controller:
         """One pass: the snapshot, the plan (from the previous one, with the assumed pods), then the plan's API
         calls; the plan, or None when planning failed."""
         snapshot = self.source()
+        if self.pool_scope is not None:  # this release's pools and jobs only (docs/tasks/two-releases.md)
+            snapshot = await self.pool_scope.scope(snapshot, self.client, self.report_refused_pool)
         started = time.perf_counter()
         index = SnapshotIndex.of(snapshot)
         self.actuator.observed(index)
@@ -250,6 +255,15 @@ class Controller:
                                                       self.actuator.eviction_blocked), limit)
         await gather_calls(self.statuses.event_calls(plan, index), limit)
         await gather_calls(self.budgets.status_calls(plan, snapshot, self.clock()), limit)
+
+    async def report_refused_pool(self, pool: Mapping[str, Any], holder: str) -> None:
+        """The Warning Event ``OwnedByAnotherRelease`` on ``pool``, which release ``holder`` plans."""
+        release = self.pool_scope.release if self.pool_scope is not None else self.options.identity
+        await self.statuses.recorder.event(
+            pool, "Warning", OWNED_BY_ANOTHER_RELEASE,
+            f"pool matches the pool selector of release {release} but release {holder} plans it (its "
+            f"walras.dev/planned-by annotation): release {release} leaves it alone; make the releases' "
+            "--pool-selector (operator.poolSelector) disjoint")
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, mode: str = "extender") -> None:
         """Bind a pod (the extender's binder): at most once per uid, through ``pods/binding``
