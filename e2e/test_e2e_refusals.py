@@ -1,10 +1,13 @@
 """End to end, refused pods (issue 30 item 5, docs/refusals.md): the real ``walras run`` (direct mode) against the
-real control plane (kubelet stand-in). In a namespace with Pod Security ``restricted``, a job whose template does not
-meet the level (no ``securityContext``) is refused by the API server: the job gets a Warning Event
+real control plane (kubelet stand-in). In a namespace where a ValidatingAdmissionPolicy (CEL, in-process admission of
+kube-apiserver) denies every pod creation, a job's pods are refused by the API server: the job gets a Warning Event
 ``AdmissionRefused`` and the condition with the API server's message, creations are retried with backoff (counted
 over 30 s), and the capacity it would have held goes to another namespace's job, whose pods run. In a namespace
 with a ResourceQuota of 1 GPU, a 3-replica job gets one pod and the condition ``QuotaLimited``, and the API server
-refuses nothing (the plan never asks for more than the quota admits). The shared invariants hold at the end."""
+refuses nothing (the plan never asks for more than the quota admits). The shared invariants hold at the end.
+
+(A Pod Security level is not the refusal used here: Walras checks the namespace's level itself before creating a pod,
+docs/security.md, so such a job never reaches the API server; tests/test_pod_security.py covers that live.)"""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from e2e.invariants import violations
 
 pytestmark = pytest.mark.e2e
 OPEN, LOCKED, QUOTA = "e2e", "e2e-restricted", "e2e-quota"
+POLICY = "e2e-refuse-pods"
+REFUSED = "pods are refused in this namespace by the e2e admission policy"
 
 
 def _job(name: str, namespace: str, replicas: int, weight: float) -> str:
@@ -37,7 +42,25 @@ def setup(cluster: Cluster) -> Iterator[Cluster]:
         pytest.skip("Pod Security and ResourceQuota admission need the real kube-apiserver")
     for ns in (LOCKED, QUOTA):
         cluster.kc("create", "namespace", ns, check=False)
-    cluster.kc("label", "namespace", LOCKED, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    cluster.kc("label", "namespace", LOCKED, "walras-e2e/refuse-pods=true", "--overwrite")
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": POLICY},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE"], "resources": ["pods"]}]},
+                       "validations": [{"expression": "false", "message": REFUSED}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": POLICY},
+               "spec": {"policyName": POLICY, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {"walras-e2e/refuse-pods": "true"}}}}}
+    cluster.apply_text("\n---\n".join([json.dumps(policy), json.dumps(binding)]))
+
+    def refuses() -> bool:  # the policy is in force once a server-side dry run is denied with its message
+        probe = cluster.kc("run", "probe", "-n", LOCKED, "--image=registry.invalid/x:1", "--dry-run=server",
+                           check=False)
+        return probe.returncode != 0 and REFUSED in probe.stderr
+
+    wait_until(refuses, 60, "the admission policy in force")
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "one-gpu", "namespace": QUOTA},
              "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}}
     cluster.apply_text("\n---\n".join([json.dumps(quota), _job("locked", LOCKED, 4, 10.0),
@@ -52,6 +75,8 @@ def setup(cluster: Cluster) -> Iterator[Cluster]:
                 cluster.kc("delete", "fungiblejob", name, "-n", ns, "--wait=false", check=False)
             cluster.kc("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force", check=False)
         cluster.kc("delete", "resourcequota", "one-gpu", "-n", QUOTA, check=False)
+        cluster.kc("delete", "validatingadmissionpolicybinding", POLICY, check=False)
+        cluster.kc("delete", "validatingadmissionpolicy", POLICY, check=False)
 
 
 def _refusal_events(cluster: Cluster) -> list[dict[str, Any]]:
@@ -84,8 +109,8 @@ def test_refused_pods_are_visible_backed_off_and_release_their_capacity(setup: C
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{op.output()[-4000:]}") from None
         event = _refusal_events(cluster)[0]
-        assert event["type"] == "Warning" and "PodSecurity" in event["message"], event
-        assert condition["status"] == "True" and "PodSecurity" in condition["message"], condition
+        assert event["type"] == "Warning" and REFUSED in event["message"], event
+        assert condition["status"] == "True" and REFUSED in condition["message"], condition
         assert "refused" in condition["message"] and "pod(s)" in condition["message"]
         # the capacity the refused job's share would have held runs the other namespace's job
         wait_until(lambda: check(_running(cluster, OPEN, "open"), lambda n: n == 6), 90, "open's 6 pods Running")
