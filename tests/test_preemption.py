@@ -149,6 +149,24 @@ def test_the_hourly_budget_holds_across_an_operator_restart() -> None:
     assert all(t >= NOW + 3601 - 3600 for t in later.pools["a"].preemptions)
 
 
+def test_a_running_gang_never_yields_and_a_gang_never_preempts() -> None:
+    """A gang (``spec.replicas.gang``, docs/gangs.md) runs whole or not at all: taking one of its pods would release it
+    whole, so under every rule it never yields; a waiting gang does not claim single pods of others either. (Before,
+    only elastic jobs with ``min >= 2`` counted as gangs here: a live run evicted a whole running gang of 4 when a new
+    gang of 3 arrived, tests/test_gang_faults.py.)"""
+    low = job("low", 4, 0.01)
+    low["spec"]["replicas"] = {"count": 4, "gang": True}
+    for rule in ("LowerPriority", "Market"):
+        plan = plan_of(full(low, job("high", 1, 100.0, "log", priority=100), pool(rule)))
+        assert preempted(plan) == [] and claims(plan) == [], rule
+        assert sorted(p.name for p in plan.pods if p.job == "low" and p.action == "keep") == \
+            [f"low-0-{q}" for q in range(4)]
+    high = job("high", 2, 100.0, "log", priority=100)
+    high["spec"]["replicas"] = {"count": 2, "gang": True}
+    plan = plan_of(full(job("low", 4, 0.01), high, pool("LowerPriority")))
+    assert preempted(plan) == [] and claims(plan) == []
+
+
 def test_non_preemptible_jobs_are_never_preempted() -> None:
     for rule in ("LowerPriority", "Market"):
         plan = plan_of(full(job("low", 4, preemptible=False), job("high", 1, 4.0, "log", priority=100), pool(rule)))

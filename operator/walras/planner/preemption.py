@@ -49,8 +49,9 @@ pod that the previous plan placed while the waiting job was already there (in th
 yield to it in this plan: that plan priced them against each other. In ``fair`` and ``colocation``
 pools the policy's own mechanism shares the capacity among equal priorities
 (:data:`walras.planner.queue.MECHANISM_POLICIES`): there only a lower priority yields (the ``LowerPriority`` part of
-``Market``), and this plan's pods are not swapped. Gangs (elastic jobs whose ``spec.replicas.min`` is 2 or more)
-neither preempt nor yield: a claim is one replica, and taking one of a gang's would leave it running partially.
+``Market``), and this plan's pods are not swapped. Gangs (``spec.replicas.gang``, and elastic jobs whose
+``spec.replicas.min`` is 2 or more) neither preempt nor yield: a claim is one replica, and taking one of a gang's
+would leave it running partially.
 
 Budgets, per pool: at most ``spec.preemption.maxPerPlan`` victims per plan (default 10 % of the pool's running
 Walras pods, at least 1) and ``maxPerHour`` over the last hour (default 3 times that; counted from

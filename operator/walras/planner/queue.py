@@ -135,8 +135,9 @@ def may_yield(info: JobInfo) -> bool:
 
 
 def gang(info: JobInfo) -> bool:
-    """An elastic job whose ``spec.replicas.min`` is 2 or more: its pods run together or not at all."""
-    return info.spec.elastic and info.spec.min_replicas > 1
+    """A job whose pods run together or not at all: a gang (``spec.replicas.gang``, docs/gangs.md: taking one of
+    its pods would release the whole gang) or an elastic job whose ``spec.replicas.min`` is 2 or more."""
+    return info.spec.gang or (info.spec.elastic and info.spec.min_replicas > 1)
 
 
 def yields(ctx: PlanContext, pair: tuple[int, int, int], utility: Valuation, a: np.ndarray,
