@@ -22,6 +22,7 @@ in, where it runs), or none (``allocator.integral``'s gang rows; :mod:`.gang`).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,8 @@ from walras.planner.replicas import whole_gangs
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
 from walras.planner.spec import UtilitySpec
 
-__all__ = ["IntegralReport", "fill_plan", "gang_targets", "idle_while_priced", "withdraw_gangs"]
+__all__ = ["IntegralReport", "fill_plan", "gang_targets", "idle_while_priced", "placed_rows", "withdraw",
+           "withdraw_gangs"]
 
 
 def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray, left: np.ndarray,
@@ -450,27 +452,27 @@ def gang_targets(ctx: PlanContext, target: np.ndarray, existing: np.ndarray, thr
     return whole_gangs(target, gang, replicas, existing, surplus, ok)
 
 
-def withdraw_gangs(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
-             work: Reservations) -> dict[int, int]:
-    """Rule 2 of :mod:`.gang`: a gang row with ``0 < k < N`` replicas running or placed in this round gets
-    none of its new pods (unplaced again, their room in ``work`` given back, marked withdrawn, not unplaceable).
-    Returns the rows concerned with the replicas they had (k)."""
-    objects, templates = ctx.objects, ctx.templates
-    gang = _gang_rows(ctx)
-    if not gang.any():
-        return {}
-    placed = running.sum(axis=1).astype(np.int64)
+def placed_rows(batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray) -> np.ndarray:
+    """Per job row, the replicas that run (``running``, per row and pool) or were placed in this round."""
+    out = running.sum(axis=1).astype(np.int64)
     for batch, result, _ in batches:
-        for q, row in enumerate(batch.rows):
-            if result.node[q] >= 0:
-                placed[row] += 1
-    out = {row: int(placed[row]) for row in np.flatnonzero(gang).tolist()
-           if 0 < placed[row] < objects.jobs[row].spec.replicas}
+        for row, k in zip(batch.rows, result.node.tolist(), strict=True):
+            if k >= 0:
+                out[row] += 1
+    return out
+
+
+def withdraw(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], rows: Container[int],
+             work: Reservations) -> None:
+    """Unplace this round's new pods of the job ``rows`` (pods that do not exist yet): their room in ``work`` is given
+    back and they are marked optional (withdrawn, not unplaceable). The one withdrawal of a job that cannot run with
+    the replicas it got: a gang below N (:func:`withdraw_gangs`) and an elastic job below its minimum (the rounds)."""
+    objects, templates = ctx.objects, ctx.templates
     for batch, result, pods in batches:
         priced = objects.pools[batch.pool].spec.resource
         for q, row in enumerate(batch.rows):
             k = int(result.node[q])
-            if row in out and k >= 0 and pods[q] is None:
+            if row in rows and k >= 0 and pods[q] is None:
                 spec = objects.jobs[row].spec
                 work.table.used[k] -= work.table.vector(pod_vector(templates[row], spec, priced,
                                                                    float(result.amount[q])))
@@ -478,4 +480,17 @@ def withdraw_gangs(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod
                 result.node[q] = -1
                 result.amount[q] = 0.0
                 batch.optional[q] = True
+
+
+def withdraw_gangs(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
+                   work: Reservations) -> dict[int, int]:
+    """Rule 2 of :mod:`.gang`: a gang row with ``0 < k < N`` replicas running or placed in this round gets
+    none of its new pods (:func:`withdraw`). Returns the rows concerned with the replicas they had (k)."""
+    gang = _gang_rows(ctx)
+    if not gang.any():
+        return {}
+    placed = placed_rows(batches, running)
+    out = {row: int(placed[row]) for row in np.flatnonzero(gang).tolist()
+           if 0 < placed[row] < ctx.objects.jobs[row].spec.replicas}
+    withdraw(ctx, batches, out, work)
     return out

@@ -33,7 +33,9 @@ from walras.planner.integral import (
     fill_plan,
     gang_targets,
     idle_while_priced,
+    placed_rows,
     utility_arrays,
+    withdraw,
     withdraw_gangs,
 )
 from walras.planner.market import MarketResult, MarketSettings, solve_market
@@ -432,7 +434,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
                 blocked[(i, j)] = reasons.get((i, j)) or "NoRoom"
             R[j] = max(R[j] - short[i, j] * f.per_replica[i], 0.0)
     # The integral fill (:mod:`.integral`): whole replicas on the room rounding and the policies left idle.
-    gang = f.elastic & (f.low > 0) & (_placed_rows(batches, f.running) < f.low)
+    gang = f.elastic & (f.low > 0) & (placed_rows(batches, f.running) < f.low)
     allowed = (f.replicas > 0) & ~fair_elastic & ~gang
     allowed[list(below_min)] = False
     fill = FillInputs(f.replicas, allowed, f.A > 0, f.A, X, frozenset(blocked))
@@ -458,16 +460,6 @@ def _sticky(pods: list[Pod | None], before: Mapping[tuple[str, str], str | None]
             if node is not None:
                 out[q] = index.get(node, -1)
     return out if np.any(out >= 0) else None
-
-
-def _placed_rows(batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray) -> np.ndarray:
-    """Per job row, the replicas that run or were placed in this round."""
-    out = running.sum(axis=1).astype(np.int64)
-    for batch, result, _ in batches:
-        for row, k in zip(batch.rows, result.node.tolist(), strict=True):
-            if k >= 0:
-                out[row] += 1
-    return out
 
 
 def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
@@ -510,31 +502,13 @@ def _batch(observed: Observed, f: _Fixed, j: int, wants: np.ndarray,
 def _gang(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
           work: Reservations) -> dict[int, int]:
     """An elastic job whose replicas (running and placed) stay below ``spec.replicas.min`` gets no new pod: it could
-    not run with fewer (its pods are a gang). Its new pods are unplaced again and their room given back. Returns the
-    rows concerned with the replicas they would have had."""
-    objects, templates, table, count = ctx.objects, ctx.templates, work.table, work.count
-    placed = running.sum(axis=1).astype(np.int64)
-    for batch, result, _ in batches:
-        for q, row in enumerate(batch.rows):
-            if result.node[q] >= 0:
-                placed[row] += 1
-    out: dict[int, int] = {}
-    for row, info in enumerate(objects.jobs):
-        if info.spec.elastic and 0 < placed[row] < info.spec.min_replicas:
-            out[row] = int(placed[row])
-    if not out:
-        return out
-    for batch, result, pods in batches:
-        priced = objects.pools[batch.pool].spec.resource
-        for q, row in enumerate(batch.rows):
-            k = int(result.node[q])
-            if row in out and k >= 0 and pods[q] is None:
-                spec = objects.jobs[row].spec
-                table.used[k] -= table.vector(pod_vector(templates[row], spec, priced, float(result.amount[q])))
-                count[k] -= 1
-                result.node[q] = -1
-                result.amount[q] = 0.0
-                batch.optional[q] = True  # withdrawn, not unplaceable
+    not run with fewer (its pods are a gang). Its new pods are unplaced again and their room given back
+    (:func:`.integral.withdraw`). Returns the rows concerned with the replicas they would have had."""
+    placed = placed_rows(batches, running)
+    out = {row: int(placed[row]) for row, info in enumerate(ctx.objects.jobs)
+           if info.spec.elastic and 0 < placed[row] < info.spec.min_replicas}
+    if out:
+        withdraw(ctx, batches, out, work)
     return out
 
 
