@@ -27,16 +27,7 @@ def test_a_waiting_job_wins_capacity_by_its_bid_through_the_eviction_api(env: En
     pool_name, _ = env.setup_pool("contend", 1, 4)
     env.job("cheap", {pool_name: 1.0}, 4)
     before = wait_for(lambda: env.running("cheap", 4), 40, "cheap's 4 pods Running")
-    env.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "cheap"},
-               "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "cheap"}}}})
-
-    def observed() -> bool:
-        pdb = env.get(f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/cheap")
-        status = pdb.get("status") or {}
-        return status.get("observedGeneration") == pdb["metadata"]["generation"] and \
-            status.get("currentHealthy") == 4 and status.get("disruptionsAllowed") == 1
-
-    wait_for(observed, 30, "the disruption controller to allow cheap 1 disruption")
+    env.disruption_budget("cheap", 3, healthy=4, allowed=1)
     walras.wait_plans(2)
     mark = walras.client.mark()
     lowest: list[int] = [4]

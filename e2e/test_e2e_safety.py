@@ -102,6 +102,20 @@ class Env:
         doc["metadata"]["labels"] = {"safety-test": self.tag}
         self.apply(doc)
 
+    def disruption_budget(self, job: str, min_available: int, healthy: int, allowed: int) -> None:
+        """A PodDisruptionBudget ``job`` (``minAvailable``) over the job's pods (label ``app: job``), then wait until
+        the disruption controller has observed it with ``healthy`` pods and ``allowed`` disruptions."""
+        self.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": job},
+                    "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": job}}}})
+
+        def observed() -> bool:
+            pdb = self.get(f"/apis/policy/v1/namespaces/{self.namespace}/poddisruptionbudgets/{job}")
+            status = pdb.get("status") or {}
+            return status.get("observedGeneration") == pdb["metadata"]["generation"] and \
+                status.get("currentHealthy") == healthy and status.get("disruptionsAllowed") == allowed
+
+        wait_for(observed, 30, f"the disruption controller to count {job}'s {healthy} healthy pods, {allowed} allowed")
+
     def pods(self, job: str) -> list[dict[str, Any]]:
         query = f"labelSelector=walras.dev%2Fjob%3D{job}"
         return list(self.get(f"/api/v1/namespaces/{self.namespace}/pods?{query}")["items"])
@@ -204,16 +218,7 @@ def test_a_disruption_budget_blocks_a_capacity_lowering_shrink(env: Env, walras:
     pool_name, _ = env.setup_pool("pdb", 1, 4)
     env.job("guarded", {pool_name: 1.0}, 4)
     before = wait_for(lambda: env.running("guarded", 4), 40, "guarded's 4 pods Running")
-    env.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
-               "spec": {"minAvailable": 4, "selector": {"matchLabels": {"app": "guarded"}}}})
-
-    def observed() -> bool:
-        pdb = env.get(f"/apis/policy/v1/namespaces/{env.namespace}/poddisruptionbudgets/guarded")
-        status = pdb.get("status") or {}
-        return status.get("observedGeneration") == pdb["metadata"]["generation"] and \
-            status.get("currentHealthy") == 4
-
-    wait_for(observed, 30, "the disruption controller to count guarded's 4 healthy pods")
+    env.disruption_budget("guarded", 4, healthy=4, allowed=0)
     mark = walras.client.mark()
     env.cp.kubectl("patch", "resourcepool", pool_name, "--type=merge", "-p", '{"spec":{"capacity":2}}')
 
