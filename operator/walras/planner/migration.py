@@ -50,7 +50,7 @@ from walras.planner.cluster import Pod, pod_vector
 from walras.planner.market import utility_values
 from walras.planner.model import ObjectKey, PlanEvent, PodPlan
 from walras.planner.quantity import format_quantity
-from walras.planner.reconcile import pod_base
+from walras.planner.reconcile import new_pod_name, pod_base
 from walras.planner.replicas import largest_remainder
 from walras.planner.results import Actions, Migrated, Observed, Outcome, PlanContext
 from walras.planner.spec import restart_cost
@@ -258,13 +258,7 @@ def _apply(ctx: PlanContext, i: int, move: _Move, observed: Observed, outcome: O
     vec = table.vector(pod_vector(template, spec, target.spec.resource, spec.demand))
     table.add(node, vec)
     outcome.walras_count[node] += 1
-    taken = observed.taken(key)
-    base = pod_base(spec.name, target.name)
-    counter = 0
-    while f"{base}-{counter}" in taken:
-        counter += 1
-    name = f"{base}-{counter}"
-    taken.add(name)
+    name, _ = new_pod_name(observed.taken(key), pod_base(spec.name, target.name))
     plans = actions.pods[key]
     at = next(q for q, p in enumerate(plans) if p is move.plan)
     plans[at] = replace(move.plan, action="evict", grace=None,

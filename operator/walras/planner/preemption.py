@@ -90,7 +90,7 @@ from walras.planner.queue import (
     queue_key,
     yields,
 )
-from walras.planner.reconcile import pod_base, removal
+from walras.planner.reconcile import new_pod_name, pod_base, removal
 from walras.planner.results import Actions, JobInfo, Observed, Outcome, PlanContext
 from walras.planner.spec import PoolSpec
 
@@ -500,13 +500,7 @@ class _Work:
         spec = info.spec
         actions = self._own()
         table = self.outcome.table
-        taken = self.observed.taken(info.key)
-        base = pod_base(spec.name, pool.name)
-        counter = 0
-        while f"{base}-{counter}" in taken:
-            counter += 1
-        name = f"{base}-{counter}"
-        taken.add(name)
+        name, _ = new_pod_name(self.observed.taken(info.key), pod_base(spec.name, pool.name))
         if k is not None:
             requests = {**spec.resource_text, pool.spec.resource: format_quantity(spec.demand)}
             table.used[k] += vec

@@ -54,6 +54,17 @@ def pod_base(job: str, pool: str) -> str:
     return _NAME_SAFE.sub("-", f"{job}-{pool}".lower()).strip("-")[:240]
 
 
+def new_pod_name(taken: set[str], base: str, start: int = 0) -> tuple[str, int]:
+    """The first free name ``base-N`` (N from ``start``) of a job's new pod, added to ``taken`` (the job's names);
+    returns the name and its N."""
+    n = start
+    while f"{base}-{n}" in taken:
+        n += 1
+    name = f"{base}-{n}"
+    taken.add(name)
+    return name, n
+
+
 def _text(requests: Mapping[str, float]) -> dict[str, str]:
     """Requests as quantity strings, ``pods`` left out (one cached rendering per distinct request vector)."""
     return dict(_text_items(tuple(requests.items())))
@@ -254,14 +265,8 @@ def _placed(objects: Objects, observed: Observed, outcome: Outcome, out: Actions
                 out.pods[key].append(PodPlan(spec.namespace, held.name, spec.name, pool.name, node, dict(text),
                                              dict(text), verb, True, why))
             elif node is not None:
-                taken = observed.taken(key)
                 base = stems.get(row) or stems.setdefault(row, pod_base(spec.name, pool.name))
-                n = counter[row]
-                while f"{base}-{n}" in taken:
-                    n += 1
-                name = f"{base}-{n}"
-                counter[row] = n
-                taken.add(name)
+                name, counter[row] = new_pod_name(observed.taken(key), base, counter[row])
                 out.pods[key].append(PodPlan(spec.namespace, name, spec.name, pool.name, node, dict(text),
                                              dict(text), "create", False))
             if node is not None:
