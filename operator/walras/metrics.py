@@ -90,6 +90,28 @@ def binding_reason(reason: str | int | None) -> str:
     return _REASON_BY_NAME.get("".join(text.split()).lower(), "Other")
 
 
+#: The values of ``reason`` on ``walras_pod_creations_refused_total`` (docs/refusals.md): what admission refused a
+#: pod creation for, a fixed set read from the API server's answer (:func:`refusal_reason`).
+REFUSAL_REASONS = ("PodSecurity", "ResourceQuota", "Webhook", "Invalid", "Other")
+
+
+def refusal_reason(code: int, message: str) -> str:
+    """Which admission refused a pod creation, from the API server's HTTP status ``code`` and ``message``: Pod
+    Security admission (403 ``violates PodSecurity``), the ResourceQuota admission (403 ``exceeded quota``, or
+    ``failed quota`` when a quota needs a request the pod lacks), an
+    admission webhook (``admission webhook "..." denied the request``), the API server's validation (422 ``Invalid``)
+    or another 400/403 (:data:`REFUSAL_REASONS`)."""
+    if "violates PodSecurity" in message:
+        return "PodSecurity"
+    if "exceeded quota" in message or "failed quota" in message:
+        return "ResourceQuota"
+    if "admission webhook" in message:
+        return "Webhook"
+    if code == 422:
+        return "Invalid"
+    return "Other"
+
+
 def is_invalid(phase: str | None, conditions: Iterable[Condition]) -> bool:
     """Whether an object is semantically invalid: phase ``Invalid`` or a ``Valid``/``Ready`` condition saying
     ``False`` with reason ``Invalid...``."""
@@ -176,6 +198,12 @@ class WalrasMetrics:
         self.disruptions = Counter("walras_pod_disruptions",
                                    "Running pods taken away: evicted, preempted (deleted as a job shrank), lost.",
                                    ["pool", "kind"], registry=r)
+        self.creations_refused = Counter(
+            "walras_pod_creations_refused",
+            "Pod creations the API server refused (Pod Security, ResourceQuota, a webhook: docs/refusals.md), by job "
+            "and which admission refused them; a job's series go when it leaves the plan.",
+            [*JOB_LABELS, "reason"], registry=r)
+        self._refused_series: set[tuple[str, str, str]] = set()
         self.job_replicas = Gauge("walras_job_replicas", "Replicas of the job placed in the pool.",
                                   [*JOB_LABELS, "pool"], registry=r)
         self.job_allocation = Gauge("walras_job_allocation_ratio",
@@ -284,6 +312,9 @@ class WalrasMetrics:
             self._remove(self.job_replicas, *labels)
             self._remove(self.job_allocation, *labels)
         self._job_pool_series = per_pool
+        for labels in [k for k in self._refused_series if (k[0], k[1]) not in plan.jobs]:
+            self._remove(self.creations_refused, *labels)
+            self._refused_series.discard(labels)
         self._update_waiting(plan)
         self._update_pending_since(plan, time.time() if now is None else now)
 
@@ -392,6 +423,12 @@ class WalrasMetrics:
     def binding_error(self, pool: str, reason: str | int | None) -> None:
         """Count a failed binding in ``pool``; ``reason`` is normalised by :func:`binding_reason`."""
         self.binding_errors.labels(pool=pool, reason=binding_reason(reason)).inc()
+
+    def creation_refused(self, namespace: str, job: str, code: int, message: str) -> None:
+        """Count a pod creation of job ``namespace/job`` that the API server refused (:func:`refusal_reason`)."""
+        labels = (namespace, job, refusal_reason(code, message))
+        self.creations_refused.labels(*labels).inc()
+        self._refused_series.add(labels)
 
     def extender_request(self, verb: str, code: int, seconds: float) -> None:
         self.extender_duration.labels(verb=verb).observe(seconds)

@@ -42,6 +42,7 @@ from walras.planner.cluster import (
     Pool,
     Profile,
     Quota,
+    Refusal,
     ReportedStatus,
     Requirement,
     Taint,
@@ -323,6 +324,19 @@ def template_from(template: Mapping[str, Any]) -> JobTemplate:
     return JobTemplate(constraints_from(spec), first, others, init, quantities(spec.get("overhead")))
 
 
+def refusal_from(raw: Any, generation: Any) -> Refusal | None:
+    """A job's ``status.admissionRefusal`` (the operator's record, :func:`walras.operator.statuses.refusal_status`)
+    -> :class:`Refusal`; None when absent, malformed, or written for another ``metadata.generation`` than
+    ``generation`` (a new spec ends a refusal, docs/refusals.md)."""
+    record = _map(raw)
+    until = timestamp(record.get("retryTime"))
+    code, attempts = record.get("code"), record.get("attempts")
+    if until is None or not math.isfinite(until) or not isinstance(code, int) or not isinstance(attempts, int) \
+            or isinstance(attempts, bool) or attempts < 1 or record.get("observedGeneration") != generation:
+        return None
+    return Refusal(str(record.get("message") or ""), max(0, _int(record.get("pods"))), until, code, attempts)
+
+
 def job_from(obj: Mapping[str, Any]) -> Job:
     meta = _meta(obj)
     namespace = str(meta.get("namespace") or "default")
@@ -338,6 +352,9 @@ def job_from(obj: Mapping[str, Any]) -> Job:
         _int(status.get("migrations")),
         timestamp(status.get("lastMigrationTime")),
         timestamp(status.get("completionTime")),
+        _int(status.get("misplacedPods")),
+        timestamp(status.get("lastMisplacementTime")),
+        refusal_from(status.get("admissionRefusal"), meta.get("generation")),
     )
     try:
         spec = parse_job(obj)

@@ -353,8 +353,10 @@ def job_status(job: JobPlan) -> JSON:
         body["waitingReason"] = job.reason
     if job.observed_generation is not None:
         body["observedGeneration"] = job.observed_generation
+    if job.misplaced:  # read back after a restart, so the replacement's backoff goes on (docs/refusals.md)
+        body["misplacedPods"] = job.misplaced
     for name, value in (("lastFailureTime", job.last_failure), ("completionTime", job.completion_time),
-                        ("lastMigrationTime", job.last_migration)):
+                        ("lastMigrationTime", job.last_migration), ("lastMisplacementTime", job.last_misplaced)):
         if value is not None:
             body[name] = rfc3339(value)
     return body

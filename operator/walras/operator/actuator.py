@@ -22,7 +22,9 @@
   job's missing pods and writes the ``AdmissionRefused`` condition), and the creation asked again after a backoff
   (:data:`REFUSAL_BACKOFF` doubling per refused attempt up to :data:`REFUSAL_BACKOFF_CAP`); a create of a job within
   its backoff sends nothing. A successful creation, the job's deletion, or a change of its spec (a new
-  ``metadata.generation``) ends the record.
+  ``metadata.generation``) ends the record. The record is written to the job's ``status.admissionRefusal`` (the
+  status writer) and read back by a restarted operator (:meth:`Actuator.restore`), so a restart neither asks again
+  before the backoff ends nor starts the backoff over.
 
 Every pod created or bound is assumed (:class:`walras.operator.assumed.AssumedPods`) until the watch shows it; pods
 deleted or evicted are forgotten. A pod is never bound twice: a pod that has ``spec.nodeName`` is never bound,
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from walras.kube.client import KubeClient
@@ -45,7 +47,7 @@ from walras.metrics import WalrasMetrics
 from walras.operator.assumed import AssumedPods
 from walras.operator.recorder import Recorder
 from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
-from walras.planner.cluster import Refusal
+from walras.planner.cluster import Job, Refusal
 from walras.planner.model import API_VERSION, LABEL_JOB, LABEL_MANAGED, Plan, PodPlan
 
 logger = logging.getLogger("walras.operator")
@@ -62,6 +64,12 @@ REFUSAL_BACKOFF = 10.0
 REFUSAL_BACKOFF_CAP = 300.0
 
 
+def refusal_delay(attempts: int) -> float:
+    """Seconds before a pod of a job is asked for again after its ``attempts``-th refused attempt in a row:
+    :data:`REFUSAL_BACKOFF` doubled per attempt, at most :data:`REFUSAL_BACKOFF_CAP`."""
+    return min(REFUSAL_BACKOFF * 2.0 ** min(max(attempts, 1) - 1, 16), REFUSAL_BACKOFF_CAP)
+
+
 def _generation(job: RawObject | None) -> object:
     """A job's ``metadata.generation`` (``"gone"`` for no job)."""
     return "gone" if job is None else (job.get("metadata") or {}).get("generation")
@@ -74,7 +82,7 @@ class _Refused:
 
     code: int
     message: str
-    pods: set[str]
+    pods: int
     attempts: int
     delay: float
     until: float
@@ -119,8 +127,21 @@ class Actuator:
     @property
     def refusals(self) -> Mapping[ObjectKey, Refusal]:
         """job -> the API server's refusal of its pods, as the planner reads it (``Cluster.refused``)."""
-        return {key: Refusal(r.message, len(r.pods), r.until, r.code, r.attempts)
+        return {key: Refusal(r.message, r.pods, r.until, r.code, r.attempts)
                 for key, r in sorted(self._refused.items())}
+
+    def restore(self, jobs: Iterable[Job]) -> None:
+        """After a restart (the controller's first plan): take each job's ``status.admissionRefusal`` as decoded
+        (``Job.reported.refusal``, what this actuator wrote before, :func:`walras.operator.statuses.with_refusal`) as
+        its refusal where none is recorded, so the backoff goes on where it was (no creation before its end, and
+        the next refusal doubles it) instead of asking again at once (docs/refusals.md)."""
+        for job in jobs:
+            refusal = job.reported.refusal
+            if refusal is None or job.spec is None or job.key in self._refused or refusal.until is None:
+                continue
+            self._refused[job.key] = _Refused(refusal.code, refusal.message, refusal.pods, refusal.attempts,
+                                              refusal_delay(refusal.attempts), refusal.until, self._round,
+                                              job.generation)
 
     @property
     def eviction_blocked(self) -> Mapping[ObjectKey, str]:
@@ -193,13 +214,14 @@ class Actuator:
         key = (pp.namespace, pp.job)
         now = self.wall()
         message = exc.message or str(exc)
+        self.metrics.creation_refused(pp.namespace, pp.job, exc.code, message)
         was = self._refused.get(key)
         if was is not None and was.round == self._round:  # another pod of the same attempt
-            was.pods.add(pp.name)
+            was.pods += 1
         else:
             attempts = was.attempts + 1 if was is not None else 1
-            delay = min(2.0 * was.delay, REFUSAL_BACKOFF_CAP) if was is not None else REFUSAL_BACKOFF
-            self._refused[key] = _Refused(exc.code, message, {pp.name}, attempts, delay, now + delay, self._round,
+            delay = refusal_delay(attempts)
+            self._refused[key] = _Refused(exc.code, message, 1, attempts, delay, now + delay, self._round,
                                           _generation(job))
             logger.warning("the API server refused pod %s/%s of job %s (%s %s), asked again in %g s: %s",
                            pp.namespace, pp.name, pp.job, exc.code, exc.reason, delay, message)

@@ -205,6 +205,8 @@ class Controller:
         """``snapshot`` translated (with the controller's translation cache) and planned by ``self.planner`` after
         ``previous`` with the controller's plan cache."""
         cluster = cluster_from(snapshot, self.translations)
+        if previous is None:  # a restart: the refusals the jobs' statuses carry go on (docs/refusals.md)
+            self.actuator.restore(cluster.jobs)
         if self.actuator.refusals:  # the API server's refusals of pod creations are an input (docs/refusals.md)
             cluster = replace(cluster, refused=self.actuator.refusals)
         return self.planner(cluster, previous, cache=self.plan_cache, **kwargs)
@@ -252,7 +254,7 @@ class Controller:
         limit = self.options.concurrency
         await gather_calls(self.actuator.calls(plan, index), limit)
         await gather_calls(self.statuses.status_calls(plan, index, self.actuator.resize_pending,
-                                                      self.actuator.eviction_blocked), limit)
+                                                      self.actuator.eviction_blocked, self.actuator.refusals), limit)
         await gather_calls(self.statuses.event_calls(plan, index), limit)
         await gather_calls(self.budgets.status_calls(plan, snapshot, self.clock()), limit)
 

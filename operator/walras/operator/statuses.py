@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,11 @@ from walras.kube.encode import (
     with_resize_pending,
 )
 from walras.kube.errors import NotFound
+from walras.operator.actuator import refusal_delay
 from walras.operator.recorder import Recorder
 from walras.operator.watch import ObjectKey, RawObject, SnapshotIndex
-from walras.planner.model import API_VERSION, Plan
+from walras.planner.cluster import Refusal
+from walras.planner.model import API_VERSION, Plan, rfc3339
 
 #: How many posted Events are remembered (a repeat Event is harmless; the memory stays bounded).
 POSTED_LIMIT = 50_000
@@ -37,6 +40,21 @@ def with_eviction_blocked(status: Mapping[str, Any], message: str | None) -> dic
     return {**status, "conditions": [*(status.get("conditions") or []), condition]}
 
 
+def with_refusal(status: Mapping[str, Any], refusal: Refusal | None, generation: Any) -> dict[str, Any]:
+    """A job's ``status`` with ``admissionRefusal`` (the actuator's record of the API server's refusal of its pod
+    creations, docs/refusals.md) when there is one, for ``metadata.generation`` ``generation``: what a restarted
+    operator reads back (:func:`walras.kube.decode.refusal_from`). Without one the key is absent, so the status
+    patch clears a record that has ended. ``retryTime`` is rounded up to the second (a restart never asks early)."""
+    if refusal is None or refusal.until is None:
+        return dict(status)
+    record = {"code": refusal.code, "message": refusal.message[:32000], "pods": refusal.pods,
+              "attempts": refusal.attempts, "delaySeconds": refusal_delay(refusal.attempts),
+              "retryTime": rfc3339(math.ceil(refusal.until))}
+    if isinstance(generation, int) and not isinstance(generation, bool):
+        record["observedGeneration"] = generation
+    return {**status, "admissionRefusal": record}
+
+
 @dataclass
 class StatusWriter:
     """Writes each status that differs from what the object (or our last write to it) shows, and posts each plan
@@ -49,11 +67,14 @@ class StatusWriter:
     _posted: set[tuple[str, str, str, str, str]] = field(default_factory=set)
 
     def status_calls(self, plan: Plan, index: SnapshotIndex, resize_pending: Mapping[ObjectKey, str],
-                     eviction_blocked: Mapping[ObjectKey, str] | None = None) -> Iterable[Awaitable[None]]:
+                     eviction_blocked: Mapping[ObjectKey, str] | None = None,
+                     refusals: Mapping[ObjectKey, Refusal] | None = None) -> Iterable[Awaitable[None]]:
         """The status writes of ``plan``: every pool, job and profile of ``index`` it has a status for (a job with
         ``resize_pending`` pods gets the ``ResizePending`` condition, one whose evictions a PodDisruptionBudget
-        refuses the ``EvictionBlocked`` condition with the API server's message, :func:`with_eviction_blocked`)."""
+        refuses the ``EvictionBlocked`` condition with the API server's message, :func:`with_eviction_blocked`,
+        one whose pod creations the API server refuses its ``admissionRefusal`` record, :func:`with_refusal`)."""
         blocked = eviction_blocked or {}
+        refused = refusals or {}
         base = f"/apis/{API_VERSION}"
         for name, pool_plan in plan.pools.items():
             obj = index.pools.get(("", name))
@@ -63,10 +84,11 @@ class StatusWriter:
         for key, job_plan in plan.jobs.items():
             obj = index.jobs.get(key)
             if obj is not None:
+                status = with_eviction_blocked(with_resize_pending(job_status(job_plan), resize_pending.get(key)),
+                                               blocked.get(key))
+                status = with_refusal(status, refused.get(key), (obj.get("metadata") or {}).get("generation"))
                 yield self._write(("FungibleJob", *key), f"{base}/namespaces/{key[0]}/fungiblejobs/{key[1]}", obj,
-                                  with_eviction_blocked(with_resize_pending(job_status(job_plan),
-                                                                            resize_pending.get(key)),
-                                                        blocked.get(key)))
+                                  status)
         for name, conditions in plan.profiles.items():
             obj = index.profiles.get(("", name))
             if obj is not None:

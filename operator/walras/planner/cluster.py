@@ -181,6 +181,12 @@ class ReportedStatus:
     migrations: int = 0  # status.migrations: pods moved by rebalancing so far
     last_migration: float | None = None  # status.lastMigrationTime (epoch seconds)
     completed: float | None = None  # status.completionTime (epoch seconds)
+    misplaced: int = 0  # status.misplacedPods: misplaced pods counted so far (their replacement's backoff)
+    last_misplaced: float | None = None  # status.lastMisplacementTime (epoch seconds)
+    #: ``status.admissionRefusal``: the operator's record of the API server's refusal of the job's pod creations, as
+    #: it last wrote it (None without one, or when written for another ``metadata.generation``), read back after a
+    #: restart (docs/refusals.md)
+    refusal: Refusal | None = None
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,12 @@ phases plan as usual:
 * a **misplaced** pod (issue 30 item 3: bound to a node that its own pool's ``nodeSelector``, the required node
   affinity :func:`walras.kube.encode.build_pod` gives every pod, does not match, in no pool the job can use: a
   scheduler bypassed the extender, or a binding was made by hand) is removed as surplus by the reconcile phase, as
-  before, but it is counted once (``misplaced``, its identity carried in ``counted_misplaced`` while it is
-  visible) and its replacement is **backed off**: for :func:`misplaced_delay` ``(k) = min(10 s * 2^(k-1), 300 s)``
-  after the k-th misplacement the job creates no new pod (effective replicas: its live pods that are not
-  misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2`` rounds of
-  creations (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a
+  before, but it is counted once (``misplaced``, its identity carried in ``counted_misplaced`` while it is visible;
+  the count and the time of the last are written to ``status.misplacedPods`` and ``status.lastMisplacementTime`` and
+  read back after an operator restart) and its replacement is **backed off**: for :func:`misplaced_delay` ``(k) =
+  min(10 s * 2^(k-1), 300 s)`` after the k-th misplacement the job creates no new pod (effective replicas: its live
+  pods that are not misplaced), so a scheduler that keeps misplacing makes at most about ``log2(T / 10 s) + 2``
+  rounds of creations (each at most the job's replicas) in the first ``T`` seconds (then one per 300 s), never a
   create/delete loop. The job gets the condition ``Misplaced``
   (naming the pod, the node and the pool) and one Warning Event ``Misplaced`` per counted pod, whose message names
   the node and the pool only, so that the same misplacement is one Event (the operator posts an Event of
@@ -76,7 +77,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from walras.planner.cluster import Cluster, Job, Node, Pod
+from walras.planner.cluster import Cluster, Job, Node, Pod, ReportedStatus
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, evolve, rfc3339
 from walras.planner.podsecurity import ENFORCE_LABEL, level_of, violations
@@ -423,7 +424,7 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
               astray: tuple[tuple[Pod, str | None], ...] = (),
               security: tuple[str, tuple[str, ...]] = ("privileged", ())) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
-    misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now)
+    misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now, job.reported)
     where = _where(*new_misplaced[-1]) if new_misplaced else (old.misplaced_where if old is not None else "")
     reported = job.reported
     live, succeeded, failed = tally.live, tally.succeeded, tally.failed
@@ -471,14 +472,20 @@ def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now:
                    security[1], was_refused)
 
 
-def _misplacements(old: JobPlan | None, astray: tuple[tuple[Pod, str | None], ...], now: float | None) -> tuple[
+_UNREPORTED = ReportedStatus()
+
+
+def _misplacements(old: JobPlan | None, astray: tuple[tuple[Pod, str | None], ...], now: float | None,
+                   reported: ReportedStatus = _UNREPORTED) -> tuple[
         int, tuple[tuple[Pod, str | None], ...], float | None, frozenset[str]]:
     """``(count, newly counted, last time, identities counted)`` of a job's misplaced pods ``astray`` after the
     previous plan's ``old``: a pod is counted once (its identity is carried while it is visible); the time of the
-    last misplacement is the plan's clock when one is first counted. The count has no memory beyond the previous
-    plan (an operator restart starts it at 0)."""
-    count = old.misplaced if old is not None else 0
-    last = old.last_misplaced if old is not None else None
+    last misplacement is the plan's clock when one is first counted. The base is the larger of the status's
+    (``reported``: ``status.misplacedPods``, ``lastMisplacementTime``) and the previous plan's, as for failed pods,
+    so an operator restart (no previous plan) goes on from what the status says; a misplaced pod still visible and
+    not yet terminating at the restart is counted once more (a longer backoff, never a shorter one)."""
+    count = max(reported.misplaced, old.misplaced if old is not None else 0)
+    last = latest(reported.last_misplaced, old.last_misplaced if old is not None else None)
     if not astray:
         return count, (), last, frozenset()
     before = old.counted_misplaced if old is not None else frozenset()

@@ -171,7 +171,8 @@ def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCa
     given = overlay(cluster, assumed)
     sizes = gang_sizes(given)  # each gang's declared size N (docs/gangs.md)
     life = prepare(given, previous, now=opts.now, grace=opts.node_loss_grace, reuse=reuse)
-    admission = admit(life.cluster, opts.now)  # quotas and refused pods cap what is held (docs/refusals.md)
+    # quotas and refused pods cap what is held (docs/refusals.md); after a restart the refusals the status carries
+    admission = admit(life.cluster, opts.now, restarted=previous is None)
     cluster, tenancy = apply_tenants(admission.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
     if opts.tenants is not None and opts.market_eps is None:
         opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))

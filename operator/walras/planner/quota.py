@@ -13,13 +13,15 @@ Two inputs of the typed cluster, applied after the lifecycle's pre-phase and bef
   over the pools it may use. A job
   capped below its spec's replicas gets the condition ``QuotaLimited`` and a blocker with the numbers; the market
   never prices the capacity the quota would refuse, so other namespaces' jobs are offered it.
-* **Refusals** (``Cluster.refused``, the operator's record of pod creations the API server refused: Pod Security,
-  a quota the planner does not model, a webhook): while ``PlanOptions.now`` is before the refusal's ``until`` (the
-  operator's backoff), the job's effective replicas are its live pods, so no capacity is held for the replicas the
-  API server refuses. Once the backoff ends the plan asks for *one* more pod (the ReplicaSet controller's slow
-  start: a batch of one before the rest), and only where a node of one of the job's pools has free room for it now,
-  so a retry never displaces a running pod of another job; the operator creates it, and the refusal ends when the
-  API server admits it (the next plan asks for the rest) or starts a longer backoff when it refuses it again.
+* **Refusals** (``Cluster.refused``, the operator's record of pod creations the API server refused: Pod Security, a
+  quota the planner does not model, a webhook; with no previous plan, also the record the job's
+  ``status.admissionRefusal`` carries, :func:`refusals`, so an operator restart loses nothing): while
+  ``PlanOptions.now`` is before the refusal's ``until`` (the operator's backoff), the job's effective replicas are
+  its live pods, so no capacity is held for the replicas the API server refuses. Once the backoff ends the plan asks
+  for *one* more pod (the ReplicaSet controller's slow start: a batch of one before the rest), and only where a node
+  of one of the job's pools has free room for it now, so a retry never displaces a running pod of another job; the
+  operator creates it, and the refusal ends when the API server admits it (the next plan asks for the rest) or
+  starts a longer backoff when it refuses it again.
   Without a clock a refusal holds until the operator drops it. The job gets the condition ``AdmissionRefused`` with
   the API server's message and the number of refused pods (while it has fewer live pods than it wants).
 
@@ -42,7 +44,7 @@ from walras.planner.cluster import Cluster, Job, Pod, Quota, Refusal, pod_vector
 from walras.planner.model import Blocker, Condition, JobPlan, rfc3339
 from walras.planner.objects import select
 
-__all__ = ["Admission", "Limit", "admit", "annotate", "quota_room"]
+__all__ = ["Admission", "Limit", "admit", "annotate", "quota_room", "refusals"]
 
 ADMISSION_REFUSED = "AdmissionRefused"
 QUOTA_LIMITED = "QuotaLimited"
@@ -202,10 +204,24 @@ def _refusal_limit(refusal: Refusal, live: int, wanted: int, now: float | None,
     return allowed, Limit(ADMISSION_REFUSED, allowed, wanted, message)
 
 
-def admit(cluster: Cluster, now: float | None) -> Admission:
-    """The :class:`Admission` of ``cluster`` at ``now`` (see the module docstring); the cluster itself when no
-    quota or refusal applies."""
-    if not cluster.quotas and not cluster.refused:
+def refusals(cluster: Cluster, restarted: bool) -> dict[JobKey, Refusal]:
+    """The refusals a plan reads: ``Cluster.refused`` (the operator's record), and when ``restarted`` (no previous
+    plan: the operator's memory is new) each valid job's ``status.admissionRefusal`` (``Job.reported.refusal``,
+    what the operator last wrote) where the record has none for it, so a restart neither asks again before the
+    backoff ends nor restarts the backoff (as ``status.preemptionTimes`` keeps a pool's hourly budget)."""
+    out = dict(cluster.refused)
+    if restarted:
+        for job in cluster.jobs:
+            if job.spec is not None and job.reported.refusal is not None:
+                out.setdefault(job.key, job.reported.refusal)
+    return out
+
+
+def admit(cluster: Cluster, now: float | None, restarted: bool = False) -> Admission:
+    """The :class:`Admission` of ``cluster`` at ``now`` (see the module docstring; ``restarted``: there is no
+    previous plan, :func:`refusals`); the cluster itself when no quota or refusal applies."""
+    refused = refusals(cluster, restarted)
+    if not cluster.quotas and not refused:
         return Admission(cluster, {})
     live: dict[JobKey, list[Pod]] = defaultdict(list)
     for pod in cluster.pods:
@@ -225,7 +241,7 @@ def admit(cluster: Cluster, now: float | None) -> Admission:
             tables.append(node_table(cluster, nominated=nominations(cluster)))
         return tables[0]
 
-    for key, refusal in sorted(cluster.refused.items()):
+    for key, refusal in sorted(refused.items()):
         job = valid.get(key)
         if job is None or job.spec is None:
             continue
