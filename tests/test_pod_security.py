@@ -137,7 +137,7 @@ def test_the_planner_refuses_a_template_the_namespace_refuses_before_creating_a_
     assert not [p for p in plan.pods if p.job == "j" and p.action == "create"]
     (condition,) = [c for c in plan.jobs[("ml", "j")].conditions if c.type == "PodSecurity"]
     assert condition.status == "False" and condition.reason == "PodSecurityRefused"
-    assert '"restricted"' in condition.message and "privileged (" in condition.message
+    assert '"restricted:latest"' in condition.message and "privileged (" in condition.message
     assert "allowPrivilegeEscalation != false" in condition.message
     events = [e for e in plan.events if e.reason == "PodSecurityRefused"]
     assert len(events) == 1 and events[0].name == "j"
@@ -207,3 +207,148 @@ def test_the_real_api_server_agrees(control_plane: Any) -> None:
     finally:
         for ns in names.values():
             cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+# --- the enforce-version label -----------------------------------------------------------------------------------
+
+#: Templates whose verdict depends on the policy version (the module docstring's table of
+#: :mod:`walras.planner.podsecurity`), each with the (level, version) pairs around its boundary and the verdict
+#: there: True = admitted. The expected verdicts are written from pod-security-admission's check versions, not
+#: computed; the live test asks the real API server the same.
+def _sysctl(name: str) -> dict[str, Any]:
+    return _with(PLAIN, "securityContext", {"sysctls": [{"name": name, "value": "1"}]})
+
+
+def _probe_host(host: str) -> dict[str, Any]:
+    return _with(PLAIN, "containers.0.livenessProbe", {"httpGet": {"port": 8080, "host": host}})
+
+
+WINDOWS = {"spec": {"os": {"name": "windows"}, "securityContext": {"runAsNonRoot": True},
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+VERSIONED: list[tuple[str, dict[str, Any], str, dict[str, bool]]] = [
+    ("reserved ports", _sysctl("net.ipv4.ip_local_reserved_ports"), "baseline",
+     {"v1.26": False, "v1.27": True, "latest": True}),
+    ("keepalive", _sysctl("net.ipv4.tcp_keepalive_time"), "baseline", {"v1.28": False, "v1.29": True}),
+    ("tcp_rmem", _sysctl("net.ipv4.tcp_rmem"), "baseline", {"v1.31": False, "v1.32": True, "latest": True}),
+    ("probe host", _probe_host("10.0.0.1"), "baseline", {"v1.33": True, "v1.34": False, "latest": False}),
+    ("probe loopback", _probe_host("127.0.0.1"), "baseline", {"v1.33": True, "v1.34": False}),  # loopback too
+    ("userns unmasked", _with(_with(PLAIN, "containers.0.securityContext", {"procMount": "Unmasked"}), "hostUsers",
+                              False), "baseline", {"v1.34": False, "v1.35": True, "latest": True}),
+    ("userns root", _with(_with(RESTRICTED_OK, "securityContext.runAsNonRoot", False), "hostUsers", False),
+     "restricted", {"v1.34": False, "v1.35": True, "latest": True}),
+    ("no drop ALL", _with(RESTRICTED_OK, "containers.0.securityContext.capabilities", {}), "restricted",
+     {"v1.21": True, "v1.22": False}),
+    ("uid 0", _with(RESTRICTED_OK, "securityContext.runAsUser", 0), "restricted", {"v1.22": True, "v1.23": False}),
+    ("windows", WINDOWS, "restricted", {"v1.24": False, "v1.25": True, "latest": True}),
+]
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    return None if text == "latest" else (1, int(text.split(".")[1]))
+
+
+@pytest.mark.parametrize(("name", "template", "level", "verdicts"), VERSIONED, ids=[c[0] for c in VERSIONED])
+def test_an_older_policy_version_applies_that_versions_checks(name: str, template: dict[str, Any], level: str,
+                                                                verdicts: dict[str, bool]) -> None:
+    for version, admitted in verdicts.items():
+        found = violations(template, level, _version(version))
+        assert (found == ()) == admitted, (version, found)
+    # a version newer than any check's is latest
+    assert violations(template, level, (1, 99)) == violations(template, level, None)
+
+
+def test_the_version_label_is_parsed_as_pod_security_admission_parses_it() -> None:
+    from walras.planner.podsecurity import NEWEST, VERSION_LABEL, Policy, policy_of
+
+    base = {ENFORCE_LABEL: "baseline"}
+    assert policy_of(base) == policy_of({**base, VERSION_LABEL: "latest"}) == Policy("baseline")
+    assert policy_of({**base, VERSION_LABEL: "v1.30"}) == Policy("baseline", (1, 30))
+    assert policy_of({**base, VERSION_LABEL: "v1.0"}) == Policy("baseline", (1, 0))
+    assert policy_of({**base, VERSION_LABEL: f"v1.{NEWEST[1] + 4}"}) == Policy("baseline")  # newer: latest
+    assert policy_of({**base, VERSION_LABEL: "v1.30"}).text == "baseline:v1.30"
+    for bad in ("1.30", "v1.030", "v2.0", "v1", "v1.x", "Latest", "", "v1.30.1"):
+        policy = policy_of({**base, VERSION_LABEL: bad})
+        assert policy.version is None and repr(bad) in policy.note and "'latest' apply" in policy.note, bad
+
+
+def test_an_invalid_version_label_gives_a_clear_condition_and_latest_applies() -> None:
+    from walras.planner.podsecurity import VERSION_LABEL
+
+    def planned(version: str, template: dict[str, Any]) -> Any:
+        snap = _snapshot("baseline", template)
+        ns = {"kind": "Namespace", "metadata": {"name": "ml", "labels": {ENFORCE_LABEL: "baseline",
+                                                                          VERSION_LABEL: version}}}
+        return build_plan(Snapshot(nodes=snap.nodes, pools=snap.pools, jobs=snap.jobs, namespaces=(ns,)),
+                          options=PlanOptions(now=NOW))
+
+    # admitted at latest: the job is planned, and its condition says the label is invalid and what applied
+    plan = planned("1.30", PLAIN)
+    assert len([p for p in plan.pods if p.job == "j" and p.action == "create"]) == 2
+    (condition,) = [c for c in plan.jobs[("ml", "j")].conditions if c.type == "PodSecurity"]
+    assert (condition.status, condition.reason) == ("True", "InvalidEnforceVersion")
+    assert "'1.30'" in condition.message and '"baseline:latest"' in condition.message
+    # refused at latest (a probe host, a v1.34 check): refused, the message says both
+    host = _probe_host("10.0.0.1")
+    refused = planned("v1.x", host)
+    assert not [p for p in refused.pods if p.job == "j" and p.action == "create"]
+    (condition,) = [c for c in refused.jobs[("ml", "j")].conditions if c.type == "PodSecurity"]
+    assert condition.reason == "PodSecurityRefused" and "'v1.x'" in condition.message
+    assert "probe or lifecycle host" in condition.message
+    # the same template pinned to v1.33 is admitted and planned, with no condition
+    pinned = planned("v1.33", host)
+    assert len([p for p in pinned.pods if p.job == "j" and p.action == "create"]) == 2
+    assert not [c for c in pinned.jobs[("ml", "j")].conditions if c.type == "PodSecurity"]
+
+
+@pytest.mark.controlplane
+def test_the_real_api_server_agrees_on_each_version(control_plane: Any) -> None:
+    """Each template of :data:`VERSIONED`, created with a server-side dry run (``?dryRun=All``) in a namespace
+    labelled with its level and each version: the API server refuses it exactly when :func:`violations` at that
+    version is not empty (and as :data:`VERSIONED` says), naming the same checks; and it refuses an invalid version
+    label on a namespace."""
+    import secrets
+
+    from walras.planner.podsecurity import VERSION_LABEL
+
+    cp = control_plane
+    made: dict[tuple[str, str], str] = {}
+    try:
+        for _, _, level, verdicts in VERSIONED:
+            for version in verdicts:
+                if (level, version) not in made:
+                    ns = f"psv-{level[:4]}-{version.replace('.', '')}-{secrets.token_hex(2)}"
+                    status, body = cp.request("POST", "/api/v1/namespaces", {
+                        "apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": ns, "labels": {ENFORCE_LABEL: level, VERSION_LABEL: version}}})
+                    assert status == 201, body
+                    made[(level, version)] = ns
+        disagreements = []
+        for name, template, level, verdicts in VERSIONED:
+            for version, admitted in verdicts.items():
+                ns = made[(level, version)]
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns},
+                       "spec": template["spec"]}
+                status, body = cp.request("POST", f"/api/v1/namespaces/{ns}/pods?dryRun=All", pod)
+                message = body.get("message", "") if isinstance(body, dict) else str(body)
+                refused = status == 403 and "violates PodSecurity" in message
+                if status not in (201, 403):
+                    disagreements.append(f"{name} {level}:{version}: HTTP {status}: {message}")
+                    continue
+                ours = violations(template, level, _version(version))
+                if refused != bool(ours) or refused == admitted:
+                    disagreements.append(f"{name} {level}:{version}: API server refused={refused} ({message}), "
+                                         f"Walras: {ours}, expected admitted={admitted}")
+                for check in (v.split(" (")[0] for v in ours):
+                    if check not in message:
+                        disagreements.append(f"{name} {level}:{version}: the API server does not name {check!r}")
+        assert disagreements == [], "\n".join(disagreements)
+        status, body = cp.request("POST", "/api/v1/namespaces", {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": f"psv-bad-{secrets.token_hex(2)}", "labels": {ENFORCE_LABEL: "baseline",
+                                                                               VERSION_LABEL: "1.30"}}})
+        if status == 201:
+            made[("bad", "bad")] = body["metadata"]["name"]
+        assert status == 422, (status, body)
+    finally:
+        for ns in made.values():
+            cp.request("DELETE", f"/api/v1/namespaces/{ns}")

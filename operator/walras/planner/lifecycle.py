@@ -80,7 +80,7 @@ import numpy as np
 from walras.planner.cluster import Cluster, Job, Node, Pod, ReportedStatus
 from walras.planner.market import utility_values
 from walras.planner.model import Condition, JobPlan, ObjectKey, Plan, PlanEvent, PodPlan, evolve, rfc3339
-from walras.planner.podsecurity import ENFORCE_LABEL, level_of, violations
+from walras.planner.podsecurity import ENFORCE_LABEL, Policy, policy_of, violations
 from walras.planner.results import NODE_LOSS_GRACE, Actions, Concluded, PlanContext
 from walras.planner.reuse import Inputs, Reuse, Same
 from walras.planner.spec import JobSpec
@@ -234,9 +234,9 @@ class JobLife:
     counted_misplaced: frozenset[str] = frozenset()
     misplaced_until: float | None = None
     misplaced_where: str = ""  # the last misplaced pod, its node and pool (for the condition once it is gone)
-    #: Pod Security: the namespace's enforced level and what of the template it refuses (empty: admitted); whether
-    #: the previous plan already reported the refusal
-    level: str = "privileged"
+    #: Pod Security: the namespace's enforced level and version and what of the template it refuses (empty:
+    #: admitted); whether the previous plan already reported the refusal
+    policy: Policy = field(default_factory=Policy)
     refused: tuple[str, ...] = ()
     was_refused: bool = False
 
@@ -343,9 +343,9 @@ def prepare(cluster: Cluster, previous: Plan | None, *, now: float | None,
         tally = tallies.get(job.key, _NO_PODS)
         mine = tuple((p, pool) for p, pool in astray.get(job.key, ()) if not (
             pool is not None and spec.throughput.get(pool, 0.0) > 0))
-        level = level_of(cluster.namespaces.get(job.namespace))
-        refused = violations(spec.template, level) if level != "privileged" else ()
-        life = _job_life(job, spec, tally, previous, now, mine, (level, refused))
+        policy = policy_of(cluster.namespaces.get(job.namespace))
+        refused = violations(spec.template, policy.level, policy.version) if policy.level != "privileged" else ()
+        life = _job_life(job, spec, tally, previous, now, mine, (policy, refused))
         out.jobs[job.key] = life
         for pod in tally.failed:
             if not pod.terminating:
@@ -420,9 +420,12 @@ def _tally(pods: list[Pod]) -> Tally:
     return Tally(live, succeeded, tuple(failed))
 
 
+_NO_POLICY = Policy()
+
+
 def _job_life(job: Job, spec: JobSpec, tally: Tally, previous: Plan | None, now: float | None,
               astray: tuple[tuple[Pod, str | None], ...] = (),
-              security: tuple[str, tuple[str, ...]] = ("privileged", ())) -> JobLife:
+              security: tuple[Policy, tuple[str, ...]] = (_NO_POLICY, ())) -> JobLife:
     old = previous.jobs.get(job.key) if previous is not None else None
     misplaced, new_misplaced, last_misplaced, counted_misplaced = _misplacements(old, astray, now, job.reported)
     where = _where(*new_misplaced[-1]) if new_misplaced else (old.misplaced_where if old is not None else "")
@@ -596,6 +599,9 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
         conditions.append(Condition("PodSecurity", "False", "PodSecurityRefused", message))
         if not life.was_refused:
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodSecurityRefused", message))
+    elif life.policy.note and life.policy.level != "privileged":  # admitted, but say what was checked and why
+        conditions.append(Condition("PodSecurity", "True", "InvalidEnforceVersion",
+                                    f'{life.policy.note}; the pod template meets "{life.policy.text}"'))
     if life.astray or life.state == "Misplaced":
         conditions.append(Condition("Misplaced", "True", "Misplaced", _misplaced_message(life)))
     if before == "Suspended" and life.state != "Suspended":
@@ -607,8 +613,10 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
 def _refused_message(life: JobLife) -> str:
     """The ``PodSecurity`` condition's message: the level, the failed checks (as the API server names them)."""
     spec = life.spec
-    return (f'namespace {spec.namespace!r} enforces Pod Security "{life.level}" ({ENFORCE_LABEL}); the pod template '
-            f"violates it: {', '.join(life.refused)}. No pod is created (docs/security.md); fix spec.template")
+    note = f" ({life.policy.note})" if life.policy.note else ""
+    return (f'namespace {spec.namespace!r} enforces Pod Security "{life.policy.text}" ({ENFORCE_LABEL}){note}; the '
+            f"pod template violates it: {', '.join(life.refused)}. No pod is created (docs/security.md); fix "
+            "spec.template")
 
 
 def _where(pod: Pod, where: str | None) -> str:

@@ -21,7 +21,9 @@ server's refusal. Checked, per level (each level includes the ones above it):
   * ``forbidden sysctls``: only the safe sysctls (``kernel.shm_rmid_forced``, ``net.ipv4.ip_local_port_range``,
     ``net.ipv4.ip_unprivileged_port_start``, ``net.ipv4.tcp_syncookies``, ``net.ipv4.ping_group_range``,
     ``net.ipv4.ip_local_reserved_ports``, ``net.ipv4.tcp_keepalive_time``, ``net.ipv4.tcp_fin_timeout``,
-    ``net.ipv4.tcp_keepalive_intvl``, ``net.ipv4.tcp_keepalive_probes``).
+    ``net.ipv4.tcp_keepalive_intvl``, ``net.ipv4.tcp_keepalive_probes``, ``net.ipv4.tcp_rmem``,
+    ``net.ipv4.tcp_wmem``; the last two were missing before the versions were read: a template using them was
+    refused here while the API server admits it).
 
 ``restricted``
   * ``restricted volume types``: only configMap, csi, downwardAPI, emptyDir, ephemeral, image,
@@ -34,30 +36,83 @@ server's refusal. Checked, per level (each level includes the ones above it):
   * ``runAsUser=0``: neither the pod nor a container runs as uid 0 (the same exception);
   * ``seccompProfile``: ``RuntimeDefault`` or ``Localhost`` on the pod or on every container.
 
+``baseline`` also has, from policy version v1.34, ``probe or lifecycle host``: no probe's or lifecycle handler's
+``httpGet``/``tcpSocket`` sets ``host`` (a way to reach the node's or other hosts' services; ``127.0.0.1``
+included).
+
+**Versions** (``pod-security.kubernetes.io/enforce-version``, :func:`policy_of`): ``latest`` (the default) or
+``v1.<minor>``; a namespace pinned to an older version is checked as ``k8s.io/pod-security-admission`` checks that
+version (its ``VersionedCheck`` minimum versions). What differs, among the checks above:
+
+===================================  ========================================================================
+policy version                       difference from ``latest``
+===================================  ========================================================================
+below v1.8                           restricted has no ``allowPrivilegeEscalation != false``
+below v1.19                          no field-based seccomp check at either level (v1.0-v1.18 check the
+                                     ``seccomp.security.alpha.kubernetes.io`` annotations, not modelled)
+below v1.22                          restricted has no ``unrestricted capabilities``; baseline's
+                                     ``non-default capabilities`` applies there instead
+below v1.23                          restricted has no ``runAsUser=0``
+below v1.25                          Windows pods (``spec.os.name: windows``) are not exempt from
+                                     restricted's ``allowPrivilegeEscalation``, ``seccompProfile`` and
+                                     capabilities checks
+below v1.27 / v1.29 / v1.32          fewer safe sysctls: v1.0 ``kernel.shm_rmid_forced``,
+                                     ``net.ipv4.ip_local_port_range``, ``net.ipv4.tcp_syncookies``,
+                                     ``net.ipv4.ping_group_range``, ``net.ipv4.ip_unprivileged_port_start``;
+                                     v1.27 adds ``net.ipv4.ip_local_reserved_ports``; v1.29 adds
+                                     ``net.ipv4.tcp_keepalive_time``, ``tcp_fin_timeout``,
+                                     ``tcp_keepalive_intvl``, ``tcp_keepalive_probes``; v1.32 adds
+                                     ``net.ipv4.tcp_rmem``, ``net.ipv4.tcp_wmem``
+below v1.34                          no ``probe or lifecycle host``
+below v1.35                          no user-namespace relaxation (``hostUsers: false``): baseline refuses
+                                     ``procMount: Unmasked`` and restricted asks ``runAsNonRoot`` and
+                                     refuses ``runAsUser=0`` of such a pod too
+===================================  ========================================================================
+
+A value that is neither (``v2.0``, ``1.30``, ``v1.030``) is invalid: Pod Security Admission then evaluates
+``latest`` (its ``PolicyToEvaluate`` falls back to it), and so does :func:`policy_of`, saying so in
+:attr:`Policy.note` (the job's ``PodSecurity`` condition, reason ``InvalidEnforceVersion``). A version newer than
+the newest one this module knows is ``latest``, as Pod Security Admission caps it at its own.
+
 Not checked (the API server still refuses them at creation, as before): the AppArmor and SELinux options of
-baseline, and the level's version label (``enforce-version``; ``latest`` is assumed). ``privileged``, an unknown
-level or no label: nothing is checked. Containers are the template's ``containers``, ``initContainers`` and
-``ephemeralContainers``.
+baseline. ``privileged``, an unknown level or no label: nothing is checked. Containers are the template's
+``containers``, ``initContainers`` and ``ephemeralContainers``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENFORCE_LABEL", "LEVELS", "level_of", "violations"]
+__all__ = ["ENFORCE_LABEL", "LEVELS", "VERSION_LABEL", "Policy", "level_of", "policy_of", "violations"]
 
 #: The namespace label Pod Security Admission enforces.
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+#: The namespace label that pins the enforced level's policy version (``latest`` or ``v1.<minor>``).
+VERSION_LABEL = "pod-security.kubernetes.io/enforce-version"
 LEVELS = ("privileged", "baseline", "restricted")
+#: ``v1.<minor>`` as Pod Security Admission parses a version (``api.ParseVersion``): no leading zero.
+_VERSION = re.compile(r"^v1\.(0|[1-9][0-9]{0,3})$")
+#: The newest policy version whose checks differ from an older one's (the table above): any later version, and
+#: ``latest``, check the same.
+NEWEST = (1, 35)
 
 _DEFAULT_CAPABILITIES = frozenset({"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
                                    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
-_SAFE_SYSCTLS = frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
-                           "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
-                           "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                           "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-                           "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"})
+#: The safe sysctls by the policy version that added them (pod-security-admission's sysctlsAllowedV1Dot0/27/29/32).
+_SYSCTLS_BY_VERSION = ((0, frozenset({"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                                      "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range",
+                                      "net.ipv4.ip_unprivileged_port_start"})),
+                       (27, frozenset({"net.ipv4.ip_local_reserved_ports"})),
+                       (29, frozenset({"net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                                       "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"})),
+                       (32, frozenset({"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"})))
+#: Hosts a probe or lifecycle handler may name from v1.34 on: none (the empty string is the pod's IP). Some
+#: versions of pod-security-admission's source allow ``127.0.0.1`` and ``::1``; kube-apiserver v1.36 refuses them
+#: (tests/test_pod_security.py, live), so they are refused here too.
+_LOCAL_HOSTS = frozenset({""})
 _RESTRICTED_VOLUMES = frozenset({"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image",
                                  "persistentVolumeClaim", "projected", "secret"})
 #: Volume keys that are not a volume source.
@@ -69,6 +124,38 @@ def level_of(labels: Mapping[str, str] | None) -> str:
     label, or a value Pod Security Admission does not know, which it refuses to create)."""
     value = (labels or {}).get(ENFORCE_LABEL, "privileged")
     return value if value in LEVELS else "privileged"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a namespace enforces: its ``level`` (:func:`level_of`), the policy ``version`` (``(1, minor)``; None for
+    ``latest``), and ``note``: why the version label was not read as written (empty when it was)."""
+
+    level: str = "privileged"
+    version: tuple[int, int] | None = None
+    note: str = ""
+
+    @property
+    def text(self) -> str:
+        """``restricted:latest`` / ``baseline:v1.30``, as the API server's refusal names the policy."""
+        return f"{self.level}:{'latest' if self.version is None else f'v{self.version[0]}.{self.version[1]}'}"
+
+
+def policy_of(labels: Mapping[str, str] | None) -> Policy:
+    """The :class:`Policy` of a namespace with ``labels``: its level, and the version of
+    ``pod-security.kubernetes.io/enforce-version`` (``latest`` when absent, when newer than :data:`NEWEST`, or when
+    invalid, which :attr:`Policy.note` then says: Pod Security Admission evaluates ``latest`` too)."""
+    labels = labels or {}
+    level = level_of(labels)
+    raw = labels.get(VERSION_LABEL)
+    if raw is None or raw == "latest":
+        return Policy(level)
+    found = _VERSION.match(raw)
+    if found is None:
+        return Policy(level, None, f"the namespace's {VERSION_LABEL} label {raw!r} is not 'latest' or 'v1.<minor>': "
+                                   "the checks of 'latest' apply, as Pod Security admission applies them")
+    minor = int(found.group(1))
+    return Policy(level, None if (1, minor) >= NEWEST else (1, minor))
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -93,18 +180,21 @@ def _verb(containers: list[Mapping[str, Any]], singular: str, plural: str) -> st
     return singular if len(containers) == 1 else plural
 
 
-def violations(template: Mapping[str, Any], level: str) -> tuple[str, ...]:
-    """What of the pod ``template`` (a PodTemplateSpec: ``metadata`` and ``spec``) the Pod Security ``level``
-    forbids, one text per failed check (``"privileged (container \\"c\\" must not set
-    securityContext.privileged=true)"``), in the order of the module docstring; empty when the level admits it."""
+def violations(template: Mapping[str, Any], level: str, version: tuple[int, int] | None = None) -> tuple[str, ...]:
+    """What of the pod ``template`` (a PodTemplateSpec: ``metadata`` and ``spec``) the Pod Security ``level`` of
+    policy ``version`` (``(1, minor)``, None for ``latest``; the module docstring's table) forbids, one text per
+    failed check (``"privileged (container \\"c\\" must not set securityContext.privileged=true)"``), in the order of
+    the module docstring; empty when the level admits it."""
     if level not in ("baseline", "restricted"):
         return ()
+    minor = 1 << 30 if version is None else version[1]
     spec = _map(template.get("spec"))
-    out = _baseline(spec)
+    out = _baseline(spec, minor)
     if level == "restricted":
         # restricted's checks of capabilities, seccomp and volumes replace baseline's (pod-security-admission's
-        # OverrideCheckIDs): each failure is named once, as the API server names it
-        out = [v for v in out if not v.startswith(_OVERRIDDEN)] + _restricted(spec)
+        # OverrideCheckIDs; capabilities from v1.22): each failure is named once, as the API server names it
+        overridden = _OVERRIDDEN if minor >= 22 else _OVERRIDDEN[1:]
+        out = [v for v in out if not v.startswith(overridden)] + _restricted(spec, minor)
     return tuple(out)
 
 
@@ -112,7 +202,21 @@ def violations(template: Mapping[str, Any], level: str) -> tuple[str, ...]:
 _OVERRIDDEN = ("non-default capabilities", "seccompProfile", "hostPath volumes")
 
 
-def _baseline(spec: Mapping[str, Any]) -> list[str]:
+def _user_namespace(spec: Mapping[str, Any], minor: int) -> bool:
+    """Whether the pod has its own user namespace (``hostUsers: false``) and the policy relaxes for it (v1.35)."""
+    return spec.get("hostUsers") is False and minor >= 35
+
+
+def _hosts(container: Mapping[str, Any]) -> list[str]:
+    """The hosts ``container``'s probes and lifecycle handlers name (v1.34's check: any non-empty ``host``)."""
+    handlers = [_map(container.get(p)) for p in ("livenessProbe", "readinessProbe", "startupProbe")]
+    lifecycle = _map(container.get("lifecycle"))
+    handlers += [_map(lifecycle.get(h)) for h in ("postStart", "preStop")]
+    return [str(host) for handler in handlers for kind in ("httpGet", "tcpSocket")
+            if (host := _map(handler.get(kind)).get("host")) is not None and host not in _LOCAL_HOSTS]
+
+
+def _baseline(spec: Mapping[str, Any], minor: int) -> list[str]:
     out: list[str] = []
     pod_context = _map(spec.get("securityContext"))
     containers = _containers(spec)
@@ -144,17 +248,23 @@ def _baseline(spec: Mapping[str, Any]) -> list[str]:
     if ported:
         out.append(f"hostPort ({_names(ported)} {_verb(ported, 'uses', 'use')} hostPort)")
     proc = _proc(contexts)
-    if proc and spec.get("hostUsers") is not False:  # baseline admits Unmasked in a user namespace
+    if proc and not _user_namespace(spec, minor):  # baseline admits Unmasked in a user namespace (v1.35)
         out.append(proc)
     unconfined = _map(pod_context.get("seccompProfile")).get("type") == "Unconfined" or any(
         _map(ctx.get("seccompProfile")).get("type") == "Unconfined" for _, ctx in contexts)
-    if unconfined:
+    if unconfined and minor >= 19:
         out.append('seccompProfile (pod or containers must not set securityContext.seccompProfile.type to '
                    '"Unconfined")')
+    safe = frozenset().union(*(names for since, names in _SYSCTLS_BY_VERSION if minor >= since))
     sysctls = [str(_map(s).get("name", "")) for s in _list(pod_context.get("sysctls"))
-               if _map(s).get("name") not in _SAFE_SYSCTLS]
+               if _map(s).get("name") not in safe]
     if sysctls:
         out.append(f"forbidden sysctls ({', '.join(sysctls)})")
+    probing = [(c, _hosts(c)) for c in containers] if minor >= 34 else []
+    if any(hosts for _, hosts in probing):
+        out.append(f"probe or lifecycle host ({_names([c for c, hosts in probing if hosts])} "
+                   f"{_verb([c for c, hosts in probing if hosts], 'uses', 'use')} probe or lifecycle host "
+                   f"{', '.join(sorted({chr(34) + h + chr(34) for _, hosts in probing for h in hosts}))})")
     return out
 
 
@@ -167,12 +277,13 @@ def _proc(contexts: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> str | 
     return f"procMount ({_names([c for c, _ in proc])} must not set securityContext.procMount to {values})"
 
 
-def _restricted(spec: Mapping[str, Any]) -> list[str]:
+def _restricted(spec: Mapping[str, Any], minor: int) -> list[str]:
     out: list[str] = []
     pod_context = _map(spec.get("securityContext"))
     containers = _containers(spec)
     contexts = [(c, _map(c.get("securityContext"))) for c in containers]
-    user_namespace = spec.get("hostUsers") is False
+    user_namespace = _user_namespace(spec, minor)
+    windows = _map(spec.get("os")).get("name") == "windows" and minor >= 25  # exempt from three checks (v1.25)
     proc = _proc(contexts)
     if proc and user_namespace:  # restricted refuses what baseline admitted in a user namespace
         out.append(proc)
@@ -184,14 +295,14 @@ def _restricted(spec: Mapping[str, Any]) -> list[str]:
     if kinds:
         out.append(f"restricted volume types ({'; '.join(kinds)})")
     escalating = [c for c, ctx in contexts if ctx.get("allowPrivilegeEscalation") is not False]
-    if escalating:
+    if escalating and minor >= 8 and not windows:
         out.append(f"allowPrivilegeEscalation != false ({_names(escalating)} must set "
                    "securityContext.allowPrivilegeEscalation=false)")
     undropped = [c for c, ctx in contexts
                  if "ALL" not in [str(d) for d in _list(_map(ctx.get("capabilities")).get("drop"))]]
     adding = [c for c, ctx in contexts
               if any(a != "NET_BIND_SERVICE" for a in _list(_map(ctx.get("capabilities")).get("add")))]
-    if undropped or adding:
+    if (undropped or adding) and minor >= 22 and not windows:
         parts = []
         if undropped:
             parts.append(f'{_names(undropped)} must set securityContext.capabilities.drop=["ALL"]')
@@ -210,11 +321,11 @@ def _restricted(spec: Mapping[str, Any]) -> list[str]:
             detail = f"pod or {_names(unset)} must set securityContext.runAsNonRoot=true"
         out.append(f"runAsNonRoot != true ({detail})")
     root = [c for c, ctx in contexts if ctx.get("runAsUser") == 0]
-    if not user_namespace and (pod_context.get("runAsUser") == 0 or root):
+    if not user_namespace and (pod_context.get("runAsUser") == 0 or root) and minor >= 23:
         who = "pod" if pod_context.get("runAsUser") == 0 else _names(root)
         out.append(f"runAsUser=0 ({who} must not set runAsUser=0)")
     pod_seccomp = _map(pod_context.get("seccompProfile")).get("type")
-    if pod_seccomp not in ("RuntimeDefault", "Localhost"):
+    if pod_seccomp not in ("RuntimeDefault", "Localhost") and minor >= 19 and not windows:
         missing = [c for c, ctx in contexts
                    if _map(ctx.get("seccompProfile")).get("type") not in ("RuntimeDefault", "Localhost")]
         if missing:
