@@ -205,7 +205,8 @@ def build(args: argparse.Namespace, kube: KubeConfig) -> tuple[Controller, Index
     source = IndexSource(options.namespaces)
     controller = Controller(KubeClient(kube), source, build_plan, options, metrics)
     controller.pool_scope = pool_scope(args, kube)
-    extender = Extender(lambda: controller.plan, binder=controller.bind, metrics=metrics)
+    extender = Extender(lambda: controller.plan, binder=controller.bind, metrics=metrics,
+                        foreign_binder=controller.bind_foreign)  # the binder of every pod sent (docs/refusals.md)
     return controller, source, extender, metrics
 
 

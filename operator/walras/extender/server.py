@@ -17,8 +17,12 @@ planned node and scores 10 there. Nodes other than a planned node go to ``failed
 them cannot help, because Walras accepts no other node for the pod. A managed pod with no planned node yet fails
 with a plain ``failedNodes`` reason (a later plan may place it). Preemption keeps only the planned node's
 candidates; a managed pod without a planned node gets none. Any other pod passes through: every node passes, scores
-are 0, preemption candidates are returned unchanged. ``bind`` binds only a pod of the current plan and only to its
-planned node; everything else is refused with a reason in ``error``.
+are 0, preemption candidates are returned unchanged. ``bind`` binds a pod of the current plan only to its planned
+node. A pod Walras does not manage is bound through ``foreign_binder`` where one is given (``walras run`` gives the
+controller's, :meth:`walras.operator.controller.Controller.bind_foreign`, which binds only where the node still has
+room): kube-scheduler sends an extender that is its binder (``bindVerb``) every pod it schedules, so in a set-up with
+one kube-scheduler whose extender binds, a pod no one else would bind never runs otherwise (a foreign preemptor
+stayed Pending for ever, docs/refusals.md). Everything else is refused with a reason in ``error``.
 
 A standby replica (``leader()`` false) has no plan to act on: it answers "no opinion" as for an unmanaged pod,
 refuses every ``bind``, and reports 503 on ``/readyz`` so that a Service routes to the leader only.
@@ -114,10 +118,11 @@ class Extender:
 
     def __init__(self, plan_source: PlanSource, binder: Binder | None = None,
                  metrics: WalrasMetrics | None = None, freeze_gc: bool = True, leader: LeaderCheck | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, foreign_binder: Binder | None = None) -> None:
         self.plan_source = plan_source
         self.freeze_gc = freeze_gc
         self.binder = binder
+        self.foreign_binder = foreign_binder
         self.metrics = metrics
         self.leader = leader
         self.limits = limits or Limits()
@@ -210,12 +215,19 @@ class Extender:
 
     async def bind(self, body: Any) -> dict[str, Any]:
         """``ExtenderBindingArgs`` -> ``ExtenderBindingResult``: binds a pod of the current plan to its planned node
-        through ``binder``; refuses every other pod and every other node."""
+        through ``binder``, a pod Walras does not manage through ``foreign_binder`` (where given); refuses every other
+        pod and every other node."""
         args = BindArgs.parse(_mapping(body, "ExtenderBindingArgs"))
         where = f"{args.namespace}/{args.name}"
         if not self.leads():
             return {"error": f"Walras: this replica is a standby and binds nothing; pod {where} is not bound"}
         planned = self.index().pods.get((args.namespace, args.name))
+        if planned is None and self.foreign_binder is not None:
+            try:  # maybe a pod Walras does not manage: bound as the default binder would, where the node has room
+                await self.foreign_binder(args.namespace, args.name, args.uid, args.node)
+            except Exception as exc:
+                return {"error": f"Walras: binding {where} to {args.node} failed: {exc}"}
+            return {"error": ""}
         if planned is None:
             return {"error": f"Walras: pod {where} is not in the current plan; Walras binds only the pods it manages"}
         if planned.node is None:

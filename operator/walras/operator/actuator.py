@@ -286,7 +286,7 @@ class Actuator:
             await self._bind(pp, pod)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, pool: str = "",
-                   mode: str = "extender") -> None:
+                   mode: str = "extender", raw: RawObject | None = None) -> None:
         """Bind a pod (of ``pool``, for the metrics): at most once per uid, through ``pods/binding``;
         :class:`~walras.kube.errors.Conflict` while a binding of the same uid is in flight."""
         if uid and uid in self._binding:
@@ -300,7 +300,7 @@ class Actuator:
             if uid:
                 self._binding.discard(uid)
             raise
-        known = self._pods.get((namespace, name))
+        known = self._pods.get((namespace, name)) or raw  # raw: the pod as the caller read it
         if known is not None:  # counts on its node until the watch shows the binding
             bound = {**known, "spec": {**(known.get("spec") or {}), "nodeName": node}}
             self._assume(bound)

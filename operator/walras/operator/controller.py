@@ -31,7 +31,8 @@ from typing import Any
 
 from walras.collector import paused
 from walras.kube.client import KubeClient
-from walras.kube.decode import TranslationCache, cluster_from
+from walras.kube.decode import TranslationCache, cluster_from, node_from, pod_from
+from walras.kube.errors import Conflict
 from walras.kube.snapshot import object_key
 from walras.metrics import WalrasMetrics
 from walras.operator.actuator import Actuator
@@ -41,8 +42,9 @@ from walras.operator.ownership import OWNED_BY_ANOTHER_RELEASE, PoolScope
 from walras.operator.recorder import Recorder, gather_calls
 from walras.operator.statuses import StatusWriter
 from walras.operator.watch import SnapshotIndex, Watcher
+from walras.planner.capacity import room_for
 from walras.planner.cluster import TenantOptions
-from walras.planner.model import Plan, Snapshot
+from walras.planner.model import LABEL_MANAGED, Plan, Snapshot
 from walras.planner.plan import PlanOptions
 from walras.planner.reuse import PlanCache
 
@@ -266,6 +268,30 @@ class Controller:
             f"pool matches the pool selector of release {release} but release {holder} plans it (its "
             f"walras.dev/planned-by annotation): release {release} leaves it alone; make the releases' "
             "--pool-selector (operator.poolSelector) disjoint")
+
+    async def bind_foreign(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind a pod Walras does not manage as kube-scheduler's default binder would (``pods/binding``), when the
+        extender is the scheduler's binder (it must bind every pod sent to it, docs/refusals.md): only after
+        checking that ``node`` still has room for it, counting the pods bound there in the current snapshot and the
+        operator's assumed pods (:func:`walras.planner.capacity.room_for`), so a binding never over-commits a node;
+        :class:`~walras.kube.errors.Conflict` with the reason when it has none (kube-scheduler retries the pod)."""
+        snapshot = self.source()
+        raw = next((p for p in snapshot.pods if (p.get("metadata") or {}).get("namespace") == namespace
+                    and (p.get("metadata") or {}).get("name") == name), None)
+        pod = pod_from(raw) if raw is not None else None
+        if pod is None or raw is None:
+            raise Conflict(409, "Conflict", f"pod {namespace}/{name} is not in the operator's cache yet")
+        if pod.job is not None or ((raw.get("metadata") or {}).get("labels") or {}).get(LABEL_MANAGED) == "true":
+            raise Conflict(409, "Conflict", f"pod {namespace}/{name} is Walras's and not in the current plan: Walras "
+                           "binds it only to its planned node")
+        raw_node = next((n for n in snapshot.nodes if (n.get("metadata") or {}).get("name") == node), None)
+        here = [p for p in (pod_from(o) for o in snapshot.pods if (o.get("spec") or {}).get("nodeName") == node)
+                if p is not None]
+        assumed = [p for p in self.assumed.pods() if p.node == node and p.key not in {o.key for o in here}]
+        why = room_for(pod, node_from(raw_node) if raw_node is not None else None, here + assumed)
+        if why is not None:
+            raise Conflict(409, "Conflict", f"pod {namespace}/{name} not bound to {node}: {why}")
+        await self.actuator.bind(namespace, name, uid, node, "", mode="foreign", raw=raw)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, mode: str = "extender") -> None:
         """Bind a pod (the extender's binder): at most once per uid, through ``pods/binding``

@@ -12,12 +12,12 @@ it is Ready and not cordoned; a job's pods may go to the usable nodes its templa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from walras.planner.cluster import PODS, Cluster, Constraints, Node
+from walras.planner.cluster import PODS, Cluster, Constraints, Node, Pod
 from walras.planner.reuse import Inputs, Reuse, Same, frozen
 
 #: Slack for float comparisons of quantities (requests are decimal quantities; sums of a few thousand of them).
@@ -251,3 +251,24 @@ def _node_table(cluster: Cluster) -> NodeTable:
         np.add.at(used, np.array(at_nodes), vectors[np.array(at_vectors)])
     usable = np.array([n.usable for n in cluster.nodes], dtype=bool)
     return NodeTable(cluster.nodes, names, index, resources, column, alloc, used, usable)
+
+
+def room_for(pod: Pod, node: Node | None, others: Sequence[Pod]) -> str | None:
+    """Why ``pod`` may not be bound to ``node`` now, or None when it fits: the node exists and, with every
+    non-terminal pod bound to it (``others``: the cluster's and the operator's assumed ones; ``pod`` itself is
+    left out), has free room for each resource ``pod`` requests (``pods`` included), the check that keeps a binding
+    from over-committing a node (the extender binds foreign pods only after it, docs/refusals.md)."""
+    if node is None:
+        return "the node does not exist"
+    used: dict[str, float] = {}
+    for other in others:
+        if other.node != node.name or other.terminal or other.key == pod.key:
+            continue
+        for resource, value in other.requests.items():
+            used[resource] = used.get(resource, 0.0) + value
+    for resource, value in sorted(pod.requests.items()):
+        have = node.allocatable.get(resource, 0.0)
+        if value > 0 and used.get(resource, 0.0) + value > have + EPS * max(1.0, have):
+            return (f"node {node.name} has {have - used.get(resource, 0.0):.6g} {resource} free, the pod requests "
+                    f"{value:.6g}")
+    return None
