@@ -14,6 +14,8 @@ the default scheduler arrives.
   kube-scheduler's preemption does. The plan reserves the pod's requests on the nominated node: no Walras pod is
   re-created onto it while the nomination stands (without the reservation the same test sees the 4 pods re-created
   there: docs/refusals.md), and once the default scheduler starts, the foreign pod binds there and runs.
+* **One scheduler whose extender binds** (the chart's only, the pod naming it): kube-scheduler preempts and sends
+  the foreign pod's binding to the extender, which binds it where the node has room (before: refused, Pending).
 
 The shared invariants (no over-commit, no pod rejected by a node) hold at the end of each."""
 
@@ -188,3 +190,57 @@ def test_no_pod_is_recreated_onto_a_nominated_node(setup: Cluster) -> None:
         assert foreign["spec"]["nodeName"] == target
         _sound(cluster)
         assert "Traceback" not in op.output()
+
+
+def test_one_scheduler_whose_extender_binds_runs_the_foreign_preemptor(setup: Cluster) -> None:
+    """The issue's livelock scenario with a single kube-scheduler (the chart's, its extender the binder:
+    ``bindVerb``) and no default scheduler: the high-priority pod names that scheduler. kube-scheduler preempts 4
+    Walras pods of one node and nominates it, then asks the extender to bind the pod; Walras, the binder of every
+    pod sent to it, binds the foreign pod as the default binder would once the node has room
+    (``Controller.bind_foreign``). Before: the bind was refused ("Walras binds only the pods it manages") and the pod
+    stayed Pending. The pod ends Running, one preemption (4 victims), Walras removes no pod of the job itself (the
+    PodDisruptionBudget is never bypassed by Walras), nothing over-committed."""
+    cluster = setup
+    assert cluster.control_plane is not None
+    cluster.kc("delete", "pod", "foreign", "-n", NS, "--grace-period=0", "--force", check=False)
+    cluster.clear_jobs(NS)
+    one = {**FOREIGN, "metadata": {"name": "foreign-one", "namespace": NS},
+           "spec": {**FOREIGN["spec"], "schedulerName": "walras-scheduler"}}
+    with _walras(cluster) as (op, scheduler):
+        try:
+            original = {p["metadata"]["uid"] for p in _low(cluster)}
+            seen = set(original)
+            cluster.apply_text(json.dumps(one))
+            started = time.monotonic()
+            bound_at: float | None = None
+            while time.monotonic() - started < 30:
+                seen |= {p["metadata"]["uid"] for p in _low(cluster)}
+                pod = cluster.get("pod", "foreign-one", "-n", NS)
+                if bound_at is None and pod["status"].get("phase") == "Running":
+                    bound_at = time.monotonic()
+                if bound_at is not None and time.monotonic() - bound_at > 3:  # and it stays so
+                    break
+                time.sleep(0.5)
+            events = cluster.get("events", "-n", NS)["items"]
+            preempted = sum(int(e.get("count") or 1) for e in events if e["reason"] == "Preempted")
+            refused = sum(int(e.get("count") or 1) for e in events if e["involvedObject"]["name"] == "foreign-one"
+                          and "binds only the pods it manages" in (e.get("message") or ""))
+            running = _running(cluster)
+            print(f"live (one scheduler, extender binds): foreign-one {pod['status'].get('phase')} on "
+                  f"{pod['spec'].get('nodeName')} after {(bound_at or time.monotonic()) - started:.1f} s; Preempted "
+                  f"events {preempted}, refused bindings {refused}, re-created {len(seen - original)}, low Running "
+                  f"{len(running)}, Walras removals {len(_walras_removals(cluster))}")
+            assert bound_at is not None, (f"foreign-one is {pod['status']}\n{scheduler.tail(30)}\n"
+                                          f"{op.output()[-3000:]}")
+            assert pod["spec"]["nodeName"].startswith("e2e-v100-")
+            assert preempted <= 4, preempted
+            assert len(seen - original) <= 4
+            assert _walras_removals(cluster) == []
+            assert len(running) == 4  # the other node's 4 pods, untouched
+            _sound(cluster)
+            assert "Traceback" not in op.output()
+        finally:
+            cluster.kc("delete", "pod", "foreign-one", "-n", NS, "--grace-period=0", "--force", check=False)
+            cluster.kc("delete", "fungiblejob", "low", "-n", NS, "--wait=false", check=False)
+            cluster.kc("delete", "pods", "-n", NS, "-l", "walras.dev/job=low", "--grace-period=0", "--force",
+                       check=False)
