@@ -2,8 +2,11 @@
 
 :class:`ControlPlane` wraps :class:`walras_testbed.kubelet.controlplane.LocalControlPlane` (etcd, kube-apiserver and
 kube-controller-manager from ``$KUBEBUILDER_ASSETS`` on loopback ports, RBAC, service-account tokens; see that module)
-with what tests need: the real ``kubectl``, a kube-scheduler per test with a given KubeSchedulerConfiguration, and a
-kubeconfig for the chart's ServiceAccount with the chart's RBAC applied (``helm template helm/walras``).
+with what tests need: the real ``kubectl``, a kube-scheduler per test with a given KubeSchedulerConfiguration, a
+kubeconfig for the chart's ServiceAccount with the chart's RBAC applied (``helm template helm/walras``), and the API
+server's own record of the writes the operator sends: kube-apiserver runs with an audit policy (:data:`AUDIT_POLICY`)
+that logs, at level ``Metadata``, every write by a ServiceAccount of the chart's namespace ``walras-system`` and
+nothing else, and :meth:`ControlPlane.audited_writes` reads it back (``e2e/test_e2e_quiet.py`` counts them).
 
 Where the binaries come from: ``$KUBEBUILDER_ASSETS`` (``make test`` / ``make controlplane`` unpack
 ``../shared/k8s/*.tar.xz`` into ``.tools/k8s/bin`` and export it), else ``.tools/k8s/bin`` when it holds them (so a
@@ -28,6 +31,36 @@ LOCAL_ASSETS = ROOT / ".tools" / "k8s" / "bin"
 CHART = ROOT / "helm" / "walras"
 #: The kinds of the chart that make up its identity and permissions.
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+#: The namespace of the chart's identity in the tests (:func:`install_chart_identity`'s default).
+CHART_NAMESPACE = "walras-system"
+#: Writes in the sense of the audit log: every verb that can change an object.
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+#: kube-apiserver's audit policy (``--audit-policy-file``): one event per write request (stage ``ResponseComplete``;
+#: a refused request is logged too) of any ServiceAccount of :data:`CHART_NAMESPACE`, at level ``Metadata`` (who, verb,
+#: object, response code; no bodies); everything else, reads and watches included, is not logged.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata", "userGroups": [f"system:serviceaccounts:{CHART_NAMESPACE}"],
+               "verbs": list(WRITE_VERBS)},
+              {"level": "None"}]}
+
+
+@dataclass(frozen=True)
+class AuditedWrite:
+    """One write request as kube-apiserver's audit log records it."""
+
+    user: str
+    verb: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+    code: int
+
+    def __str__(self) -> str:
+        what = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.verb} {what} {where} -> {self.code} by {self.user}"
 
 
 def assets_folder() -> tuple[Path | None, list[str]]:
@@ -65,9 +98,43 @@ class ControlPlane:
 
     @classmethod
     def start(cls, kubectl_bin: str, workdir: Path | None = None, binaries: Path | None = None) -> ControlPlane:
-        workdir = workdir or Path(tempfile.mkdtemp(prefix="walras-k8s-"))
-        plane = LocalControlPlane.start(workdir, binaries)
+        """Start a control plane in ``workdir`` (a fresh temporary folder by default) whose API server audits by
+        :data:`AUDIT_POLICY` into ``WORKDIR/audit.log``."""
+        workdir = (workdir or Path(tempfile.mkdtemp(prefix="walras-k8s-"))).resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+        plane = LocalControlPlane.start(workdir, binaries, apiserver_args=(
+            "--audit-policy-file", str(workdir / "audit-policy.yaml"), "--audit-log-path", str(workdir / "audit.log"),
+            "--audit-log-format", "json", "--audit-log-mode", "blocking"))
         return cls(plane.kubeconfig, plane.server, plane.token, plane.ca_file, plane.workdir, kubectl_bin, plane)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def audit_mark(self) -> int:
+        """Where the audit log ends now (its size in bytes): the ``since`` of a later :meth:`audited_writes`."""
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+    def audited_writes(self, since: int = 0, user: str | None = None) -> list[AuditedWrite]:
+        """The writes the API server logged after byte ``since`` of its audit log (see :data:`AUDIT_POLICY`), in
+        order, by ``user`` only when given (e.g. ``system:serviceaccount:walras-system:walras``). The log backend
+        runs in ``blocking`` mode: a request's event is in the file before its response is sent."""
+        if not self.audit_log.exists():
+            return []
+        with self.audit_log.open("rb") as log:
+            log.seek(since)
+            lines = log.read().splitlines()
+        out = []
+        for line in lines:
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            write = AuditedWrite(user=event["user"]["username"], verb=event["verb"], resource=ref.get("resource", ""),
+                                 subresource=ref.get("subresource", ""), namespace=ref.get("namespace", ""),
+                                 name=ref.get("name", ""), code=int((event.get("responseStatus") or {}).get("code", 0)))
+            if user is None or write.user == user:
+                out.append(write)
+        return out
 
     def stop(self) -> None:
         self.plane.stop()
@@ -150,7 +217,7 @@ def render_chart(helm_bin: str, namespace: str, *values: str, release: str = "wa
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-def install_chart_identity(cp: ControlPlane, helm_bin: str, namespace: str = "walras-system",
+def install_chart_identity(cp: ControlPlane, helm_bin: str, namespace: str = CHART_NAMESPACE,
                            *values: str) -> tuple[Path, list[dict[str, Any]]]:
     """Create ``namespace``, apply the chart's ServiceAccounts and RBAC (nothing else), and return a kubeconfig of
     the operator's ServiceAccount (a TokenRequest token) with the rendered chart."""

@@ -149,8 +149,10 @@ class LocalControlPlane:
     # ---------------------------------------------------------------- start / stop
     @classmethod
     def start(cls, workdir: Path, binaries: Path | None = None, timeout: float = 90.0,
-              controller_manager_args: Sequence[str] = ()) -> LocalControlPlane:
-        """Start etcd, kube-apiserver and kube-controller-manager in ``workdir`` and wait until they are ready.
+              controller_manager_args: Sequence[str] = (), apiserver_args: Sequence[str] = ()) -> LocalControlPlane:
+        """Start etcd, kube-apiserver and kube-controller-manager in ``workdir`` and wait until they are ready
+        (``apiserver_args`` and ``controller_manager_args`` are appended to those processes' flags, e.g. an audit
+        policy).
 
         Raises :class:`ControlPlaneError` (after stopping what started) when a binary is missing or a process does
         not become ready within ``timeout`` seconds.
@@ -192,7 +194,8 @@ class LocalControlPlane:
                 "--service-account-key-file", str(workdir / "sa.pub"),
                 "--service-account-signing-key-file", str(workdir / "sa.key"),
                 "--service-cluster-ip-range", "10.0.0.0/24", "--authorization-mode", "RBAC",
-                "--token-auth-file", str(workdir / "tokens.csv"), "--allow-privileged=true", "--profiling=false"])
+                "--token-auth-file", str(workdir / "tokens.csv"), "--allow-privileged=true", "--profiling=false",
+                *apiserver_args])
             plane._wait(timeout, "kube-apiserver /readyz", plane._readyz)
             kcm_config = workdir / "kube-controller-manager.kubeconfig"
             kcm_config.write_text(kubeconfig_text(server, ca_file, tokens["system:kube-controller-manager"],
