@@ -101,7 +101,7 @@ def _n(value: float | None) -> str:
 
 def _duration(seconds: float) -> str:
     """``2 h 05 min``, ``4 min 10 s``, ``12 s``: a simulated wait for a person (whole seconds)."""
-    total = int(round(seconds))
+    total = round(seconds)
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:

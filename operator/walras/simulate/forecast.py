@@ -204,7 +204,7 @@ def _simulate(cluster: Cluster, plan: Plan, key: tuple[str, str], names: list[st
                                      until=(target, target + 1)))
     except ValueError as exc:  # a job the virtual cluster cannot hold (more pods than a pool's units)
         return StartEstimate(None, f"the simulator cannot run the component: {exc}")
-    first = {}
+    first: dict[int, tuple[float, float]] = {}
     for i, begin, _end, rate in sorted(run.segments, key=lambda s: (s[0], s[1])):
         first.setdefault(i, (begin, rate))
     for q, k in enumerate(running):
