@@ -61,7 +61,8 @@ def test_only_the_replicas_the_job_values_wait_for_capacity() -> None:
                                       "replica(s) need 1 (1 more needed)")
     cond = conditions(plan, "t")
     assert cond["ReplicasPlaceable"].reason == "InsufficientCapacity"
-    assert cond["ReplicasPlaceable"].message == f"1 wanted replica(s) have no node: 1 in pool 'a': {jp.blockers[0].message}"
+    said = cond["ReplicasPlaceable"].message
+    assert said == f"1 wanted replica(s) have no node: 1 in pool 'a': {jp.blockers[0].message}"
     assert (cond["ReplicasGranted"].status, cond["ReplicasGranted"].reason) == ("False", "NoMarginalUtility")
 
 
@@ -75,4 +76,5 @@ def test_explain_says_no_marginal_utility(tmp_path: Path, capsys: pytest.Capture
     assert [(b["reason"], b["replicas"]) for b in doc["blocked"]] == [("NoMarginalUtility", 2)]
     assert doc["reason"] == "NoMarginalUtility"
     assert main(["explain", "ml/t", "-f", str(tmp_path)]) == 0
-    assert "2 replica(s), pool a: NoMarginalUtility: one more replica in pool 'a' adds nothing" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 replica(s), pool a: NoMarginalUtility: one more replica in pool 'a' adds nothing" in out

@@ -392,7 +392,8 @@ def _append(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], b: int,
 def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[Batch, Placed, list]],
                       work: Reservations, running: np.ndarray, prices: np.ndarray) -> dict[str, str]:
     """Per pool name, a message where the pool is priced (``p_j > 0``) while a job offered it has a replica left
-    whose pod fits a node there now and adds to its utility (:func:`valued`, the fill's own test), after the fill (so only a job the fill leaves out by its own rule: a gang below
+    whose pod fits a node there now and adds to its utility (:func:`valued`, the fill's own test), after the fill
+    (so only a job the fill leaves out by its own rule: a gang below
     its minimum, an elastic job a fair pool sizes): a positive price with placeable idle capacity is a defect the
     plan reports (issue 33), naming the jobs and the rule that keeps them out."""
     objects, table = ctx.objects, work.table
