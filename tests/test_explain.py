@@ -217,24 +217,26 @@ def test_the_fill_gives_the_free_gpu_and_the_rest_wait_for_capacity() -> None:
     assert (only_blocker(plan, "lin").reason, only_blocker(plan, "lin").replicas) == ("InsufficientCapacity", 1)
 
 
-def test_price_above_bid() -> None:
-    """Room, and a job whose marginal utility per unit is at or below the price: a target-priority job (a = 1, 4
-    replicas, target 0.5) reaches its target at 2 replicas (``t = 1 * 2 / 4``); beyond it its bid is 0. The fill adds
-    no replica of zero value, so 2 GPUs stay free, unsold (price 0), and the 2 other replicas are not granted."""
+def test_a_zero_bid_is_no_marginal_utility_not_price_above_bid() -> None:
+    """Room, and a job whose marginal utility per unit is 0: a target-priority job (a = 1, 4 replicas, target 0.5)
+    reaches its target at 2 replicas (``t = 1 * 2 / 4``); beyond it its bid is 0. The fill adds no replica of zero
+    value, so 2 GPUs stay free, unsold (price 0), and the 2 other replicas are not granted: not because of the price
+    (it is 0) but because they add nothing to the job (``NoMarginalUtility``; this was ``PriceAboveBid``, price 0 at
+    or above bid 0, before issue 28's wrinkle (b))."""
     saturated = job("t", {"a": 1.0}, count=4, utility={"type": "target-priority", "target": 0.5})
     plan = plan_of([gpu_node("a0")], [pool("a", "a")], [saturated])
     jp = plan.jobs[("ml", "t")]
     assert jp.replicas == {"a": 2} and jp.wanted == {"a": 2} and jp.bids == {"a": 0.0}
     assert plan.pools["a"].price == pytest.approx(0.0, abs=1e-9) and plan.pools["a"].free == 2
     b = only_blocker(plan, "t")
-    assert (b.pool, b.reason, b.replicas) == ("a", "PriceAboveBid", 2)
-    assert b.message == ("price 0 per nvidia.com/gpu in pool 'a' is at or above the job's bid 0 per nvidia.com/gpu "
-                         "(its marginal utility per unit at 2 granted replica(s)); 2 nvidia.com/gpu free on 1 node(s) "
-                         "with a slot")
+    assert (b.pool, b.reason, b.replicas) == ("a", "NoMarginalUtility", 2)
+    assert b.message == ("one more replica in pool 'a' adds nothing to the job's target-priority utility (its bid is "
+                         "0 per nvidia.com/gpu at 2 granted replica(s)): 2 of its 4 replica(s) have no value to it")
     cond = conditions(plan, "t")
-    assert (cond["ReplicasGranted"].status, cond["ReplicasGranted"].reason) == ("False", "PriceAboveBid")
-    assert cond["ReplicasGranted"].message.startswith("granted 2 of 4 replica(s): a=2; 2 not granted: price 0 ")
+    assert (cond["ReplicasGranted"].status, cond["ReplicasGranted"].reason) == ("False", "NoMarginalUtility")
+    assert cond["ReplicasGranted"].message.startswith("granted 2 of 4 replica(s): a=2; 2 not granted: one more ")
     assert (cond["Scheduled"].status, cond["Scheduled"].reason) == ("True", "AllPodsPlaced")
+    assert [c for c in plan.pools["a"].conditions if c.type == "CapacityIdle"] == []
 
 
 def test_market_share() -> None:
@@ -385,6 +387,12 @@ def test_the_reason_table_documents_every_reason() -> None:
     written: set[str] = set()
     for path in (root / "operator" / "walras" / "planner").rglob("*.py"):
         written |= set(re.findall(r'Condition\(\s*"[A-Za-z]+",\s*"[A-Za-z]+",\s*"([A-Za-z]+)"', path.read_text()))
+    status = (root / "operator" / "walras" / "planner" / "status.py").read_text()
+    measured = set(re.findall(r'return "([A-Z][A-Za-z]+)", [{(]', status))
+    measured |= set(re.findall(r'Blocker\([^,()]+, "([A-Z][A-Za-z]+)"', status))
+    assert {"NoReadyNode", "PriceAboveBid", "NoMarginalUtility"} <= measured  # the source is really read
+    measured.discard("Room")  # _measure's "there is room": the market's rules follow
+    assert measured <= set(REASONS), measured - set(REASONS)  # every blocking rule the status phase measures
     pool_only = {"SelectorOverlap", "NodesReady", "NoNodes", "MissingType", "Valid", "PoolsValid", "ProfileNotFound"}
     assert "AllGranted" in written and "MarketRepriced" in written  # the source is really read
     missing = {r for r in written - pool_only if f"`{r}`" not in text}

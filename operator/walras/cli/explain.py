@@ -11,7 +11,9 @@ by the status phase, :mod:`walras.planner.status`; nothing is recomputed here):
 * its bid per pool, the marginal utility of one more unit at the granted allocation (``u_i'(t) a_ij / (N_i d_i)``,
   paper 004 Sec. 2.2), against the pool's price;
 * for every replica not granted or not placed, the blocking rule with its numbers (docs/troubleshooting.md);
-* its place among the waiting jobs (priority ``spec.weight`` high first, then bid, then age).
+* its place among the waiting jobs (priority ``spec.weight`` high first, then bid, then age) and, for a waiting job
+  with nothing placed, when it would start: the simulator run forward over the plan's jobs and the work they have
+  left (:func:`walras.simulate.forecast.estimate_start`; none, with the reason, where its model is not the plan's).
 
 Exit status 0 when the job is found, 2 for a usage error (no such job, unreadable manifests, no cluster).
 """
@@ -51,9 +53,10 @@ def _key(text: str) -> tuple[str, str]:
     return (namespace or "default", name)
 
 
-def explain_document(plan: Any, job: Any, key: tuple[str, str]) -> dict[str, Any]:
+def explain_document(plan: Any, job: Any, key: tuple[str, str], estimate: Any = None) -> dict[str, Any]:
     """The JSON view of one job's plan (``-o json``; the text view prints the same). ``job`` is the typed
-    :class:`walras.planner.cluster.Job` (its spec is what it asked for)."""
+    :class:`walras.planner.cluster.Job` (its spec is what it asked for); ``estimate`` the
+    :class:`walras.simulate.forecast.StartEstimate` of a waiting job (None: not asked for)."""
     from walras.planner.queue import QUEUE_ORDER  # how the waiting jobs are ordered (docs/preemption.md)
 
     jp = plan.jobs[key]
@@ -85,7 +88,8 @@ def explain_document(plan: Any, job: Any, key: tuple[str, str]) -> dict[str, Any
         "throughput": jp.throughput,
         "blocked": [b.to_dict() for b in jp.blockers],
         "reason": jp.reason or None,
-        "queue": ({"position": jp.queue_position, "waiting": jp.waiting, "order": QUEUE_ORDER}
+        "queue": ({"position": jp.queue_position, "waiting": jp.waiting, "order": QUEUE_ORDER,
+                   "start": estimate.to_dict() if estimate is not None else None}
                   if jp.queue_position is not None else None),
         "conditions": [c.to_dict() for c in jp.conditions],
     }
@@ -93,6 +97,16 @@ def explain_document(plan: Any, job: Any, key: tuple[str, str]) -> dict[str, Any
 
 def _n(value: float | None) -> str:
     return "unbounded" if value is None else f"{value:.4g}"
+
+
+def _duration(seconds: float) -> str:
+    """``2 h 05 min``, ``4 min 10 s``, ``12 s``: a simulated wait for a person (whole seconds)."""
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -138,6 +152,10 @@ def render(doc: dict[str, Any]) -> str:
     if queue is not None:
         out.append(f"Queue: position {queue['position']} of {queue['waiting']} waiting job(s) (order: "
                    f"{queue['order']})")
+        start = queue.get("start")
+        if start is not None:
+            out.append(f"Estimated start: in {_duration(start['seconds'])} ({start['note']})" if start["seconds"]
+                       is not None else f"Estimated start: none ({start['note']})")
     if doc["conditions"]:
         out.append("Conditions:")
         for c in doc["conditions"]:
@@ -175,7 +193,12 @@ def run(args: argparse.Namespace) -> int:
             f"; the jobs are: {', '.join(known[:10])}" if known else "; there is no FungibleJob")
         raise UsageError(f"no FungibleJob {key[0]}/{key[1]}{hint}")
     job = next((j for j in cluster.jobs if j.key == key), None)
-    doc = explain_document(plan, job, key)
+    estimate = None
+    if plan.jobs[key].queue_position is not None and not plan.jobs[key].replicas:  # waiting, nothing placed
+        from walras.simulate.forecast import estimate_start
+
+        estimate = estimate_start(cluster, plan, key, tenants=options.tenants is not None)
+    doc = explain_document(plan, job, key, estimate)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")

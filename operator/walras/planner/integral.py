@@ -46,7 +46,7 @@ from walras.planner.replicas import whole_gangs
 from walras.planner.results import Batch, IntegralReport, Placed, PlanContext, Reservations
 from walras.planner.spec import UtilitySpec
 
-__all__ = ["IntegralReport", "fill_plan", "gang_targets", "idle_while_priced", "placed_rows", "withdraw",
+__all__ = ["IntegralReport", "fill_plan", "gang_targets", "idle_while_priced", "placed_rows", "valued", "withdraw",
            "withdraw_gangs"]
 
 
@@ -79,17 +79,30 @@ def _still_waiting(ctx: PlanContext, inputs: FillInputs, work: Reservations, pla
         j = int(offered[int(np.argmax(share))]) if share.max() > 0 else int(
             offered[int(np.argmax(inputs.throughput[i, offered]))])
         t1 = float(inputs.throughput[i, offered].min() / N[q])
-        now = utility_value(u, q, float(t[q]), t1)
-        if utility_value(u, q, float(t[q] + inputs.throughput[i, j] / N[q]), t1) - now <= 1e-12:
-            continue
+        count = valued(u, q, float(t[q]), float(inputs.throughput[i, j] / N[q]), int(rest[i]), t1)
+        if count == 0:
+            continue  # no replica left adds to its utility: not waiting (its status says NoMarginalUtility)
         pool = objects.pools[j]
         job = objects.jobs[i].spec
         if capacity_left(pool, table) + 1e-9 < job.demand:
             continue  # spec.capacity sold out: the market grants nothing there (the status says PoolCapacity)
         vec = table.vector(pod_vector(ctx.templates[i], job, pool.spec.resource, job.demand))
-        out[j].append((i, int(rest[i]), why_not(table, pool.usable, ctx.admitted[i], work.count,
+        out[j].append((i, count, why_not(table, pool.usable, ctx.admitted[i], work.count,
                                                  pool.spec.degree_limit, vec)))
     return out
+
+
+def valued(u: Utility, q: int, t: float, step: float, count: int, t1: float) -> int:
+    """Of ``count`` more replicas of row ``q`` of ``u``, each adding ``step`` to its throughput ``t``, how many
+    (from the first) raise its utility (:func:`allocator.integral.utility_value`) by more than ``1e-12``: the fill's
+    test of a replica worth placing. A concave utility's gains fall, so the valued ones are a prefix."""
+    now = utility_value(u, q, t, t1)
+    for k in range(count):
+        after = utility_value(u, q, t + (k + 1) * step, t1)
+        if not after - now > 1e-12:
+            return k
+        now = after
+    return count
 
 
 def _rescue(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], work: Reservations,
@@ -379,7 +392,8 @@ def _append(ctx: PlanContext, batches: list[tuple[Batch, Placed, list]], b: int,
 def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[Batch, Placed, list]],
                       work: Reservations, running: np.ndarray, prices: np.ndarray) -> dict[str, str]:
     """Per pool name, a message where the pool is priced (``p_j > 0``) while a job offered it has a replica left
-    whose pod fits a node there now, after the fill (so only a job the fill leaves out by its own rule: a gang below
+    whose pod fits a node there now and adds to its utility (:func:`valued`, the fill's own test), after the fill
+    (so only a job the fill leaves out by its own rule: a gang below
     its minimum, an elastic job a fair pool sizes): a positive price with placeable idle capacity is a defect the
     plan reports (issue 33), naming the jobs and the rule that keeps them out."""
     objects, table = ctx.objects, work.table
@@ -391,6 +405,14 @@ def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[
         for row, k in zip(batch.rows, got.node.tolist(), strict=True):
             if k >= 0:
                 placed[row] += 1
+    have = running.astype(np.float64)  # per row and pool: running or placed now, for the next pod's value
+    for batch, got, _ in batches:
+        for row, k in zip(batch.rows, got.node.tolist(), strict=True):
+            if k >= 0:
+                have[row, batch.pool] += 1
+    u = utility_arrays([info.spec.utility for info in objects.jobs])
+    N = np.maximum(inputs.replicas, 1).astype(np.float64)
+    t = np.einsum("ij,ij->i", inputs.throughput, have) / N
     out: dict[str, str] = {}
     for j, pool in enumerate(objects.pools):
         if not prices[j] > 1e-9 or pool.usable.size == 0:
@@ -398,6 +420,9 @@ def idle_while_priced(ctx: PlanContext, inputs: FillInputs, batches: list[tuple[
         waiting: list[str] = []
         for i in np.flatnonzero(inputs.offered[:, j] & (placed < inputs.replicas)).tolist():
             job = objects.jobs[i].spec
+            a = inputs.throughput[i]
+            if valued(u, i, float(t[i]), float(a[j] / N[i]), 1, float(a[a > 0].min() / N[i])) == 0:
+                continue  # its next pod adds nothing to its utility: not a pod the pool leaves idle
             nodes = pool.usable[ctx.admitted[i][pool.usable]]
             if pool.spec.degree_limit is not None:
                 nodes = nodes[work.count[nodes] < pool.spec.degree_limit]

@@ -166,6 +166,7 @@ REASONS: dict[str, str] = {
     "PoolCapacity": "the pool's spec.capacity is sold out",
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
+    "NoMarginalUtility": "one more replica adds nothing to the job's utility (a zero bid): no capacity makes it useful",
     "GangNotPlaceable": "a gang (spec.replicas.gang) needs all its replicas in one pool; no pool can place them all",
     # docs/refusals.md (walras.planner.quota)
     "QuotaLimited": "the namespace's ResourceQuota leaves room for fewer replicas than the job wants",

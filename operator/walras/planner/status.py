@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from walras.planner.cluster import pod_vector
+from walras.planner.integral import utility_arrays, valued
 from walras.planner.market import build_utility, utility_values
 from walras.planner.model import Blocker, Condition, JobPlan, PlanEvent, PodPlan, PoolPlan, evolve
 from walras.planner.queue import queue_key
@@ -118,15 +119,42 @@ class _Diagnosis:
         pools = self.ctx.objects.pools
         usable = [j for j in np.flatnonzero(info.pools).tolist() if info.spec.throughput.get(pools[j].name, 0.0) > 0]
         usable.sort(key=lambda j: (-info.spec.throughput[pools[j].name], j))
-        out = []
+        out: list[Blocker] = []
+        if not usable:
+            return ()
+        n = max(info.spec.replicas, 1)
+        a = [info.spec.throughput.get(pools[j].name, 0.0) for j in range(len(pools))]
+        t_placed = sum(a[j] * placed[j] for j in usable) / n
+        t_granted = sum(a[j] * granted[j] for j in usable) / n
+        u = utility_arrays([info.spec.utility])
+        t1 = min(a[j] for j in usable) / n
         for j in usable:
             short = int(granted[j] - placed[j])
             if short > 0:
-                out.append(self._blocker(i, j, short, granted, bids, prices))
+                out.extend(self._valued(i, j, short, valued(u, 0, t_placed, a[j] / n, short, t1), granted, bids,
+                                        prices))
         missing = info.spec.replicas - max(sum(granted), int(sum(placed)))
         if missing > 0:
-            out.extend(self._blocker(i, j, missing, granted, bids, prices) for j in usable)
+            for j in usable:
+                out.extend(self._valued(i, j, missing, valued(u, 0, t_granted, a[j] / n, missing, t1), granted,
+                                        bids, prices))
         return tuple(out)
+
+    def _valued(self, i: int, j: int, replicas: int, worth: int, granted: list[int],
+                bids: Mapping[int, float | None], prices: list[float]) -> list[Blocker]:
+        """The blockers of ``replicas`` replicas of row ``i`` in pool ``j`` of which the first ``worth`` add to the
+        job's utility (:func:`walras.planner.integral.valued`, the fill's test): the rule that keeps those out, and
+        ``NoMarginalUtility`` for the rest (no capacity would make the job take them)."""
+        out = [self._blocker(i, j, worth, granted, bids, prices)] if worth > 0 else []
+        if replicas > worth:
+            info, pool = self.ctx.objects.jobs[i], self.ctx.objects.pools[j]
+            bid = bids.get(j)
+            out.append(Blocker(pool.name, "NoMarginalUtility", replicas - worth, (
+                f"one more replica in pool {pool.name!r} adds nothing to the job's {info.spec.utility.type} utility "
+                f"(its bid is {'unbounded' if bid is None else f'{bid:.4g}'} per {pool.spec.resource} at "
+                f"{sum(granted)} granted replica(s)): {replicas - worth} of its {info.spec.replicas} replica(s) "
+                "have no value to it")))
+        return out
 
     def _blocker(self, i: int, j: int, replicas: int, granted: list[int], bids: Mapping[int, float | None],
                  prices: list[float]) -> Blocker:
@@ -525,7 +553,10 @@ def _conditions(key: tuple[str, str], given: Given) -> Concluded:
         conditions.append(Condition("ChurnLimited", "True", "DeletionsDeferred", message))
     unplaced = unplaced or {}
     # the status phase's diagnosis (with numbers) of each pool, else placement's own reason
-    unplaced_found = {b.pool: b for b in found if b.reason and b.pool in unplaced and b.replicas > 0}
+    unplaced_found: dict[str, Blocker] = {}
+    for b in found:  # a pool's first rule; replicas of no value to the job wait for nothing (NoMarginalUtility)
+        if b.reason and b.reason != "NoMarginalUtility" and b.pool in unplaced and b.replicas > 0:
+            unplaced_found.setdefault(b.pool, b)
     ungranted = [b for b in found if b not in unplaced_found.values()]
     if unplaced:
         parts, reasons = [], []
