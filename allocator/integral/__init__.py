@@ -61,12 +61,14 @@ import numpy as np
 __all__ = [
     "EXACT_CELLS",
     "EXACT_SECONDS",
+    "LOCAL_CELLS",
     "STARVED_PENALTY",
     "FillProblem",
     "FillResult",
     "Utility",
     "fill_exact",
     "fill_search",
+    "improve",
     "solve_fill",
     "utility_value",
 ]
@@ -316,6 +318,240 @@ def fill_search(p: FillProblem) -> FillResult:
                       "search", p.value(counts), seconds=time.perf_counter() - started, counts=counts)
 
 
+#: Largest (row, node) fit matrix the local search keeps (rows with replicas left times the problem's nodes);
+#: beyond it the search route is the greedy fill alone.
+LOCAL_CELLS = 20_000
+#: Most passes of the local search (each pass: fill, swaps, ejections; it stops after a pass without a gain).
+LOCAL_PASSES = 12
+
+
+class _Local:
+    """The state of the local search (:func:`improve`): the room left on every node (``free``, ``slots``) and pool
+    (``budget``), the replicas per (row, pool) and each row's throughput and utility, the new replicas placed so far
+    as ``(row, pool, node)`` (``placed``; gang rows' replicas are kept apart and never move), and two caches kept
+    current by :meth:`add` and :meth:`remove`: ``gain[i, j]`` the marginal utility of one more replica of row i in
+    pool j (``-inf`` where it may take none) and ``fit[i, k]`` whether one fits node k (mask, slot, every
+    resource)."""
+
+    def __init__(self, p: FillProblem, start: FillResult) -> None:
+        self.p = p
+        n, m = p.have.shape
+        self.node_vec = p.vectors[:, p.pool, :]  # (n, K, R): row i's replica on node k
+        priced = p.priced[p.pool]
+        self.unit = np.take_along_axis(self.node_vec, priced[None, :, None], axis=2)[..., 0]  # (n, K)
+        self.movable = np.array([not p.is_gang(i) for i in range(n)], dtype=bool)
+        self.admit = (p.masks[p.mask_of] & p.offered[:, p.pool] & (p.throughput[:, p.pool] > 0)
+                      & self.movable[:, None])
+        self.free = p.free.astype(np.float64).copy()
+        self.slots = p.slots.astype(np.int64).copy()
+        self.budget = p.budget.astype(np.float64).copy()
+        self.counts = p.have.astype(np.int64).copy()
+        self.left = p.left.astype(np.int64).copy()
+        self.N = np.maximum(p.replicas, 1).astype(np.float64)
+        self.t1 = p.smallest()
+        self.placed: list[tuple[int, int, int]] = []
+        self.frozen: list[tuple[int, int, int]] = []
+        for i, j, k in zip(start.row.tolist(), start.pool.tolist(), start.node.tolist(), strict=True):
+            self.free[k] -= p.vectors[i, j]
+            self.slots[k] -= 1
+            self.budget[j] -= p.vectors[i, j, p.priced[j]]
+            self.counts[i, j] += 1
+            self.left[i] -= 1
+            (self.placed if self.movable[i] else self.frozen).append((i, j, k))
+        self.t = p.rates(self.counts)
+        self.vals = np.array([self.value_at(i, float(self.t[i])) for i in range(n)])
+        self.gain = np.full((n, m), -np.inf)
+        for i in range(n):
+            self._gains(i)
+        self.fit = np.zeros((n, p.pool.size), dtype=bool)
+        self._fits(np.arange(p.pool.size))
+
+    def value_at(self, i: int, t: float) -> float:
+        return utility_value(self.p.utility, i, t, float(self.t1[i]))
+
+    def _gains(self, i: int) -> None:
+        p = self.p
+        self.gain[i] = -np.inf
+        if self.left[i] <= 0 or not self.movable[i]:
+            return
+        for j in np.flatnonzero(p.offered[i] & (p.throughput[i] > 0)).tolist():
+            self.gain[i, j] = self.value_at(i, float(self.t[i] + p.throughput[i, j] / self.N[i])) - self.vals[i]
+
+    def _fits(self, ks: np.ndarray) -> None:
+        free = self.free[ks]
+        room = free + EPS * np.maximum(1.0, np.abs(free))
+        self.fit[:, ks] = self.admit[:, ks] & (self.slots[ks] > 0)[None, :] & np.all(
+            self.node_vec[:, ks, :] <= room[None, :, :], axis=2)
+
+    def add(self, i: int, k: int) -> None:
+        """One more replica of row i on node k (room taken, caches updated)."""
+        p = self.p
+        j = int(p.pool[k])
+        self.free[k] -= self.node_vec[i, k]
+        self.slots[k] -= 1
+        self.budget[j] -= self.unit[i, k]
+        self.counts[i, j] += 1
+        self.left[i] -= 1
+        self.t[i] += p.throughput[i, j] / self.N[i]
+        self.vals[i] = self.value_at(i, float(self.t[i]))
+        self.placed.append((i, j, k))
+        self._gains(i)
+        self._fits(np.array([k]))
+
+    def remove(self, q: int) -> tuple[int, int, int]:
+        """Take back new replica ``placed[q]`` (room given back, caches updated); returns it."""
+        p = self.p
+        i, j, k = self.placed.pop(q)
+        self.free[k] += self.node_vec[i, k]
+        self.slots[k] += 1
+        self.budget[j] += self.unit[i, k]
+        self.counts[i, j] -= 1
+        self.left[i] += 1
+        self.t[i] -= p.throughput[i, j] / self.N[i]
+        self.vals[i] = self.value_at(i, float(self.t[i]))
+        self._gains(i)
+        self._fits(np.array([k]))
+        return i, j, k
+
+    def best_add(self, block: tuple[int, int] | None = None) -> tuple[int, int] | None:
+        """The replica the greedy fill adds next: the (row, node) of the highest marginal utility per unit of the
+        pool's priced resource that fits (within the pool's budget), on the node of its pool where it leaves the
+        least of that resource free; ``block`` a (row, pool) left out; None when no replica of positive gain
+        fits."""
+        p = self.p
+        gain = self.gain[:, p.pool]
+        ok = self.fit & (gain > 1e-12) & (self.unit <= self.budget[p.pool][None, :] + EPS)
+        if block is not None:
+            ok[block[0], p.pool == block[1]] = False
+        if not ok.any():
+            return None
+        density = np.where(ok, gain / np.maximum(self.unit, 1e-12), -np.inf)
+        i = int(np.argmax(density) // density.shape[1])
+        j = int(p.pool[int(np.argmax(density[i]))])
+        at = np.flatnonzero(ok[i] & (p.pool == j))
+        c = int(p.priced[j])
+        return i, int(at[int(np.argmin(self.free[at, c] - self.unit[i, at]))])
+
+    def fill(self, block: tuple[int, int] | None = None, most: int = 1 << 30) -> int:
+        """Greedy fill (:meth:`best_add`) of at most ``most`` replicas, ``block`` left out of the first; returns
+        how many were added."""
+        added = 0
+        while added < most:
+            got = self.best_add(block if added == 0 else None)
+            if got is None:
+                break
+            self.add(*got)
+            added += 1
+        return added
+
+    def total(self) -> float:
+        return math.fsum(self.vals.tolist())
+
+    def better(self, value: float, than: float) -> bool:
+        return value > than + 1e-9 * max(1.0, abs(than))
+
+    def eject(self) -> bool:
+        """One pass of ejections: each new replica in turn is taken back and the room refilled greedily (its own
+        (row, pool) left out of the first refill); kept where the total utility rises, else undone. Returns whether
+        any was kept."""
+        kept = False
+        q = 0
+        while q < len(self.placed):
+            before = self.total()
+            i, j, k = self.remove(q)
+            added = self.fill(block=(i, j), most=4)
+            if self.better(self.total(), before):
+                kept = True
+                continue  # placed[q] is now the next replica
+            for _ in range(added):
+                self.remove(len(self.placed) - 1)
+            self.add(i, k)
+            self.placed.insert(q, self.placed.pop())
+            q += 1
+        return kept
+
+    def swap(self) -> bool:
+        """Swaps across pools: replicas (i, node k of pool j) and (i', node k' of pool j'), i != i', j != j',
+        exchange nodes where both fit after the exchange and the total utility rises (the comparative advantage
+        the market's prices measure, 004 Sec. 3); best exchange first, until none is left. Returns whether any
+        was made."""
+        p = self.p
+        made = False
+        for _ in range(4 * max(len(self.placed), 1)):
+            R = len(self.placed)
+            if R < 2:
+                break
+            rows = np.array([r[0] for r in self.placed])
+            pools = np.array([r[1] for r in self.placed])
+            nodes = np.array([r[2] for r in self.placed])
+            mv = np.full((R, p.have.shape[1]), -np.inf)
+            for r, (i, j, _) in enumerate(self.placed):
+                base = float(self.t[i] - p.throughput[i, j] / self.N[i])
+                for j2 in np.flatnonzero(p.offered[i] & (p.throughput[i] > 0)).tolist():
+                    if j2 != j:
+                        mv[r, j2] = self.value_at(i, base + p.throughput[i, j2] / self.N[i]) - self.vals[i]
+            delta = mv[:, pools] + mv[:, pools].T  # delta[a, b]: a to b's pool, b to a's pool
+            delta[(rows[:, None] == rows[None, :]) | (pools[:, None] == pools[None, :])] = -np.inf
+            delta[~self.admit[rows[:, None], nodes[None, :]] | ~self.admit[rows[None, :], nodes[:, None]]] = -np.inf
+            order = np.argsort(-delta, axis=None, kind="stable")
+            done = False
+            for flat in order.tolist():
+                a, b = divmod(flat, R)
+                if not delta[a, b] > 1e-9 * max(1.0, abs(self.total())):
+                    break
+                if a > b:
+                    continue  # each pair once (delta is symmetric)
+                (i, j, k), (i2, j2, k2) = self.placed[a], self.placed[b]
+                into_k2 = self.free[k2] + self.node_vec[i2, k2] - self.node_vec[i, k2]
+                into_k = self.free[k] + self.node_vec[i, k] - self.node_vec[i2, k]
+                if (into_k2 < -EPS * np.maximum(1.0, np.abs(self.free[k2]))).any() or (
+                        into_k < -EPS * np.maximum(1.0, np.abs(self.free[k]))).any():
+                    continue
+                if (self.budget[j] + self.unit[i, k] - self.unit[i2, k] < -EPS
+                        or self.budget[j2] + self.unit[i2, k2] - self.unit[i, k2] < -EPS):
+                    continue
+                self.remove(b)
+                self.remove(a)
+                self.add(i, k2)
+                self.add(i2, k)
+                done = made = True
+                break
+            if not done:
+                break
+        return made
+
+    def result(self, route: str, seconds: float) -> FillResult:
+        rows = [r[0] for r in (*self.frozen, *self.placed)]
+        pools = [r[1] for r in (*self.frozen, *self.placed)]
+        nodes = [r[2] for r in (*self.frozen, *self.placed)]
+        return FillResult(np.array(rows, dtype=np.int64), np.array(pools, dtype=np.int64),
+                          np.array(nodes, dtype=np.int64), route, self.p.value(self.counts), seconds=seconds,
+                          counts=self.counts.copy())
+
+
+def improve(p: FillProblem, start: FillResult, passes: int = LOCAL_PASSES) -> FillResult:
+    """The local search of the search route, from the plan ``start`` (its new replicas; ``have`` fixed): repeated
+    passes of a greedy fill (:meth:`_Local.best_add`, so the plan stays work-conserving), swaps of two jobs'
+    replicas across pools (:meth:`_Local.swap`) and ejections (:meth:`_Local.eject`: one replica out, the room
+    refilled greedily), each move kept only where ``sum_i u_i(t_i)`` rises, until a pass gains nothing or after
+    ``passes``. Gang rows' replicas stay as they are. Deterministic (every choice breaks ties by index). Returns
+    the plan with ``start``'s route, its value at least ``start``'s."""
+    started = time.perf_counter()
+    state = _Local(p, start)
+    for _ in range(passes):
+        before = state.total()
+        state.fill()
+        state.swap()
+        state.eject()
+        state.fill()
+        if not state.better(state.total(), before):
+            break
+    out = state.result(start.route, start.seconds + time.perf_counter() - started)
+    if out.value < start.value:  # float noise only: never worse than the start
+        return start
+    return out
+
+
 def _place_gang(p: FillProblem, i: int, j: int, count: int, room: tuple[np.ndarray, np.ndarray, np.ndarray],
                 cand: np.ndarray) -> list[int] | None:
     """Gang row i's ``count`` replicas in pool j, each best fit (the admitting node with a slot and room on every
@@ -409,13 +645,16 @@ def _mip(ncol: int, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
 
 
 def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
-               cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> FillResult | None:
+               cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+               start: FillResult | None = None) -> FillResult | None:
     """The exact route: the MILP ``max sum_i z_i`` over integer replicas ``y_ik`` per (row, node) cell, with node
     fit on every resource, slots, the pools' budgets and ``sum_k y_ik <= left_i``, where ``z_i`` is bounded by
     tangents of ``u_i`` (outer approximation of a concave function: its tangents lie above it, so the MILP's bound is
     an upper bound on the true optimum; 004 Sec. 3's concavity) at a geometric grid of throughputs, and by the chord
     to the starved value where ``u_i(0) = -inf``. The plan's true objective is re-evaluated; ``gap`` is the bound
-    minus it. Returns None when HiGHS finds no solution in ``time_limit``."""
+    minus it. ``start`` (a plan of the same problem, e.g. the search's) is given to HiGHS as its first incumbent,
+    so the solution it returns within ``time_limit`` is never worse in the MILP's objective. Returns None when
+    HiGHS finds no solution in ``time_limit``."""
     started = time.perf_counter()
     n, m = p.have.shape
     rows, nodes, caps = cells if cells is not None else fill_cells(p)
@@ -501,6 +740,8 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
     h = _mip(ncol, (cost, lower, upper), (row_lo, row_hi, indptr, idx, val), c + g, time_limit)
     if h is None:
         return None
+    if start is not None:
+        _incumbent(h, p, (rows, nodes, pool_of_cell), bundles, zcol, ncol, start)
     h.run()
     status = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
@@ -525,19 +766,57 @@ def fill_exact(p: FillProblem, time_limit: float = EXACT_SECONDS,
                       time.perf_counter() - started, counts)
 
 
-def solve_fill(p: FillProblem, *, exact_cells: int = EXACT_CELLS, time_limit: float = EXACT_SECONDS) -> FillResult:
-    """The fill by the route table (module docstring): the search always; the exact route as well where the
-    problem has at most ``exact_cells`` (row, node) cells, keeping the exact plan when its value is at least the
-    search's (then with its certified gap)."""
+def _incumbent(h: Any, p: FillProblem, cells: tuple[np.ndarray, np.ndarray, np.ndarray],
+               bundles: list[tuple[int, int]], zcol: dict[int, int], ncol: int, start: FillResult) -> None:
+    """Give HiGHS ``start`` as a feasible solution of the exact route's MILP: its replicas per cell, each gang's
+    pool binary, and ``z_i`` the row's true utility (below every tangent and the chord, concavity)."""
+    import highspy
+
+    rows, nodes = cells[0], cells[1]
+    at = {(int(i), int(k)): q for q, (i, k) in enumerate(zip(rows.tolist(), nodes.tolist(), strict=True))}
+    x = np.zeros(ncol)
+    for i, k in zip(start.row.tolist(), start.node.tolist(), strict=True):
+        q = at.get((int(i), int(k)))
+        if q is None:  # a replica the cells do not cover: no start
+            return
+        x[q] += 1.0
+    c = rows.size
+    for b, (i, j) in enumerate(bundles):
+        x[c + b] = 1.0 if start.counts[i, j] - p.have[i, j] > 0 else 0.0
+    t, t1 = p.rates(start.counts), p.smallest()
+    for i, col in zcol.items():
+        v = utility_value(p.utility, i, float(t[i]), float(t1[i]))
+        x[col] = v - 1e-7 * max(1.0, abs(v))
+    sol = highspy.HighsSolution()
+    sol.col_value = x.tolist()
+    sol.value_valid = True
+    h.setSolution(sol)
+
+
+def solve_fill(p: FillProblem, *, exact_cells: int = EXACT_CELLS, time_limit: float = EXACT_SECONDS,
+               local_cells: int = LOCAL_CELLS) -> FillResult:
+    """The fill by the route table (module docstring): the search always (the greedy fill, then the local search
+    :func:`improve` where the rows with replicas left times the nodes are at most ``local_cells``); the exact route
+    as well where the problem has at most ``exact_cells`` (row, node) cells, started from the search's plan, its
+    plan improved by the local search in turn (a time-limited incumbent is not optimal), keeping the exact plan when
+    its value is above the search's (then with its certified gap)."""
     search = fill_search(p)
     if not (p.left > 0).any():
         return search
+    local = int((p.left > 0).sum()) * p.pool.size <= local_cells
+    if local:
+        search = improve(p, search)
     found = fill_cells(p)
     if found[0].size == 0 or found[0].size > exact_cells:
         return search
-    exact = fill_exact(p, time_limit, found)
+    exact = fill_exact(p, time_limit, found, start=search)
     if exact is None:
         return search
+    if local:
+        better = improve(p, exact)
+        exact = FillResult(better.row, better.pool, better.node, "exact", better.value, exact.bound,
+                           max(exact.bound - better.value, 0.0) if exact.bound is not None else None, exact.status,
+                           better.seconds, better.counts)
     if exact.value > search.value + 1e-9 * max(1.0, abs(search.value)):
         return FillResult(exact.row, exact.pool, exact.node, "exact", exact.value, exact.bound, exact.gap,
                           exact.status, search.seconds + exact.seconds, exact.counts)

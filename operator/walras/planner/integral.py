@@ -27,17 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from allocator.integral import KINDS as UTILITY_KINDS
 from allocator.integral import (
-    EXACT_CELLS,
+    LOCAL_CELLS,
     FillProblem,
     FillResult,
     Utility,
-    fill_cells,
-    fill_exact,
     solve_fill,
     utility_value,
 )
-from allocator.integral import KINDS as UTILITY_KINDS
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.placement import capacity_left, why_not
@@ -240,7 +238,7 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
 
 #: Pool policies whose new replicas the exact route may re-arrange (they optimise the priced resource alone);
 #: colocation (interference) and fair (002's mechanisms) pools keep their policy's arrangement.
-REARRANGED = frozenset({"utility", "throughput", "spread"})
+REARRANGED = frozenset({"utility", "throughput", "spread", "fair"})
 
 
 def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: list[tuple[Batch, Placed, list]],
@@ -257,7 +255,7 @@ def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: lis
     # (row, node) pairs the MILP could have: far above its cells' bound, the re-arrangement is not tried (a large
     # cluster's plan does not pay for building a problem the exact route will not take)
     sizes = np.array([p.usable.size for p in objects.pools], dtype=np.int64)
-    if int((inputs.offered[inputs.allowed] @ sizes).sum()) > 4 * EXACT_CELLS:
+    if int((inputs.offered[inputs.allowed] @ sizes).sum()) > LOCAL_CELLS:
         return None
     fresh: list[tuple[int, int, int, int]] = []
     used, count = table.used.copy(), work.count.copy()
@@ -283,11 +281,9 @@ def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: lis
     free = Reservations(NodeTable(table.nodes, table.names, table.index, table.resources, table.column, table.alloc,
                                   used, table.usable, table.masks, table.labels), count)
     again = _problem(ctx, inputs, free, before, left)
-    if again is None or fill_cells(again[0])[0].size > EXACT_CELLS:
+    if again is None:
         return None
-    exact = fill_exact(again[0])
-    if exact is None:
-        return None
+    exact = solve_fill(again[0])
     now = placed.copy()
     if built is not None and result is not None:
         now[built[1]] = result.counts
