@@ -29,6 +29,18 @@ a job waits when its placed replicas and its claims (below) are fewer than ``spe
   such preemption. A waiting job with ``u_w(t_w) = -inf`` (a log job with nothing placed) gains without bound; a
   victim whose utility is unbounded below without the replica (a log job's last one) never yields by the market.
 
+*Weighed against a free slower pool* (issue 31). A job this plan starts in a slower pool ``S`` (a new pod, ``create``
+on a node, not running) while a faster pool ``F`` is full is served after the waiting jobs, in the queue's order, as
+if it waited for ``F`` with that pod given up: ``g_w = u_w(t_w - a_wS / N_w + a_wF / N_w) - u_w(t_w)``. A running
+victim that finds free room now in another pool ``S'`` (:meth:`_Work._landing`; the room the given-up pod leaves
+counts free) restarts there at once, in the same plan (its pod evicted, a replacement created on ``S'``), so its
+loss is ``l_v = u_v(t_v) - u_v(t_v - a_vF / N_v + a_vS' / N_v)``: a log job's last replica may then yield, since it
+moves rather than stops. The rule is the same ``(H - r_w) g_w - H l_v > r_v l_v`` with ``H`` bounded by the
+waiting job's remaining time, the shape of the migration phase's rule (f); when it fails the new pod starts on
+``S`` now. Every such swap raises ``Phi`` (``g_w > l_v``), so the no-oscillation argument below holds for it; each
+victim counts in the budgets. When several victims of one claim land, the room is re-checked in turn; a victim that
+finds none left waits as after a plain preemption (with one-accelerator pods, one victim a claim, it does not arise).
+
 Never a pod of a job with ``spec.preemptible: false``, nor a job the lifecycle holds, nor a pod this plan already
 removes, resizes or holds (NotReady node, disrupted pool, churn-deferred), nor a pod that has not started. The victims
 of one claim are on one node: the fewest running pods (lowest priority, smallest loss, most recently started first)
@@ -503,9 +515,9 @@ class _Work:
             self._swap(info.key, gives, None)
             table.used[k_given] -= vec_given
             self.outcome.walras_count[k_given] -= 1
-            s = self.pool_index[gives.pool]  # type: ignore[index]
+            s = self.pool_index[gives.pool]
             self.placed[i, s] -= 1
-            self._count(info.key, gives.pool, -1)  # type: ignore[arg-type]
+            self._count(info.key, gives.pool, -1)
             self.utility.t[i] -= step
             count, why = actions.unplaced[info.key].get(pool.name, (0, ""))
             actions.unplaced[info.key][pool.name] = (count + 1, why or "InsufficientCapacity")
