@@ -364,7 +364,9 @@ def test_an_opt_in_job_moves_through_the_eviction_api_and_a_plain_job_never_move
                                                                                   walras: OperatorThread) -> None:
     fast, fast_nodes = setup_pool(env, "fast", 1)
     slow, slow_nodes = setup_pool(env, "slow", 1)
-    env.apply(job_doc(env, "hog", {fast: 1.0}, 2))
+    hog = job_doc(env, "hog", {fast: 1.0}, 2)
+    hog["spec"]["preemptible"] = False  # the test is of migration: the new jobs may not swap into fast by preemption
+    env.apply(hog)
     wait_for(lambda: live_pods(env, "hog", 2), 30, "hog's 2 pods Running on the fast pool")
     rules = {"minGain": 0.05, "minRunSeconds": 0, "cooldownSeconds": 0, "maxPodsPerCycle": 1}
     env.apply(job_doc(env, "mover", {fast: 4.0, slow: 1.0}, 1, grace=3, stop_seconds="inf", migration=rules),

@@ -247,7 +247,9 @@ async def test_an_opt_in_job_moves_through_the_eviction_api(tmp_path: Path) -> N
         env.apply(ready_node("fast-a"), pool("fast", {"lc": "fast"}))
         env.store.patch(env.store.types[NODE], "", "fast-a", {"metadata": {"labels": {"lc": "fast"}}},
                         "application/merge-patch+json")
-        env.apply(fungible_job("hog", NS, {"fast": 1.0}, 2))
+        hog = fungible_job("hog", NS, {"fast": 1.0}, 2)
+        hog["spec"]["preemptible"] = False  # a test of migration: mover may not swap into fast by preemption
+        env.apply(hog)
         await env.until(lambda: len(running(env.pods("hog"))) == 2, "hog fills the fast pool")
         rules = {"minGain": 0.05, "minRunSeconds": 0, "cooldownSeconds": 0, "maxPodsPerCycle": 1}
         env.apply(fungible_job("mover", NS, {"fast": 4.0, "emu": 1.0}, 1, migration=rules),

@@ -305,8 +305,10 @@ def test_market_rule_equals_a_brute_force_of_the_objective_over_the_horizon(
 def test_the_spill_cluster_under_the_default_rule_prices_the_full_pool_and_runs_the_job_now() -> None:
     """tests/test_planner_spill.py's cluster (pool fast full of old's 2 pods; new gains 3x there) with the default
     rule: new bids in fast, so fast's price says what it would pay (1.0, against 0.25 when fast is withdrawn from its
-    market), but new runs now on slow (2 of 2 placed): it does not wait, so nothing is preempted (moving running
-    pods towards the market's split is the opt-in migration's, spec.migration)."""
+    market); its new pods start on slow, and one of them is weighed against a claim on fast: old (1.0 on either
+    pool) loses nothing by restarting on slow while new gains 3x, so old's pod yields and restarts on slow at once
+    and new waits for fast for that one replica (fast's maxPerPlan default: 1 victim); its other pod runs now on
+    slow."""
     from tests import test_planner_spill as spill
 
     snap = spill.snapshot(3.0)
@@ -315,7 +317,11 @@ def test_the_spill_cluster_under_the_default_rule_prices_the_full_pool_and_runs_
     plan, never = plan_of(market), plan_of(snap)
     assert plan.jobs[("ml", "new")].allocation.get("fast", 0.0) > 0.99
     assert plan.pools["fast"].price == pytest.approx(1.0, rel=1e-3) and never.pools["fast"].price < 0.3
-    assert plan.jobs[("ml", "new")].replicas == {"slow": 2} and preempted(plan) == []
+    assert plan.jobs[("ml", "new")].replicas == {"slow": 1} and preempted(plan) == ["old-fast-0"]
+    assert sorted((p.name, p.action, p.node) for p in plan.pods if p.job == "new") == [
+        ("new-fast-0", "create", None), ("new-slow-1", "create", "slow-0")]
+    assert plan.jobs[("ml", "old")].replicas == {"fast": 1, "slow": 1}  # old's replacement starts on slow now
+    assert "it restarts in pool 'slow'" in next(p.reason for p in plan.pods if p.name == "old-fast-0")
     # the same job unable to use slow waits, and takes one of old's pods in fast
     alone = Snapshot(nodes=snap.nodes, pods=snap.pods, pools=market.pools,
                      jobs=(snap.jobs[0], spill.job("new", {"fast": 3.0}, 2)))

@@ -29,6 +29,18 @@ a job waits when its placed replicas and its claims (below) are fewer than ``spe
   such preemption. A waiting job with ``u_w(t_w) = -inf`` (a log job with nothing placed) gains without bound; a
   victim whose utility is unbounded below without the replica (a log job's last one) never yields by the market.
 
+*Weighed against a free slower pool* (issue 31). A job this plan starts in a slower pool ``S`` (a new pod, ``create``
+on a node, not running) while a faster pool ``F`` is full is served after the waiting jobs, in the queue's order, as
+if it waited for ``F`` with that pod given up: ``g_w = u_w(t_w - a_wS / N_w + a_wF / N_w) - u_w(t_w)``. A running
+victim that finds free room now in another pool ``S'`` (:meth:`_Work._landing`; the room the given-up pod leaves
+counts free) restarts there at once, in the same plan (its pod evicted, a replacement created on ``S'``), so its
+loss is ``l_v = u_v(t_v) - u_v(t_v - a_vF / N_v + a_vS' / N_v)``: a log job's last replica may then yield, since it
+moves rather than stops. The rule is the same ``(H - r_w) g_w - H l_v > r_v l_v`` with ``H`` bounded by the
+waiting job's remaining time, the shape of the migration phase's rule (f); when it fails the new pod starts on
+``S`` now. Every such swap raises ``Phi`` (``g_w > l_v``), so the no-oscillation argument below holds for it; each
+victim counts in the budgets. When several victims of one claim land, the room is re-checked in turn; a victim that
+finds none left waits as after a plain preemption (with one-accelerator pods, one victim a claim, it does not arise).
+
 Never a pod of a job with ``spec.preemptible: false``, nor a job the lifecycle holds, nor a pod this plan already
 removes, resizes or holds (NotReady node, disrupted pool, churn-deferred), nor a pod that has not started. The victims
 of one claim are on one node: the fewest running pods (lowest priority, smallest loss, most recently started first)
@@ -74,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from walras.planner.capacity import NodeTable
+from walras.planner.capacity import EPS, NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.integral import utility_arrays
 from walras.planner.model import ObjectKey, PlanEvent, PodPlan
@@ -183,6 +195,21 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
                         break
                     spent[j] += got
                     changed = True
+        # jobs this plan starts in a slower pool than one that is full: the new pod is weighed against a claim there
+        upgrading = [i for i, info in enumerate(jobs) if info.key not in held and not gang(info)
+                     and work.slower(i, -1) is not None]
+        for i in sorted(upgrading, key=lambda i: queue_key(
+                jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]),
+                jobs[i].job.created, *jobs[i].key)):
+            for j in sorted(np.flatnonzero(a[i] > 0).tolist(), key=lambda j: (-a[i, j], j)):
+                if pools[j].spec.preemption.rule == "Never":
+                    continue
+                while (gives := work.slower(i, j)) is not None:
+                    got = work.claim(i, j, caps[j] - spent[j], gives=gives)
+                    if got is None:
+                        break
+                    spent[j] += got
+                    changed = True
         if not changed:
             break
     for j, pool in enumerate(pools):
@@ -245,6 +272,7 @@ class _Victim:
     why: str
     pod: Pod | None = None
     plan: PodPlan | None = None
+    lands: bool = False  # a running victim that restarts at once in free room of another pool
 
 
 class _Work:
@@ -270,6 +298,7 @@ class _Work:
         self.preempted: defaultdict[ObjectKey, int] = defaultdict(int)
         self.claims: defaultdict[ObjectKey, int] = defaultdict(int)
         self.events: list[PlanEvent] = []
+        self.pool_index = {p.name: j for j, p in enumerate(pools)}
         previous = ctx.previous
         self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
             previous is not None) else set()
@@ -336,9 +365,36 @@ class _Work:
                         self.taken.add(pod.key)
                         self._count(info.key, self.ctx.objects.pools[j].name, -1)
 
-    def _victims(self, i: int, j: int) -> list[_Victim]:
+    def slower(self, i: int, j: int) -> PodPlan | None:
+        """Job row i's new pod of this plan (``create`` on a node, not running) in the pool of lowest throughput
+        below ``a_ij`` (any pool it runs in when ``j`` is -1) that is not a mechanism pool, or None: the pod it
+        gives up to claim pool j (module docstring, "weighed against a free slower pool")."""
+        pools = self.ctx.objects.pools
+        top = float(self.a[i].max()) if j < 0 else float(self.a[i, j])
+        best: tuple[float, str, PodPlan] | None = None
+        for p in self.actions.pods.get(self.ctx.objects.jobs[i].key, []):
+            if p.action != "create" or p.exists or p.node is None or p.pool not in self.pool_index:
+                continue
+            s = self.pool_index[p.pool]
+            if s == j or pools[s].spec.policy in MECHANISM_POLICIES or self.a[i, s] >= top:
+                continue
+            if best is None or (float(self.a[i, s]), p.name) < best[:2]:
+                best = (float(self.a[i, s]), p.name, p)
+        return None if best is None else best[2]
+
+    def _given(self, i: int, plan: PodPlan) -> tuple[float, int, np.ndarray]:
+        """(throughput step ``a_iS / N_i``, node index, request vector) of job row i's new pod ``plan``."""
+        info = self.ctx.objects.jobs[i]
+        table = self.outcome.table
+        return (float(self.a[i, self.pool_index[plan.pool]]) / max(info.spec.replicas, 1),
+                table.index[plan.node],  # type: ignore[index]
+                table.vector({k: parse_quantity(q) for k, q in plan.requests.items()}))
+
+    def _victims(self, i: int, j: int, gives: PodPlan | None = None) -> list[_Victim]:
         """The pods of pool j that may yield to job row i, in the order they are taken (this plan's planned pods
-        first, as nothing restarts; then lowest priority, smallest loss, most recently started, name)."""
+        first, as nothing restarts; then lowest priority, smallest loss, most recently started, name). ``gives``:
+        job i's new pod in a slower pool that it gives up for this one (its room counts free for the victims'
+        landing)."""
         ctx = self.ctx
         jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
         table = self.outcome.table
@@ -347,6 +403,10 @@ class _Work:
         previous = ctx.previous
         # a pod the previous plan placed while job i already waited was priced against it then (module docstring)
         waited = previous is not None and jobs[i].key in previous.jobs
+        step, bonus = 0.0, None
+        if gives is not None:
+            step, k_given, vec_given = self._given(i, gives)
+            bonus = (k_given, vec_given)
         for v, info in enumerate(jobs):
             if v == i or info.key in self.held or not may_yield(info) or self.placed[v, j] <= 0:
                 continue
@@ -356,7 +416,7 @@ class _Work:
                        and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
                 MECHANISM_POLICIES else []
             if planned:
-                why = yields(ctx, (i, v, j), self.utility, self.a, False)
+                why = yields(ctx, (i, v, j), self.utility, self.a, False, gives=step)
                 if why is not None:
                     for p in planned:
                         amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else \
@@ -369,7 +429,10 @@ class _Work:
                     and not (pod.key in self.recent and waited)]
             if not pods:
                 continue
-            why = yields(ctx, (i, v, j), self.utility, self.a, True)
+            landing = self._landing(v, j, bonus)
+            lands = None if landing is None else (ctx.objects.pools[landing[0]].name,
+                                                  float(self.a[v, landing[0]]) / max(info.spec.replicas, 1))
+            why = yields(ctx, (i, v, j), self.utility, self.a, True, gives=step, lands=lands)
             if why is None:
                 continue
             for pod in pods:
@@ -379,20 +442,21 @@ class _Work:
                 started = pod.started if pod.started is not None else -math.inf
                 out.append(_Victim((1, info.job.priority, loss, -started, pod.name), v, pod.name,
                                    table.index[pod.node], table.vector(pod.requests), True, why,  # type: ignore[index]
-                                   pod=pod, plan=plan))
+                                   pod=pod, plan=plan, lands=lands is not None))
         out.sort(key=lambda victim: victim.key)
         return out
 
-    def claim(self, i: int, j: int, budget: int) -> int | None:
+    def claim(self, i: int, j: int, budget: int, gives: PodPlan | None = None) -> int | None:
         """One replica for job row i in pool j: its victims on one node (at most ``budget`` running ones) dropped
         or evicted, and its pod created on the node (only planned pods yielded) or as a claim without a node; the
-        running victims counted, or None when no node can be freed for it."""
+        running victims counted, or None when no node can be freed for it. ``gives``: the new pod of job i in a
+        slower pool that this replica replaces (dropped when the claim is made)."""
         ctx = self.ctx
         info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
         table = self.outcome.table
         vec = table.vector(pod_vector(ctx.templates[i], info.spec, pool.spec.resource, info.spec.demand))
         by_node: defaultdict[int, list[_Victim]] = defaultdict(list)
-        for victim in self._victims(i, j):
+        for victim in self._victims(i, j, gives):
             by_node[victim.node].append(victim)
         c = table.column.get(pool.spec.resource)
         limit = pool.spec.degree_limit
@@ -435,9 +499,10 @@ class _Work:
         if best is None:
             return None
         _, k, chosen = best
-        return self._apply(i, j, k, chosen, vec)
+        return self._apply(i, j, k, chosen, vec, gives)
 
-    def _apply(self, i: int, j: int, k: int, chosen: list[_Victim], vec: np.ndarray) -> int:
+    def _apply(self, i: int, j: int, k: int, chosen: list[_Victim], vec: np.ndarray,
+               gives: PodPlan | None = None) -> int:
         ctx = self.ctx
         info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
         spec = info.spec
@@ -445,6 +510,17 @@ class _Work:
         table = self.outcome.table
         node = table.names[k]
         runs = [v for v in chosen if v.running]
+        if gives is not None:  # job i's new pod in the slower pool is not created: its room is free again
+            step, k_given, vec_given = self._given(i, gives)
+            self._swap(info.key, gives, None)
+            table.used[k_given] -= vec_given
+            self.outcome.walras_count[k_given] -= 1
+            s = self.pool_index[gives.pool]
+            self.placed[i, s] -= 1
+            self._count(info.key, gives.pool, -1)
+            self.utility.t[i] -= step
+            count, why = actions.unplaced[info.key].get(pool.name, (0, ""))
+            actions.unplaced[info.key][pool.name] = (count + 1, why or "InsufficientCapacity")
         for victim in chosen:
             vinfo = ctx.objects.jobs[victim.row]
             assert victim.plan is not None
@@ -487,9 +563,9 @@ class _Work:
                                          f"{', '.join(victims)} leave."))
         else:
             self._unwait(info.key, pool.name)
-        for victim in chosen:  # a planned pod that yielded goes where its job still finds room now, if anywhere
-            if not victim.running:
-                self._elsewhere(victim.row)
+        for victim in chosen:  # a planned pod that yielded, or a running one that moves, goes where its job still
+            if not victim.running or victim.lands:  # finds room now, if anywhere
+                self._elsewhere(victim.row, skip=j)
         return len(runs)
 
     def _create(self, i: int, j: int, k: int | None, vec: np.ndarray) -> str:
@@ -511,34 +587,58 @@ class _Work:
                                                   requests, dict(requests), "create", False))
         return name
 
-    def _elsewhere(self, v: int) -> None:
-        """Place one replica of job row v (whose planned pod yielded) where it fits now: its pools by throughput,
-        the admitted usable node with the most free priced resource (under the degree limit and spec.capacity)."""
+    def _landing(self, v: int, skip: int = -1, bonus: tuple[int, np.ndarray] | None = None
+                 ) -> tuple[int, int] | None:
+        """Where one replica of job row v fits now (pool, node): its pools by throughput (not ``skip``, nor a
+        mechanism pool), the admitted usable node with the most free priced resource (under the degree limit and
+        spec.capacity), or None. ``bonus`` (node, vector): room that counts free on that node (a pod this plan gives
+        up)."""
         ctx = self.ctx
         info = ctx.objects.jobs[v]
         table = self.outcome.table
         for j in sorted(np.flatnonzero(self.a[v] > 0).tolist(), key=lambda j: (-self.a[v, j], j)):
             pool = ctx.objects.pools[j]
             nodes = pool.usable
-            if nodes.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
+            if j == skip or nodes.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
                 continue
             vec = table.vector(pod_vector(ctx.templates[v], info.spec, pool.spec.resource, info.spec.demand))
-            ok = ctx.admitted[v][nodes] & table.fits_many(nodes, vec)
+            used, alloc = table.used[nodes].copy(), table.alloc[nodes]
+            count = self.outcome.walras_count[nodes].copy()
+            back = 0.0
+            at = np.flatnonzero(nodes == bonus[0]) if bonus is not None else np.zeros(0, dtype=np.int64)
+            if bonus is not None and at.size:
+                used[at[0]] -= bonus[1]
+                count[at[0]] -= 1
+                c = table.column.get(pool.spec.resource)
+                back = float(bonus[1][c]) if c is not None else 0.0
+            free = alloc - used
+            ok = ctx.admitted[v][nodes] & np.all(used + vec <= alloc + EPS * np.maximum(1.0, alloc), axis=1)
             if pool.spec.degree_limit is not None:
-                ok &= self.outcome.walras_count[nodes] < pool.spec.degree_limit
+                ok &= count < pool.spec.degree_limit
             c = table.column.get(pool.spec.resource)
             if pool.spec.capacity is not None and c is not None and pool.members.size and \
-                    float(table.used[pool.members, c].sum()) + vec[c] > pool.spec.capacity + 1e-9:
+                    float(table.used[pool.members, c].sum()) - back + vec[c] > pool.spec.capacity + 1e-9:
                 continue
             if not ok.any():
                 continue
-            free = table.free[nodes, c] if c is not None else np.zeros(nodes.size)
+            room = free[:, c] if c is not None else np.zeros(nodes.size)
             candidates = np.flatnonzero(ok)
-            k = int(nodes[candidates[np.lexsort((candidates, -free[candidates]))[0]]])
-            self._create(v, j, k, vec)
-            self.utility.t[v] += self.a[v, j] / max(info.spec.replicas, 1)
-            self._unwait(info.key, pool.name)
+            return j, int(nodes[candidates[np.lexsort((candidates, -room[candidates]))[0]]])
+        return None
+
+    def _elsewhere(self, v: int, skip: int = -1) -> None:
+        """Place one replica of job row v (whose planned pod yielded, or whose running pod moves) where it fits now
+        (:meth:`_landing`)."""
+        landing = self._landing(v, skip)
+        if landing is None:
             return
+        j, k = landing
+        info, pool = self.ctx.objects.jobs[v], self.ctx.objects.pools[j]
+        table = self.outcome.table
+        self._create(v, j, k, table.vector(pod_vector(self.ctx.templates[v], info.spec, pool.spec.resource,
+                                                      info.spec.demand)))
+        self.utility.t[v] += self.a[v, j] / max(info.spec.replicas, 1)
+        self._unwait(info.key, pool.name)
 
     def _unwait(self, key: ObjectKey, pool: str) -> None:
         """One of the job's unplaced replicas is placed now: its count of unplaced ones, that pool's first, drops."""

@@ -141,10 +141,16 @@ def gang(info: JobInfo) -> bool:
 
 
 def yields(ctx: PlanContext, pair: tuple[int, int, int], utility: Valuation, a: np.ndarray,
-            restarts: bool) -> str | None:
+            restarts: bool, *, gives: float = 0.0, lands: tuple[str, float] | None = None) -> str | None:
     """Why job row v's replica in pool j may yield to job row i by the pool's rule at the throughputs of
     ``utility.t`` (None: it may not); ``restarts``: the victim runs (both restart costs count), else it is a pod this
-    plan only planned (nothing restarts: the rule is ``g_w > l_v``)."""
+    plan only planned (nothing restarts: the rule is ``g_w > l_v``).
+
+    The alternatives (:mod:`.preemption`, "weighed against a free slower pool"): ``gives`` is the throughput step
+    ``a_wS / N_w`` of a pod job i gives up for this one (its new pod in a slower pool S it would start on now), so
+    ``g_w = u_w(t_w - gives + a_wj / N_w) - u_w(t_w)``; ``lands`` is (pool name, ``a_vS' / N_v``) of the free room
+    the victim's replica restarts in at once, so ``l_v = u_v(t_v) - u_v(t_v - a_vj / N_v + a_vS' / N_v)`` (a log
+    job's last replica may then yield: it moves, it does not stop)."""
     i, v, j = pair
     jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
     w, info = jobs[i], jobs[v]
@@ -156,17 +162,20 @@ def yields(ctx: PlanContext, pair: tuple[int, int, int], utility: Valuation, a: 
     if rule != "Market" or info.job.priority != w.job.priority or pool.spec.policy in MECHANISM_POLICIES:
         return None
     t_w, t_v = float(utility.t[i]), float(utility.t[v])
-    step = a[i, j] / max(w.spec.replicas, 1)
-    v0, v1 = utility.value(v, t_v), utility.value(v, t_v - a[v, j] / max(info.spec.replicas, 1))
+    after = t_w - gives + a[i, j] / max(w.spec.replicas, 1)
+    landed = lands[1] if lands is not None else 0.0
+    v0, v1 = utility.value(v, t_v), utility.value(v, t_v - a[v, j] / max(info.spec.replicas, 1) + landed)
     horizon = pool.spec.preemption.horizon
     remaining = w.spec.remaining_work
-    if remaining is not None and t_w + step > 0:
-        horizon = min(horizon, remaining / (t_w + step))
+    if remaining is not None and after > 0:
+        horizon = min(horizon, remaining / after)
     r_w, r_v = (restart_cost(w.spec), restart_cost(info.spec)) if restarts else (0.0, 0.0)
-    ok, delta = market_gain((utility.value(i, t_w), utility.value(i, t_w + step)), (v0, v1), (r_w, r_v), horizon)
+    ok, delta = market_gain((utility.value(i, t_w), utility.value(i, after)), (v0, v1), (r_w, r_v), horizon)
     if not ok:
         return None
-    return f"market: objective +{delta:.4g} per s over {horizon:g} s beats restart {r_v:g} s of {info.spec.name}"
+    moved = f"; it restarts in pool {lands[0]!r}" if lands is not None else ""
+    return (f"market: objective +{delta:.4g} per s over {horizon:g} s beats restart {r_v:g} s of "
+            f"{info.spec.name}{moved}")
 
 
 class Valuation:

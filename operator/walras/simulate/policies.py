@@ -51,6 +51,7 @@ from walras.planner.invariants import check_plan
 from walras.planner.model import Plan
 from walras.planner.plan import PlanCache, PlanOptions, build_plan
 from walras.planner.quantity import parse_quantity
+from walras.planner.queue import CLAIM
 from walras.planner.spec import MigrationSpec
 from walras.simulate.cluster import GPUS
 from walras.simulate.gavel import (
@@ -343,6 +344,10 @@ class WalrasPolicy:
     remaining_work: bool = True
     max_migrations: int = 10
     check: bool = True
+    #: Seconds after a plan with a preemption's claim (a pod created without a node, waiting for its victims) at
+    #: which the policy asks to plan again, as the operator plans again when the victims' pods are gone (its watch
+    #: sees them deleted); without it the claim waited for the next arrival or completion.
+    claim_replan_seconds: float = 60.0
     previous: Plan | None = field(default=None, init=False)
     cache: PlanCache = field(default_factory=PlanCache, init=False)  # the planner's reuse from one plan to the next
     _pods: dict[str, Pod] = field(default_factory=dict, init=False)
@@ -409,7 +414,9 @@ class WalrasPolicy:
             by_job.setdefault(str(pod.job), []).append(index[pod.node])
         placement = {i: np.array(sorted(by_job[job_name(i)]), dtype=np.int64)
                      for i in state.active if job_name(i) in by_job}
-        return Decision(placement, prices=plan.prices, violations=violations)
+        waits = any(p.node is None and CLAIM.search(p.reason) is not None for p in plan.pods)
+        return Decision(placement, next_replan=state.now + self.claim_replan_seconds if waits else None,
+                        prices=plan.prices, violations=violations)
 
 
 def migration_available() -> bool:
