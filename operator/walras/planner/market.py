@@ -328,7 +328,12 @@ def budget_equilibrium(
         b'_i(p) the weight whose EG demand at p is job i's budget-constrained demand (:func:`budget_weights`)  (T6)
 
     found by alternating the two (each solve warm-started at the last prices), at most :data:`BUDGET_ROUNDS`
-    solves, until no weight moves by more than :data:`BUDGET_TOL` of its budget. A job whose time cap does not
+    solves, until no weight moves by more than :data:`BUDGET_TOL` of its budget. Each step takes, per job, the
+    larger of ``b'_i(p)`` and ``b'_i + (b_i - spend_i)`` (the money the job left unspent, ``mu_i`` of its last
+    solve, added back to its weight; not for a job that is satiated, ``t_i >= (1 - BUDGET_TOL) max_j a_ij``, nor
+    one whose cap is slack at p): the first is the best response at fixed prices, the second raises the price level
+    when every job's cap binds and prices are too low for anyone to spend its budget (then ``b'(p)`` alone grows
+    only a few percent a solve); each weight stays within ``[b_i, BUDGET_GROWTH b_i]``. A job whose time cap does not
     bind has ``b'_i = b_i``: without binding caps this is one solve of (T2), as before. The tolerance
     ``settings.eps`` (an absolute gap for the weights ``b``) is scaled by ``sum b' / sum b``. The result's
     ``iterations`` and ``seconds`` add up all the solves; its ``primal``, ``dual`` and ``gap`` are those of the last
@@ -349,7 +354,10 @@ def budget_equilibrium(
         spend = np.einsum("ij,ij->i", demand * result.prices[None, :], result.allocation)
         satiated = _rates(throughput, result.allocation) >= best * (1 - BUDGET_TOL)
         unspent = np.where(satiated | (target <= b), 0.0, np.maximum(b - spend, 0.0))
-        target = np.minimum(np.maximum(target, w + unspent), BUDGET_GROWTH * b)
+        target = np.maximum(target, w + unspent)
+        over = (spend > b * (1 + BUDGET_TOL)) & (w > b)  # raised too far (a near-tie of pools): back towards b
+        target = np.clip(np.where(over, np.minimum(target, w * b / np.maximum(spend, 1e-300)), target), b,
+                         BUDGET_GROWTH * b)
         if np.all(np.abs(target - w) <= BUDGET_TOL * b):
             break
         w = target
