@@ -41,4 +41,4 @@ def test_the_budgets_figure_uses_the_pages_numbers(drawn: dict) -> None:
         assert f"{t.name} " in page
     assert "images/budgets-worked-example.svg" in page, "docs/budgets.md shows the figure"
     svg = drawn[draw.IMAGES / "budgets-worked-example.svg"].decode()
-    assert "price 0.1839/GPU-h" in svg and "cap 4" in svg
+    assert "price 0.1881/GPU-h" in svg and "cap 4" in svg
