@@ -1,5 +1,5 @@
-"""End to end, Budgets (docs/budgets.md): the real ``walras run --tenants`` against the real control plane, two
-tenants competing for the two GPU pools, one of which inflates its numbers (a linear job of weight 1e6 whose
+"""End to end, Budgets (docs/budgets.md): the real ``walras run`` (tenants on by default) against the real control
+plane, two tenants competing for the two GPU pools, one of which inflates its numbers (a linear job of weight 1e6 whose
 throughputs are multiplied by 1e8, within the schema's bound of 1e9): each tenant spends at most its share (within
 one pod's price: the placed plan rounds the market's fractions to whole pods), the Budget's status shows its units,
 spend rate and spend, and the accumulated spend continues across a restart of the operator by (T5) from the status
@@ -69,7 +69,7 @@ def _updated(status: dict[str, Any]) -> float:
 
 def test_two_tenants_compete_and_inflating_gains_nothing_and_spend_survives_a_restart(setup: Cluster) -> None:
     cluster = setup
-    op = Operator(cluster, "direct", extra=("--tenants",)).start()
+    op = Operator(cluster, "direct").start()  # tenants on by default
     try:
         status = wait_until(lambda: _status(cluster) if _status(cluster).get("units") else None, 90,
                             "the Budget's status")
@@ -94,7 +94,7 @@ def test_two_tenants_compete_and_inflating_gains_nothing_and_spend_survives_a_re
         # restart: the spend continues from the status alone
         op.kill()
         before = _status(cluster)
-        op = Operator(cluster, "direct", extra=("--tenants",)).start()
+        op = Operator(cluster, "direct").start()  # tenants on by default
         cluster.kc("delete", "fungiblejob", "greedy", "-n", GREEDY)  # the honest tenant's units change
         def written() -> dict[str, Any] | None:
             now = _status(cluster)

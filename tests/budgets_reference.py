@@ -140,7 +140,7 @@ def walras(inst: Instance) -> Outcome:
     typed, tenancy = apply_tenants(cluster(inst), options)
     order = {j.key: j.spec for j in typed.jobs}
     utilities = [order[(f"t{inst.tenant[i]}", f"j{i:03d}")].utility for i in range(inst.n)]  # type: ignore[union-attr]
-    settings = MarketSettings(eps=market_eps(tenancy, options))  # the tolerance build_plan gives the market
+    settings = MarketSettings(eps=market_eps(tenancy, options), budgets=True)  # as build_plan runs the market
     result = solve_market(inst.A(), np.array(inst.capacity), utilities, [1.0] * inst.n, inst.D(), None, settings)
     return Outcome(result.allocation, result.prices)
 

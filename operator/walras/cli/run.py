@@ -73,8 +73,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "elsewhere")
     parser.add_argument("--job-metrics-limit", type=int, default=500,
                         help="export walras_job_* for at most this many jobs (highest cost first)")
-    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=False,
-                        help="plan Budgets' tenants as a Fisher market (docs/budgets.md; the chart's tenants.enabled)")
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=True,
+                        help="plan Budgets' tenants as a Fisher market (docs/budgets.md; default: on, so that no "
+                             "namespace takes the cluster by inflating its numbers; --no-tenants: every job its own "
+                             "buyer; the chart's tenants.enabled)")
     parser.add_argument("--default-share", type=float, default=1.0, metavar="SHARE",
                         help="with --tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
@@ -146,7 +148,7 @@ def tenant_options(args: argparse.Namespace) -> TenantOptions | None:
     """``--tenants`` / ``--default-share`` (docs/budgets.md): None with tenants off; a share <= 0 is an error."""
     from walras.planner.cluster import TenantOptions
 
-    if not getattr(args, "tenants", False):
+    if not getattr(args, "tenants", True):
         return None
     share = float(getattr(args, "default_share", 1.0))
     if not share > 0 or share == float("inf"):

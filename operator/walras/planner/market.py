@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -140,12 +140,15 @@ class MarketResult:
 
 @dataclass(frozen=True)
 class MarketSettings:
-    """How :func:`solve_market` runs: the device, the bound on dual evaluations and the duality-gap tolerance (None:
-    the allocator's default)."""
+    """How :func:`solve_market` runs: the device, the bound on dual evaluations (per solve), the duality-gap
+    tolerance (None: the allocator's default) and whether the weights are budgets (:func:`budget_equilibrium`)."""
 
     device: str = "cpu"
     max_iter: int = 60
     eps: float | None = None
+    #: the log weights are budgets (tenants on, docs/budgets.md): solve for the budget-constrained equilibrium
+    #: (:func:`budget_equilibrium`, T6), in which a job whose time cap binds still spends its budget
+    budgets: bool = False
 
 
 def solve_market(
@@ -172,7 +175,26 @@ def solve_market(
     jobs (``allocator.pricing.primal.recovery``) closes most of that; where it still leaves the gap open, small markets
     (at most :data:`POLISH_CELLS` usable cells) that did not converge get their allocation polished by
     :func:`polish_allocation` and the gap is recomputed against the solver's dual bound.
+
+    With ``settings.budgets`` (tenants on: every job a log buyer whose weight is its budget ``b_i``) the result is
+    the budget-constrained equilibrium of :func:`budget_equilibrium` (docs/budgets.md, T6).
     """
+    n, m = throughput.shape
+    if settings.budgets and n > 0 and m > 0 and all(s.type == "log" for s in specs):
+        return budget_equilibrium(throughput, capacity, specs, weights, demand, prices, settings)
+    return _one_market(throughput, capacity, specs, weights, demand, prices, settings)
+
+
+def _one_market(
+    throughput: np.ndarray,
+    capacity: np.ndarray,
+    specs: Sequence[UtilitySpec],
+    weights: Sequence[float],
+    demand: np.ndarray,
+    prices: np.ndarray | None,
+    settings: MarketSettings,
+) -> MarketResult:
+    """One price discovery of :func:`solve_market` (its docstring) for the given weights."""
     n, m = throughput.shape
     if n == 0 or m == 0:
         return MarketResult(
@@ -218,6 +240,129 @@ def solve_market(
         repaired=repaired,
         eps=tol,
     )
+
+
+#: Most market solves of :func:`budget_equilibrium` (the first one included); each later one is warm-started.
+BUDGET_ROUNDS = 12
+#: A job is satiated when its throughput is within this fraction of ``max_j a_ij`` (the most it can have), and
+#: spends its budget when its spend is within this fraction of ``b_i``.
+BUDGET_TOL = 2e-3
+#: The most a job's market weight may exceed its budget (``b'_i <= BUDGET_GROWTH b_i``).
+BUDGET_GROWTH = 1e3
+
+
+def budget_weights(throughput: np.ndarray, demand: np.ndarray, prices: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The market weight ``b'_i`` with which job i's Eisenberg-Gale demand at ``prices`` (004 eq. 5,
+    ``max b'_i log(a_i^T x) - sum_j p_j d_ij x_j``, ``1^T x <= 1``) is its budget-constrained demand of budget
+    ``b_i`` (docs/budgets.md, T6).
+
+    The budget-constrained demand is the LP ``max a^T x`` s.t. ``c^T x <= b``, ``1^T x <= 1``, ``x >= 0``
+    (``c_j = p_j d_ij``; pools with ``a_ij = 0`` excluded): its optimum is a vertex with at most two pools, either
+    one pool ``j`` at ``x_j = min(1, b / c_j)`` or two pools ``j, k`` with ``c_j < b < c_k``, ``x_j + x_k = 1``,
+    ``c^T x = b``. The EG conditions ``b' a_l / t = c_l + mu`` on the support, ``<=`` off it, ``mu >= 0``
+    (``mu > 0`` only when ``1^T x = 1``) then give ``b'``:
+
+    * one pool, time slack (``x_j < 1``): ``mu = 0``, ``b' = b``;
+    * two pools: ``b' = t (c_k - c_j) / (a_k - a_j)``;
+    * one pool all the time: any ``b'`` in ``[max(c_j, L), U]`` with ``L = max_{a_l < a_j} (c_j - c_l) /
+      (1 - a_l / a_j)`` and ``U = min_{a_l > a_j} (c_l - c_j) / (a_l / a_j - 1)``; the one nearest ``b``."""
+    n, m = throughput.shape
+    usable = throughput > 0
+    cost = np.maximum(demand * prices[None, :], 0.0)
+    budget = b[:, None]
+    # single-pool vertices
+    x1 = np.where(cost > 0, np.minimum(1.0, budget / np.where(cost > 0, cost, 1.0)), 1.0)
+    v1 = np.where(usable, throughput * x1, -np.inf)
+    j1 = v1.argmax(axis=1)
+    best1 = v1[np.arange(n), j1]
+    # two-pool vertices (j cheaper than the budget, k dearer): value a_j + (a_k - a_j) (b - c_j) / (c_k - c_j)
+    cj, ck = cost[:, :, None], cost[:, None, :]
+    aj, ak = throughput[:, :, None], throughput[:, None, :]
+    pair = usable[:, :, None] & usable[:, None, :] & (cj < budget[:, :, None]) & (ck > budget[:, :, None])
+    share = np.where(pair, (budget[:, :, None] - cj) / np.where(pair, ck - cj, 1.0), 0.0)
+    v2 = np.where(pair, aj + (ak - aj) * share, -np.inf).reshape(n, m * m)
+    q2 = v2.argmax(axis=1)
+    best2 = v2[np.arange(n), q2]
+    out = b.copy()
+    rows = np.arange(n)
+    for i in rows[(best2 > best1 * (1 + 1e-12)) & np.isfinite(best2)]:
+        j, k = divmod(int(q2[i]), m)
+        if throughput[i, k] > throughput[i, j]:
+            out[i] = best2[i] * (cost[i, k] - cost[i, j]) / (throughput[i, k] - throughput[i, j])
+    for i in rows[~((best2 > best1 * (1 + 1e-12)) & np.isfinite(best2))]:
+        j = int(j1[i])
+        if x1[i, j] < 1.0 or not usable[i, j]:
+            continue  # time slack: b' = b
+        a, c = throughput[i], cost[i]
+        ratio = a / a[j]
+        lower = usable[i] & (ratio < 1)
+        upper = usable[i] & (ratio > 1)
+        lo = max(float(c[j]), float(np.max((c[j] - c[lower]) / (1 - ratio[lower]), initial=0.0)))
+        hi = float(np.min((c[upper] - c[j]) / (ratio[upper] - 1), initial=np.inf))
+        out[i] = min(max(float(b[i]), lo), max(hi, lo))
+    return out
+
+
+def budget_equilibrium(
+    throughput: np.ndarray,
+    capacity: np.ndarray,
+    specs: Sequence[UtilitySpec],
+    weights: Sequence[float],
+    demand: np.ndarray,
+    prices: np.ndarray | None,
+    settings: MarketSettings,
+) -> MarketResult:
+    """The Fisher market's equilibrium with budgets when jobs have time caps (docs/budgets.md, T6).
+
+    Job i's budget is ``b_i`` (its log weight). Its demand at prices p is the **budget-constrained** one,
+    ``x_i in argmax {a_i^T x : sum_j p_j d_ij x_j <= b_i, 1^T x <= 1, x >= 0}``: the time cap ``1^T x <= 1`` (a
+    job runs each replica at most all the time) is a limit of what it can consume, not a good it pays for. The
+    Eisenberg-Gale program (T2) with weights ``b`` prices that cap instead: its KKT conditions (004 eq. 5) give
+    ``b_i a_ij / t_i = p_j d_ij + mu_i`` on the job's support, with ``mu_i`` the multiplier of the cap, so the job
+    spends ``b_i - mu_i`` and the ``mu_i`` it pays for its own time is lost to it (T3). The same conditions with
+    weight ``b'_i`` are those of the budget-constrained demand (``1/lambda_i = b'_i / t_i``, ``kappa_i/lambda_i =
+    mu_i`` for the LP's multipliers ``lambda_i`` of the budget and ``kappa_i`` of the cap), so the market is 004's
+    dual decomposition of (T2) with weights ``b'`` at the fixed point
+
+        b' = b'(p(b')),   p(b') the prices of (T2) with weights b',
+        b'_i(p) the weight whose EG demand at p is job i's budget-constrained demand (:func:`budget_weights`)  (T6)
+
+    found by alternating the two (each solve warm-started at the last prices), at most :data:`BUDGET_ROUNDS`
+    solves, until no weight moves by more than :data:`BUDGET_TOL` of its budget. Each step takes, per job, the
+    larger of ``b'_i(p)`` and ``b'_i + (b_i - spend_i)`` (the money the job left unspent, ``mu_i`` of its last
+    solve, added back to its weight; not for a job that is satiated, ``t_i >= (1 - BUDGET_TOL) max_j a_ij``, nor
+    one whose cap is slack at p): the first is the best response at fixed prices, the second raises the price level
+    when every job's cap binds and prices are too low for anyone to spend its budget (then ``b'(p)`` alone grows
+    only a few percent a solve); each weight stays within ``[b_i, BUDGET_GROWTH b_i]``. A job whose time cap does not
+    bind has ``b'_i = b_i``: without binding caps this is one solve of (T2), as before. The tolerance
+    ``settings.eps`` (an absolute gap for the weights ``b``) is scaled by ``sum b' / sum b``. The result's
+    ``iterations`` and ``seconds`` add up all the solves; its ``primal``, ``dual`` and ``gap`` are those of the last
+    solve (weights ``b'``)."""
+    b = np.array([s.weight * float(w) for s, w in zip(specs, weights, strict=True)], dtype=np.float64)
+    best = np.where(throughput > 0, throughput, 0.0).max(axis=1)
+    w = b.copy()
+    total_iterations, seconds = 0, 0.0
+    result = None
+    for _ in range(BUDGET_ROUNDS):
+        eps = None if settings.eps is None else settings.eps * float(w.sum() / b.sum())
+        result = _one_market(throughput, capacity, [replace(s, weight=float(v)) for s, v in zip(specs, w, strict=True)],
+                             [1.0] * len(specs), demand, prices, replace(settings, eps=eps, budgets=False))
+        total_iterations += result.iterations
+        seconds += result.seconds
+        prices = result.prices
+        target = budget_weights(throughput, demand, result.prices, b)
+        spend = np.einsum("ij,ij->i", demand * result.prices[None, :], result.allocation)
+        satiated = _rates(throughput, result.allocation) >= best * (1 - BUDGET_TOL)
+        unspent = np.where(satiated | (target <= b), 0.0, np.maximum(b - spend, 0.0))
+        target = np.maximum(target, w + unspent)
+        over = (spend > b * (1 + BUDGET_TOL)) & (w > b)  # raised too far (a near-tie of pools): back towards b
+        target = np.clip(np.where(over, np.minimum(target, w * b / np.maximum(spend, 1e-300)), target), b,
+                         BUDGET_GROWTH * b)
+        if np.all(np.abs(target - w) <= BUDGET_TOL * b):
+            break
+        w = target
+    assert result is not None
+    return replace(result, iterations=total_iterations, seconds=seconds)
 
 
 def _solve(

@@ -394,7 +394,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         active = np.flatnonzero((f.replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
         market = _market(MarketInputs(A_eff[active], R, tuple(jobs[i].spec.utility for i in active),
                                       (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations,
-                                      opts.market_eps),
+                                      opts.market_eps, opts.tenants is not None),
                          ctx.reuse if rounds == 1 else None)
         X = np.zeros((n, m))
         X[active] = market.allocation
@@ -566,13 +566,14 @@ class MarketInputs:
     device: str
     max_iter: int
     eps: float | None = None  # the duality-gap tolerance (None: the allocator's default)
+    budgets: bool = False  # tenants on: the weights are budgets (market.budget_equilibrium, docs/budgets.md T6)
 
     def key(self) -> Inputs:
         """Everything the solve reads, comparable: the arrays by their bytes (a cold start only matches a cold
         start), the rest by value."""
         return (array_key(self.throughput), array_key(self.capacity), array_key(self.demand),
                 None if self.warm is None else array_key(self.warm), self.weights, self.device, self.max_iter,
-                self.specs, self.eps)
+                self.specs, self.eps, self.budgets)
 
 
 @dataclass(frozen=True)
@@ -597,7 +598,7 @@ def _market(args: MarketInputs, reuse: Reuse | None) -> MarketResult:
         market: MarketResult = replace(hit.result, seconds=0.0, reused=True)
     else:
         market = solve_market(args.throughput, args.capacity, args.specs, args.weights, args.demand, args.warm,
-                              MarketSettings(args.device, args.max_iter, args.eps))
+                              MarketSettings(args.device, args.max_iter, args.eps, args.budgets))
     if reuse is not None:
         for array in (market.prices, market.allocation, market.throughputs):
             frozen(array)

@@ -24,7 +24,10 @@ with 004's dual decomposition unchanged. At prices ``p``, job i's subproblem (00
 
     spend_i = sum_j p_j d_ij x_ij <= b_i,     spend_t = sum_{i in t} spend_i <= B_t                  (T3)
 
-Prices are then credits per unit of a pool's priced resource per hour, and ``p_j * units`` a spend rate.
+Prices are then credits per unit of a pool's priced resource per hour, and ``p_j * units`` a spend rate. The
+market does not stop at (T3): it computes the budget-constrained equilibrium (T6, docs/budgets.md;
+:func:`walras.planner.market.budget_equilibrium`), in which a job whose time cap binds still spends its budget
+(unless it is satiated), so every job gets at least the throughput of its proportional slice under its cap.
 
 **Accuracy** (docs/budgets.md). 004's stopping rule ``g(p) - U(X) <= 1e-3 n`` (Sec. 5) is sized for unit-weight
 log jobs; the b_i sum to ``sum_t B_t`` instead, and a relative gap ``delta`` moves a tenant's spend by about
