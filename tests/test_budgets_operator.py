@@ -170,7 +170,8 @@ def test_accrued_is_the_reported_rate_integrated_and_never_decreases() -> None:
 
 def test_the_chart_turns_tenants_on_by_default_and_off_with_a_value() -> None:
     """``tenants.enabled`` (default true) passes ``--tenants --default-share=<tenants.defaultShare>`` to ``walras
-    run``, whose options then plan with :class:`TenantOptions`; ``tenants.enabled=false`` passes neither."""
+    run``, whose options then plan with :class:`TenantOptions`; ``tenants.enabled=false`` passes ``--no-tenants``
+    (``walras run`` plans tenants by default, so that no namespace takes the cluster by inflating its numbers)."""
     from walras.cli.run import add_parser, operator_options
 
     from tests.test_helm_chart import one, render
@@ -181,13 +182,15 @@ def test_the_chart_turns_tenants_on_by_default_and_off_with_a_value() -> None:
 
     on = args()
     assert "--tenants" in on and "--default-share=1" in on
-    assert "--tenants" not in args(("tenants.enabled", "false"))
+    off = args(("tenants.enabled", "false"))
+    assert "--tenants" not in off and "--no-tenants" in off
     assert "--default-share=3" in args(("tenants.defaultShare", "3"))  # (--set parses integers only)
     import argparse
 
     parser = add_parser(argparse.ArgumentParser().add_subparsers())
     assert operator_options(parser.parse_args(["--tenants", "--default-share=2.5"])).tenants == TenantOptions(2.5)
-    assert operator_options(parser.parse_args([])).tenants is None
+    assert operator_options(parser.parse_args([])).tenants == TenantOptions(1.0)  # on by default
+    assert operator_options(parser.parse_args(["--no-tenants"])).tenants is None
 
 
 @pytest.mark.asyncio

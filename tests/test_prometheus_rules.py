@@ -56,9 +56,11 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "walras-dashboard.json"
 
 #: Metrics the direct-mode demo legitimately never produces a series for (see the module docstring).
 #: ``walras_job_pending_since_timestamp_seconds`` has a series per job with no pod Running: every job of the demo runs;
-#: the demo plans with tenants off (as `walras run` without --tenants), so no ``walras_budget_*`` series.
+#: the demo plans with tenants off (as `walras run --no-tenants`), so no ``walras_budget_*`` series;
+#: ``walras_pod_creations_refused_total`` has a series per job and admission that refused a creation, and the demo's
+#: API admits every pod.
 ABSENT_IN_DEMO: frozenset[str] = frozenset({
-    "walras_job_pending_since_timestamp_seconds",
+    "walras_job_pending_since_timestamp_seconds", "walras_pod_creations_refused_total",
     "walras_budget_share_credits_per_hour", "walras_budget_spend_rate_credits_per_hour", "walras_budget_spent_credits",
     "walras_budget_units", "walras_budget_pool_share_ratio"})
 

@@ -24,11 +24,11 @@ Routes (the route table; docs/planner.md repeats it):
 route      when                                                                   gap reported
 =========  =====================================================================  =================================
 exact      at most :data:`EXACT_CELLS` (row, node) cells that can take a replica,  ``bound - value``: HiGHS' MILP
-           solved by HiGHS (branch and bound) within :data:`EXACT_SECONDS`        bound of the tangent outer
+           solved by HiGHS (branch and bound) within :data:`EXACT_NODES` nodes     bound of the tangent outer
                                                                                   approximation (an upper bound on
                                                                                   the true optimum) minus the true
                                                                                   utility of the plan
-search     otherwise, or when the MILP has no answer in its time (greedy            none (``None``)
+search     otherwise, or when the MILP has no answer within its limits (greedy      none (``None``)
            marginal-utility-per-unit fill, best-fit node)
 =========  =====================================================================  =================================
 
@@ -60,6 +60,7 @@ import numpy as np
 
 __all__ = [
     "EXACT_CELLS",
+    "EXACT_NODES",
     "EXACT_SECONDS",
     "LOCAL_CELLS",
     "STARVED_PENALTY",
@@ -75,8 +76,14 @@ __all__ = [
 
 #: Largest number of (row, node) cells the exact route takes (each an integer column of the MILP).
 EXACT_CELLS = 400
-#: HiGHS' time limit on the exact route (seconds).
-EXACT_SECONDS = 0.25
+#: HiGHS' branch-and-bound node limit on the exact route: the route's stop rule. A limit on work, not on time, so
+#: a plan is the same plan on a loaded machine as on an idle one (the planner is deterministic). On the 48
+#: generated clusters of issue 33 the MILPs that do not finish at the root need 45-2,016 nodes (0.3-1.1 s on one
+#: core); a run stopped here keeps its incumbent (never worse than the search's start) and its certified bound.
+EXACT_NODES = 1000
+#: A safety net on the exact route's time (seconds), far above what :data:`EXACT_NODES` takes on the issue's
+#: clusters: only a pathological root LP reaches it, and only then can load change a plan.
+EXACT_SECONDS = 5.0
 #: A starved job (no replica) is worth its first replica's marginal value times this less than that replica.
 STARVED_PENALTY = 10.0
 #: Cost of one replica in the exact route's objective, so that of two plans of equal utility the one with fewer
@@ -608,9 +615,10 @@ def fill_cells(p: FillProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _mip(ncol: int, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
          rows: tuple[list[float], list[float], list[int], list[int], list[float]], integers: int,
-         time_limit: float) -> Any:
+         time_limit: float, max_nodes: int = EXACT_NODES) -> Any:
     """A HiGHS object holding the MILP ``min cost^T x`` over the row-wise (CSR) rows, the first ``integers``
-    columns integer, quiet, within ``time_limit`` seconds (not yet run); None when HiGHS rejects
+    columns integer, quiet, within ``max_nodes`` branch-and-bound nodes and ``time_limit`` seconds (not yet run;
+    the node limit is the stop rule, :data:`EXACT_NODES`); None when HiGHS rejects
     the model. The core object, as :mod:`allocator._highs` uses it (no banner on standard output); HiGHS' thread
     count is left alone (a process that ran HiGHS before refuses a change, and the run then fails)."""
     import highspy
@@ -638,6 +646,7 @@ def _mip(ncol: int, columns: tuple[np.ndarray, np.ndarray, np.ndarray],
     h = _core._Highs()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_max_nodes", int(max_nodes))
     h.setOptionValue("mip_rel_gap", 1e-6)
     if h.passModel(lp) != highspy.HighsStatus.kOk:
         return None

@@ -250,7 +250,7 @@ def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: lis
     MILP of :func:`allocator.integral.fill_exact` decides all of them where it is small enough
     (:data:`allocator.integral.EXACT_CELLS`). Returned (the pods taken back as (batch, q, row, pool), the node
     table's ``used`` and the Walras pod counts without them, the problem and its result) only when its plan is
-    better than the policies' plus the fill's on the rows it covers; else None."""
+    better than the policies' plus the fill's on the rows it covers, or as good with fewer new replicas; else None."""
     objects, table = ctx.objects, work.table
     # (row, node) pairs the MILP could have: far above its cells' bound, the re-arrangement is not tried (a large
     # cluster's plan does not pay for building a problem the exact route will not take)
@@ -288,9 +288,14 @@ def _redo(ctx: PlanContext, inputs: FillInputs, work: Reservations, batches: lis
     if built is not None and result is not None:
         now[built[1]] = result.counts
     value = again[0].value(now[again[1]])
-    if exact.value <= value + 1e-9 * max(1.0, abs(value)):
-        return None
-    return fresh, used, count, again, exact
+    tol = 1e-9 * max(1.0, abs(value))
+    # Ties go to fewer new replicas, as in the MILP's objective (:data:`allocator.integral.TIE_COST`): a replica
+    # that rounding placed but that adds nothing to its job's utility is not created, so the plan of the applied
+    # plan (where the rows' replicas exist and nothing is left to re-arrange) is the same plan.
+    new_now = len(fresh) + (int(result.row.size) if result is not None else 0)
+    if exact.value > value + tol or (exact.value >= value - tol and int(exact.row.size) < new_now):
+        return fresh, used, count, again, exact
+    return None
 
 
 def _problem(ctx: PlanContext, inputs: FillInputs, work: Reservations, placed: np.ndarray,
