@@ -23,7 +23,7 @@ from walras.planner.quantity import parse_quantity
 from walras.planner.results import PlanOptions
 from walras.planner.spec import JobSpec, PoolSpec, UtilitySpec
 
-from allocator.integral import STARVED_PENALTY, FillProblem, Utility, fill_exact, fill_search, solve_fill
+from allocator.integral import STARVED_PENALTY, FillProblem, Utility, fill_exact, fill_search, improve, solve_fill
 from tests.planning import build_plan
 
 GPU = "nvidia.com/gpu"
@@ -107,6 +107,41 @@ def test_exact_route_reaches_the_brute_force_optimum_and_its_bound_covers_it(see
     best = solve_fill(p)
     assert best.value >= search.value - 1e-12
     assert best.route in ("exact", "search")
+
+
+def _feasible(p: FillProblem, rows: np.ndarray, nodes: np.ndarray) -> bool:
+    """Whether the new replicas ``rows[q]`` on ``nodes[q]`` fit: every node within its free vector and its slots, every
+    row within its replicas left (the issue's constraints, by hand)."""
+    use = np.zeros_like(p.free)
+    count = np.zeros(p.free.shape[0])
+    per_row = np.zeros(p.have.shape[0])
+    for i, k in zip(rows.tolist(), nodes.tolist(), strict=True):
+        use[k] += p.vectors[i, p.pool[k]]
+        count[k] += 1
+        per_row[i] += 1
+    return bool(np.all(use <= p.free + 1e-9) and np.all(count <= p.slots) and np.all(per_row <= p.left))
+
+
+def test_local_search_against_brute_force() -> None:
+    """:func:`allocator.integral.improve` (the search route's local search) from the greedy fill on 300 tiny
+    instances: its plan is feasible, never worse than its start, never above the brute-force optimum (which would
+    mean an infeasible plan or a wrong value), and at the optimum on at least 295 of them (measured: 296; the greedy
+    fill alone: 285), so the moves recover most of what the greedy order loses."""
+    at_optimum = greedy_at_optimum = 0
+    for seed in range(300):
+        p = _problem(seed)
+        optimum = _brute(p)
+        start = fill_search(p)
+        got = improve(p, start)
+        assert _feasible(p, got.row, got.node), seed
+        assert got.value >= start.value - 1e-12, seed
+        assert got.value <= optimum + 1e-9 * max(1.0, abs(optimum)), seed
+        assert got.value == pytest.approx(p.value(got.counts), rel=1e-12, abs=1e-12), seed
+        at_optimum += got.value >= optimum - 1e-9 * max(1.0, abs(optimum))
+        greedy_at_optimum += start.value >= optimum - 1e-9 * max(1.0, abs(optimum))
+    print(f"local search at the optimum on {at_optimum} of 300, the greedy fill on {greedy_at_optimum}")
+    assert at_optimum >= 295
+    assert at_optimum > greedy_at_optimum
 
 
 def _fits_somewhere(p: FillProblem, counts: np.ndarray, rows: np.ndarray, nodes: np.ndarray) -> list[tuple[int, int]]:
