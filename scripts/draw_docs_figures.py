@@ -94,7 +94,7 @@ def budgets_example(page: Path = BUDGETS_PAGE) -> tuple[list[Tenant], dict[str, 
     if stated is None:
         raise ValueError(f"{page}: no sentence with the pools' prices")
     prices = {name: float(value) for name, value in (p.split() for p in stated.group(1).split(", "))}
-    without = re.search(r"Without `--tenants` the greedy job takes all (\d+) V100", text)
+    without = re.search(r"With `--no-tenants` the greedy job takes all (\d+) V100", text)
     if without is None:
         raise ValueError(f"{page}: no sentence on the plan without tenants")
     return tenants, prices, int(without.group(1))
@@ -203,7 +203,7 @@ def draw_budgets(tenants: list[Tenant], prices: dict[str, float], without_v100: 
     j = pools.index("v100")
     x = j + (len(tenants) / 2) * width
     units.bar([x], [without_v100], width, color="white", edgecolor=colours[1], hatch="//",
-              label="greedy without --tenants")
+              label="greedy with --no-tenants")
     units.set_xticks(range(len(pools)), [f"{p}\nprice {prices[p]:g}/GPU-h" for p in pools], fontsize=7.5)
     units.set_ylabel("GPUs held by placed pods")
     units.set_ylim(0, without_v100 + 1.5)

@@ -1,5 +1,5 @@
 """docs/budgets.md's worked example reproduces: its ``greedy.yaml`` (read from the page), planned with the examples and
-the emulated nodes by ``walras plan --tenants``, prints the page's TENANTS table; without ``--tenants`` the greedy
+the emulated nodes by ``walras plan --tenants``, prints the page's TENANTS table; with ``--no-tenants`` the greedy
 job takes every V100 GPU, as the page says."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_the_worked_example_prints_the_pages_tenants_table(tmp_path: Path, capsy
 
 def test_without_tenants_the_greedy_job_takes_every_v100(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     greedy, _ = _example(tmp_path)
-    out = _plan(greedy, capsys)
+    out = _plan(greedy, capsys, "--no-tenants")
     hog = [line for line in out.splitlines() if line.startswith("greedy/hog-v100-") and " create " in line]
     assert len(hog) == 8, out
     assert "TENANT" not in out

@@ -77,16 +77,20 @@ def test_plan_pauses_the_collector_and_restores_it(cluster_dir: Path, capsys: py
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("tenants", [False, True])
 @pytest.mark.parametrize("unbound", [False, True])
-def test_emitted_pods_fed_back_give_no_action(cluster_dir: Path, tmp_path: Path, unbound: bool,
+def test_emitted_pods_fed_back_give_no_action(cluster_dir: Path, tmp_path: Path, unbound: bool, tenants: bool,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The plan of the applied plan (its pods bound, or pending) makes no action but the binds, with tenants
+    (Budgets' Fisher market, as ``walras run`` plans by default) and without."""
     pods = tmp_path / "pods.yaml"
-    first = _plan(capsys, cluster_dir, extra=("--emit-pods", str(pods), *(("--unbound",) if unbound else ())))
+    market = ("--tenants",) if tenants else ()
+    first = _plan(capsys, cluster_dir, extra=("--emit-pods", str(pods), *(("--unbound",) if unbound else ()), *market))
     created = [p for p in first["pods"] if p["action"] == "create"]
     emitted = list(yaml.safe_load_all(pods.read_text()))
     assert created and len(emitted) == len(created)
     assert all(bool(p["spec"].get("nodeName")) != unbound for p in emitted)
-    again = _plan(capsys, cluster_dir, pods)
+    again = _plan(capsys, cluster_dir, pods, extra=market)
     planned_node = {p["name"]: p["node"] for p in created}
     for pod in again["pods"]:
         # no create, delete or resize; a pending pod is planned to the node it was planned to before

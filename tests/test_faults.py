@@ -373,6 +373,7 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
     from walras.cli.check import live_snapshot
     from walras.kube.decode import cluster_from
     from walras.planner import build_plan
+    from walras.planner.cluster import TenantOptions
     from walras.planner.invariants import check_cluster
     from walras.planner.plan import PlanOptions
 
@@ -400,7 +401,8 @@ def _live_state(cp: Any, ns: str, nodes: set[str]) -> tuple[list[str], list[str]
         # per poll would compete with the operator for the 2 cores)
         # with the operator's clock: a job whose failed pods are in backoff (status.lastFailureTime) gets no
         # replacement before the backoff ends, in the operator's plans and in this one
-        plan = build_plan(cluster_from(snapshot), options=PlanOptions(now=time.time()))
+        # and with the operator's market: `walras run` plans tenants (Budgets' Fisher market) by default
+        plan = build_plan(cluster_from(snapshot), options=PlanOptions(now=time.time(), tenants=TenantOptions()))
         pending = [f"plan: {p.action} {p.name} (node {p.node}; job {p.job}: "
                    f"{_job_summary(jobs, p.job)})" for p in plan.pods if p.namespace == ns and p.action != "keep"]
     return pending, violations

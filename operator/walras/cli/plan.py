@@ -51,8 +51,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="write the Pod manifests the operator would create (bound to their planned nodes)")
     parser.add_argument("--unbound", action="store_true",
                         help="with --emit-pods: leave the pods Pending and unbound (extender mode)")
-    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=False,
-                        help="plan tenants' budgets as a Fisher market (docs/budgets.md; default: off)")
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=True,
+                        help="plan tenants' budgets as a Fisher market, as `walras run` does (docs/budgets.md; "
+                             "default: on; --no-tenants: every job its own buyer, the papers' per-job utilities)")
     parser.add_argument("--default-share", type=float, default=1.0, metavar="SHARE",
                         help="with --tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("--no-validate", dest="validate", action="store_false",
@@ -434,7 +435,7 @@ def _run(args: argparse.Namespace) -> int:
     from walras.planner.cluster import TenantOptions
     from walras.planner.results import PlanOptions
 
-    tenants = TenantOptions(default_share=args.default_share) if getattr(args, "tenants", False) else None
+    tenants = TenantOptions(default_share=args.default_share) if getattr(args, "tenants", True) else None
     with step("walras plan", f"planning {len(snapshot.nodes)} node(s), {len(snapshot.jobs)} FungibleJob(s), "
               f"{len(snapshot.pods)} pod(s)", enabled=show):
         plan = build_plan(cluster_from(snapshot), options=PlanOptions(tenants=tenants))

@@ -48,7 +48,7 @@ from walras.planner.cluster import (
     Taint,
     Toleration,
 )
-from walras.planner.model import LABEL_JOB, LABEL_MANAGED, LABEL_POOL, MAX_PREEMPTION_TIMES, Snapshot
+from walras.planner.model import ANNOTATION_NODE, LABEL_JOB, LABEL_MANAGED, LABEL_POOL, MAX_PREEMPTION_TIMES, Snapshot
 from walras.planner.quantity import parse_quantity
 from walras.planner.spec import parse_job, parse_pool, parse_profile
 
@@ -271,7 +271,14 @@ def pod_from(obj: Mapping[str, Any], shapes: PodShapes | None = None) -> Pod | N
         reason=str(status.get("reason") or ""),
         nominated=_nominated(status),
         priority=_priority(spec),
+        planned=_planned(meta) if managed else None,
     )
+
+
+def _planned(meta: Mapping[str, Any]) -> str | None:
+    """The ``walras.dev/planned-node`` annotation (the node the creating plan chose), None when absent or not a name."""
+    node = _map(meta.get("annotations")).get(ANNOTATION_NODE)
+    return node if isinstance(node, str) and node else None
 
 
 def _nominated(status: Mapping[str, Any]) -> str | None:

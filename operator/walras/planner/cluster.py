@@ -147,6 +147,10 @@ class Pod:
     #: (docs/refusals.md, "Nominations"); None when not nominated.
     nominated: str | None = None
     priority: int = 0  # spec.priority (resolved from its PriorityClass by the API server; 0 without one)
+    #: The ``walras.dev/planned-node`` annotation of a managed pod: the node the plan that created it chose. A pending
+    #: pod keeps that node while it fits (:func:`walras.planner.rounds.run_rounds`), so a plan without the previous
+    #: plan (after a restart, or ``walras plan`` of emitted pods) places it where the plan that created it did.
+    planned: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:

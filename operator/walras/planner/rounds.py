@@ -449,14 +449,14 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
 
 def _sticky(pods: list[Pod | None], before: Mapping[tuple[str, str], str | None],
             index: Mapping[str, int]) -> np.ndarray | None:
-    """Per pod of a batch, the node index the previous plan gave its pending pod (-1: a new pod or none); None when
-    no pod has one."""
-    if not before:
-        return None
+    """Per pod of a batch, the node index the previous plan gave its pending pod, else the node its
+    ``walras.dev/planned-node`` annotation names (:attr:`.cluster.Pod.planned`: the plan that created it; a plan
+    without the previous one, after a restart, keeps it there too); -1 for a new pod or none; None when no pod has
+    one."""
     out = np.full(len(pods), -1, dtype=np.int64)
     for q, pod in enumerate(pods):
         if pod is not None:
-            node = before.get((pod.namespace, pod.name))
+            node = before.get((pod.namespace, pod.name)) or pod.planned
             if node is not None:
                 out[q] = index.get(node, -1)
     return out if np.any(out >= 0) else None
