@@ -118,7 +118,8 @@ def test_admitted_templates_and_levels() -> None:
     assert violations({"spec": {"containers": "nonsense", "volumes": [3]}}, "restricted") == ()
     assert violations({"spec": {"containers": [3, {"name": "c", "securityContext": []}]}}, "restricted")
     assert level_of({ENFORCE_LABEL: "restricted"}) == "restricted"
-    assert level_of({ENFORCE_LABEL: "bogus"}) == level_of({}) == level_of(None) == "privileged"
+    assert level_of({}) == level_of(None) == "privileged"
+    assert level_of({ENFORCE_LABEL: "bogus"}) == "restricted"  # fail-closed (tests/test_podsecurity_level.py)
 
 
 def _snapshot(level: str | None, template: dict[str, Any], pods: tuple[dict[str, Any], ...] = ()) -> Snapshot:

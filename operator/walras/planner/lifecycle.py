@@ -56,7 +56,9 @@ phases plan as usual:
   (:func:`walras.planner.podsecurity.violations`) creates no new pod (effective replicas: its live pods, which the
   API server admitted before and which Pod Security never removes) and gets the condition ``PodSecurity=False``
   (reason ``PodSecurityRefused``, naming the failed checks) and one Warning Event when the refusal starts, instead
-  of a create refused with 403 at every plan;
+  of a create refused with 403 at every plan. A level label that is not a level is ``restricted``, as Pod Security
+  admission reads it; an admitted template then gets ``PodSecurity=True`` saying so (reason
+  ``InvalidEnforceLevel``; ``InvalidEnforceVersion`` for an invalid version label);
 
 Precedence: Complete, then Failed, then Suspended, then Pod Security, then backoff, then misplacement. Without a
 clock no node is lost by time (a node that is gone still is) and no backoff is measured (a failed pod's or a
@@ -600,8 +602,11 @@ def _conclude_job(jp: JobPlan, life: JobLife, pods: dict[ObjectKey, list[PodPlan
         if not life.was_refused:
             event(PlanEvent("FungibleJob", spec.namespace, spec.name, "Warning", "PodSecurityRefused", message))
     elif life.policy.note and life.policy.level != "privileged":  # admitted, but say what was checked and why
-        conditions.append(Condition("PodSecurity", "True", "InvalidEnforceVersion",
-                                    f'{life.policy.note}; the pod template meets "{life.policy.text}"'))
+        admitted = f'{life.policy.note}; the pod template meets "{life.policy.text}"'
+        if life.policy.invalid_level:  # the level label is not a level: restricted applies (fail-closed)
+            conditions.append(Condition("PodSecurity", "True", "InvalidEnforceLevel", admitted))
+        else:
+            conditions.append(Condition("PodSecurity", "True", "InvalidEnforceVersion", admitted))
     if life.astray or life.state == "Misplaced":
         conditions.append(Condition("Misplaced", "True", "Misplaced", _misplaced_message(life)))
     if before == "Suspended" and life.state != "Suspended":

@@ -74,9 +74,19 @@ A value that is neither (``v2.0``, ``1.30``, ``v1.030``) is invalid: Pod Securit
 :attr:`Policy.note` (the job's ``PodSecurity`` condition, reason ``InvalidEnforceVersion``). A version newer than
 the newest one this module knows is ``latest``, as Pod Security Admission caps it at its own.
 
+**An invalid level** (``pod-security.kubernetes.io/enforce: bogus``, anything but the three levels) fails closed:
+``api.ParseLevel`` returns ``restricted`` with its error, ``PolicyToEvaluate`` keeps it (it falls back to
+``privileged`` for the audit and warn labels only), and ``ValidatePod`` skips its privileged short-cut when the
+labels did not parse, so kube-apiserver checks the pod against ``restricted`` at the label's version (refusing
+with ``violates PodSecurity "restricted:latest"``). :func:`level_of` and :func:`policy_of` do the same, saying so in
+:attr:`Policy.note` (reason ``InvalidEnforceLevel``). kube-apiserver v1.36 refuses such a label on a namespace's
+create or update with 422 (``ValidateNamespace``), unless it was already there; it skips the check on the
+namespace's sub-resources (a ``PUT .../namespaces/NAME/status`` keeps the labels it carries), and a namespace
+labelled before Pod Security admission ran keeps its label.
+
 Not checked (the API server still refuses them at creation, as before): the AppArmor and SELinux options of
-baseline. ``privileged``, an unknown level or no label: nothing is checked. Containers are the template's
-``containers``, ``initContainers`` and ``ephemeralContainers``.
+baseline. ``privileged`` or no label: nothing is checked. Containers are the template's ``containers``,
+``initContainers`` and ``ephemeralContainers``.
 """
 
 from __future__ import annotations
@@ -120,20 +130,25 @@ _VOLUME_META = frozenset({"name"})
 
 
 def level_of(labels: Mapping[str, str] | None) -> str:
-    """The level a namespace with ``labels`` enforces: ``baseline`` or ``restricted``, else ``privileged`` (no
-    label, or a value Pod Security Admission does not know, which it refuses to create)."""
-    value = (labels or {}).get(ENFORCE_LABEL, "privileged")
-    return value if value in LEVELS else "privileged"
+    """The level a namespace with ``labels`` enforces: ``privileged`` without the label, the label's value when it
+    is one of :data:`LEVELS`, else ``restricted`` (Pod Security Admission's ``ParseLevel`` fails closed)."""
+    value = (labels or {}).get(ENFORCE_LABEL)
+    if value is None:
+        return "privileged"
+    return value if value in LEVELS else "restricted"
 
 
 @dataclass(frozen=True)
 class Policy:
     """What a namespace enforces: its ``level`` (:func:`level_of`), the policy ``version`` (``(1, minor)``; None for
-    ``latest``), and ``note``: why the version label was not read as written (empty when it was)."""
+    ``latest``), ``note``: why a label was not read as written (empty when both were), and ``invalid_level``:
+    whether the level label was one of them (the condition's reason: ``InvalidEnforceLevel``, else
+    ``InvalidEnforceVersion``)."""
 
     level: str = "privileged"
     version: tuple[int, int] | None = None
     note: str = ""
+    invalid_level: bool = False
 
     @property
     def text(self) -> str:
@@ -142,20 +157,28 @@ class Policy:
 
 
 def policy_of(labels: Mapping[str, str] | None) -> Policy:
-    """The :class:`Policy` of a namespace with ``labels``: its level, and the version of
+    """The :class:`Policy` of a namespace with ``labels``, as Pod Security Admission's ``PolicyToEvaluate`` resolves
+    it: the level (``restricted`` when the label is not a level), and the version of
     ``pod-security.kubernetes.io/enforce-version`` (``latest`` when absent, when newer than :data:`NEWEST`, or when
-    invalid, which :attr:`Policy.note` then says: Pod Security Admission evaluates ``latest`` too)."""
+    invalid). :attr:`Policy.note` says which label was invalid and what applies instead."""
     labels = labels or {}
     level = level_of(labels)
+    notes: list[str] = []
+    raw_level = labels.get(ENFORCE_LABEL)
+    invalid_level = raw_level is not None and raw_level not in LEVELS
+    if invalid_level:
+        notes.append(f"the namespace's {ENFORCE_LABEL} label {raw_level!r} is not one of {', '.join(LEVELS)}: "
+                     "the checks of 'restricted' apply, as Pod Security admission applies them")
     raw = labels.get(VERSION_LABEL)
-    if raw is None or raw == "latest":
-        return Policy(level)
-    found = _VERSION.match(raw)
-    if found is None:
-        return Policy(level, None, f"the namespace's {VERSION_LABEL} label {raw!r} is not 'latest' or 'v1.<minor>': "
-                                   "the checks of 'latest' apply, as Pod Security admission applies them")
-    minor = int(found.group(1))
-    return Policy(level, None if (1, minor) >= NEWEST else (1, minor))
+    version: tuple[int, int] | None = None
+    if raw is not None and raw != "latest":
+        found = _VERSION.match(raw)
+        if found is None:
+            notes.append(f"the namespace's {VERSION_LABEL} label {raw!r} is not 'latest' or 'v1.<minor>': the "
+                         "checks of 'latest' apply, as Pod Security admission applies them")
+        elif (1, int(found.group(1))) < NEWEST:
+            version = (1, int(found.group(1)))
+    return Policy(level, version, "; ".join(notes), invalid_level)
 
 
 def _map(value: Any) -> Mapping[str, Any]:
