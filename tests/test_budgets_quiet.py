@@ -51,3 +51,45 @@ async def test_an_unchanged_cluster_writes_no_budget_status_over_an_hour(tmp_pat
         assert writes and {p.rsplit("/", 1)[-1] for p in writes} <= {"team-a", "team-b"}
     finally:
         await emulator.stop()
+
+
+def test_the_tenants_market_of_an_unchanged_cluster_reaches_its_fixed_point() -> None:
+    """With tenants (``walras run``'s default) the plans of the examples, their pods Running, reach a fixed point:
+    from the second plan after the pods run, prices, allocations and every job's status are the last plan's, and
+    two plans later the market's solve is reused (so the operator writes nothing: the e2e quiet test). Before the
+    market weights were warm-started (``Plan.market_weights``), each plan restarted the budget fixed point from the
+    budgets and its prices moved within the tolerance on every plan, rewriting every job's cost."""
+    from pathlib import Path as _Path
+
+    from walras.kube.decode import cluster_from
+    from walras.kube.encode import plan_document
+    from walras.manifests import load_manifests
+    from walras.planner import build_plan
+    from walras.planner.cluster import TenantOptions
+    from walras.planner.plan import PlanOptions
+    from walras.planner.reuse import PlanCache
+
+    from bench.planner import running
+
+    root = _Path(__file__).resolve().parents[1]
+    snapshot = load_manifests([root / "examples", root / "operator/walras/data/emulated-nodes.yaml"], validate=False)
+    cache = PlanCache()
+
+    def plan(snap: Any, previous: Any, k: int) -> Any:
+        return build_plan(cluster_from(snap), previous, cache=cache,
+                          options=PlanOptions(tenants=TenantOptions(), now=1000.0 + 30 * k))
+
+    first = plan(snapshot, None, 0)
+    steady = running(snapshot, first)
+    plans = [first]
+    for k in range(1, 6):
+        plans.append(plan(steady, plans[-1], k))
+    assert all(p.market_weights for p in plans)  # the tenants' market ran and recorded its weights
+
+    def said(p: Any) -> Any:
+        body = plan_document(p)
+        return body["pools"], body["jobs"]
+
+    assert said(plans[2]) == said(plans[3]) == said(plans[4]) == said(plans[5])
+    assert not plans[3].solver.reused and [p.solver.reused for p in plans[4:]] == [True, True]
+    assert all(pp.action == "keep" for p in plans[2:] for pp in p.pods)

@@ -136,6 +136,9 @@ class MarketResult:
     #: the previous plan's result, taken because every input of the solve was equal (no solve ran: ``seconds`` 0,
     #: the other statistics those of the solve that produced it)
     reused: bool = False
+    #: with budgets (:func:`budget_equilibrium`): the market weights ``b'`` of the last solve (T6), per row; the
+    #: next plan's warm start with these prices (None without budgets)
+    weights: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +162,10 @@ def solve_market(
     demand: np.ndarray,
     prices: np.ndarray | None,
     settings: MarketSettings = MarketSettings(),
+    warm_weights: np.ndarray | None = None,
 ) -> MarketResult:
-    """Price discovery (004, Alg. 2) for ``n`` jobs over ``m`` pools, warm-started at ``prices`` when given.
+    """Price discovery (004, Alg. 2) for ``n`` jobs over ``m`` pools, warm-started at ``prices`` when given (and,
+    with budgets, at the market weights ``warm_weights`` of the solve that gave those prices).
 
     ``demand[i, j]`` is job i's use of pool j's priced resource when it runs there all the time (its replicas times
     its demand per replica), so the coupling constraint is ``sum_i demand_ij x_ij <= capacity_j`` (004 Sec. 7.1).
@@ -181,7 +186,7 @@ def solve_market(
     """
     n, m = throughput.shape
     if settings.budgets and n > 0 and m > 0 and all(s.type == "log" for s in specs):
-        return budget_equilibrium(throughput, capacity, specs, weights, demand, prices, settings)
+        return budget_equilibrium(throughput, capacity, specs, weights, demand, prices, settings, warm_weights)
     return _one_market(throughput, capacity, specs, weights, demand, prices, settings)
 
 
@@ -311,6 +316,7 @@ def budget_equilibrium(
     demand: np.ndarray,
     prices: np.ndarray | None,
     settings: MarketSettings,
+    warm_weights: np.ndarray | None = None,
 ) -> MarketResult:
     """The Fisher market's equilibrium with budgets when jobs have time caps (docs/budgets.md, T6).
 
@@ -337,13 +343,24 @@ def budget_equilibrium(
     bind has ``b'_i = b_i``: without binding caps this is one solve of (T2), as before. The tolerance
     ``settings.eps`` (an absolute gap for the weights ``b``) is scaled by ``sum b' / sum b``. The result's
     ``iterations`` and ``seconds`` add up all the solves; its ``primal``, ``dual`` and ``gap`` are those of the last
-    solve (weights ``b'``)."""
+    solve, and ``weights`` its weights ``b'``.
+
+    Warm start: the fixed point is iterated from ``b' = b``, or from ``warm_weights`` (the ``b'`` of the solve that
+    gave the warm ``prices``, clipped to ``[b, BUDGET_GROWTH b]``). A plan of an unchanged cluster then starts at the
+    last plan's own fixed point: its first solve returns the warm prices, the weights do not move, and the result is
+    the last plan's, so the plan after it reuses the solve (``MarketInputs.key``) and an unchanged cluster's prices
+    and statuses do not drift from plan to plan (each restart from ``b`` ended elsewhere within
+    :data:`BUDGET_TOL`)."""
     b = np.array([s.weight * float(w) for s, w in zip(specs, weights, strict=True)], dtype=np.float64)
     best = np.where(throughput > 0, throughput, 0.0).max(axis=1)
     w = b.copy()
+    if warm_weights is not None and prices is not None and np.shape(warm_weights) == b.shape:
+        w = np.clip(np.asarray(warm_weights, dtype=np.float64), b, BUDGET_GROWTH * b)
+    used = w
     total_iterations, seconds = 0, 0.0
     result = None
     for _ in range(BUDGET_ROUNDS):
+        used = w
         eps = None if settings.eps is None else settings.eps * float(w.sum() / b.sum())
         result = _one_market(throughput, capacity, [replace(s, weight=float(v)) for s, v in zip(specs, w, strict=True)],
                              [1.0] * len(specs), demand, prices, replace(settings, eps=eps, budgets=False))
@@ -362,7 +379,7 @@ def budget_equilibrium(
             break
         w = target
     assert result is not None
-    return replace(result, iterations=total_iterations, seconds=seconds)
+    return replace(result, iterations=total_iterations, seconds=seconds, weights=used.copy())
 
 
 def _solve(

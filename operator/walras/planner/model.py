@@ -367,6 +367,9 @@ class Plan:
     #: when, epoch seconds; None without a clock); the next plan holds them a while after the nomination is
     #: cleared (walras.planner.capacity.nominations, docs/refusals.md)
     nominations: Mapping[ObjectKey, tuple[str, float | None]] = field(default_factory=dict)
+    #: With tenants: each priced job's market weight ``b'`` in this plan's market (docs/budgets.md, T6), with its
+    #: pools' prices the next plan's warm start, so an unchanged cluster's market stays at its fixed point.
+    market_weights: Mapping[ObjectKey, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("pods", "events"):

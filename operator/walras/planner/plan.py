@@ -221,7 +221,8 @@ def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCa
               *priced.events, *concluded.events)
     return Plan(pools=pools, jobs=jobs, pods=tuple(pods), profiles=dict(reported.profiles), events=events,
                 solver=solver, seconds=time.perf_counter() - started,
-                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {}, nominations=held)
+                tenants=tenant_plans(tenancy, pools, jobs, pods) if opts.tenants is not None else {}, nominations=held,
+                market_weights=outcome.market_weights)
 
 
 def _listed(jobs: dict[tuple[str, str], JobPlan], actions: Actions,

@@ -201,6 +201,9 @@ class Outcome:
     events: tuple[PlanEvent, ...] = ()
     #: What the integral fill added and how (:mod:`walras.planner.integral`).
     integral: IntegralReport = field(default_factory=lambda: IntegralReport())
+    #: With tenants: each priced job's market weight ``b'`` in the last round's solve (market.budget_equilibrium),
+    #: the next plan's warm start (:attr:`walras.planner.model.Plan.market_weights`).
+    market_weights: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     @cached_property
     def blocked_by_row(self) -> dict[int, list[tuple[int, str]]]:

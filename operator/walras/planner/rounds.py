@@ -374,6 +374,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     warm = None
     if previous is not None and m and all(p.name in previous.pools for p in objects.pools):
         warm = np.array([previous.pools[p.name].price for p in objects.pools])
+    # with tenants, the market weights of the solve that gave those prices (market.budget_equilibrium's warm start)
+    weights_of: dict[tuple[str, str], float] = dict(previous.market_weights) if previous is not None else {}
     # each pending pod's node in the previous plan (a pending pod keeps it while it fits there)
     waiting = previous is not None and any(any(cell) for row in observed.pending for cell in row)
     before = {(p.namespace, p.name): p.node for p in previous.pods if p.node is not None} if (
@@ -392,10 +394,16 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
         for i, j in blocked:
             A_eff[i, j] = 0.0
         active = np.flatnonzero((f.replicas > 0) & (A_eff > 0).any(axis=1)) if n else np.zeros(0, dtype=np.int64)
+        warm_weights = None
+        if opts.tenants is not None and warm is not None and active.size and all(
+                jobs[i].key in weights_of for i in active.tolist()):
+            warm_weights = np.array([weights_of[jobs[i].key] for i in active.tolist()])
         market = _market(MarketInputs(A_eff[active], R, tuple(jobs[i].spec.utility for i in active),
                                       (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations,
-                                      opts.market_eps, opts.tenants is not None),
+                                      opts.market_eps, opts.tenants is not None, warm_weights),
                          ctx.reuse if rounds == 1 else None)
+        if market.weights is not None:
+            weights_of = {jobs[i].key: float(v) for i, v in zip(active.tolist(), market.weights.tolist(), strict=True)}
         X = np.zeros((n, m))
         X[active] = market.allocation
         fair_share = f.elastic[:, None] & f.fair_pool[None, :] & (A_eff > 0) & ((X > 1e-9) | (f.existing > 0))
@@ -444,7 +452,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     events.extend(_report_market(objects, market))
     return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
                    below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
-                   tuple(events), report)
+                   tuple(events), report, weights_of if market.weights is not None else {})
 
 
 def _sticky(pods: list[Pod | None], before: Mapping[tuple[str, str], str | None],
@@ -567,13 +575,16 @@ class MarketInputs:
     max_iter: int
     eps: float | None = None  # the duality-gap tolerance (None: the allocator's default)
     budgets: bool = False  # tenants on: the weights are budgets (market.budget_equilibrium, docs/budgets.md T6)
+    #: with budgets: the market weights b' of the solve that gave ``warm`` (per row; None: start from the budgets)
+    warm_weights: np.ndarray | None = None
 
     def key(self) -> Inputs:
         """Everything the solve reads, comparable: the arrays by their bytes (a cold start only matches a cold
         start), the rest by value."""
         return (array_key(self.throughput), array_key(self.capacity), array_key(self.demand),
                 None if self.warm is None else array_key(self.warm), self.weights, self.device, self.max_iter,
-                self.specs, self.eps, self.budgets)
+                self.specs, self.eps, self.budgets,
+                None if self.warm_weights is None else array_key(self.warm_weights))
 
 
 @dataclass(frozen=True)
@@ -598,7 +609,7 @@ def _market(args: MarketInputs, reuse: Reuse | None) -> MarketResult:
         market: MarketResult = replace(hit.result, seconds=0.0, reused=True)
     else:
         market = solve_market(args.throughput, args.capacity, args.specs, args.weights, args.demand, args.warm,
-                              MarketSettings(args.device, args.max_iter, args.eps, args.budgets))
+                              MarketSettings(args.device, args.max_iter, args.eps, args.budgets), args.warm_weights)
     if reuse is not None:
         for array in (market.prices, market.allocation, market.throughputs):
             frozen(array)
