@@ -104,7 +104,7 @@ from walras.planner.queue import (
 )
 from walras.planner.reconcile import new_pod_name, pod_base, removal
 from walras.planner.results import Actions, JobInfo, Observed, Outcome, PlanContext
-from walras.planner.spec import PoolSpec
+from walras.planner.spec import PoolSpec, restart_cost
 
 __all__ = ["HOUR", "PASSES", "Preempted", "budgets", "preempt"]
 
@@ -489,6 +489,8 @@ class _Work:
             dropped = sum((v.vector for v in chosen if not v.running), np.zeros_like(vec))
             if runs == 0 and np.any(dropped > vec + 1e-9):
                 continue  # a swap of planned pods only when it leaves no room the dropped pods held idle
+            if not self._worth(i, j, chosen, gives):
+                continue  # the victims together lose more than the waiting job gains
             if pool.spec.capacity is not None and c is not None:
                 used = float(table.used[pool.members, c].sum() - self.freed[pool.members, c].sum())
                 if used - sum(float(v.vector[c]) for v in chosen) + vec[c] > pool.spec.capacity + 1e-9:
@@ -500,6 +502,48 @@ class _Work:
             return None
         _, k, chosen = best
         return self._apply(i, j, k, chosen, vec, gives)
+
+    def _worth(self, i: int, j: int, chosen: list[_Victim], gives: PodPlan | None) -> bool:
+        """The ``Market`` rule for a claim's victims together (module docstring): :func:`.queue.yields` judges each
+        victim's one replica against the waiting job's next one, but a claim may take several (two one-GPU pods
+        for one two-GPU replica), so the waiting job's gain must also beat their joint loss:
+        ``(H - r_w) g_w > sum_v (H + r_v) L_v`` over the victims' jobs ``v`` (``g_w > sum_v L_v`` when no victim
+        runs), ``L_v = u_v(t_v) - u_v(t_v - k_v a_vj / N_v)`` for the ``k_v`` replicas the claim takes from job v
+        (a victim that restarts at once in another pool's free room, ``lands``, moves and is left out). Victims
+        that yield by priority are not weighed (a higher priority preempts whatever the objective says). Without
+        this, a plan after the integral fill's optimum evicted two replicas of one job for one of another although
+        the pair's objective fell (the placement bench's re-plans of the applied plan)."""
+        market = [v for v in chosen if v.why.startswith("market:") and not v.lands]
+        if len(market) <= 1:
+            return True  # one victim: its own rule was the claim's
+        ctx, utility = self.ctx, self.utility
+        jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
+        w = jobs[i].spec
+        step = self._given(i, gives)[0] if gives is not None else 0.0
+        t_w = float(utility.t[i])
+        after = t_w - step + float(self.a[i, j]) / max(w.replicas, 1)
+        w0, w1 = utility.value(i, t_w), utility.value(i, after)
+        runs = any(v.running for v in chosen)
+        horizon = pool.spec.preemption.horizon
+        if w.remaining_work is not None and after > 0:
+            horizon = min(horizon, w.remaining_work / after)
+        r_w = restart_cost(w) if runs else 0.0
+        taken: defaultdict[int, int] = defaultdict(int)
+        for victim in market:
+            taken[victim.row] += 1
+        cost = 0.0
+        for v, k in taken.items():
+            spec = jobs[v].spec
+            t_v = float(utility.t[v])
+            loss = utility.value(v, t_v) - utility.value(v, t_v - k * float(self.a[v, j]) / max(spec.replicas, 1))
+            if not math.isfinite(loss):
+                return False
+            cost += (horizon + (restart_cost(spec) if runs else 0.0)) * loss
+        if not math.isfinite(w1):
+            return False
+        if not math.isfinite(w0):
+            return horizon > r_w  # a starved job's first replica: an unbounded gain
+        return (horizon - r_w if runs else horizon) * (w1 - w0) > cost
 
     def _apply(self, i: int, j: int, k: int, chosen: list[_Victim], vec: np.ndarray,
                gives: PodPlan | None = None) -> int:
