@@ -609,7 +609,8 @@ def _market(args: MarketInputs, reuse: Reuse | None) -> MarketResult:
         market: MarketResult = replace(hit.result, seconds=0.0, reused=True)
     else:
         market = solve_market(args.throughput, args.capacity, args.specs, args.weights, args.demand, args.warm,
-                              MarketSettings(args.device, args.max_iter, args.eps, args.budgets), args.warm_weights)
+                              MarketSettings(args.device, args.max_iter, args.eps, args.budgets),
+                              warm_weights=args.warm_weights)
     if reuse is not None:
         for array in (market.prices, market.allocation, market.throughputs):
             frozen(array)
