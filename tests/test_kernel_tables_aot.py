@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,12 +185,14 @@ def test_the_built_module_marks_its_source(aot_modules: dict[str, Path]) -> None
 def test_image_install_and_wheel_build_these_kernels_ahead_of_time() -> None:
     """The build stage compiles both kernel sets into the installed package and fails when a route does not load;
     ``make install`` tries it (falling back to the JIT route with a message), ``make wheel`` requires it, setup.py
-    tags a wheel as binary only with every extension present, and git ignores the built modules."""
+    tags a wheel as binary only with every extension present, pyproject.toml puts them into the wheel, and git
+    ignores the built modules."""
     _, stages = parse_dockerfile((ROOT / "Dockerfile").read_text())
     runs = [a for i, a in stages[0].instructions if i == "RUN"]
     makefile = (ROOT / "Makefile").read_text()
     setup = (ROOT / "setup.py").read_text()
     ignored = (ROOT / ".gitignore").read_text().splitlines()
+    shipped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["allocator"]
     for package in TABLES:
         run = next(a for a in runs if f"python -m allocator.{package}.aot" in a)
         assert run.index("apt-get install") < run.index("cd /") < run.index(f"python -m allocator.{package}.aot")
@@ -198,3 +201,4 @@ def test_image_install_and_wheel_build_these_kernels_ahead_of_time() -> None:
         assert f"$(BIN)/python -m allocator.{package}.aot\n" in makefile
         assert f'"allocator/{package}/_kernels_aot*.so"' in setup
         assert f"allocator/{package}/_kernels_aot*.so" in ignored
+        assert f"{package}/_kernels_aot*.so" in shipped  # the wheel carries the module
