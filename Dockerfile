@@ -28,10 +28,10 @@ COPY crds ./crds
 RUN pip install . && python -c "import walras" \
     && if [ "${WITH_TORCH}" = true ]; then \
          python -c "import torch; assert torch.__version__.startswith('${TORCH_VERSION}')"; fi
-# The price-discovery and degree (SEQ) kernels compiled ahead of time (numba pycc, generic x86-64 code) into the
-# installed package, so that a fresh pod neither imports numba nor compiles for its first plan
-# (allocator/pricing/_compiled/kernels.py and allocator/degree/kernels.py, route "aot"); gcc is needed for this step only and
-# stays in the build stage. The checks fail the build when a module does not load or was built from another kernel
+# Every numba kernel (price discovery, degree (SEQ), colocation, fairness) compiled ahead of time (numba pycc, generic
+# x86-64 code) into the installed package, so that a fresh pod neither imports numba nor compiles for its first plan
+# (the route tables allocator/pricing/_compiled/kernels.py, allocator/degree/kernels.py, allocator/colocation/kernels.py
+# and allocator/fairness/kernels.py, route "aot"); gcc is needed for this step only and stays in the build stage. The checks fail the build when a module does not load or was built from another kernel
 # source. They run from / so that `allocator` is the installed package (the runtime stage copies /opt/walras only),
 # not the source tree in the working directory /src.
 RUN apt-get update \
@@ -40,8 +40,12 @@ RUN apt-get update \
     && cd / \
     && python -m allocator.pricing._compiled.aot \
     && python -m allocator.degree.aot \
+    && python -m allocator.colocation.aot \
+    && python -m allocator.fairness.aot \
     && python -c "from allocator.pricing._compiled import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
-    && python -c "from allocator.degree import kernels; k = kernels.load(); assert k.route == 'aot', k.route"
+    && python -c "from allocator.degree import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
+    && python -c "from allocator.colocation import kernels; k = kernels.load(); assert k.route == 'aot', k.route" \
+    && python -c "from allocator.fairness import kernels; k = kernels.load(); assert k.route == 'aot', k.route"
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="walras" \

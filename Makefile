@@ -25,20 +25,26 @@ $(STAMP): pyproject.toml
 	# and explicitly: pip then takes the CPU wheel; a bare requirement would pull a CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,torch]'
-	# The price-discovery and degree (SEQ) kernels compiled ahead of time (allocator.pricing._compiled.aot,
-	# allocator.degree.aot, need gcc); without them the kernels are JIT-compiled on first use (the route tables of
-	# allocator.pricing._compiled.kernels and allocator.degree.kernels).
+	# Every numba kernel compiled ahead of time: price discovery, degree (SEQ), colocation and fairness
+	# (allocator.pricing._compiled.aot, allocator.degree.aot, allocator.colocation.aot, allocator.fairness.aot; need
+	# gcc); without them the kernels are JIT-compiled on first use, with a notice (the route tables of
+	# allocator.pricing._compiled.kernels, allocator.degree.kernels, allocator.colocation.kernels and
+	# allocator.fairness.kernels).
 	$(BIN)/python -m allocator.pricing._compiled.aot || echo "ahead-of-time kernels not built: the JIT route is used"
 	$(BIN)/python -m allocator.degree.aot || echo "ahead-of-time degree kernels not built: the JIT route is used"
+	$(BIN)/python -m allocator.colocation.aot || echo "ahead-of-time colocation kernels not built: the JIT route is used"
+	$(BIN)/python -m allocator.fairness.aot || echo "ahead-of-time fairness kernels not built: the JIT route is used"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# The wheel with both ahead-of-time kernel modules inside (tagged for this interpreter and platform by setup.py),
+# The wheel with the four ahead-of-time kernel modules inside (tagged for this interpreter and platform by setup.py),
 # so that a fresh `pip install dist/walras-*.whl` neither imports numba for them nor compiles on first use.
 wheel: install
 	$(BIN)/python -m allocator.pricing._compiled.aot
 	$(BIN)/python -m allocator.degree.aot
+	$(BIN)/python -m allocator.colocation.aot
+	$(BIN)/python -m allocator.fairness.aot
 	rm -rf build && $(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist . && rm -rf build
 
 # The chart carries copies, not symbolic links, of the CRDs and of the dashboard and alert rules (a copied or

@@ -42,13 +42,13 @@ KERNEL_SETS = {"colocation": "colocation", "fairness": "fairness", "pricing": "p
 
 def announce(module: str) -> bool:
     """The compile notice (:func:`allocator._aot.notice`, once per process and package) for a kernel of ``module``
-    that has no numba cache yet: numba compiles it on its first call. The pricing and degree kernels, which have an
-    ahead-of-time route, are announced by their route tables (naming the builder) instead."""
+    that has no numba cache yet: numba compiles it on its first call. The pricing, degree, colocation and fairness
+    kernels, which have an ahead-of-time route, are announced by their route tables (naming the builder) instead."""
     from allocator import _aot
 
     parts = module.split(".")
     package = parts[1] if len(parts) > 1 and parts[0] == "allocator" else module
-    if package in ("pricing", "degree"):
+    if package in ("pricing", "degree", "colocation", "fairness"):
         return False
     return _aot.notice(KERNEL_SETS.get(package, package))
 

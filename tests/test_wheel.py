@@ -8,15 +8,18 @@ to the new venv's path by a ``.pth`` line. That directory's own ``.pth`` files a
 install of the checkout (a meta-path finder registered by a ``.pth``) stays out: ``walras`` is imported from the
 wheel, which the test checks. Nothing is downloaded.
 
-The commands run with ``NUMBA_DISABLE_JIT=1``: the wheel's fresh install has no numba cache, and compiling every
-kernel from cold took over 120 s on the shared 2-core machine (load 13), while the same plan without JIT printed the
-same tables (on the examples, compared by hand with diff apart from the timing line) in about the time of the
-imports. This test is about what the wheel contains and how it starts; the compiled kernels are tested against
-their Python references elsewhere.
+As ``make wheel`` does, the four ahead-of-time kernel modules (``python -m allocator.pricing._compiled.aot``,
+``allocator.degree.aot``, ``allocator.colocation.aot``, ``allocator.fairness.aot``) are built into the copy before
+the wheel is, so that the wheel is tagged for this platform and carries them: its fresh install loads every kernel
+route ahead of time, imports no numba for a plan, and its first ``walras demo`` compiles nothing.
+
+Most commands run with ``NUMBA_DISABLE_JIT=1`` (as a guard: with the extension modules nothing is JIT-compiled
+anyway); the first-demo test runs with JIT enabled and an empty numba cache, as a user's first run does.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,9 +31,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from realtools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "allocator", "operator", "crds")
+#: The builders of the ahead-of-time kernels, the package each writes ``_kernels_aot*.so`` into, its route table.
+AOT = {
+    "allocator.pricing._compiled.aot": ("allocator/pricing/_compiled", "allocator.pricing._compiled.kernels"),
+    "allocator.degree.aot": ("allocator/degree", "allocator.degree.kernels"),
+    "allocator.colocation.aot": ("allocator/colocation", "allocator.colocation.kernels"),
+    "allocator.fairness.aot": ("allocator/fairness", "allocator.fairness.kernels"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +49,17 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("wheel")
     src = base / "src"
     src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "_kernels_aot*.so")
     for name in SOURCES:
         path = ROOT / name
         if path.is_dir():
             shutil.copytree(path, src / name, symlinks=True, ignore=ignore)
         else:
             shutil.copy2(path, src / name)
+    require("gcc")
+    for builder, (folder, _) in AOT.items():  # as make wheel: every kernel set compiled ahead of time
+        subprocess.run([sys.executable, "-m", builder, str(src / folder)], check=True, cwd=base, capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(src)}, timeout=900)
     dist = base / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
                     str(src)], check=True, cwd=base, capture_output=True, text=True)
@@ -80,6 +95,40 @@ def test_wheel_contains_the_crds_and_the_examples(installed: dict[str, Path]) ->
     assert "walras_testbed/kubelet/__init__.py" in names
     assert not any(n.startswith(("walras/kubelet/", "walras_emulator/")) for n in names)
     assert "walras/data/traces/small.csv" in names  # walras simulate's shipped trace
+
+
+def test_wheel_carries_every_ahead_of_time_kernel_module(installed: dict[str, Path]) -> None:
+    """The wheel is tagged for this interpreter and platform and ships the four extension modules; in the fresh
+    venv every route table loads its ``aot`` route, and a plan of the examples imports no numba and prints no
+    just-in-time notice."""
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    assert not installed["wheel"].name.endswith("-py3-none-any.whl"), installed["wheel"].name
+    for folder, _ in AOT.values():
+        assert [n for n in names if n.startswith(f"{folder}/_kernels_aot") and n.endswith(".so")], folder
+    forced = ("WALRAS_PRICING_KERNELS", "WALRAS_DEGREE_KERNELS", "WALRAS_COLOCATION_KERNELS", "WALRAS_FAIRNESS_KERNELS")
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("PYTHONPATH", "VIRTUAL_ENV", "NUMBA_DISABLE_JIT", *forced)}
+    code = (
+        "import importlib, json, sys\n"
+        "from walras.cli import main\n"
+        f"tables = {[table for _, table in AOT.values()]!r}\n"
+        "try:\n"
+        "    rc = main(['plan', '-f', sys.argv[1]])\n"
+        "except SystemExit as e:\n"
+        "    rc = e.code\n"
+        "assert not rc, rc\n"
+        "routes = [importlib.import_module(t).load().route for t in tables]\n"
+        "print(json.dumps([routes, 'numba' in sys.modules]))"
+    )
+    manifests = installed["work"] / "first-plan.yaml"
+    shutil.copy(ROOT / "operator" / "walras" / "data" / "examples.yaml", manifests)
+    out = subprocess.run([str(installed["venv"] / "bin" / "python"), "-c", code, str(manifests)],
+                         cwd=installed["work"], capture_output=True, text=True, env=clean, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    routes, numba = json.loads(out.stdout.strip().splitlines()[-1])
+    assert routes == ["aot"] * 4
+    assert numba is False
+    assert "just in time" not in out.stderr, out.stderr
 
 
 def test_walras_is_imported_from_the_wheel(installed: dict[str, Path]) -> None:
@@ -130,8 +179,9 @@ def test_wheel_requires_torch_only_through_its_extras(installed: dict[str, Path]
 def test_first_demo_of_a_fresh_install_passes_with_the_default_timeout(installed: dict[str, Path],
                                                                        tmp_path: Path) -> None:
     """Issue 29: the first ``walras demo`` of a fresh install timed out while numba compiled the kernels. Here the
-    wheel's first run compiles for real (an empty numba cache, JIT enabled) with the default ``--timeout``: the
-    planner is loaded, and its kernels compiled, before the timeout's clock starts, and stderr says so."""
+    wheel's first run has JIT enabled and an empty numba cache, with the default ``--timeout``: the wheel's
+    ahead-of-time kernels leave nothing to compile (no just-in-time notice), and the planner is loaded before the
+    timeout's clock starts."""
     import time
 
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "NUMBA_DISABLE_JIT")}
@@ -143,4 +193,5 @@ def test_first_demo_of_a_fresh_install_passes_with_the_default_timeout(installed
     assert result.returncode == 0, result.stderr[-3000:]
     assert "walras demo: loading the planner (the first run after an install compiles its kernels): done" in \
         result.stderr
+    assert "just in time" not in result.stderr, result.stderr[-3000:]
     assert "solver:" in result.stdout

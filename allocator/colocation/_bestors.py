@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ._bestors_kernel import bestors_dc
 from ._model import _Instance, _Limits, _validate
+from .kernels import load as load_kernels
 
 # ----------------------------------------------------------------------------------------------------------------
 # BestOrS: the single-type dynamic programme (Sec. 5)
@@ -92,7 +92,7 @@ def bestors_table(
     if algorithm == "dc":
         if not limited:
             dprefix, mt, cp, big = prefix, np.zeros(m), np.zeros(m), 0.0
-        costs, choice = bestors_dc(prefix, dprefix, mt, cp, float(big), limited, m)
+        costs, choice = load_kernels().bestors_dc(prefix, dprefix, mt, cp, float(big), limited, m)
         return OrSTable(costs, choice)
     costs = np.empty((m, n + 1))
     choice = np.zeros((m, n + 1), dtype=np.int64)

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from allocator._jit import njit
-
 from ._model import InfeasibleError, _Instance, _Limits, machine_costs
+from .kernels import load as load_kernels
 
 
 @dataclass(frozen=True)
@@ -71,69 +70,6 @@ def exact_work(inst: _Instance, limits: _Limits | None = None) -> float:
     return float((layers - 1) * pairs + states * layers)
 
 
-@njit(nogil=True)
-def _dp_layer(prev, c1, radix, stride, out, nxt):  # pragma: no cover - compiled
-    """One layer: ``nxt[y] = min_{x <= y} prev[y - x] + c1[x]`` over every state ``y`` (odometer over ``x``)."""
-    S = prev.shape[0]
-    K = radix.shape[0]
-    ydig = np.zeros(K, np.int64)
-    xdig = np.zeros(K, np.int64)
-    evals = 0
-    for y in range(S):
-        # digits of y (C order: the last class varies fastest)
-        rem = y
-        for k in range(K):
-            ydig[k] = rem // stride[k]
-            rem -= ydig[k] * stride[k]
-            xdig[k] = 0
-        best = prev[y] + c1[0]
-        x = 0
-        while True:
-            # next x in the sub-box [0, ydig] (odometer, last digit fastest)
-            k = K - 1
-            while k >= 0 and xdig[k] == ydig[k]:
-                x -= xdig[k] * stride[k]
-                xdig[k] = 0
-                k -= 1
-            if k < 0:
-                break
-            xdig[k] += 1
-            x += stride[k]
-            v = prev[y - x] + c1[x]
-            evals += 1
-            if v < best:
-                best = v
-        nxt[y] = best
-    out[0] += evals + S
-
-
-@njit(nogil=True)
-def _dp_backtrack(prev, c1, stride, radix, y, target):  # pragma: no cover - compiled
-    """The first ``x <= y`` (odometer order) with ``prev[y - x] + c1[x] == target``; -1 if none."""
-    K = radix.shape[0]
-    ydig = np.zeros(K, np.int64)
-    xdig = np.zeros(K, np.int64)
-    rem = y
-    for k in range(K):
-        ydig[k] = rem // stride[k]
-        rem -= ydig[k] * stride[k]
-    if prev[y] + c1[0] == target:
-        return 0
-    x = 0
-    while True:
-        k = K - 1
-        while k >= 0 and xdig[k] == ydig[k]:
-            x -= xdig[k] * stride[k]
-            xdig[k] = 0
-            k -= 1
-        if k < 0:
-            return -1
-        xdig[k] += 1
-        x += stride[k]
-        if prev[y - x] + c1[x] == target:
-            return x
-
-
 def exact_partition(inst: _Instance, limits: _Limits | None = None) -> tuple[np.ndarray, int]:
     """A certified optimal partition by the DP over machines (module docstring); returns (assignment, transitions).
 
@@ -164,18 +100,19 @@ def exact_partition(inst: _Instance, limits: _Limits | None = None) -> tuple[np.
         for r in range(layers):
             ok = (count <= limits.max_tasks[r]) & (dem <= limits.capacity[r] * (1 + 1e-12) + 1e-12)
             c1s.append(np.where(ok, base, np.inf))
+    kernels = load_kernels()
     F = [c1s[0].copy()]
     work = np.zeros(1, dtype=np.int64)
     for r in range(1, layers):
         nxt = np.empty(S)
-        _dp_layer(F[-1], c1s[r], radix, stride, work, nxt)
+        kernels.dp_layer(F[-1], c1s[r], radix, stride, work, nxt)
         F.append(nxt)
     y = S - 1  # the full count vector
     if not np.isfinite(F[-1][y]):
         raise InfeasibleError("infeasible: no partition respects capacity and max_tasks (exact DP over all partitions)")
     per_machine = np.zeros((layers, K), dtype=np.int64)
     for r in range(layers - 1, 0, -1):
-        x = int(_dp_backtrack(F[r - 1], c1s[r], stride, radix, y, F[r][y]))
+        x = int(kernels.dp_backtrack(F[r - 1], c1s[r], stride, radix, y, F[r][y]))
         if x < 0:
             raise AssertionError("exact DP backtrack found no predecessor")
         per_machine[r] = (x // stride) % radix

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._model import PowerCost, _cost, _Instance, _Limits
-from ._search_kernel import local_search
+from .kernels import load as load_kernels
 
 #: Default number of starts of :func:`search`.
 DEFAULT_STARTS = 32
@@ -141,7 +141,7 @@ def search(
         else:
             assert best is not None
             a0 = _kick(best, inst, limits, np.random.default_rng((seed, s)), KICKS[s % len(KICKS)])
-        a = local_search(
+        a = load_kernels().local_search(
             sizes, types, dem, a0, alpha, m, kind, expo, limits is not None, cap, mt, left, plateau, tenure, out
         )
         evaluations += int(out[0])

@@ -32,18 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from .._model import FloatArray, Instance
-from ._ipm_kernels import (
-    coupling,
-    coupling_t,
-    max_step,
-    pair_load,
-    pair_price,
-    pair_step,
-    scaled_coupling,
-    server_blocks,
-    user_and_load,
-    user_sum,
-)
+from ..kernels import load as load_kernels
 
 
 @dataclass(frozen=True)
@@ -92,15 +81,15 @@ class _Structure:
         self.phi = inst.weights
 
     def tot(self, x: FloatArray) -> FloatArray:
-        return np.asarray(user_sum(self.pn, np.ascontiguousarray(x), self.n))
+        return np.asarray(load_kernels().user_sum(self.pn, np.ascontiguousarray(x), self.n))
 
     def load(self, x: FloatArray) -> FloatArray:
         """``A x`` as ``(K, R)``."""
-        return np.asarray(pair_load(self.pk, self.dp, np.ascontiguousarray(x), self.k))
+        return np.asarray(load_kernels().pair_load(self.pk, self.dp, np.ascontiguousarray(x), self.k))
 
     def price(self, lam: FloatArray) -> FloatArray:
         """``A^T lambda``: ``pi[n, k]`` per pair."""
-        return np.asarray(pair_price(self.pk, self.dp, np.ascontiguousarray(lam)))
+        return np.asarray(load_kernels().pair_price(self.pk, self.dp, np.ascontiguousarray(lam)))
 
 
 @dataclass
@@ -141,12 +130,12 @@ class _Newton:
         # (flat for the objective and the constraints) bounded; refinement is against the unregularised system
         self.dinv = 1.0 / (p.z / p.x + reg * self.phiu[st.pn])
         # B = A D^-1 A^T + S / Lambda (blocks), U = A D^-1 E ((K R) x N), G = E^T D^-1 E + 1 / Phi
-        blocks = server_blocks(st.pk, st.dp, self.dinv, k)
+        blocks = load_kernels().server_blocks(st.pk, st.dp, self.dinv, k)
         self.sl = np.where(need, p.s / np.where(need, p.lam, 1.0), 0.0)
         blocks[:, np.arange(r), np.arange(r)] += self.sl + np.where(need, 0.0, 1.0)
         self.binv = np.linalg.inv(blocks)
         # U^T B^-1 U = W^T W with W = C^-1 U, B = C C^T per server: one symmetric rank-k update (half a product)
-        wmat = scaled_coupling(st.pn, st.pk, st.dp, self.dinv, np.linalg.cholesky(blocks), n).T
+        wmat = load_kernels().scaled_coupling(st.pn, st.pk, st.dp, self.dinv, np.linalg.cholesky(blocks), n).T
         # far from the solution single precision is enough for the direction (and twice as fast), unless a task cap
         # is close to binding: its slack enters K only through the small 1 / Phi term, which single precision loses
         # against the large D^-1 terms it is added to (observed: the iteration then leaves the cap, then stalls)
@@ -163,12 +152,12 @@ class _Newton:
     def _reduced(self, g1: FloatArray, g2: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Solve ``(D + E Phi E^T) dx + A^T dlam = g1``, ``A dx - S / Lambda dlam = g2`` (module docstring)."""
         st, dinv = self.st, self.dinv
-        h1, h2 = user_and_load(st.pn, st.pk, st.dp, dinv * g1, st.n, st.k)
+        h1, h2 = load_kernels().user_and_load(st.pn, st.pk, st.dp, dinv * g1, st.n, st.k)
         h2 -= g2
         b_h2 = self._bsolve(h2)
-        y = self._ksolve(h1 - coupling_t(st.pn, st.pk, st.dp, dinv, b_h2, st.n))
-        dlam = np.where(st.need, self._bsolve(h2 - coupling(st.pn, st.pk, st.dp, dinv, y, st.k)), 0.0)
-        return pair_step(st.pn, st.pk, st.dp, dinv, g1, y, dlam), dlam
+        y = self._ksolve(h1 - load_kernels().coupling_t(st.pn, st.pk, st.dp, dinv, b_h2, st.n))
+        dlam = np.where(st.need, self._bsolve(h2 - load_kernels().coupling(st.pn, st.pk, st.dp, dinv, y, st.k)), 0.0)
+        return load_kernels().pair_step(st.pn, st.pk, st.dp, dinv, g1, y, dlam), dlam
 
     def direction(self, rxz: FloatArray, rsl: FloatArray, rtn: FloatArray) -> _Point:
         """Newton direction for the complementarity right-hand sides of ``x z``, ``s lambda`` and ``t nu``."""
@@ -199,6 +188,7 @@ class _Newton:
         p, need, capped = self.p, self.st.need, self.st.capped
 
         def most(pairs: list[tuple[FloatArray, FloatArray]]) -> float:
+            max_step = load_kernels().max_step
             return min([1.0] + [float(max_step(np.ascontiguousarray(v), np.ascontiguousarray(w))) for v, w in pairs])
 
         primal = most([(p.x, d.x), (p.s[need], d.s[need]), (p.t[capped], d.t[capped])])

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .._model import FloatArray, Instance
-from ._levels_kernels import smooth_forward, smooth_jacobian
+from ..kernels import load as load_kernels
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class _Smooth:
         w = np.empty((n, k))
         capped = np.empty(n, dtype=np.bool_)
         theta = np.ascontiguousarray(theta, dtype=np.float64)
-        load = smooth_forward(
+        load = load_kernels().smooth_forward(
             self.start, self.col, self.lgv, theta, tau, self.logphi, self.logcap, self.demands, self.cinv, x, w, capped
         )
         rk = load.argmax(axis=1)
@@ -121,7 +121,9 @@ class _Smooth:
         cols = np.count_nonzero(pt.w > self.cut, axis=1)
         if float(rows @ cols) > n * k * k / 10:  # ~10x the dense BLAS flop rate per scattered update, measured
             return self._dense_jacobian(pt.x, pt.w, pt.rk, pt.capped, pt.lk, tau)
-        return smooth_jacobian(pt.x, pt.w, pt.capped, pt.rk, pt.lk, self.live, self.demands, self.cinv, tau, self.cut)
+        return load_kernels().smooth_jacobian(
+            pt.x, pt.w, pt.capped, pt.rk, pt.lk, self.live, self.demands, self.cinv, tau, self.cut
+        )
 
     def _dense_jacobian(
         self, x: FloatArray, w: FloatArray, rk: np.ndarray, capped: np.ndarray, lk: FloatArray, tau: float

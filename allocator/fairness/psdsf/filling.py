@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._model import FloatArray, Instance
-from ._fill_kernels import fill_column
+from ..kernels import load as load_kernels
 from ._levels import applicable, consistent, level_candidates, pivot
 
 
@@ -196,7 +196,7 @@ def _sweep(
         old = x[idx, j]
         o = np.maximum(tot[idx] - old, 0.0)
         u = np.maximum(inst.max_tasks[idx] - o, 0.0)
-        y = fill_column(b_all[idx, j], o, u, dem, cap)  # compiled fill_server
+        y = load_kernels().fill_column(b_all[idx, j], o, u, dem, cap)  # compiled fill_server
         diff = np.abs(y - old)
         scale = np.maximum(tot[idx] - old + y, 1e-300)
         residual = max(residual, float((diff / scale).max()))

@@ -42,10 +42,11 @@ def round_allocation(x: FloatArray, inst: Instance, *, eps: float = 1e-7, compil
     dem = np.ascontiguousarray(inst.demands, dtype=np.float64)
     slack = np.ascontiguousarray(cap * (1 + 1e-12), dtype=np.float64)
     if compiled:
-        from ._hand_back_kernel import hand_back
+        from allocator.fairness.kernels import load as load_kernels
 
         load = np.ascontiguousarray(load, dtype=np.float64)
-        hand_back(xi, load, slack, dem, tot, np.broadcast_to(limit, tot.shape).copy(), target, order, n_cand)
+        limits = np.broadcast_to(limit, tot.shape).copy()
+        load_kernels().hand_back(xi, load, slack, dem, tot, limits, target, order, n_cand)
     else:
         _hand_back_reference(xi, load, slack, dem, tot, limit, target, order, n_cand)
     return xi
