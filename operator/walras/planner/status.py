@@ -292,7 +292,7 @@ class _Diagnosis:
 
 
 def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[str, float, float, int]]],
-                  key: tuple[str, str], demand: float, resources: Mapping[str, str], granted: int,
+                  key: tuple[str, str], demand: float, resources: Mapping[str, str], placed: int,
                   ) -> tuple[tuple[Blocker, ...], int]:
     """The ``BudgetCap`` blockers of job ``key`` (its pools' ``(pool, cap, left, asked)`` in ``capped``, as the
     tenants step recorded them in :attr:`~walras.planner.tenants.Tenancy.cap_room`) and the replicas it asked for
@@ -315,8 +315,8 @@ def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[
             out.append(Blocker(pool, "BudgetCap", want - fits, (
                 f"{head}: {fits} replica(s) of {demand:g} fit, the other {want - fits} would need "
                 f"{(want - fits) * demand:g} more")))
-        elif want - granted > 0:
-            out.append(Blocker(pool, "BudgetCap", want - granted, (
+        elif want - placed > 0:
+            out.append(Blocker(pool, "BudgetCap", want - placed, (
                 f"{head}, the job's {want} replica(s) need {want * demand:g}: the pool is not offered to it")))
     return tuple(out), asked
 
@@ -424,7 +424,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         row_bids = bids[i]
         found = diagnosis.blockers(i, rows_target[i], placed_all[i].tolist(), row_bids, prices_l) if (
             placed_total < spec.replicas) else ()
-        by_cap, asked = _cap_blockers(tenancy, capped, key, spec.demand, resources, wanted_total)
+        by_cap, asked = _cap_blockers(tenancy, capped, key, spec.demand, resources, placed_total)
         count = max(asked, spec.replicas)
         if by_cap:
             found = by_cap + found
