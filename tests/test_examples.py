@@ -164,13 +164,13 @@ def test_load_manifests_expands_lists_and_ignores_other_kinds(tmp_path: Path) ->
 
 
 def test_the_example_gang_runs_whole_in_one_pool_and_no_job_is_granted_more_than_it_asks() -> None:
-    """``resnet50-ddp`` (``replicas: {count: 4, gang: true}``) on the emulated nodes: its 4 replicas are placed
+    """``xgboost-ring`` (``replicas: {count: 4, gang: true}``) on the emulated nodes: its 4 replicas are placed
     together in one pool or none is; and no example job's status says more replicas granted than its count (a gang
     once read "granted 5 of 4")."""
     from walras.kube.decode import cluster_from
 
     plan = build_plan(cluster_from(load_manifests([ROOT / "examples", NODES], validate=False)))
-    gang = plan.jobs[("ml", "resnet50-ddp")]
+    gang = plan.jobs[("web", "xgboost-ring")]
     assert sum(gang.replicas.values()) in (0, 4) and len(gang.replicas) <= 1, gang.replicas
     assert gang.count == 4
     for key, jp in plan.jobs.items():
