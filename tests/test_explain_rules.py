@@ -197,3 +197,28 @@ def test_a_cap_is_the_condition_and_the_count_is_what_the_job_asked(tmp_path: Pa
     assert doc["tenant"]["caps"] == {"a": 3.0} and doc["tenant"]["units"] == {"a": 3.0}
     assert "Tenant team (Budget team): share 1 credits/h; its placed pods hold a=3 unit(s)" in text
     assert "caps a=3" in text
+
+
+def test_a_gang_is_never_said_granted_more_replicas_than_its_count(tmp_path: Path) -> None:
+    """A GPU gang of 4 (``replicas: {count: 4, gang: true}``, Gavel's ResNet-50 at batch size 32) added to the example
+    cluster: the rounds granted it 4 in k80 plus one dropped by rounding, and its status read "granted 5 of 4"; the
+    granted replicas now stop at its count, and a placed gang is all 4 in one pool."""
+    from walras.kube.decode import cluster_from
+    from walras.manifests import load_manifests
+
+    from tests.planning import build_plan
+
+    root = Path(__file__).resolve().parents[1]
+    gang = job("ddp", {"k80": 1.2366, "p100": 4.8883, "v100": 7.7873}, replicas={"count": 4, "gang": True},
+               resources={"cpu": "4", "memory": "16Gi"})
+    gang["apiVersion"] = "walras.dev/v1alpha1"
+    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(gang))
+    snapshot = load_manifests([root / "examples", root / "operator" / "walras" / "data" / "emulated-nodes.yaml",
+                               tmp_path / "ddp.yaml"], validate=False)
+    plan = build_plan(cluster_from(snapshot))
+    jp = plan.jobs[("ml", "ddp")]
+    assert sum(jp.wanted.values()) <= 4 and sum(jp.replicas.values()) in (0, 4) and len(jp.replicas) <= 1
+    for key, other in plan.jobs.items():
+        assert sum(other.wanted.values()) <= other.count, (key, other.wanted)
+    granted = {c.type: c for c in jp.conditions}["ReplicasGranted"]
+    assert " of 4 replica(s)" in granted.message and not granted.message.startswith("granted 5")
