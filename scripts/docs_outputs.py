@@ -1,5 +1,5 @@
-"""The command outputs shown in the user pages (docs/overview.md, docs/concepts/, docs/tasks/): find them, run them,
-and refresh them after a change of the planner's behaviour.
+"""The command outputs shown in the user pages (docs/overview.md, docs/troubleshooting.md, docs/concepts/,
+docs/tasks/): find them, run them, and refresh them after a change of the planner's behaviour.
 
     python scripts/docs_outputs.py           # rewrite every shown output with what the command prints now
     python scripts/docs_outputs.py --check   # exit 1 and name each shown output that differs
@@ -44,7 +44,8 @@ WALL_COLUMNS = ("sim s",)
 
 
 def pages() -> list[Path]:
-    return sorted([DOCS / "overview.md", *(DOCS / "concepts").glob("*.md"), *(DOCS / "tasks").glob("*.md")])
+    return sorted([DOCS / "overview.md", DOCS / "troubleshooting.md", *(DOCS / "concepts").glob("*.md"),
+                   *(DOCS / "tasks").glob("*.md")])
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,7 @@ def test_examples_exercise_every_policy_and_utility() -> None:
     assert any(j.curve is not None and j.curve.points for j in jobs)
     assert any(j.curve is not None and j.curve.type for j in jobs)
     assert any(j.throughput_demand for j in jobs)
+    assert any(j.gang and j.replicas > 1 for j in jobs)  # a gang: all replicas in one pool or none
     types = {t for p in profiles for t in p.types}
     assert {j.colocation_type for j in jobs if j.colocation_type} <= types
     assert {p.resource for p in pools} == {"nvidia.com/gpu", "cpu"}
@@ -160,3 +161,21 @@ def test_load_manifests_expands_lists_and_ignores_other_kinds(tmp_path: Path) ->
     assert len(snap.pools) == 1 and snap.jobs == ()
     plan = build_plan(snap)
     assert plan.pools["p"].conditions[0].status == "False"
+
+
+def test_the_example_gang_runs_whole_in_one_pool_and_no_job_is_granted_more_than_it_asks() -> None:
+    """``xgboost-ring`` (``replicas: {count: 4, gang: true}``) on the emulated nodes: its 4 replicas are placed
+    together in one pool or none is; and no example job's status says more replicas granted than its count (a gang
+    once read "granted 5 of 4")."""
+    from walras.kube.decode import cluster_from
+
+    plan = build_plan(cluster_from(load_manifests([ROOT / "examples", NODES], validate=False)))
+    gang = plan.jobs[("web", "xgboost-ring")]
+    assert sum(gang.replicas.values()) in (0, 4) and len(gang.replicas) <= 1, gang.replicas
+    assert gang.count == 4
+    for key, jp in plan.jobs.items():
+        assert sum(jp.wanted.values()) <= jp.count, (key, jp.wanted, jp.count)
+        granted = next((c for c in jp.conditions if c.type == "ReplicasGranted"), None)
+        if granted is not None:
+            k, n = granted.message.split(" replica(s)")[0].removeprefix("granted ").split(" of ")
+            assert int(k) <= int(n.removeprefix("up to ")), granted.message

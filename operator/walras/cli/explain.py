@@ -41,6 +41,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="YAML or JSON manifests (as for walras plan) instead of a live cluster (repeatable)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig of the live cluster (default: the usual)")
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=None,
+                        help="plan tenants' budgets as a Fisher market, as `walras run` does (docs/budgets.md; "
+                             "default: on when the cluster has a Budget)")
+    parser.add_argument("--default-share", type=float, default=1.0,
+                        help="with tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
                         help="output format (default: text)")
     return parser
@@ -77,10 +82,16 @@ def explain_document(plan: Any, job: Any, key: tuple[str, str], estimate: Any = 
                  "demand": spec.demand, "throughput": dict(spec.throughput), "throughputUnit": spec.throughput_unit,
                  "weight": spec.weight, "utility": spec.utility.type,
                  "gang": spec.replicas if spec.gang else None}  # all or none in one pool (docs/gangs.md)
+    tenant = None
+    held = plan.tenants.get(jp.tenant) if jp.tenant else None
+    if held is not None:  # the tenant's budget and what it holds (docs/budgets.md), as the plan reports them
+        tenant = {"name": held.name, "budget": held.budget, "share": held.share, "units": dict(held.units),
+                  "spendRate": held.spend_rate, "pricedSpend": held.priced_spend, "caps": dict(held.caps)}
     return {
         "job": f"{key[0]}/{key[1]}",
         "phase": jp.phase,
         "asked": asked,
+        "tenant": tenant,
         "replicas": {"count": jp.count, "granted": sum(jp.wanted.values()), "placed": sum(jp.replicas.values()),
                      "bound": jp.bound, "running": jp.running},
         "pools": pools,
@@ -130,6 +141,14 @@ def render(doc: dict[str, Any]) -> str:
         through = ", ".join(f"{p}={v:g}{unit}" for p, v in asked["throughput"].items())
         out.append(f"Asked for: {count} replica(s), {each}; throughput {through}; utility {asked['utility']}, "
                    f"priority weight {asked['weight']:g}")
+    tenant = doc.get("tenant")
+    if tenant is not None:
+        held = ", ".join(f"{p}={u:g}" for p, u in tenant["units"].items()) or "none"
+        caps = ", ".join(f"{p}={u:g}" for p, u in tenant["caps"].items()) or "none"
+        out.append(f"Tenant {tenant['name']}" + (f" (Budget {tenant['budget']})" if tenant["budget"] else "")
+                   + f": share {tenant['share']:g} credits/h; its placed pods hold {held} unit(s), spend rate "
+                   f"{tenant['spendRate']:.4g} credits/h (the market's allocation {tenant['pricedSpend']:.4g}); "
+                   f"caps {caps}")
     if doc["pools"]:
         out.append("Per pool (granted and placed replicas, what the placed ones pay; bid = marginal utility per "
                    "unit at the granted allocation):")
@@ -168,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from walras.kube.decode import cluster_from
+    from walras.planner.cluster import TenantOptions
     from walras.planner.plan import PlanOptions, build_plan
 
     key = _key(args.job)
@@ -178,13 +198,17 @@ def run(args: argparse.Namespace) -> int:
             snapshot = load_manifests(args.files, validate=False)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        options = PlanOptions()
+        now = None
     else:
         from walras.cli.check import live_snapshot
 
         snapshot = live_snapshot(args.kubeconfig, args.context)
-        options = PlanOptions(now=time.time())
+        now = time.time()
     cluster = cluster_from(snapshot)
+    tenants = args.tenants if args.tenants is not None else bool(cluster.budgets)
+    if tenants and not args.default_share > 0:
+        raise UsageError(f"--default-share must be > 0, got {args.default_share:g}")
+    options = PlanOptions(now=now, tenants=TenantOptions(default_share=args.default_share) if tenants else None)
     plan = build_plan(cluster, options=options)
     if key not in plan.jobs:
         known = [f"{ns}/{name}" for ns, name in sorted(plan.jobs)]

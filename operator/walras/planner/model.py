@@ -167,6 +167,8 @@ REASONS: dict[str, str] = {
     "PriceAboveBid": "there is room, but the pool's price is at or above the job's bid for one more unit",
     "MarketShare": "there is room and the job bids above the price, but the market's share rounds to fewer replicas",
     "NoMarginalUtility": "one more replica adds nothing to the job's utility (a zero bid): no capacity makes it useful",
+    "BudgetCap": "the tenant's Budget caps the pool (spec.caps[].maxUnits); its jobs admitted first leave too little",
+    "BudgetShare": "there is room, but the job's part of its tenant's budget buys no more at the pool's price",
     "GangNotPlaceable": "a gang (spec.replicas.gang) needs all its replicas in one pool; no pool can place them all",
     # docs/refusals.md (walras.planner.quota)
     "QuotaLimited": "the namespace's ResourceQuota leaves room for fewer replicas than the job wants",

@@ -202,7 +202,7 @@ def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCa
     solver = SolverStats(market.iterations, market.gap, market.primal, market.dual, market.converged,
                          market.seconds, market.device, outcome.rounds, market.eps, market.reused,
                          outcome.integral.route, outcome.integral.gap)
-    statuses = job_statuses(ctx, outcome, actions, resizes, jobs)
+    statuses = job_statuses(ctx, outcome, actions, resizes, jobs, tenancy if opts.tenants is not None else None)
     jobs.update(statuses.jobs)
     priced = pool_statuses(ctx, outcome, actions, pools, statuses.counted)
     pools.update(priced.pools)

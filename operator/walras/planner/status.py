@@ -39,6 +39,7 @@ from walras.planner.model import Blocker, Condition, JobPlan, PlanEvent, PodPlan
 from walras.planner.queue import queue_key
 from walras.planner.results import Actions, JobStatuses, Outcome, PlanContext, PoolStatuses, Resizes
 from walras.planner.reuse import Inputs, Same, matches
+from walras.planner.tenants import Tenancy
 
 _WHY = {
     "DegreeLimited": "the pool's degree limit leaves no slot on a node with room",
@@ -105,10 +106,16 @@ class _Diagnosis:
     pod of the job (:meth:`_room`, memoised per admitted mask, pod vector and pool: it reads nothing else), then the
     market's side (spec.capacity, the price against the job's bid)."""
 
-    def __init__(self, ctx: PlanContext, outcome: Outcome) -> None:
+    def __init__(self, ctx: PlanContext, outcome: Outcome, tenancy: Tenancy | None = None,
+                 spends: Sequence[float] = ()) -> None:
         self.ctx, self.table, self.count = ctx, outcome.table, outcome.walras_count
         self.allocation = outcome.allocation
         self.rooms: dict[tuple[int, bytes, int], tuple[str, dict[str, Any]]] = {}
+        self.tenancy, self.spends = tenancy or Tenancy(), spends
+        self.members: dict[str, int] = {}  # priced jobs per tenant (T1's sum runs over them)
+        for ns, _ in self.tenancy.budgets:
+            owner = self.tenancy.of_namespace.get(ns, "")
+            self.members[owner] = self.members.get(owner, 0) + 1
 
     def blockers(self, i: int, granted: list[int], placed: list[float], bids: Mapping[int, float | None],
                  prices: list[float]) -> tuple[Blocker, ...]:
@@ -207,6 +214,18 @@ class _Diagnosis:
         room = f"{got['free']:g} {res} free on {got['nodes']} node(s) with a slot"
         bid_text = "unbounded" if bid is None else f"{bid:.4g}"
         if bid is not None and bid <= price * (1 + 1e-9) + 1e-12:
+            budget = self.tenancy.budgets.get(info.key)
+            if budget is not None:  # a tenant's buyer: its purchasing power is its part of the tenant's budget
+                owner = self.tenancy.of_namespace.get(info.key[0], "")
+                tenant = self.tenancy.tenant(owner)
+                share = tenant.share if tenant is not None else 0.0
+                spend = float(self.spends[i]) if i < len(self.spends) else 0.0
+                return "BudgetShare", (
+                    f"the job's budget is {budget:.4g} credits/h, its part of tenant {owner!r}'s share {share:g} "
+                    f"over {self.members.get(owner, 0)} priced job(s); the market's allocation spends "
+                    f"{spend:.4g} of it ({max(budget - spend, 0.0):.4g} left); price {price:.4g} per {res} in pool "
+                    f"{name!r} is at or above its bid {bid:.4g} (marginal utility per unit at {g} granted "
+                    f"replica(s)), one more replica costs {price * d:.4g} credits/h; {room}")
             return "PriceAboveBid", (f"price {price:.4g} per {res} in pool {name!r} is at or above the job's bid "
                                      f"{bid:.4g} per {res} (its marginal utility per unit at {g} granted "
                                      f"replica(s)); {room}")
@@ -272,8 +291,38 @@ class _Diagnosis:
         return "InsufficientCapacity", {"free": total, "nodes": int(cand.size)}
 
 
+def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[str, float, float, int]]],
+                  key: tuple[str, str], demand: float, resources: Mapping[str, str], placed: int,
+                  ) -> tuple[tuple[Blocker, ...], int]:
+    """The ``BudgetCap`` blockers of job ``key`` (its pools' ``(pool, cap, left, asked)`` in ``capped``, as the
+    tenants step recorded them in :attr:`~walras.planner.tenants.Tenancy.cap_room`) and the replicas it asked for
+    (its ``spec.replicas`` before a cap lowered it; 0 when no cap touched it): a pool the cap took keeps out the
+    replicas not granted, a lowered count the replicas above it."""
+    rows = capped.get(key)
+    if not rows:
+        return (), 0
+    owner = tenancy.of_namespace.get(key[0], "")
+    tenant = tenancy.tenant(owner)
+    budget = f" (Budget {tenant.budget!r})" if tenant is not None and tenant.budget else ""
+    out: list[Blocker] = []
+    asked = max(a for _, _, _, a in rows)
+    for pool, cap, left, want in rows:
+        res = resources.get(pool, "units")
+        head = (f"tenant {owner!r}{budget} caps pool {pool!r} at spec.caps maxUnits {cap:g} {res}; its jobs "
+                f"admitted before this one take {cap - left:g}, {max(left, 0.0):g} left")
+        fits = tenancy.reduced.get(key) if pool not in tenancy.capped.get(key, ()) else None
+        if fits is not None:
+            out.append(Blocker(pool, "BudgetCap", want - fits, (
+                f"{head}: {fits} replica(s) of {demand:g} fit, the other {want - fits} would need "
+                f"{(want - fits) * demand:g} more")))
+        elif want - placed > 0:
+            out.append(Blocker(pool, "BudgetCap", want - placed, (
+                f"{head}, the job's {want} replica(s) need {want * demand:g}: the pool is not offered to it")))
+    return tuple(out), asked
+
+
 def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
-                 job_plans: Mapping[tuple[str, str], JobPlan]) -> JobStatuses:
+                 job_plans: Mapping[tuple[str, str], JobPlan], tenancy: Tenancy | None = None) -> JobStatuses:
     """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
     per job, :mod:`.reuse`), a job takes from the recorded entry, each part only where every input of that part is
     equal to what it was then:
@@ -289,7 +338,10 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     The numbers that depend on the prices or on X (throughputs, costs, utility, bids) are computed for every job at
     once, the running pods (phase Running in the cluster) and the blockers (for jobs with fewer replicas placed than
     ``count``) for each job, and the ``Planned`` event (which compares with the previous plan's replicas) for each
-    job. Then the waiting jobs are ranked (:func:`_queue`). This plan's entries are recorded. Returns each valid
+    job. With ``tenancy`` (tenants on), a job a Budget's cap kept out of a pool or lowered gets ``BudgetCap``
+    blockers (:func:`_cap_blockers`) and its count is the replicas it asked for; where its budget is what keeps it
+    from a pool, ``BudgetShare``. Then the waiting jobs are ranked (:func:`_queue`). This plan's entries are
+    recorded. Returns each valid
     job's plan (its plan in ``job_plans`` filled in), its pods planned and bound per pool (for
     :func:`pool_statuses`) and the events raised."""
     objects, previous, reuse = ctx.objects, ctx.previous, ctx.reuse
@@ -315,6 +367,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     utilities = utility_values(specs, [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
+    wanted_all = _at_most_count(wanted_all, placed_all, np.array([info.spec.replicas for info in jobs]))
     rows_target = wanted_all.tolist()
     demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
@@ -339,7 +392,12 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     below_min, deferred, unplaced_all = outcome.below_min, actions.deferred, actions.unplaced
     resize_blocked, resize_later = resizes.blocked, resizes.later
     states = {pod.key: (pod.phase, pod.started) for pod in ctx.cluster.pods if pod.job is not None}
-    diagnosis = _Diagnosis(ctx, outcome)
+    diagnosis = _Diagnosis(ctx, outcome, tenancy, priced_cost_l)
+    tenancy = tenancy or Tenancy()
+    capped: dict[tuple[str, str], list[tuple[str, float, float, int]]] = {}
+    for (ns, job_name, pool_name), (cap, left, want) in tenancy.cap_room.items():
+        capped.setdefault((ns, job_name), []).append((pool_name, cap, left, want))
+    resources = {p.name: p.spec.resource for p in objects.pools}
     events: list[PlanEvent] = []
     out: dict[tuple[str, str], JobPlan] = {}
     for i, info in enumerate(jobs):
@@ -367,7 +425,11 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         row_bids = bids[i]
         found = diagnosis.blockers(i, rows_target[i], placed_all[i].tolist(), row_bids, prices_l) if (
             placed_total < spec.replicas) else ()
-        given = (spec.replicas, spec.min_replicas, placed_total, wanted_total, offered_counts[i],
+        by_cap, asked = _cap_blockers(tenancy, capped, key, spec.demand, resources, placed_total)
+        count = max(asked, spec.replicas)
+        if by_cap:
+            found = by_cap + found
+        given = (count, spec.min_replicas, placed_total, wanted_total, offered_counts[i],
                  live, resized, bound, blocked_pools, unplaced_all.get(key), deferred.get(key),
                  resize_blocked.get(key), resize_later.get(key), below_min.get(i), running, found, spec.elastic,
                  _counts_text(wanted_rows[i]))
@@ -381,7 +443,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
             job_plans[key], utility=utilities_l[i], allocation=allocation, throughput_unit=spec.throughput_unit,
             wanted=wanted_rows[i], replicas=replicas, priced_throughput=priced_t_l[i], priced_cost=priced_cost_l[i],
             throughput=placed_t_l[i], cost=costs[i], pods=ordered, allocation_text=text, phase=phase,
-            conditions=job_plans[key].conditions + conditions, count=spec.replicas, minimum=spec.min_replicas,
+            conditions=job_plans[key].conditions + conditions, count=count, minimum=spec.min_replicas,
             running=running, bound=on_node, demand=spec.demand, units=units,
             spend={name: prices_l[column[name]] * u for name, u in units.items()},
             bids={names[j]: b for j, b in row_bids.items()}, blockers=found,
@@ -391,6 +453,22 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         if planned is not None:
             events.append(planned)
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
+
+
+def _at_most_count(wanted: np.ndarray, placed: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``wanted`` (granted replicas per job row and pool: the rounds' target plus what rounding dropped) with no row
+    above the job's ``count``: a row over it loses the surplus from the pools where it has the most granted
+    replicas without a node (a job is never reported granted more replicas than it asked for)."""
+    over = np.flatnonzero(wanted.sum(axis=1) > counts) if wanted.size else np.zeros(0, dtype=np.int64)
+    if not over.size:
+        return wanted
+    out = wanted.copy()
+    for i in over.tolist():
+        for _ in range(int(out[i].sum() - counts[i])):
+            spare = out[i] - placed[i]
+            j = int(np.argmax(spare)) if spare.max() > 0 else int(np.argmax(out[i]))
+            out[i, j] -= 1
+    return out
 
 
 def _gang_waiting(done: Concluded, note: str | None) -> Concluded:

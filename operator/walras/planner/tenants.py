@@ -91,7 +91,9 @@ class Tenancy:
     """The tenants of a cluster and what the step did to its jobs: ``of_namespace`` maps a namespace to its tenant's
     name; ``overlaps`` maps a Budget to the namespaces another Budget selects as well; ``budgets`` is each priced
     job's ``b_i`` (T1); ``repriced`` the jobs whose family was not log (priced as log, see the module docstring);
-    ``capped`` the pools a cap took from a job; ``reduced`` the replicas a cap left a single-pool job."""
+    ``capped`` the pools a cap took from a job; ``reduced`` the replicas a cap left a single-pool job; ``cap_room``
+    per (job, pool) that a cap capped or reduced: the cap, the units of it left when the job's turn came, and the
+    replicas the job asked for (what ``walras explain`` reports, :mod:`.status`)."""
 
     tenants: tuple[Tenant, ...] = ()
     of_namespace: Mapping[str, str] = field(default_factory=dict)
@@ -100,6 +102,7 @@ class Tenancy:
     repriced: tuple[tuple[str, str], ...] = ()
     capped: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     reduced: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    cap_room: Mapping[tuple[str, str, str], tuple[float, float, int]] = field(default_factory=dict)
 
     def tenant(self, name: str) -> Tenant | None:
         """The tenant called ``name`` (None when there is none)."""
@@ -215,6 +218,7 @@ def _applied(cluster: Cluster, options: TenantOptions, pools: set[str],
     repriced: list[tuple[str, str]] = []
     capped: dict[tuple[str, str], tuple[str, ...]] = {}
     reduced: dict[tuple[str, str], int] = {}
+    room: dict[tuple[str, str, str], tuple[float, float, int]] = {}
     running = _running(cluster) if caps else {}
     for tenant in plan.tenants:
         jobs = priced.get(tenant.name, [])
@@ -228,9 +232,10 @@ def _applied(cluster: Cluster, options: TenantOptions, pools: set[str],
                 repriced.append(job.key)
             specs[job.key] = replace(spec, utility=UtilitySpec(type="log", weight=b), weight=b)
         for pool, cap in sorted(tenant.caps.items()):
-            _cap(pool, cap, [j.key for j in jobs], specs, running, capped, reduced)
+            _cap(pool, cap, [j.key for j in jobs], specs, running, capped, reduced, room)
     out = tuple(replace(job, spec=specs[job.key]) if job.key in specs else job for job in cluster.jobs)
-    return out, Tenancy(plan.tenants, plan.of_namespace, plan.overlaps, budgets, tuple(repriced), capped, reduced)
+    return out, Tenancy(plan.tenants, plan.of_namespace, plan.overlaps, budgets, tuple(repriced), capped, reduced,
+                        room)
 
 
 def market_eps(tenancy: Tenancy, options: TenantOptions) -> float | None:
@@ -252,9 +257,10 @@ def _running(cluster: Cluster) -> dict[tuple[str, str, str], int]:
 
 def _cap(pool: str, cap: float, keys: list[tuple[str, str]], specs: dict[tuple[str, str], JobSpec],
          running: Mapping[tuple[str, str, str], int], capped: dict[tuple[str, str], tuple[str, ...]],
-         reduced: dict[tuple[str, str], int]) -> None:
+         reduced: dict[tuple[str, str], int], room: dict[tuple[str, str, str], tuple[float, float, int]]) -> None:
     """Apply a tenant's cap of ``cap`` units in ``pool`` to its jobs ``keys`` (their specs in ``specs``, replaced in
-    place): the admission described in the module docstring (running there first, then weight, then name)."""
+    place): the admission described in the module docstring (running there first, then weight, then name). ``room``
+    gets, per job capped or reduced, ``(cap, units left at its turn, its replicas)``."""
     users = [k for k in keys if specs[k].throughput.get(pool, 0.0) > 0]
     for k in users:  # a pod with a utility curve gets at most its demand in a capped pool (assign-and-allocate)
         if specs[k].curve is not None:
@@ -271,6 +277,7 @@ def _cap(pool: str, cap: float, keys: list[tuple[str, str]], specs: dict[tuple[s
             continue
         only_here = all(v <= 0 for p, v in spec.throughput.items() if p != pool)
         fits = math.floor(left / spec.demand * (1 + 1e-12)) if only_here else 0
+        room[(key[0], key[1], pool)] = (cap, left, spec.replicas)
         if fits > 0:
             specs[key] = replace(spec, replicas=fits, min_replicas=min(spec.min_replicas, fits))
             reduced[key] = fits
