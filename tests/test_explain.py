@@ -337,7 +337,7 @@ def market_dir(tmp_path: Path) -> Path:
 
 
 def test_explain_json_carries_the_plans_numbers(market_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "ml/lin", "-f", str(market_dir), "-o", "json"]) == 0
+    assert main(["explain", "ml/lin", "--no-tenants", "-f", str(market_dir), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     plan = plan_of(*market_cluster())
     jp = plan.jobs[("ml", "lin")]
@@ -348,14 +348,14 @@ def test_explain_json_carries_the_plans_numbers(market_dir: Path, capsys: pytest
     assert doc["reason"] == jp.reason
     assert doc["queue"]["position"] == 3 and doc["queue"]["waiting"] == 3
     assert doc["asked"]["throughput"] == {"a": 0.1} and doc["asked"]["replicas"] == 1
-    assert main(["explain", "ml/log1", "-f", str(market_dir), "-o", "json"]) == 0
+    assert main(["explain", "ml/log1", "--no-tenants", "-f", str(market_dir), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["pools"]["a"]["units"] == 1.0 and doc["pools"]["a"]["spend"] == pytest.approx(0.75, rel=2e-3)
     assert doc["pools"]["a"]["bid"] == pytest.approx(0.5) and doc["queue"]["position"] == 1
 
 
 def test_explain_text(market_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "ml/lin", "-f", str(market_dir)]) == 0
+    assert main(["explain", "ml/lin", "--no-tenants", "-f", str(market_dir)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("FungibleJob ml/lin: Pending (0 of 1 replica(s) running, 0 placed, 1 granted)")
     assert ("1 replica(s), pool a: InsufficientCapacity: pool 'a' has 0 nvidia.com/gpu free on the 1 node(s) the pod "

@@ -90,14 +90,14 @@ def cluster_dir(tmp_path: Path) -> Path:
 
 
 def test_explain_shows_the_estimate(cluster_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "ml/w", "-f", str(cluster_dir), "-o", "json"]) == 0
+    assert main(["explain", "ml/w", "--no-tenants", "-f", str(cluster_dir), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     start = doc["queue"]["start"]
     assert start["seconds"] == pytest.approx(7200.0, abs=1.0) and start["horizonSeconds"] == 7 * 86400
-    assert main(["explain", "ml/w", "-f", str(cluster_dir)]) == 0
+    assert main(["explain", "ml/w", "--no-tenants", "-f", str(cluster_dir)]) == 0
     out = capsys.readouterr().out
     assert "Queue: position 1 of 1 waiting job(s)" in out
     assert "Estimated start: in 2 h 00 min (simulated: 2 job(s) over pool(s) a with their remaining work" in out
     # a running job has no estimate
-    assert main(["explain", "ml/r", "-f", str(cluster_dir), "-o", "json"]) == 0
+    assert main(["explain", "ml/r", "--no-tenants", "-f", str(cluster_dir), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["queue"] is None

@@ -71,10 +71,10 @@ def test_explain_says_no_marginal_utility(tmp_path: Path, capsys: pytest.Capture
     for doc in nodes + pools + jobs:
         doc.setdefault("apiVersion", "v1" if doc["kind"] == "Node" else "walras.dev/v1alpha1")
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump_all(nodes + pools + jobs))
-    assert main(["explain", "ml/t", "-f", str(tmp_path), "-o", "json"]) == 0
+    assert main(["explain", "ml/t", "--no-tenants", "-f", str(tmp_path), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(b["reason"], b["replicas"]) for b in doc["blocked"]] == [("NoMarginalUtility", 2)]
     assert doc["reason"] == "NoMarginalUtility"
-    assert main(["explain", "ml/t", "-f", str(tmp_path)]) == 0
+    assert main(["explain", "ml/t", "--no-tenants", "-f", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "2 replica(s), pool a: NoMarginalUtility: one more replica in pool 'a' adds nothing" in out

@@ -41,9 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="YAML or JSON manifests (as for walras plan) instead of a live cluster (repeatable)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig of the live cluster (default: the usual)")
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
-    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=None,
+    parser.add_argument("--tenants", action=argparse.BooleanOptionalAction, default=True,
                         help="plan tenants' budgets as a Fisher market, as `walras run` does (docs/budgets.md; "
-                             "default: on when the cluster has a Budget)")
+                             "default: on, as walras run and walras plan; --no-tenants: every job its own buyer)")
     parser.add_argument("--default-share", type=float, default=1.0,
                         help="with tenants: the share of a namespace no Budget selects (default 1)")
     parser.add_argument("-o", "--output", choices=("text", "json"), default="text",
@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
         snapshot = live_snapshot(args.kubeconfig, args.context)
         now = time.time()
     cluster = cluster_from(snapshot)
-    tenants = args.tenants if args.tenants is not None else bool(cluster.budgets)
+    tenants = bool(args.tenants)
     if tenants and not args.default_share > 0:
         raise UsageError(f"--default-share must be > 0, got {args.default_share:g}")
     options = PlanOptions(now=now, tenants=TenantOptions(default_share=args.default_share) if tenants else None)
