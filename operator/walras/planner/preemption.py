@@ -306,7 +306,7 @@ class _Work:
         # changes: every change of the actions, the node table, the throughputs or the victims taken goes through
         # :meth:`_own`), so a claim that finds nothing reuses what the previous claims computed
         self.version = 0
-        self._static: dict[tuple[int, int], list[Pod]] = {}  # (v, j): running pods that may be evicted at all
+        self._static: dict[tuple[int, int], list[tuple[Pod, ObjectKey, bool]]] = {}
         self._memo: dict[tuple[Any, ...], Any] = {}
         self._memo_version = 0
 
@@ -434,8 +434,9 @@ class _Work:
                         vec = table.vector(pod_vector(ctx.templates[v], info.spec, priced, amount))
                         out.append(_Victim((0, info.job.priority, loss, 0.0, p.name), v, p.name,
                                            table.index[p.node], vec, False, why, plan=p))  # type: ignore[index]
-            pods = [pod for pod in self._evictable(v, j) if pod.key not in self.taken
-                    and not (waited and pod.key in self.recent)]
+            evictable = self._evictable(v, j)
+            pods = [pod for pod, key, recent in evictable if key not in self.taken and not (waited and recent)] if (
+                self.taken or waited) else [pod for pod, _, _ in evictable]
             if not pods:
                 continue
             lkey = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
@@ -488,15 +489,17 @@ class _Work:
             got = memo[key] = (loss, planned)
         return got  # type: ignore[no-any-return]
 
-    def _evictable(self, v: int, j: int) -> list[Pod]:
+    def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
         """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
-        not terminating, started): fixed for the plan (the victims already taken are filtered by the caller)."""
+        not terminating, started), each with its key and whether the previous plan placed it (``recent``): fixed
+        for the plan (the victims already taken are filtered by the caller)."""
         got = self._static.get((v, j))
         if got is None:
             table = self.outcome.table
             got = self._static[(v, j)] = [
-                pod for pod in self.observed.running[v][j] if pod.node in table.index and pod.phase == "Running"
-                and not pod.terminating and removal(pod, table) == "evict"]
+                (pod, pod.key, pod.key in self.recent) for pod in self.observed.running[v][j]
+                if pod.node in table.index and pod.phase == "Running" and not pod.terminating
+                and removal(pod, table) == "evict"]
         return got
 
     def claim(self, i: int, j: int, budget: int, gives: PodPlan | None = None) -> int | None:
