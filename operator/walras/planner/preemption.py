@@ -487,7 +487,7 @@ class _Work:
                        and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
                 MECHANISM_POLICIES else []
             got = memo[key] = (loss, planned)
-        return got  # type: ignore[no-any-return]
+        return got
 
     def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
         """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
