@@ -302,12 +302,20 @@ class _Work:
         previous = ctx.previous
         self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
             previous is not None) else set()
+        # memos of what :meth:`_victims` recomputes per claim: valid while nothing changes (``version`` counts the
+        # changes: every change of the actions, the node table, the throughputs or the victims taken goes through
+        # :meth:`_own`), so a claim that finds nothing reuses what the previous claims computed
+        self.version = 0
+        self._static: dict[tuple[int, int], list[tuple[Pod, ObjectKey, bool]]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._memo_version = 0
 
     def wants(self, i: int) -> int:
         """Replicas job row i still waits for (beyond its placed and claimed ones)."""
         return self.ctx.objects.jobs[i].spec.replicas - int(self.placed[i].sum() + self.claimed[i].sum())
 
     def _own(self) -> Actions:
+        self.version += 1  # every change goes through here: the memos of _victims are stale
         if not self.changed:
             src = self.actions
             placed: defaultdict[ObjectKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -407,14 +415,16 @@ class _Work:
         if gives is not None:
             step, k_given, vec_given = self._given(i, gives)
             bonus = (k_given, vec_given)
-        for v, info in enumerate(jobs):
-            if v == i or info.key in self.held or not may_yield(info) or self.placed[v, j] <= 0:
+        memo = self._fresh_memo()
+        w_priority = jobs[i].job.priority
+        # yields() can say yes only to a lower priority, or to an equal one under the Market rule outside the
+        # mechanism pools: other rows are skipped before their (costly) landing is searched
+        market = pool.spec.preemption.rule == "Market" and pool.spec.policy not in MECHANISM_POLICIES
+        for v in self._holders(j, memo):
+            info = jobs[v]
+            if v == i or info.job.priority > w_priority or (info.job.priority == w_priority and not market):
                 continue
-            t_v = float(self.utility.t[v])
-            loss = self.utility.value(v, t_v) - self.utility.value(v, t_v - self.a[v, j] / max(info.spec.replicas, 1))
-            planned = [p for p in self.actions.pods.get(info.key, []) if p.action == "create" and not p.exists
-                       and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
-                MECHANISM_POLICIES else []
+            loss, planned = self._loss_planned(v, j, memo)
             if planned:
                 why = yields(ctx, (i, v, j), self.utility, self.a, False, gives=step)
                 if why is not None:
@@ -424,12 +434,13 @@ class _Work:
                         vec = table.vector(pod_vector(ctx.templates[v], info.spec, priced, amount))
                         out.append(_Victim((0, info.job.priority, loss, 0.0, p.name), v, p.name,
                                            table.index[p.node], vec, False, why, plan=p))  # type: ignore[index]
-            pods = [pod for pod in self.observed.running[v][j] if pod.key not in self.taken and pod.node in
-                    table.index and pod.phase == "Running" and not pod.terminating and removal(pod, table) == "evict"
-                    and not (pod.key in self.recent and waited)]
+            evictable = self._evictable(v, j)
+            pods = [pod for pod, key, recent in evictable if key not in self.taken and not (waited and recent)] if (
+                self.taken or waited) else [pod for pod, _, _ in evictable]
             if not pods:
                 continue
-            landing = self._landing(v, j, bonus)
+            lkey = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
+            landing = memo[lkey] if lkey in memo else memo.setdefault(lkey, self._landing(v, j, bonus))
             lands = None if landing is None else (ctx.objects.pools[landing[0]].name,
                                                   float(self.a[v, landing[0]]) / max(info.spec.replicas, 1))
             why = yields(ctx, (i, v, j), self.utility, self.a, True, gives=step, lands=lands)
@@ -445,6 +456,51 @@ class _Work:
                                    pod=pod, plan=plan, lands=lands is not None))
         out.sort(key=lambda victim: victim.key)
         return out
+
+    def _fresh_memo(self) -> dict[tuple[Any, ...], Any]:
+        """The memo of :meth:`_victims`, emptied when something changed since it was filled."""
+        if self._memo_version != self.version:
+            self._memo.clear()
+            self._memo_version = self.version
+        return self._memo
+
+    def _holders(self, j: int, memo: dict[tuple[Any, ...], Any]) -> list[int]:
+        """The job rows with a replica placed in pool j that may yield at all (not held, preemptible, no gang)."""
+        key = ("holders", j)
+        got = memo.get(key)
+        if got is None:
+            jobs = self.ctx.objects.jobs
+            got = memo[key] = [v for v in np.flatnonzero(self.placed[:, j] > 0).tolist()
+                               if jobs[v].key not in self.held and may_yield(jobs[v])]
+        return got
+
+    def _loss_planned(self, v: int, j: int, memo: dict[tuple[Any, ...], Any]) -> tuple[float, list[PodPlan]]:
+        """Job row v's loss of one replica in pool j, ``u_v(t_v) - u_v(t_v - a_vj / N_v)``, and its pods this plan
+        only planned there (``create`` on a node, not existing; none in a mechanism pool)."""
+        key = ("loss", v, j)
+        got = memo.get(key)
+        if got is None:
+            info, pool = self.ctx.objects.jobs[v], self.ctx.objects.pools[j]
+            t_v = float(self.utility.t[v])
+            loss = self.utility.value(v, t_v) - self.utility.value(v, t_v - self.a[v, j] / max(info.spec.replicas, 1))
+            planned = [p for p in self.actions.pods.get(info.key, []) if p.action == "create" and not p.exists
+                       and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
+                MECHANISM_POLICIES else []
+            got = memo[key] = (loss, planned)
+        return got
+
+    def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
+        """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
+        not terminating, started), each with its key and whether the previous plan placed it (``recent``): fixed
+        for the plan (the victims already taken are filtered by the caller)."""
+        got = self._static.get((v, j))
+        if got is None:
+            table = self.outcome.table
+            got = self._static[(v, j)] = [
+                (pod, pod.key, pod.key in self.recent) for pod in self.observed.running[v][j]
+                if pod.node in table.index and pod.phase == "Running" and not pod.terminating
+                and removal(pod, table) == "evict"]
+        return got
 
     def claim(self, i: int, j: int, budget: int, gives: PodPlan | None = None) -> int | None:
         """One replica for job row i in pool j: its victims on one node (at most ``budget`` running ones) dropped

@@ -30,7 +30,7 @@ import numpy as np
 from allocator.integral import Utility, utility_value
 from walras.planner.model import ObjectKey, Plan
 from walras.planner.results import JobInfo, Observed, PlanContext
-from walras.planner.spec import restart_cost
+from walras.planner.spec import JobSpec, restart_cost
 
 __all__ = ["CLAIM", "MECHANISM_POLICIES", "QUEUE_ORDER", "Valuation", "claim_reason", "claimed_nodes", "contested",
            "gang", "market_gain", "may_yield", "queue_key", "yields"]
@@ -169,7 +169,7 @@ def yields(ctx: PlanContext, pair: tuple[int, int, int], utility: Valuation, a: 
     remaining = w.spec.remaining_work
     if remaining is not None and after > 0:
         horizon = min(horizon, remaining / after)
-    r_w, r_v = (restart_cost(w.spec), restart_cost(info.spec)) if restarts else (0.0, 0.0)
+    r_w, r_v = (utility.restart(i, w.spec), utility.restart(v, info.spec)) if restarts else (0.0, 0.0)
     ok, delta = market_gain((utility.value(i, t_w), utility.value(i, after)), (v0, v1), (r_w, r_v), horizon)
     if not ok:
         return None
@@ -190,6 +190,15 @@ class Valuation:
         self.t1 = np.min(steps, axis=1) if a.size else np.zeros(len(jobs))
         self.t = np.asarray(t, dtype=np.float64).copy()
         self.memo: dict[tuple[int, float], float] = {}
+        self.restarts: dict[int, float] = {}
+
+    def restart(self, i: int, spec: JobSpec) -> float:
+        """Row i's restart cost (:func:`walras.planner.spec.restart_cost` of its ``spec``; memoised: a job's spec
+        is fixed for the plan)."""
+        got = self.restarts.get(i)
+        if got is None:
+            got = self.restarts[i] = restart_cost(spec)
+        return got
 
     def value(self, i: int, t: float) -> float:
         """Row i's utility at throughput ``t`` (memoised)."""
