@@ -334,13 +334,25 @@ def budget_equilibrium(
         b'_i(p) the weight whose EG demand at p is job i's budget-constrained demand (:func:`budget_weights`)  (T6)
 
     found by alternating the two (each solve warm-started at the last prices), at most :data:`BUDGET_ROUNDS`
-    solves, until no weight moves by more than :data:`BUDGET_TOL` of its budget. Each step takes, per job, the
-    larger of ``b'_i(p)`` and ``b'_i + (b_i - spend_i)`` (the money the job left unspent, ``mu_i`` of its last
-    solve, added back to its weight; not for a job that is satiated, ``t_i >= (1 - BUDGET_TOL) max_j a_ij``, nor
-    one whose cap is slack at p): the first is the best response at fixed prices, the second raises the price level
-    when every job's cap binds and prices are too low for anyone to spend its budget (then ``b'(p)`` alone grows
-    only a few percent a solve); each weight stays within ``[b_i, BUDGET_GROWTH b_i]``. A job whose time cap does not
-    bind has ``b'_i = b_i``: without binding caps this is one solve of (T2), as before. The tolerance
+    solves, until no weight moves by more than :data:`BUDGET_TOL` of its budget. Summing the KKT conditions over the
+    support, ``spend_i = b'_i - mu_i`` when the cap binds (``b'_i`` when it does not), so (T6) is equivalently
+
+        spend_i(p(b')) = b_i  for every job that is not satiated,  i.e.  b' = b + mu(b')                    (T7)
+
+    (the LP multipliers are then ``lambda_i = t_i / b'_i``, ``kappa_i = lambda_i mu_i``, both >= 0, with the budget
+    spent and ``kappa_i > 0`` only at a full cap). One step of the iteration, per job, after the solve with weights
+    ``b'``: a job that **underspends** (``spend_i < (1 - BUDGET_TOL) b_i``; not one that is satiated, ``t_i >= (1 -
+    BUDGET_TOL) max_j a_ij``) moves up to ``max(b'_i(p), b'_i + (b_i - spend_i))``, a job that **overspends**
+    (``spend_i > (1 + BUDGET_TOL) b_i`` with ``b'_i > b_i``) down to ``min(b'_i(p), b'_i - (spend_i - b_i))``
+    (``b'_i + (b_i - spend_i) = b_i + mu_i``: the map of (T7)), every other job keeps its weight; a job whose step
+    reverses its last step's direction moves to the geometric mean of its weight and the step (the fixed point lies
+    between); each weight stays within ``[b_i, BUDGET_GROWTH b_i]``. ``b'_i(p)`` is the best response at fixed
+    prices, a jump the additive map would take many solves to make; the downward step is the correction of an
+    overshoot: where a job is nearly indifferent between two pools ``b'_i(p) = t (c_k - c_j) / (a_k - a_j)`` is
+    very large, the prices the other jobs' steps raise then leave it spending more than its budget, and the step
+    down to ``b'_i(p)`` (``b_i`` where the cap is then slack) undoes that in one solve (a multiplicative
+    ``b'_i b_i / spend_i`` took a solve per few percent, and kept its neighbours below their slices). A job whose
+    time cap does not bind has ``b'_i = b_i``: without binding caps this is one solve of (T2), as before. The tolerance
     ``settings.eps`` (an absolute gap for the weights ``b``) is scaled by ``sum b' / sum b``. The result's
     ``iterations`` and ``seconds`` add up all the solves; its ``primal``, ``dual`` and ``gap`` are those of the last
     solve, and ``weights`` its weights ``b'``.
@@ -359,6 +371,7 @@ def budget_equilibrium(
     used = w
     total_iterations, seconds = 0, 0.0
     result = None
+    last = np.zeros_like(b)  # the direction of each job's last step (+1 up, -1 down, 0 none)
     for _ in range(BUDGET_ROUNDS):
         used = w
         eps = None if settings.eps is None else settings.eps * float(w.sum() / b.sum())
@@ -370,14 +383,19 @@ def budget_equilibrium(
         target = budget_weights(throughput, demand, result.prices, b)
         spend = np.einsum("ij,ij->i", demand * result.prices[None, :], result.allocation)
         satiated = _rates(throughput, result.allocation) >= best * (1 - BUDGET_TOL)
-        unspent = np.where(satiated | (target <= b), 0.0, np.maximum(b - spend, 0.0))
-        target = np.maximum(target, w + unspent)
-        over = (spend > b * (1 + BUDGET_TOL)) & (w > b)  # raised too far (a near-tie of pools): back towards b
-        target = np.clip(np.where(over, np.minimum(target, w * b / np.maximum(spend, 1e-300)), target), b,
-                         BUDGET_GROWTH * b)
-        if np.all(np.abs(target - w) <= BUDGET_TOL * b):
+        under = ~satiated & (spend < b * (1 - BUDGET_TOL))
+        over = (spend > b * (1 + BUDGET_TOL)) & (w > b)
+        step = w.copy()
+        step[under] = np.maximum(target, w + (b - spend))[under]
+        step[over] = np.minimum(target, w - (spend - b))[over]
+        step = np.clip(step, b, BUDGET_GROWTH * b)
+        direction = np.sign(step - w)
+        flip = direction * last < 0
+        step[flip] = np.sqrt(w[flip] * step[flip])
+        last = np.where(direction != 0, direction, last)
+        if np.all(np.abs(step - w) <= BUDGET_TOL * b):
             break
-        w = target
+        w = step
     assert result is not None
     return replace(result, iterations=total_iterations, seconds=seconds, weights=used.copy())
 
