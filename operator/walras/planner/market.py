@@ -257,9 +257,13 @@ BUDGET_ROUNDS = 12
 BUDGET_ROUNDS_MOST = 30
 #: The tolerance of that test: a job is below its slice when its throughput is under ``1 - SLICE_TOL`` of it.
 SLICE_TOL = 5e-3
-#: A job is satiated when its throughput is within this fraction of ``max_j a_ij`` (the most it can have), and
-#: spends its budget when its spend is within this fraction of ``b_i``.
+#: A job is satiated when its throughput is within this fraction of ``max_j a_ij`` (the most it can have); the
+#: fixed point is reached when no weight moves by more than this fraction of its budget.
 BUDGET_TOL = 2e-3
+#: A job underspends when its spend is below ``1 - SPEND_TOL`` of ``b_i`` (T4's tolerance moves a spend by up to
+#: ``sqrt(2e-5)``, about 0.45 %: a narrower band made the weights of jobs at the fixed point step back and forth);
+#: it overspends above ``1 + BUDGET_TOL`` (a tenant's spend stays within 1 % of its share).
+SPEND_TOL = 5e-3
 #: The most a job's market weight may exceed its budget (``b'_i <= BUDGET_GROWTH b_i``).
 BUDGET_GROWTH = 1e3
 
@@ -365,7 +369,7 @@ def budget_equilibrium(
 
     (the LP multipliers are then ``lambda_i = t_i / b'_i``, ``kappa_i = lambda_i mu_i``, both >= 0, with the budget
     spent and ``kappa_i > 0`` only at a full cap). One step of the iteration, per job, after the solve with weights
-    ``b'``: a job that **underspends** (``spend_i < (1 - BUDGET_TOL) b_i``; not one that is satiated, ``t_i >= (1 -
+    ``b'``: a job that **underspends** (``spend_i < (1 - SPEND_TOL) b_i``; not one that is satiated, ``t_i >= (1 -
     BUDGET_TOL) max_j a_ij``) moves up to ``max(b'_i(p), b'_i + (b_i - spend_i))``, a job that **overspends**
     (``spend_i > (1 + BUDGET_TOL) b_i`` with ``b'_i > b_i``) down to ``min(b'_i(p), b'_i - (spend_i - b_i))``
     (``b'_i + (b_i - spend_i) = b_i + mu_i``: the map of (T7)), every other job keeps its weight; a job whose step
@@ -414,7 +418,7 @@ def budget_equilibrium(
         target = budget_weights(throughput, demand, result.prices, b)
         spend = np.einsum("ij,ij->i", demand * result.prices[None, :], result.allocation)
         satiated = _rates(throughput, result.allocation) >= best * (1 - BUDGET_TOL)
-        under = ~satiated & (spend < b * (1 - BUDGET_TOL))
+        under = ~satiated & (spend < b * (1 - SPEND_TOL))
         over = (spend > b * (1 + BUDGET_TOL)) & (w > b)
         step = w.copy()
         step[under] = np.maximum(target, w + (b - spend))[under]
