@@ -11,7 +11,9 @@ Guarantees (instances of ``tests/budgets_reference.generate``: 2-3 pools, 2-3 te
 power utilities; the reference is CVXPY + Clarabel's solution of (T2), small enough for every instance):
 
 1. scale invariance: one tenant multiplies all its throughputs, or all its weights, by c = 10^u, u uniform in
-   [-6, 6]: the largest gain of any pool's units, as a fraction of the pool's capacity (bound 1 %);
+   [-6, 6]: the largest gain of any pool's units, as a fraction of the pool's capacity (bound 1 %); a scaled weight
+   (up to 4e6, down to 5e-7) is written as a user can write it, over ``spec.utility.weight`` x ``spec.weight``, each
+   within the CRD's and the decoder's bound [1e-6, 1e6] (``tests.budgets_reference.api_weights``);
 2. no gain from splitting: a single-job tenant splits its job into k in [2, 50] identical jobs: its throughput after
    over before, minus 1 (bound 1 %);
 3. sharing incentive: every job gets at least the throughput of its budget's slice b_i / sum B of every pool under

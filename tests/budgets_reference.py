@@ -17,7 +17,7 @@ import numpy as np
 from walras.planner.cluster import Budget, BudgetSpec, Cluster, Job, Pool, TenantOptions
 from walras.planner.market import MarketSettings, solve_market
 from walras.planner.model import Snapshot
-from walras.planner.spec import parse_job, parse_pool
+from walras.planner.spec import MAX_WEIGHT, MIN_WEIGHT, parse_job, parse_pool
 from walras.planner.tenants import apply_tenants, market_eps
 
 from tests.simcluster import job, node, pool
@@ -106,8 +106,21 @@ def merged(inst: Instance, i: int, k: int) -> Instance:
     return replace(inst, replicas=reps)
 
 
+def api_weights(w: float) -> tuple[float, float]:
+    """``w`` written as a user can write it: ``(spec.utility.weight, spec.weight)``, each within the bounds the CRD
+    and the decoder admit (``[MIN_WEIGHT, MAX_WEIGHT]``, crds/ and ``walras.planner.spec``), whose product ``w`` is
+    the job's weight ``w_i`` of (T1) (``walras.planner.tenants.job_weight``). Every ``w`` in ``[MIN_WEIGHT**2,
+    MAX_WEIGHT**2]`` can be written so; the scale-invariance guarantee multiplies weights of ``[0.5, 4]`` by c in
+    ``[1e-6, 1e6]``, which stays inside. A weight outside cannot be written and is refused here."""
+    if not MIN_WEIGHT**2 <= w <= MAX_WEIGHT**2:
+        raise ValueError(f"a weight of {w!r} cannot be written as spec.utility.weight x spec.weight")
+    utility = min(max(w, MIN_WEIGHT), MAX_WEIGHT)
+    return utility, min(max(w / utility, MIN_WEIGHT), MAX_WEIGHT)
+
+
 def cluster(inst: Instance) -> Cluster:
-    """The typed cluster of ``inst`` (pools and jobs only: the market's view), tenant t = namespace ``t<t>``."""
+    """The typed cluster of ``inst`` (pools and jobs only: the market's view), tenant t = namespace ``t<t>``; a
+    job's weight is written over ``spec.utility.weight`` and ``spec.weight`` (:func:`api_weights`)."""
     names = [f"p{j}" for j in range(inst.m)]
     pools = tuple(Pool(n, 1, parse_pool({"metadata": {"name": n},
                                          "spec": {"nodeSelector": {"pool": n}, "resource": "nvidia.com/gpu",
@@ -115,12 +128,14 @@ def cluster(inst: Instance) -> Cluster:
                   for n in names)
     jobs = []
     for i in range(inst.n):
-        utility: dict[str, object] = {"type": inst.families[i], "weight": inst.weights[i]}
+        weight, priority = api_weights(inst.weights[i])
+        utility: dict[str, object] = {"type": inst.families[i], "weight": weight}
         if inst.families[i] == "power":
             utility["exponent"] = 0.5
         obj = {"metadata": {"name": f"j{i:03d}", "namespace": f"t{inst.tenant[i]}"},
                "spec": {"throughput": {names[j]: inst.throughput[i][j] for j in range(inst.m)},
-                        "utility": utility, "replicas": {"count": inst.replicas[i]}, "demand": 1}}
+                        "utility": utility, "weight": priority, "replicas": {"count": inst.replicas[i]},
+                        "demand": 1}}
         spec = parse_job(obj)
         jobs.append(Job(spec.namespace, spec.name, None, spec))
     budgets = tuple(Budget(f"team{t}", 1, BudgetSpec(share, (f"t{t}",))) for t, share in enumerate(inst.shares))

@@ -64,9 +64,13 @@ def _honest_throughput(plan: Any) -> float:
 
 
 @pytest.mark.parametrize("kind", ["inflated", pytest.param("split", marks=pytest.mark.xfail(strict=True, reason=(
-    "placement, not the market: the market gives the 50 pieces 0.107 of pool a each (the honest job's bundle), "
-    "the integral rounding then places 12 one-GPU pods of the pieces, 8 of them in pool b, and the honest "
-    "namespace's throughput falls from 2.625 to 1.25 (with the tenants market of main as well); issue 33")))])
+    "the integral fill's objective, not the market: the market gives the 50 pieces 0.107 of pool a each (the "
+    "honest job's bundle, 5.3 GPUs in all, none of pool b), but the fill (walras.planner.integral, exact route, "
+    "re-arranging new replicas) maximises sum_i b_i log t_i over whole replicas with a job without a replica "
+    "valued u(t1) - STARVED_PENALTY |u'(t1)| t1 (allocator.integral, penalty 10): a piece's first pod gains "
+    "b_i * 10 = 0.2, so 8 pieces in pool b gain 1.6 while moving honest-b (b = 0.5) from 8 pods in b to 2 in a "
+    "costs 0.5 log 3 = 0.55; 12 pieces get pods (8 in b) and the honest namespace falls from 2.625 to 1.25. "
+    "The penalty scales with the number of jobs, so splitting buys first replicas; issue 33")))])
 def test_a_greedy_namespace_gains_nothing_under_the_walras_run_defaults(kind: str) -> None:
     options = _run_defaults()
     before = _honest_throughput(build_plan(cluster_from(_snapshot(_greedy("honest"))), options=options))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 from walras.planner.cluster import TenantOptions
+from walras.planner.market import slice_throughputs
 from walras.planner.tenants import apply_tenants
 
 from tests.budgets_reference import (
@@ -134,11 +135,34 @@ def test_the_eisenberg_gale_equilibrium_fails_the_sharing_incentive_of_a_capped_
 def test_sharing_incentive_of_the_planners_market_also_where_caps_bind(seed: int) -> None:
     """The planner's market (the budget-constrained equilibrium, T6) gives every job, its time cap binding or not,
     at least the throughput of its proportional slice under that cap (the guarantee of docs/budgets.md), within
-    the documented tolerance of 5 % (worst case measured over generated instances: docs/bench/budgets.md)."""
+    the documented tolerance of 2 % (worst case measured over generated instances: docs/bench/budgets.md)."""
     inst = _instance(seed)
     ours = walras(inst).allocation
     for i in range(inst.n):
-        assert inst.A()[i] @ ours[i] >= 0.95 * _slice_throughput(inst, i), (i, ours[i].sum())
+        assert inst.A()[i] @ ours[i] >= 0.98 * _slice_throughput(inst, i), (i, ours[i].sum())
+
+
+@pytest.mark.parametrize("seed", [92, 133, 196, 297, 332, 377])
+def test_the_instances_the_twelve_solve_fixed_point_left_below_their_slices(seed: int) -> None:
+    """Seeds of ``generate`` on which the market of main (12 solves, upward steps only) left a job more than 1 %
+    below its capped slice (196: 4.2 %, a job nearly indifferent between two pools whose weight jumped to 58 times
+    its budget and came back down a few percent a solve, while its neighbour stayed short): the downward step and
+    the solves past 12 while a job is short (market.budget_equilibrium, T7) give every job 98.5 % of its slice."""
+    inst = _instance(seed)
+    ours = walras(inst).allocation
+    for i in range(inst.n):
+        assert inst.A()[i] @ ours[i] >= 0.985 * _slice_throughput(inst, i), (i, ours[i].sum())
+
+
+@settings(max_examples=50, deadline=None)
+@given(SEEDS)
+def test_the_markets_slice_throughputs_are_the_slice_lps(seed: int) -> None:
+    """market.slice_throughputs (the fractional knapsack the market's stopping test uses) equals HiGHS' solution of
+    the slice LP for every job (the budgets b_i of T1, computed here from the instance)."""
+    inst = _instance(seed)
+    got = slice_throughputs(inst.A(), inst.D(), np.array(inst.capacity), inst.budgets())
+    for i in range(inst.n):
+        assert got[i] == pytest.approx(_slice_throughput(inst, i), rel=1e-9, abs=1e-12), i
 
 
 @settings(max_examples=25, deadline=None)
