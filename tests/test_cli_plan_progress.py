@@ -35,7 +35,7 @@ def test_progress_names_each_step_and_leaves_stdout_alone(tmp_path: Path, capsys
     assert plan_lines(loud.out) == plan_lines(quiet.out) and "POOL" in loud.out
     lines = [line for line in loud.err.splitlines() if line.startswith("walras plan:")]
     nodes, jobs = _count("Node", NODES), _count("FungibleJob", EXAMPLES)
-    assert (nodes, jobs) == (9, 10)
+    assert (nodes, jobs) == (9, 11)
     steps = ["reading 2 manifest path(s) and loading the planner",
              f"planning {nodes} node(s), {jobs} FungibleJob(s), 0 pod(s)", f"writing the pods to {pods}"]
     expected = [f"walras plan: {s} ..." for s in steps]

@@ -504,14 +504,14 @@ def _status_inputs(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
 def _statuses(inputs: tuple[Any, ...], edit: Any, memo: PlanCache | None) -> tuple[Any, PlanCache]:
     """What the status phase gives (every job's status body and the events it raises) for a copy of ``inputs`` changed
     by ``edit``, reading the cache ``memo`` (None: no cache to read); and the cache of what it recorded."""
-    ctx, outcome, actions, resizes, jobs = copy.deepcopy(inputs)
+    ctx, outcome, actions, resizes, jobs, *tenancy = copy.deepcopy(inputs)
     objects = edit(ctx.objects, outcome, actions, resizes)  # a new Objects where the edit changes one (frozen)
     if objects is not None:
         ctx = replace(ctx, objects=objects)
     outcome.__dict__.pop("blocked_by_row", None)  # the cached grouping of outcome.blocked, which edits change
     record = memo.fork() if memo is not None else PlanCache()
     reuse = Reuse(record, read=memo is not None)
-    statuses = job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, jobs)
+    statuses = job_statuses(replace(ctx, reuse=reuse), outcome, actions, resizes, jobs, *tenancy)
     reuse.commit()
     body = plan_document(Plan(jobs={**jobs, **statuses.jobs}, events=statuses.events))
     return (body["jobs"], body["events"]), record
@@ -561,7 +561,7 @@ STATUS_INPUTS: dict[str, tuple[Any, Any]] = {
     "spec.replicas.min": (_elastic_short, lambda o, out, a, r: _spec(o, min_replicas=o.jobs[0].spec.min_replicas + 3)),
     "placed": (_nothing, lambda o, out, a, r: _placed(a, o.jobs[0].key)),
     "wanted": (_nothing, lambda o, out, a, r: out.target.__setitem__((0, int(np.argmax(out.target[0]))),
-                                                                     out.target[0].max() + 1)),
+                                                                     out.target[0].max() - 1)),
     "offered": (_too_large, lambda o, out, a, r: out.offered.__setitem__((0, 1), True)),
     "live": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key, lambda k, p: replace(p, action="delete"))),
     "resized": (_nothing, lambda o, out, a, r: _pods(a, o.jobs[0].key,

@@ -73,7 +73,7 @@ from walras.planner.results import Actions, PlanContext, PlanOptions
 from walras.planner.reuse import PlanCache, Reuse
 from walras.planner.rounds import run_rounds
 from walras.planner.status import PoolCounts, job_statuses, pool_statuses
-from walras.planner.tenants import apply_tenants, market_eps, tenant_plans, with_tenants
+from walras.planner.tenants import apply_tenants, tenant_plans, with_tenants
 
 __all__ = ["SOLVER_ERRORS", "PlanCache", "PlanOptions", "build_plan"]
 
@@ -174,8 +174,6 @@ def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCa
     # quotas and refused pods cap what is held (docs/refusals.md); after a restart the refusals the status carries
     admission = admit(life.cluster, opts.now, restarted=previous is None)
     cluster, tenancy = apply_tenants(admission.cluster, opts.tenants, reuse)  # Budgets' Fisher market (docs/budgets.md)
-    if opts.tenants is not None and opts.market_eps is None:
-        opts = replace(opts, market_eps=market_eps(tenancy, opts.tenants))
     held = nominations(cluster, previous.nominations if previous is not None else None, opts.now)
     table = node_table(cluster, reuse, nominated=held)  # nominated pods reserved (docs/refusals.md)
     objects, reported = build_objects(cluster, table)

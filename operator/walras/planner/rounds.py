@@ -21,6 +21,7 @@ reported on the job with the reason (:mod:`.status`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -43,9 +44,9 @@ from walras.planner.model import Condition, PlanEvent
 from walras.planner.placement import capacity_left, place_batch
 from walras.planner.queue import claimed_nodes, contested
 from walras.planner.replicas import fit_columns, largest_remainder, largest_remainder_rows, split_replicas
-from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, Reservations
+from walras.planner.results import Batch, Objects, Observed, Outcome, Placed, PlanContext, PlanOptions, Reservations
 from walras.planner.reuse import Inputs, Reuse, Same, array_key, frozen, matches
-from walras.planner.spec import UtilitySpec
+from walras.planner.spec import JobSpec, UtilitySpec
 
 __all__ = ["MarketEntry", "MarketInputs", "Outcome", "replica_targets", "run_rounds"]
 
@@ -400,7 +401,8 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
             warm_weights = np.array([weights_of[jobs[i].key] for i in active.tolist()])
         market = _market(MarketInputs(A_eff[active], R, tuple(jobs[i].spec.utility for i in active),
                                       (1.0,) * active.size, f.D[active], warm, opts.device, opts.market_iterations,
-                                      opts.market_eps, opts.tenants is not None, warm_weights),
+                                      _eps(opts, [jobs[i].spec for i in active.tolist()]), opts.tenants is not None,
+                                      warm_weights),
                          ctx.reuse if rounds == 1 else None)
         if market.weights is not None:
             weights_of = {jobs[i].key: float(v) for i, v in zip(active.tolist(), market.weights.tolist(), strict=True)}
@@ -453,6 +455,19 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
     return Outcome(market, X, A_eff, f.A > 0, f.D, R, target, batches, work.table, work.count, rounds, blocked,
                    below_min, dropped, {name: tuple(conditions) for name, conditions in reported.items()},
                    tuple(events), report, weights_of if market.weights is not None else {})
+
+
+def _eps(opts: PlanOptions, specs: list[JobSpec]) -> float | None:
+    """The market's duality-gap tolerance: ``opts.market_eps`` when set; with tenants, ``gap * sum_i b_i`` over
+    the jobs in this round's market (docs/budgets.md, "Accuracy"; each priced job's log weight is its budget
+    ``b_i``), so a job left out of the market (invalid, no usable pool) does not change the others' accuracy;
+    else None (the allocator's default)."""
+    if opts.market_eps is not None:
+        return opts.market_eps
+    if opts.tenants is None:
+        return None
+    total = math.fsum(float(s.utility.weight) for s in specs)
+    return opts.tenants.gap * total if total > 0 else None
 
 
 def _sticky(pods: list[Pod | None], before: Mapping[tuple[str, str], str | None],

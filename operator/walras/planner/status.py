@@ -321,6 +321,43 @@ def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[
     return tuple(out), asked
 
 
+def _placed_matrix(actions: Actions, keys: list[tuple[str, str]], column: Mapping[str, int], m: int) -> np.ndarray:
+    """(n, m) the replicas each job has placed per pool (``actions.placed``), by the pools' column."""
+    out = np.zeros((len(keys), m), dtype=np.float64)
+    for i, key in enumerate(keys):
+        for name, count in actions.placed.get(key, {}).items():
+            j = column.get(name)
+            if j is not None:
+                out[i, j] = count
+    return out
+
+
+def _nonzero_rows(X: np.ndarray, wanted: np.ndarray, names: list[str]) -> tuple[list[dict[str, float]],
+                                                                                  list[dict[str, int]]]:
+    """Per job row, its priced allocation (``X``'s non-zero entries, rounded to 6 digits) and its wanted replicas
+    (``wanted``'s), by pool name in column order (a job uses a few of the pools)."""
+    n = X.shape[0]
+    allocations: list[dict[str, float]] = [{} for _ in range(n)]
+    wanted_rows: list[dict[str, int]] = [{} for _ in range(n)]
+    if n and X.shape[1]:
+        rows, cols = np.nonzero(X > 1e-9)
+        for i, j, x in zip(rows.tolist(), cols.tolist(), X[rows, cols].tolist(), strict=True):
+            allocations[i][names[j]] = round(x, 6)
+        rows, cols = np.nonzero(wanted > 0)
+        for i, j, w in zip(rows.tolist(), cols.tolist(), wanted[rows, cols].tolist(), strict=True):
+            wanted_rows[i][names[j]] = int(w)
+    return allocations, wanted_rows
+
+
+def _capped_by_job(tenancy: Tenancy) -> dict[tuple[str, str], list[tuple[str, float, float, int]]]:
+    """Per job, ``(pool, cap, units left at its turn, replicas it asked)`` of every Budget cap the tenants step
+    applied to it (:attr:`walras.planner.tenants.Tenancy.cap_room`), for its ``BudgetCap`` rule."""
+    capped: dict[tuple[str, str], list[tuple[str, float, float, int]]] = {}
+    for (ns, job_name, pool_name), (cap, left, want) in tenancy.cap_room.items():
+        capped.setdefault((ns, job_name), []).append((pool_name, cap, left, want))
+    return capped
+
+
 def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: Resizes,
                  job_plans: Mapping[tuple[str, str], JobPlan], tenancy: Tenancy | None = None) -> JobStatuses:
     """Fill every valid job's :class:`JobPlan` and its events. With the context's reuse (a :class:`StatusEntry`
@@ -355,12 +392,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     priced_t = np.einsum("ij,ij->i", A, X) if n else np.zeros(0)
     priced_cost = (outcome.demand * X) @ prices if n and m else np.zeros(n)
     keys = [info.key for info in jobs]
-    placed_all = np.zeros((n, m), dtype=np.float64)
-    for i, key in enumerate(keys):
-        for name, count in actions.placed.get(key, {}).items():
-            j = column.get(name)
-            if j is not None:
-                placed_all[i, j] = count
+    placed_all = _placed_matrix(actions, keys, column, m)
     big_ns = np.maximum(np.array([info.spec.replicas for info in jobs], dtype=np.float64), 1.0)
     placed_t = np.einsum("ij,ij->i", A, placed_all) / big_ns if n else np.zeros(0)
     specs = [info.spec.utility for info in jobs]
@@ -376,15 +408,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     bids = _bids(ctx, wanted_all, big_ns, demands)
     prices_l = prices.tolist()
     # each row's non-zero entries only, in column order (a job uses a few of the pools)
-    allocations: list[dict[str, float]] = [{} for _ in range(n)]
-    wanted_rows: list[dict[str, int]] = [{} for _ in range(n)]
-    if n and m:
-        rows, cols = np.nonzero(X > 1e-9)
-        for i, j, x in zip(rows.tolist(), cols.tolist(), X[rows, cols].tolist(), strict=True):
-            allocations[i][names[j]] = round(x, 6)
-        rows, cols = np.nonzero(wanted_all > 0)
-        for i, j, t in zip(rows.tolist(), cols.tolist(), wanted_all[rows, cols].tolist(), strict=True):
-            wanted_rows[i][names[j]] = int(t)
+    allocations, wanted_rows = _nonzero_rows(X, wanted_all, names)
     no_pods: tuple[PodPlan, ...] = ()
     per_pool: dict[tuple[str, str], PoolCounts] = {}
     offered_counts = outcome.offered.sum(axis=1).tolist() if n else []
@@ -394,9 +418,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     states = {pod.key: (pod.phase, pod.started) for pod in ctx.cluster.pods if pod.job is not None}
     diagnosis = _Diagnosis(ctx, outcome, tenancy, priced_cost_l)
     tenancy = tenancy or Tenancy()
-    capped: dict[tuple[str, str], list[tuple[str, float, float, int]]] = {}
-    for (ns, job_name, pool_name), (cap, left, want) in tenancy.cap_room.items():
-        capped.setdefault((ns, job_name), []).append((pool_name, cap, left, want))
+    capped = _capped_by_job(tenancy)
     resources = {p.name: p.spec.resource for p in objects.pools}
     events: list[PlanEvent] = []
     out: dict[tuple[str, str], JobPlan] = {}
