@@ -55,6 +55,17 @@ def with_refusal(status: Mapping[str, Any], refusal: Refusal | None, generation:
     return {**status, "admissionRefusal": record}
 
 
+def without_refused_pods(status: Mapping[str, Any], namespace: str, refusal: Refusal | None,
+                         pods: Mapping[ObjectKey, Any]) -> dict[str, Any]:
+    """A job's ``status`` whose ``pods`` list keeps only the pods that exist (``pods``: the snapshot's, by key)
+    while the API server refuses the job's creations (``refusal`` with a retry time): the status says what runs,
+    not what the plan hoped to create (the pods of a retry that the API server refused again)."""
+    if refusal is None or refusal.until is None or not isinstance(status.get("pods"), list):
+        return dict(status)
+    kept = [p for p in status["pods"] if not isinstance(p, Mapping) or (namespace, p.get("name")) in pods]
+    return {**status, "pods": kept}
+
+
 @dataclass
 class StatusWriter:
     """Writes each status that differs from what the object (or our last write to it) shows, and posts each plan
@@ -87,6 +98,7 @@ class StatusWriter:
                 status = with_eviction_blocked(with_resize_pending(job_status(job_plan), resize_pending.get(key)),
                                                blocked.get(key))
                 status = with_refusal(status, refused.get(key), (obj.get("metadata") or {}).get("generation"))
+                status = without_refused_pods(status, key[0], refused.get(key), index.pods)
                 yield self._write(("FungibleJob", *key), f"{base}/namespaces/{key[0]}/fungiblejobs/{key[1]}", obj,
                                   status)
         for name, conditions in plan.profiles.items():
