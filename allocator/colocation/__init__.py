@@ -44,6 +44,10 @@ Algorithms (``method=`` of :func:`partition` / :func:`solve`)
                          (result ``status="certified"``), else the search (linear and ``x**k`` costs) or HILL (other
                          convex callables), both ``"heuristic"``; ``ColocationResult.route`` says which.
 
+:func:`rearrange` (not a ``method=``): HILL's best-improvement moves (Sec. 8.1.1) of a few movable tasks among fixed
+ones from a feasible start, every single-task move a candidate, under per-task request vectors, free room and pod
+slots per machine (:mod:`._arrange`); the planner's integral fill arranges its replicas in a colocation pool with it.
+
 :func:`lower_bound` is Sec. 8.1.3. Convex costs: Lemma 4.1 (OrS dominance) is proved for linear costs only and fails
 for convex ones (sizes 5, 4, 3, 2 on two machines with ``f(x) = x^2``: the optimum {5, 2}, {4, 3} is not OrS), so
 CutJuxtapose and HILL are heuristics there; DynSize stays exact.
@@ -57,6 +61,7 @@ array. See :func:`solve` for what they do to the guarantees.
 
 from __future__ import annotations
 
+from ._arrange import Arrangement, rearrange
 from ._bestors import OrSTable, bestors_table, lower_bound
 from ._gavel import GavelInterference, gavel_alpha
 from ._model import InfeasibleError, PowerCost, cost_function, machine_costs, machine_loads, total_cost
@@ -67,6 +72,7 @@ __all__ = [
     "LIMITS_METHODS",
     "METHODS",
     "ROUTES",
+    "Arrangement",
     "ColocationResult",
     "GavelInterference",
     "InfeasibleError",
@@ -80,6 +86,7 @@ __all__ = [
     "machine_costs",
     "machine_loads",
     "partition",
+    "rearrange",
     "solve",
     "total_cost",
 ]

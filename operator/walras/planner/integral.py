@@ -9,7 +9,8 @@ each pool's ``spec.capacity`` budget, each job's pod vector per pool and admitte
 problem's route table chooses (exact MILP on small instances, with a certified gap; the price-guided greedy search
 beyond), each with exactly its ``demand`` of the priced resource on one node that has room for its whole request.
 Where the exact route is small enough, it also re-arranges every new replica that the policies of :data:`REARRANGED`
-pools placed, and its plan replaces theirs when it is better (:func:`_redo`).
+pools placed, and its plan replaces theirs when it is better (:func:`_redo`). In a colocation pool the fill's replicas
+are then arranged on the pool's nodes by its interference model (:mod:`.arrange`), the counts unchanged.
 
 Which jobs take part (a job's own rule forbids the rest): jobs in the market with replicas left (``spec.replicas``
 minus what runs, is pending or was placed), not an elastic job below its gang minimum, not an elastic job that a fair
@@ -36,6 +37,7 @@ from allocator.integral import (
     solve_fill,
     utility_value,
 )
+from walras.planner.arrange import colocation_nodes
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import Pod, pod_vector
 from walras.planner.placement import capacity_left, why_not
@@ -215,9 +217,9 @@ def fill_plan(ctx: PlanContext, inputs: FillInputs, target: np.ndarray, dropped:
         problem, rows, node_ids = built
         placed[rows] = result.counts
         table = work.table
-        for q, j, k in zip(result.row.tolist(), result.pool.tolist(), result.node.tolist(), strict=True):
+        arranged = colocation_nodes(ctx, work, batches, problem, rows, node_ids, result).tolist()
+        for q, j, node in zip(result.row.tolist(), result.pool.tolist(), arranged, strict=True):
             i = int(rows[q])
-            node = int(node_ids[k])
             table.add(node, problem.vectors[q, j])
             work.count[node] += 1
             target[i, j] += 1
