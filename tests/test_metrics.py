@@ -67,8 +67,7 @@ def test_a_plan_that_took_the_previous_solve_is_counted_not_timed() -> None:
     m = WalrasMetrics()
     m.plan_succeeded(make_plan())
     again = make_plan()
-    again.solver.reused = True
-    again.solver.seconds = 0.0
+    again = replace(again, solver=replace(again.solver, reused=True, seconds=0.0))
     m.plan_succeeded(again)
     s = samples(m)
     assert s[("walras_solver_duration_seconds_count", ())] == 1

@@ -41,6 +41,12 @@ class NodeTable:
     #: Each label key's values over the nodes, once read (:func:`walras.planner.objects.select`; kept like masks).
     labels: dict[str, np.ndarray] = field(default_factory=dict)
 
+    def copy(self) -> NodeTable:
+        """The same table with its own ``used`` (a phase that reserves writes into its copy, never into a table
+        another phase reads); the node data and the memo dicts (``masks``, ``labels``) are shared."""
+        return NodeTable(self.nodes, self.names, self.index, self.resources, self.column, self.alloc,
+                         self.used.copy(), self.usable, self.masks, self.labels)
+
     @property
     def free(self) -> np.ndarray:
         """Free amount per node and resource (may be negative on a node that is already over-committed)."""

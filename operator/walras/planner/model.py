@@ -306,7 +306,7 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SolverStats:
     """The price-discovery solve behind a plan (004, Alg. 2)."""
 

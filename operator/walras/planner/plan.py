@@ -187,6 +187,8 @@ def plan_phases(cluster: Cluster, previous: Plan | None = None, *, cache: PlanCa
                       previous, reuse)
     observed = observe(ctx)
     resizes = plan_resizes(ctx, observed)
+    if resizes.table is not None:  # the resized pods' increases are reserved in the table the later phases read
+        ctx = replace(ctx, table=resizes.table)
     outcome = run_rounds(ctx, observed)
     for name, conditions in outcome.pool_conditions.items():
         pools[name] = replace(pools[name], conditions=pools[name].conditions + conditions)

@@ -108,8 +108,9 @@ class ResizeEntry:
 
 
 def plan_resizes(ctx: PlanContext, observed: Observed) -> Resizes:
-    """Decide every running pod's resize and reserve the increases in the context's node table (before placement,
-    so new pods see the resized amounts). With the context's reuse (:mod:`.reuse`): when the recorded plan resized
+    """Decide every running pod's resize; the result's ``table`` is the context's node table with the increases
+    reserved (a copy; the context's own table is not written), which the later phases read (before placement, so
+    new pods see the resized amounts). With the context's reuse (:mod:`.reuse`): when the recorded plan resized
     nothing, blocked nothing and deferred nothing, and this plan's running pods are the same lists (the observe phase
     reused them, so the same pods in the same job rows and pools) and each row's job asks the same resources and
     demand of the same pool resources and policies, nothing is resized now either (no pod's target changed, and the
@@ -119,15 +120,16 @@ def plan_resizes(ctx: PlanContext, observed: Observed) -> Resizes:
     hit = reuse.lookup(ResizeEntry, inputs)
     if hit is not None:
         reuse.store(hit)
-        return Resizes()
+        return Resizes(table=ctx.table)
     out = _plan_resizes(ctx.objects, observed, ctx.table)
     if not (out.done or out.blocked or out.later):
         reuse.store(ResizeEntry(inputs))
     return out
 
 
-def _plan_resizes(objects: Objects, observed: Observed, table: NodeTable) -> Resizes:
-    out = Resizes()
+def _plan_resizes(objects: Objects, observed: Observed, given: NodeTable) -> Resizes:
+    table = given.copy()
+    out = Resizes(table=table)
     memo: dict[tuple[int, int, tuple[_Items, _Items]], ResizeTarget | None] = {}
     for row, info in enumerate(objects.jobs):
         for j, pods in enumerate(observed.running[row]):

@@ -126,6 +126,9 @@ class Resizes:
     done: dict[tuple[str, str], ResizeTarget] = field(default_factory=dict)
     blocked: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     later: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    #: the node table with the resizes' increases reserved, which the phases after the resize phase read (None: the
+    #: context's, unchanged)
+    table: NodeTable | None = None
 
 
 @dataclass(frozen=True)
