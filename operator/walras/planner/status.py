@@ -399,7 +399,6 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     utilities = utility_values(specs, [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
-    wanted_all = _at_most_count(wanted_all, placed_all, np.array([info.spec.replicas for info in jobs]))
     rows_target = wanted_all.tolist()
     demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
@@ -475,22 +474,6 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         if planned is not None:
             events.append(planned)
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
-
-
-def _at_most_count(wanted: np.ndarray, placed: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``wanted`` (granted replicas per job row and pool: the rounds' target plus what rounding dropped) with no row
-    above the job's ``count``: a row over it loses the surplus from the pools where it has the most granted
-    replicas without a node (a job is never reported granted more replicas than it asked for)."""
-    over = np.flatnonzero(wanted.sum(axis=1) > counts) if wanted.size else np.zeros(0, dtype=np.int64)
-    if not over.size:
-        return wanted
-    out = wanted.copy()
-    for i in over.tolist():
-        for _ in range(int(out[i].sum() - counts[i])):
-            spare = out[i] - placed[i]
-            j = int(np.argmax(spare)) if spare.max() > 0 else int(np.argmax(out[i]))
-            out[i, j] -= 1
-    return out
 
 
 def _gang_waiting(done: Concluded, note: str | None) -> Concluded:
