@@ -81,6 +81,12 @@ def _gang() -> Docs:
     return [gpu_node("a0", gpus=3), pool("a", "a"), job("j", {"a": 1.0}, replicas={"count": 4, "gang": True})]
 
 
+def _gang_cpu() -> Docs:
+    # two 1-GPU nodes, one with 2 cpu: a pod of 3 cpu fits a0 only, so the gang of 2 has 1 place, not 2
+    return [gpu_node("a0", gpus=1), gpu_node("a1", gpus=1, cpu="2"), pool("a", "a"),
+            job("j", {"a": 1.0}, replicas={"count": 2, "gang": True}, resources={"cpu": "3"})]
+
+
 def _quota() -> Docs:
     hard = {"requests.nvidia.com/gpu": "2"}
     return [gpu_node("a0"), pool("a", "a"), job("j", {"a": 1.0}, count=4),
@@ -136,7 +142,11 @@ CASES: dict[str, tuple[Callable[[], Docs], tuple[str, ...]]] = {
     "BudgetCap": (_budget_cap, ("maxUnits 3", "3 replica(s) of 1 fit, the other 1 would need 1 more")),
 }
 #: the same reason on other clusters
-MORE = {"BudgetCap/pool": ("BudgetCap", _budget_cap_pool, ("maxUnits 2", "take 2, 0 left", "2 replica(s) need 2"))}
+MORE = {"BudgetCap/pool": ("BudgetCap", _budget_cap_pool, ("maxUnits 2", "take 2, 0 left", "2 replica(s) need 2")),
+        # the gang's rule names the next pod's: 1 of 2 placeable, a1's 2 cpu short by 1 of the pod's 3
+        "GangNotPlaceable/cpu": ("GangNotPlaceable", _gang_cpu, (
+            "2 replica(s), pool a: GangNotPlaceable: gang of 2", "can place 1 now (InsufficientCpu",
+            "on the best node a1: cpu short by 1"))}
 
 #: reasons no single offline plan of manifests produces, with why (issue 28's report names them)
 NOT_OFFLINE = {

@@ -446,6 +446,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         row_bids = bids[i]
         found = diagnosis.blockers(i, rows_target[i], placed_all[i].tolist(), row_bids, prices_l) if (
             placed_total < spec.replicas) else ()
+        found = _as_gang(found, actions.gangs.get(key))
         by_cap, asked = _cap_blockers(tenancy, capped, key, spec.demand, resources, placed_total)
         count = max(asked, spec.replicas)
         if by_cap:
@@ -474,6 +475,25 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         if planned is not None:
             events.append(planned)
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
+
+
+#: Rules that hold for every pod of a pool, so for a gang's too; the others (room for some pods) are the gang's rule.
+_PER_POOL = ("NoReadyNode", "NoEligibleNode", "TooLarge", "PoolCapacity", "NoMarginalUtility")
+
+
+def _as_gang(found: tuple[Blocker, ...], note: str | None) -> tuple[Blocker, ...]:
+    """A waiting gang's blockers (``note``: its ``GangNotPlaceable`` message from :func:`walras.planner.gang.enforce`,
+    None for any other job): the rules that keep every pod out of a pool stay (:data:`_PER_POOL`); the rules of a
+    pool that has room for some of its pods (the degree limit, cpu or memory, capacity, the market's side of one more
+    pod) are not what holds a gang back, so they become one ``GangNotPlaceable`` blocker, in the first such pool,
+    with the gang's numbers (how many its best pool can place and the rule that stops the next pod)."""
+    if not note:
+        return found
+    whole = [b for b in found if b.reason not in _PER_POOL]
+    if not whole:
+        return found
+    gang = Blocker(whole[0].pool, "GangNotPlaceable", max(b.replicas for b in whole), note)
+    return (gang, *(b for b in found if b.reason in _PER_POOL))
 
 
 def _gang_waiting(done: Concluded, note: str | None) -> Concluded:
