@@ -145,7 +145,7 @@ class _Diagnosis:
             for j in usable:
                 out.extend(self._valued(i, j, missing, valued(u, 0, t_granted, a[j] / n, missing, t1), granted,
                                         bids, prices))
-        return tuple(out)
+        return _merged(out)
 
     def _valued(self, i: int, j: int, replicas: int, worth: int, granted: list[int],
                 bids: Mapping[int, float | None], prices: list[float]) -> list[Blocker]:
@@ -187,6 +187,8 @@ class _Diagnosis:
             shorts = ", ".join(f"{r} short by {_amount(r, v)}" for r, v in got["shorts"])
             message = (f"{got['nodes']} node(s) of pool {name!r} have the {d:g} {res} a pod needs but not its other "
                        f"requests; on the best node {got['node']}: {shorts}")
+            if got.get("limit") is not None:
+                message += f" (and no pod slot under its degree limit of {got['limit']} Walras pod(s) per node)"
         elif kind == "Fragmented":
             message = (f"pool {name!r} has {got['free']:g} {res} free in total but no node has the {d:g} a pod "
                        f"needs (at most {got['largest']:g} on one node)")
@@ -273,7 +275,9 @@ class _Diagnosis:
         if (fits & ~slot).any():
             return "DegreeLimited", {"nodes": int((fits & ~slot).sum()), "limit": limit}
         need = vec[c] if c is not None else 0.0
-        priced = (col_free + (tol[:, c] if c is not None else 0.0) >= need) & slot
+        has = col_free + (tol[:, c] if c is not None else 0.0) >= need
+        # nodes with the priced resource free: those with a slot first; else those the degree limit also closes
+        priced = has & slot if (has & slot).any() else has
         if priced.any():
             lack = np.maximum(vec - free, 0.0)[priced]
             if c is not None:
@@ -284,11 +288,23 @@ class _Diagnosis:
             names = {r for r, _ in shorts}
             kind = "InsufficientCpu" if "cpu" in names else "InsufficientMemory" if "memory" in names else (
                 "InsufficientResource")
-            return kind, {"nodes": int(priced.sum()), "node": table.names[int(cand[priced][best])], "shorts": shorts}
+            return kind, {"nodes": int(priced.sum()), "node": table.names[int(cand[priced][best])], "shorts": shorts,
+                          "limit": None if (has & slot).any() else limit}
         total = float(col_free.sum())
         if total + 1e-9 >= need > 0:
             return "Fragmented", {"free": total, "largest": float(col_free.max())}
         return "InsufficientCapacity", {"free": total, "nodes": int(cand.size)}
+
+
+def _merged(found: list[Blocker]) -> tuple[Blocker, ...]:
+    """``found`` with the blockers of one pool that give the same rule and message (granted replicas without a
+    node and replicas not granted, held back by the same rule) as one, their replicas added, in first-seen order."""
+    out: dict[tuple[str, str, str], Blocker] = {}
+    for b in found:
+        key = (b.pool, b.reason, b.message)
+        held = out.get(key)
+        out[key] = b if held is None else replace(held, replicas=held.replicas + b.replicas)
+    return tuple(out.values())
 
 
 def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[str, float, float, int]]],
