@@ -197,7 +197,10 @@ MORE = {"BudgetCap/pool": ("BudgetCap", _budget_cap_pool, ("maxUnits 2", "take 2
             "3 replica(s), pool b: NoUsablePool", "spec.throughput gives pool 'b' 0")),
         "GangNotPlaceable/cpu": ("GangNotPlaceable", _gang_cpu, (
             "2 replica(s), pool a: GangNotPlaceable: gang of 2", "can place 1 now (InsufficientCpu",
-            "on the best node a1: cpu short by 1"))}
+            # docs/troubleshooting.md quotes this message
+            "gang of 2 needs 2 replicas in one pool; best pool 'a' can place 1 now (InsufficientCpu: needs 2 "
+            "nvidia.com/gpu, 2 free on 2 admitted node(s); 1 node(s) have the 1 nvidia.com/gpu a pod needs but not "
+            "its other requests; on the best node a1: cpu short by 1)"))}
 
 #: reasons no single offline plan of manifests produces, with why (issue 28's report names them)
 NOT_OFFLINE = {
