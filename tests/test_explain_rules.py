@@ -185,7 +185,8 @@ CASES: dict[str, tuple[Callable[[], Docs], tuple[str, ...]]] = {
                                          "the job's bid 0.03333 per",
                                          "at 0 granted replica(s)); 2 nvidia.com/gpu free on 1 node(s)")),
     "BudgetShare": (_budget_share, ("4 replica(s), pool a: BudgetShare", "the job's budget is 0.25 credits/h",
-                                    "share 1 over 2 priced job(s)", "price 0.3333 per nvidia.com/gpu",
+                                    "its part of tenant 'team''s share 1 over 2 priced job(s)",
+                                    "price 0.3333 per nvidia.com/gpu in pool 'a' is at or above its bid 0.25",
                                     "its bid 0.25", "1 nvidia.com/gpu free on 1 node(s)")),
     "SolverFailed": (_solver_failed, ("Valid=False SolverFailed", "OverflowError")),
 }
