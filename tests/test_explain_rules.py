@@ -2,7 +2,8 @@
 reason of :data:`walras.planner.model.REASONS`, written as the manifests ``walras explain -f`` reads, explained
 offline through the CLI's own function, and checked for the reason and a number worked out by hand from the
 cluster (free units, shortfalls, limits, caps). The reasons no single offline plan can produce are listed in
-:data:`NOT_OFFLINE` with why; the test fails if a reason is neither covered nor listed."""
+:data:`NOT_OFFLINE` with why (each has a live or multi-plan test of its own); the test fails if a reason is neither
+covered nor listed. A job that waits is never told "Nothing blocks this job"."""
 
 from __future__ import annotations
 
@@ -18,6 +19,18 @@ from walras.cli import main
 from walras.planner.model import REASONS
 
 Docs = list[dict[str, Any]]
+
+
+def _no_usable_pool() -> Docs:
+    return [gpu_node("a0"), pool("a", "a"), job("j", {"nope": 1.0}, count=2)]
+
+
+def _no_usable_pool_resource() -> Docs:
+    # the pods ask for an extended resource no node of pool a offers (kube-scheduler's NodeResourcesFit)
+    template = {"spec": {"containers": [{"name": "c", "image": "x",
+                                         "resources": {"requests": {"example.com/fpga": "1"},
+                                                       "limits": {"example.com/fpga": "1"}}}]}}
+    return [gpu_node("a0"), pool("a", "a"), pool("b", "b"), job("j", {"a": 1.0, "b": 0.0}, count=3, template=template)]
 
 
 def _no_ready_node() -> Docs:
@@ -81,6 +94,38 @@ def _gang() -> Docs:
     return [gpu_node("a0", gpus=3), pool("a", "a"), job("j", {"a": 1.0}, replicas={"count": 4, "gang": True})]
 
 
+def _gang_cpu() -> Docs:
+    # two 1-GPU nodes, one with 2 cpu: a pod of 3 cpu fits a0 only, so the gang of 2 has 1 place, not 2
+    return [gpu_node("a0", gpus=1), gpu_node("a1", gpus=1, cpu="2"), pool("a", "a"),
+            job("j", {"a": 1.0}, replicas={"count": 2, "gang": True}, resources={"cpu": "3"})]
+
+
+def _price_above_bid() -> Docs:
+    # h (4 of 3 cpu) fits 2 pods in 8 cpu, so the market sells 2 GPUs to it at a high price and 2 stay free; j, an
+    # elastic job below its minimum (2) that the fill leaves out by its rule, bids 0.1 / 3 = 0.03333 per GPU (a
+    # linear utility: a_ij / (N d)), below that price: the market grants it nothing although its pods fit
+    return [gpu_node("a0", cpu="8"), pool("a", "a"), job("h", {"a": 1.0}, count=4, resources={"cpu": "3"}),
+            job("j", {"a": 0.1}, replicas={"min": 2, "max": 3}, utility={"type": "linear"},
+                resources={"cpu": "1"})]
+
+
+def _budget_share() -> Docs:
+    # one tenant of share 1, split 3:1 by spec.weight: b_h = 0.75, b_j = 0.25. h's pods of 5 cpu fit 2 in 12 cpu,
+    # so the market sells 3 GPUs: price = 1 credit/h over 3 = 0.3333; j (elastic, sized by the fair pool) buys
+    # 0.25 / 0.3333 = 0.75 GPU, 1 replica, whose bid is b_j / 1 unit = 0.25, below the price, with 1 GPU still free
+    return [gpu_node("a0", cpu="12"), pool("a", "a", policy="fair"),
+            job("h", {"a": 1.0}, count=4, resources={"cpu": "5"}, weight=3),
+            job("j", {"a": 1.0}, replicas={"min": 1, "max": 5}, resources={"cpu": "1"}, weight=1),
+            {"kind": "Budget", "metadata": {"name": "team"}, "spec": {"share": 1, "namespaces": ["ml"]}}]
+
+
+def _solver_failed() -> Docs:
+    # values the schema admits (exponent -100, weight 1e-6, throughput 1e-9) whose power utility overflows a float
+    # in the market's solver: the plan isolates the job (issue 30) and plans the other one
+    return [gpu_node("a0"), pool("a", "a"), job("h", {"a": 1.0}, count=2),
+            job("j", {"a": 1e-9}, count=3, utility={"type": "power", "exponent": -100, "weight": 1e-6})]
+
+
 def _quota() -> Docs:
     hard = {"requests.nvidia.com/gpu": "2"}
     return [gpu_node("a0"), pool("a", "a"), job("j", {"a": 1.0}, count=4),
@@ -118,6 +163,8 @@ def _budget_cap_pool() -> Docs:
 
 #: reason -> (the cluster, numbers worked out by hand that the explanation must show)
 CASES: dict[str, tuple[Callable[[], Docs], tuple[str, ...]]] = {
+    "NoUsablePool": (_no_usable_pool, ("2 replica(s), pool nope: NoUsablePool", "none of the 1 pool(s)",
+                                       "no ResourcePool 'nope' exists; the 1 valid pool(s) are a")),
     "NoReadyNode": (_no_ready_node, ("1 node(s) match its nodeSelector",)),
     "NoEligibleNode": (_no_eligible_node, ("none of the 1 Ready node(s)",)),
     "TooLarge": (_too_large, ("cpu 32 > 16",)),
@@ -134,21 +181,34 @@ CASES: dict[str, tuple[Callable[[], Docs], tuple[str, ...]]] = {
     "QuotaLimited": (_quota, ("2 of 4",)),  # 2 GPUs of quota, 1 GPU a replica
     "PodSecurityRefused": (_pod_security, ("restricted",)),
     "BudgetCap": (_budget_cap, ("maxUnits 3", "3 replica(s) of 1 fit, the other 1 would need 1 more")),
+    "PriceAboveBid": (_price_above_bid, ("3 replica(s), pool a: PriceAboveBid", "price 0.4844 per nvidia.com/gpu",
+                                         "the job's bid 0.03333 per",
+                                         "at 0 granted replica(s)); 2 nvidia.com/gpu free on 1 node(s)")),
+    "BudgetShare": (_budget_share, ("4 replica(s), pool a: BudgetShare", "the job's budget is 0.25 credits/h",
+                                    "its part of tenant 'team''s share 1 over 2 priced job(s)",
+                                    "price 0.3333 per nvidia.com/gpu in pool 'a' is at or above its bid 0.25",
+                                    "its bid 0.25", "1 nvidia.com/gpu free on 1 node(s)")),
+    "SolverFailed": (_solver_failed, ("Valid=False SolverFailed", "OverflowError")),
 }
 #: the same reason on other clusters
-MORE = {"BudgetCap/pool": ("BudgetCap", _budget_cap_pool, ("maxUnits 2", "take 2, 0 left", "2 replica(s) need 2"))}
+MORE = {"BudgetCap/pool": ("BudgetCap", _budget_cap_pool, ("maxUnits 2", "take 2, 0 left", "2 replica(s) need 2")),
+        # the gang's rule names the next pod's: 1 of 2 placeable, a1's 2 cpu short by 1 of the pod's 3
+        "NoUsablePool/resource": ("NoUsablePool", _no_usable_pool_resource, (
+            "3 replica(s), pool a: NoUsablePool", "no node of the pool offers example.com/fpga",
+            "3 replica(s), pool b: NoUsablePool", "spec.throughput gives pool 'b' 0")),
+        "GangNotPlaceable/cpu": ("GangNotPlaceable", _gang_cpu, (
+            "2 replica(s), pool a: GangNotPlaceable: gang of 2", "can place 1 now (InsufficientCpu",
+            # docs/troubleshooting.md quotes this message
+            "gang of 2 needs 2 replicas in one pool; best pool 'a' can place 1 now (InsufficientCpu: needs 2 "
+            "nvidia.com/gpu, 2 free on 2 admitted node(s); 1 node(s) have the 1 nvidia.com/gpu a pod needs but not "
+            "its other requests; on the best node a1: cpu short by 1)"))}
 
 #: reasons no single offline plan of manifests produces, with why (issue 28's report names them)
 NOT_OFFLINE = {
-    "PriceAboveBid": "after the market the integral fill gives every free unit a job values to a replica, so room "
-                     "with a positive price and a bid below it does not survive one plan (the status phase measures "
-                     "it; no prepared cluster reaches it)",
-    "BudgetShare": "PriceAboveBid's case with tenants on (the same measurement): not reached for the same reason",
     "AdmissionRefused": "needs the API server to refuse a pod create (recorded in the job's status), which an offline "
                         "plan has no server for; tests/test_refusals_operator.py covers it live",
     "Misplaced": "needs a pod bound outside its pool by another scheduler between two plans "
                  "(tests/test_misplacement.py runs the sequence)",
-    "SolverFailed": "needs the market's solver to fail on a job's numbers, which valid manifests do not make it do",
 }
 
 
@@ -183,6 +243,8 @@ def test_explain_names_the_rule_with_its_numbers(case: str, tmp_path: Path,
         assert number in text, text
     if any(b["reason"] == reason for b in doc["blocked"]):
         assert f": {reason}: " in text  # the "Not granted or not placed" line names the rule
+    if doc["replicas"]["placed"] < doc["replicas"]["count"] or doc["phase"] == "Unschedulable":
+        assert "Nothing blocks" not in text, text
 
 
 def test_a_cap_is_the_condition_and_the_count_is_what_the_job_asked(tmp_path: Path,

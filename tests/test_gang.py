@@ -102,7 +102,11 @@ def test_gang_that_cannot_fit_creates_nothing_and_says_why_with_numbers() -> Non
     assert _live(plan, "g") == []
     gang = {c.type: c for c in plan.jobs[("ns", "g")].conditions}["GangPlaced"]
     assert gang.reason == "GangNotPlaceable"
-    assert "gang of 5 needs 5 replicas in one pool" in gang.message and "can place 4" in gang.message
+    # docs/gangs.md shows this message: 4 of 2 x 2 GPUs fit, the fifth pod finds none left
+    assert gang.message == ("gang of 5 needs 5 replicas in one pool; best pool 'a' can place 4 now "
+                            "(InsufficientCapacity: needs 5 nvidia.com/gpu, 4 free on 2 admitted node(s); "
+                            "0 nvidia.com/gpu left free, a pod needs 1)")
+    assert [(b.reason, b.replicas) for b in plan.jobs[("ns", "g")].blockers] == [("GangNotPlaceable", 5)]
     assert plan.jobs[("ns", "g")].reason == "GangNotPlaceable"
     plain = replace(cluster, jobs=(_job("g", 5, gang=False),))
     assert len(_live(build_plan(plain), "g")) == 4  # without the gang rule, 4 of 5 run

@@ -82,13 +82,14 @@ def test_render_lists_pools_jobs_and_pods() -> None:
     data = {"pools": [{"name": "v100", "resource": "nvidia.com/gpu", "policy": "utility", "nodes": 2,
                        "capacity": 8.0, "used": 6.0, "price": 1.25, "utilisation": 0.75}],
             "jobs": [{"namespace": "ml", "name": "resnet", "phase": "Running", "allocation": {"v100": 1.0},
-                      "replicas": {"v100": 2}, "throughput": 6.0, "utility": 6.0, "cost": 2.5}],
+                      "replicas": {"v100": 2}, "count": 3, "granted": 3, "reason": "DegreeLimited",
+                      "throughput": 6.0, "utility": 6.0, "cost": 2.5}],
             "pods": [{"namespace": "ml", "name": "resnet-0", "job": "resnet", "pool": "v100", "node": "gpu-0",
                       "phase": "Running", "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}],
             "solver": {"iterations": 3, "gap": 0.0, "converged": True}}
     text = demo.render(data)
     assert "v100  nvidia.com/gpu  utility  2      8         6     1.25   75%" in text
-    assert "ml         resnet  Running  v100=1.00   v100=2    6           2.5" in text
+    assert "ml         resnet  Running  v100=1.00   2/3 v100=2  6           2.5   DegreeLimited" in text
     assert "resnet-0  v100  gpu-0  Running  nvidia.com/gpu=1  nvidia.com/gpu=1" in text
 
 

@@ -130,7 +130,8 @@ def report(plan: Plan, pods: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                    "capacity": p.capacity, "used": p.used, "price": p.price, "utilisation": p.utilisation}
                   for p in plan.pools.values()],
         "jobs": [{"namespace": j.namespace, "name": j.name, "phase": j.phase, "allocation": j.allocation,
-                  "replicas": j.replicas, "throughput": j.throughput, "utility": j.utility, "cost": j.cost}
+                  "replicas": j.replicas, "count": j.count, "granted": sum(j.wanted.values()),
+                  "reason": j.reason or None, "throughput": j.throughput, "utility": j.utility, "cost": j.cost}
                  for j in plan.jobs.values()],
         "pods": sorted(managed, key=lambda p: (p["namespace"], p["name"])),
         "solver": {"iterations": plan.solver.iterations, "gap": plan.solver.gap,
@@ -146,11 +147,14 @@ def render(data: Mapping[str, Any]) -> str:
     out = ["POOLS", table([["NAME", "RESOURCE", "POLICY", "NODES", "CAPACITY", "USED", "PRICE", "UTIL"]] + [
         [p["name"], p["resource"], p["policy"], str(p["nodes"]), f"{p['capacity']:g}", f"{p['used']:g}",
          f"{p['price']:.4g}", f"{p['utilisation']:.0%}"] for p in data["pools"]]), "", "JOBS"]
-    out.append(table([["NAMESPACE", "NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST"]] + [
+    # REPLICAS: placed of spec.replicas.count, then per pool; REASON: the first blocking rule of a job short of its
+    # count (docs/troubleshooting.md; `walras explain NAMESPACE/NAME` gives the numbers)
+    out.append(table([["NAMESPACE", "NAME", "PHASE", "ALLOCATION", "REPLICAS", "THROUGHPUT", "COST", "REASON"]] + [
         [j["namespace"], j["name"], j["phase"],
          ",".join(f"{k}={v:.2f}" for k, v in j["allocation"].items() if v) or "-",
-         ",".join(f"{k}={v}" for k, v in j["replicas"].items() if v) or "-",
-         f"{j['throughput']:.4g}", f"{j['cost']:.4g}"] for j in data["jobs"]]))
+         f"{sum(j['replicas'].values())}/{j['count']} "
+         + (",".join(f"{k}={v}" for k, v in j["replicas"].items() if v) or "-"),
+         f"{j['throughput']:.4g}", f"{j['cost']:.4g}", j.get("reason") or "-"] for j in data["jobs"]]))
     out += ["", "PODS"]
     out.append(table([["NAMESPACE", "NAME", "POOL", "NODE", "PHASE", "REQUESTS", "LIMITS"]] + [
         [p["namespace"], p["name"], p["pool"] or "-", p["node"] or "-", p.get("phase") or "-",

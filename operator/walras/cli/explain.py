@@ -128,8 +128,9 @@ def _table(rows: list[list[str]]) -> list[str]:
 def render(doc: dict[str, Any]) -> str:
     """The text view of :func:`explain_document`."""
     r = doc["replicas"]
-    out = [f"FungibleJob {doc['job']}: {doc['phase']} ({r['running']} of {r['count']} replica(s) running, "
-           f"{r['placed']} placed, {r['granted']} granted)"]
+    out = [f"FungibleJob {doc['job']}: {doc['phase']} " + (
+        "(not planned: its Valid condition says why)" if doc["phase"] == "Invalid" else
+        f"({r['running']} of {r['count']} replica(s) running, {r['placed']} placed, {r['granted']} granted)")]
     asked = doc["asked"]
     if asked:
         each = f"{asked['demand']:g} unit(s) of each pool's priced resource per replica"
@@ -165,8 +166,11 @@ def render(doc: dict[str, Any]) -> str:
         out.append("Not granted or not placed:")
         for b in doc["blocked"]:
             out.append(f"  {b['replicas']} replica(s), pool {b['pool']}: {b['reason']}: {b['message']}")
-    elif doc["phase"] not in ("Invalid",):
+    elif r["placed"] >= r["count"] and doc["phase"] != "Invalid":
         out.append("Nothing blocks this job: every replica it asked for is placed.")
+    elif doc["phase"] not in ("Invalid", "Complete", "Failed", "Suspended"):
+        out.append(f"Not placed: {r['count'] - r['placed']} replica(s), by no rule of the blocking-rule table; "
+                   "the conditions below say why")
     queue = doc["queue"]
     if queue is not None:
         out.append(f"Queue: position {queue['position']} of {queue['waiting']} waiting job(s) (order: "

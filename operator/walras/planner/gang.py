@@ -31,13 +31,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from walras.planner.cluster import PODS, Cluster, Pod, pod_vector
+from walras.planner.capacity import NodeTable
+from walras.planner.cluster import Cluster, Pod, pod_vector
 from walras.planner.model import PodPlan
-from walras.planner.placement import why_not
 from walras.planner.reconcile import removal
 from walras.planner.results import Actions, Outcome, PlanContext
 
-__all__ = ["LIVE", "Gangs", "enforce", "gang_sizes"]
+__all__ = ["LIVE", "Gangs", "enforce", "gang_sizes", "next_pod_rule"]
 
 #: Pod actions after which the pod exists (counted in a gang's k).
 LIVE = ("keep", "resize", "bind", "create")
@@ -113,30 +113,83 @@ def _released(plans: list[PodPlan], pods: Mapping[tuple[str, str], Pod], ctx: Pl
     return out
 
 
+def _amount(resource: str, value: float) -> str:
+    """A quantity for a person: bytes of memory and storage in Gi, others as a short number."""
+    if resource == "memory" or resource.endswith("storage"):
+        return f"{value / 2 ** 30:.3g}Gi"
+    return f"{value:.3g}"
+
+
+def next_pod_rule(table: NodeTable, nodes: np.ndarray, count: np.ndarray, degree_limit: int | None,
+                  vec: np.ndarray, priced: str) -> tuple[int, str, str]:
+    """How many pods of request ``vec`` the admitted ``nodes`` of a pool take now (per node the fewest of what its
+    free vector holds, its free pod slots and its slots under ``degree_limit``, ``count`` the Walras pods per node),
+    and the rule that stops the next one once those are placed, with its numbers: ``(can, reason, text)``, the
+    reasons of :data:`walras.planner.model.REASONS` in their order (``NoEligibleNode``, ``TooLarge``,
+    ``DegreeLimited``, ``InsufficientCpu``/``Memory``/``Resource``, ``Fragmented``, ``InsufficientCapacity``)."""
+    if nodes.size == 0:
+        return 0, "NoEligibleNode", "no Ready node of the pool admits the pod (taints, nodeSelector, node affinity)"
+    alloc = table.alloc[nodes]
+    tol = 1e-9 * np.maximum(1.0, alloc)
+    big = np.all(alloc + tol >= vec, axis=1)
+    if not big.any():
+        most = alloc.max(axis=0)
+        over = ", ".join(f"{table.resources[r]} {_amount(table.resources[r], float(vec[r]))} > "
+                         f"{_amount(table.resources[r], float(most[r]))}" for r in np.flatnonzero(vec > most + 1e-9))
+        return 0, "TooLarge", f"the pod requests more than the largest admitted node may allocate: {over}"
+    fit = table.fit_count(vec, nodes)
+    slots = np.full(nodes.size, 1 << 30, dtype=np.int64) if degree_limit is None else (
+        np.maximum(degree_limit - count[nodes], 0).astype(np.int64))
+    k = np.minimum(fit, slots)
+    can = int(k.sum())
+    free = np.maximum(table.free[nodes], 0.0) - k[:, None] * vec  # after the pods that fit are placed
+    more = np.all(free + tol >= vec, axis=1)
+    c = table.column[priced]
+    if (more & (k >= slots)).any():
+        return can, "DegreeLimited", (f"{int((more & (k >= slots)).sum())} node(s) have room for another pod but no "
+                                      f"slot under the pool's degree limit of {degree_limit} Walras pod(s) per node")
+    with_priced = (free[:, c] + tol[:, c] >= vec[c]) & (k < slots)
+    if with_priced.any():
+        lack = np.maximum(vec - free, 0.0)[with_priced]
+        lack[:, c] = 0.0
+        best = int(np.argmin((lack / np.maximum(vec, 1e-12)).sum(axis=1)))
+        shorts = [(table.resources[r], float(lack[best, r])) for r in np.flatnonzero(lack[best] > 1e-9)]
+        names = {r for r, _ in shorts}
+        kind = "InsufficientCpu" if "cpu" in names else "InsufficientMemory" if "memory" in names else (
+            "InsufficientResource")
+        short = ", ".join(f"{r} short by {_amount(r, v)}" for r, v in shorts)
+        return can, kind, (f"{int(with_priced.sum())} node(s) have the {vec[c]:g} {priced} a pod needs but not its "
+                           f"other requests; on the best node {table.names[int(nodes[with_priced][best])]}: {short}")
+    total, largest = float(free[:, c].sum()), float(free[:, c].max())
+    if total + 1e-9 >= vec[c] > 0:
+        return can, "Fragmented", (f"{total:g} {priced} left free in total but no node has the {vec[c]:g} a pod "
+                                   f"needs (at most {largest:g} on one node)")
+    return can, "InsufficientCapacity", f"{total:g} {priced} left free, a pod needs {vec[c]:g}"
+
+
 def _why_waiting(ctx: PlanContext, outcome: Outcome, i: int, big_n: int, released: int) -> str:
     """The ``GangNotPlaceable`` message of waiting gang row i: how many of its pods its best pool could place now
-    (after this plan's reservations) and the rule that stops the next one."""
+    (after this plan's reservations) and the rule that stops the next one (:func:`next_pod_rule`), with numbers."""
     objects, table, count = ctx.objects, outcome.table, outcome.walras_count
     info = objects.jobs[i]
     spec = info.spec
     best: tuple[int, float, int, str] | None = None
     for j in np.flatnonzero(outcome.offered[i]).tolist() if outcome.offered.shape[0] > i else []:
         pool = objects.pools[j]
-        nodes = pool.usable[ctx.admitted[i][pool.usable]]
-        vec = table.vector(pod_vector(ctx.templates[i], spec, pool.spec.resource, spec.demand))
-        fit = table.fit_count(vec, nodes)
-        slots = np.floor(np.maximum(table.free[nodes, table.column[PODS]], 0.0) + 1e-9) if nodes.size else fit
-        if pool.spec.degree_limit is not None and nodes.size:
-            slots = np.minimum(slots, np.maximum(pool.spec.degree_limit - count[nodes], 0))
-        can = int(np.minimum(fit, slots).sum()) if nodes.size else 0
-        c = table.column.get(pool.spec.resource)
-        free = float(np.maximum(table.free[nodes, c], 0.0).sum()) if nodes.size and c is not None else 0.0
         res = pool.spec.resource
-        why = (f"{why_not(table, pool.usable, ctx.admitted[i], count, pool.spec.degree_limit, vec)}: needs "
-               f"{big_n * spec.demand:g} {res}, {free:g} free on {nodes.size} admitted node(s)") if can < big_n else (
-            f"price {float(outcome.market.prices[j]) if outcome.market.prices.size > j else 0.0:.4g} per {res}: the "
-            "bundle's surplus is below 0")
-        here = (min(can, big_n), spec.throughput.get(pool.name, 0.0), -j, why)
+        if pool.usable.size == 0:
+            here = (0, spec.throughput.get(pool.name, 0.0), -j, "NoReadyNode: the pool matches no Ready node")
+        else:
+            nodes = pool.usable[ctx.admitted[i][pool.usable]]
+            vec = table.vector(pod_vector(ctx.templates[i], spec, res, spec.demand))
+            can, reason, text = next_pod_rule(table, nodes, count, pool.spec.degree_limit, vec, res)
+            c = table.column[res]
+            free = float(np.maximum(table.free[nodes, c], 0.0).sum()) if nodes.size else 0.0
+            why = (f"{reason}: needs {big_n * spec.demand:g} {res}, {free:g} free on {nodes.size} admitted node(s); "
+                   f"{text}") if can < big_n else (
+                f"price {float(outcome.market.prices[j]) if outcome.market.prices.size > j else 0.0:.4g} per {res}: "
+                "the bundle's surplus is below 0")
+            here = (min(can, big_n), spec.throughput.get(pool.name, 0.0), -j, why)
         if best is None or here[:3] > best[:3]:
             best = here
     head = f"gang of {big_n} needs {big_n} replicas in one pool"

@@ -491,10 +491,12 @@ def placed_rows(batches: list[tuple[Batch, Placed, list[Pod | None]]], running: 
 
 
 def withdraw(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], rows: Container[int],
-             work: Reservations) -> None:
+             work: Reservations, target: np.ndarray | None = None) -> None:
     """Unplace this round's new pods of the job ``rows`` (pods that do not exist yet): their room in ``work`` is given
-    back and they are marked optional (withdrawn, not unplaceable). The one withdrawal of a job that cannot run with
-    the replicas it got: a gang below N (:func:`withdraw_gangs`) and an elastic job below its minimum (the rounds)."""
+    back and they are marked optional (withdrawn, not unplaceable), and each leaves ``target`` (when given: the
+    round's replica targets, so a withdrawn replica is no longer counted granted). The one withdrawal of a job that
+    cannot run with the replicas it got: a gang below N (:func:`withdraw_gangs`) and an elastic job below its minimum
+    (the rounds)."""
     objects, templates = ctx.objects, ctx.templates
     for batch, result, pods in batches:
         priced = objects.pools[batch.pool].spec.resource
@@ -508,17 +510,23 @@ def withdraw(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | Non
                 result.node[q] = -1
                 result.amount[q] = 0.0
                 batch.optional[q] = True
+                if target is not None:
+                    target[row, batch.pool] -= 1
 
 
 def withdraw_gangs(ctx: PlanContext, batches: list[tuple[Batch, Placed, list[Pod | None]]], running: np.ndarray,
-                   work: Reservations) -> dict[int, int]:
+                   work: Reservations, target: np.ndarray) -> dict[int, int]:
     """Rule 2 of :mod:`.gang`: a gang row with ``0 < k < N`` replicas running or placed in this round gets
-    none of its new pods (:func:`withdraw`). Returns the rows concerned with the replicas they had (k)."""
+    none of its new pods (:func:`withdraw`), and they leave its row of ``target`` (the round's replica targets): the
+    integral fill then counts the gang's replicas left from what remains (it may place the whole gang, or its
+    still-waiting replicas are added back as wanted and unplaced, with why), so no row's target plus what rounding
+    dropped exceeds ``spec.replicas`` (a gang once read "granted 5 of 4"). Returns the rows concerned with the
+    replicas they had (k)."""
     gang = _gang_rows(ctx)
     if not gang.any():
         return {}
     placed = placed_rows(batches, running)
     out = {row: int(placed[row]) for row in np.flatnonzero(gang).tolist()
            if 0 < placed[row] < ctx.objects.jobs[row].spec.replicas}
-    withdraw(ctx, batches, out, work)
+    withdraw(ctx, batches, out, work, target)
     return out

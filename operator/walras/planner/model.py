@@ -154,6 +154,8 @@ class PodPlan:
 #: The status phase (``walras.planner.status._Diagnosis``) tries them in this order after the plan's placement and
 #: stops at the first that holds.
 REASONS: dict[str, str] = {
+    "NoUsablePool": "no pool the job names can run it: unknown or invalid pools, throughput 0, or pods the pool can "
+                    "never run",
     "NoReadyNode": "the pool matches no Ready, schedulable node",
     "NoEligibleNode": "no Ready node of the pool admits the pod (taints, nodeSelector, node affinity)",
     "TooLarge": "the pod requests more than the largest node of the pool may allocate",

@@ -17,7 +17,7 @@ import numpy as np
 
 from walras.planner.capacity import NodeTable
 from walras.planner.cluster import PODS, Cluster, Job
-from walras.planner.model import Condition, JobPlan, PlanEvent, PoolPlan
+from walras.planner.model import Blocker, Condition, JobPlan, PlanEvent, PoolPlan
 from walras.planner.results import JobInfo, Objects, PoolInfo, Reported
 from walras.planner.spec import ProfileSpec, integral_resource, whole
 
@@ -135,15 +135,50 @@ def build_objects(cluster: Cluster, table: NodeTable) -> tuple[Objects, Reported
                        "can run its pods" + (f": {'; '.join(problems)})" if problems else ")"))
             job_conditions.append(Condition("Schedulable", "False", "NoUsablePool", message))
             _warn(events, "FungibleJob", namespace, name, "NoUsablePool", message)
+        if not usable_any:
+            found = _no_usable_pool(job, cluster, problems)
+            job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
+                                         target=job_spec.utility.target, conditions=tuple(job_conditions),
+                                         count=job_spec.replicas, minimum=job_spec.min_replicas,
+                                         demand=job_spec.demand, blockers=found, reason="NoUsablePool",
+                                         created=job.created)
+            continue
         job_plans[job.key] = JobPlan(namespace, name, phase, observed_generation=job_spec.generation,
                                      target=job_spec.utility.target, conditions=tuple(job_conditions))
-        if not usable_any:
-            continue
         job_infos.append(JobInfo(job, job_spec, ok))
     pool_of_node.setflags(write=False)
     out = Objects(tuple(pool_infos), tuple(job_infos), pool_of_node, frozenset(invalid))
     reported = {name: tuple(conditions) for name, conditions in profile_conditions.items()}
     return out, Reported(pool_plans, job_plans, reported, tuple(events))
+
+
+def _no_usable_pool(job: Job, cluster: Cluster, problems: list[str]) -> tuple[Blocker, ...]:
+    """The ``NoUsablePool`` blockers of a valid job that may use no pool: one per pool its ``spec.throughput``
+    names, with why it cannot run there and the numbers (the pools that exist and are valid, the throughput it
+    gives), all of its ``spec.replicas`` kept out. ``problems`` are the reasons :func:`_usable_pools` and
+    :func:`_fit_pools` found, each naming its pool."""
+    spec = job.spec
+    assert spec is not None
+    valid = sorted(p.name for p in cluster.pools if p.spec is not None)
+    invalid = {p.name for p in cluster.pools if p.spec is None}
+    known = f"the {len(valid)} valid pool(s) are {', '.join(valid)}" if valid else "there is no valid ResourcePool"
+    out: list[Blocker] = []
+    for pool, value in sorted(spec.throughput.items()):
+        said = [p for p in problems if f"pool {pool!r}" in p]
+        if pool in invalid:
+            why = f"ResourcePool {pool!r} is invalid (its Valid condition says why); {known}"
+        elif pool not in valid:
+            why = f"no ResourcePool {pool!r} exists; {known}"
+        elif value <= 0:
+            why = f"spec.throughput gives pool {pool!r} {value:g}: the job cannot run there"
+        elif said:
+            why = "; ".join(said)
+        else:
+            continue
+        out.append(Blocker(pool, "NoUsablePool", spec.replicas,
+                           f"the job can run in none of the {len(spec.throughput)} pool(s) spec.throughput names: "
+                           f"{why}"))
+    return tuple(out)
 
 
 def _usable_pools(job: Job, pools: list[PoolInfo], index: dict[str, int],

@@ -431,7 +431,7 @@ def run_rounds(ctx: PlanContext, observed: Observed) -> Outcome:
                     short[i, j] += 1
                     reasons[(i, j)] = placed.why[q] or reasons.get((i, j), "")
         below_min = _gang(ctx, batches, f.running, work)
-        withdraw_gangs(ctx, batches, f.running, work)  # a gang below N gets no new pod (walras.planner.gang)
+        withdraw_gangs(ctx, batches, f.running, work, target)  # a gang below N gets no new pod (walras.planner.gang)
         if not short.any() or rounds >= opts.max_rounds or short.sum() >= last_short:
             break  # realised, out of rounds, or the feedback no longer helps
         last_short = int(short.sum())

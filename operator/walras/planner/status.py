@@ -145,7 +145,7 @@ class _Diagnosis:
             for j in usable:
                 out.extend(self._valued(i, j, missing, valued(u, 0, t_granted, a[j] / n, missing, t1), granted,
                                         bids, prices))
-        return tuple(out)
+        return _merged(out)
 
     def _valued(self, i: int, j: int, replicas: int, worth: int, granted: list[int],
                 bids: Mapping[int, float | None], prices: list[float]) -> list[Blocker]:
@@ -187,6 +187,8 @@ class _Diagnosis:
             shorts = ", ".join(f"{r} short by {_amount(r, v)}" for r, v in got["shorts"])
             message = (f"{got['nodes']} node(s) of pool {name!r} have the {d:g} {res} a pod needs but not its other "
                        f"requests; on the best node {got['node']}: {shorts}")
+            if got.get("limit") is not None:
+                message += f" (and no pod slot under its degree limit of {got['limit']} Walras pod(s) per node)"
         elif kind == "Fragmented":
             message = (f"pool {name!r} has {got['free']:g} {res} free in total but no node has the {d:g} a pod "
                        f"needs (at most {got['largest']:g} on one node)")
@@ -273,7 +275,9 @@ class _Diagnosis:
         if (fits & ~slot).any():
             return "DegreeLimited", {"nodes": int((fits & ~slot).sum()), "limit": limit}
         need = vec[c] if c is not None else 0.0
-        priced = (col_free + (tol[:, c] if c is not None else 0.0) >= need) & slot
+        has = col_free + (tol[:, c] if c is not None else 0.0) >= need
+        # nodes with the priced resource free: those with a slot first; else those the degree limit also closes
+        priced = has & slot if (has & slot).any() else has
         if priced.any():
             lack = np.maximum(vec - free, 0.0)[priced]
             if c is not None:
@@ -284,11 +288,23 @@ class _Diagnosis:
             names = {r for r, _ in shorts}
             kind = "InsufficientCpu" if "cpu" in names else "InsufficientMemory" if "memory" in names else (
                 "InsufficientResource")
-            return kind, {"nodes": int(priced.sum()), "node": table.names[int(cand[priced][best])], "shorts": shorts}
+            return kind, {"nodes": int(priced.sum()), "node": table.names[int(cand[priced][best])], "shorts": shorts,
+                          "limit": None if (has & slot).any() else limit}
         total = float(col_free.sum())
         if total + 1e-9 >= need > 0:
             return "Fragmented", {"free": total, "largest": float(col_free.max())}
         return "InsufficientCapacity", {"free": total, "nodes": int(cand.size)}
+
+
+def _merged(found: list[Blocker]) -> tuple[Blocker, ...]:
+    """``found`` with the blockers of one pool that give the same rule and message (granted replicas without a
+    node and replicas not granted, held back by the same rule) as one, their replicas added, in first-seen order."""
+    out: dict[tuple[str, str, str], Blocker] = {}
+    for b in found:
+        key = (b.pool, b.reason, b.message)
+        held = out.get(key)
+        out[key] = b if held is None else replace(held, replicas=held.replicas + b.replicas)
+    return tuple(out.values())
 
 
 def _cap_blockers(tenancy: Tenancy, capped: Mapping[tuple[str, str], list[tuple[str, float, float, int]]],
@@ -399,7 +415,6 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     utilities = utility_values(specs, [1.0] * n, placed_t) if n else np.zeros(0)
     # Python lists of the per-job rows: the loop below reads them element by element.
     wanted_all = outcome.target + outcome.dropped if outcome.dropped.shape == outcome.target.shape else outcome.target
-    wanted_all = _at_most_count(wanted_all, placed_all, np.array([info.spec.replicas for info in jobs]))
     rows_target = wanted_all.tolist()
     demands = np.array([info.spec.demand for info in jobs], dtype=np.float64)
     costs = ((placed_all * demands[:, None]) @ prices).tolist() if n and m else [0.0] * n
@@ -447,6 +462,7 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
         row_bids = bids[i]
         found = diagnosis.blockers(i, rows_target[i], placed_all[i].tolist(), row_bids, prices_l) if (
             placed_total < spec.replicas) else ()
+        found = _as_gang(found, actions.gangs.get(key))
         by_cap, asked = _cap_blockers(tenancy, capped, key, spec.demand, resources, placed_total)
         count = max(asked, spec.replicas)
         if by_cap:
@@ -477,20 +493,23 @@ def job_statuses(ctx: PlanContext, outcome: Outcome, actions: Actions, resizes: 
     return JobStatuses(_queue(out, jobs), per_pool, tuple(events))
 
 
-def _at_most_count(wanted: np.ndarray, placed: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """``wanted`` (granted replicas per job row and pool: the rounds' target plus what rounding dropped) with no row
-    above the job's ``count``: a row over it loses the surplus from the pools where it has the most granted
-    replicas without a node (a job is never reported granted more replicas than it asked for)."""
-    over = np.flatnonzero(wanted.sum(axis=1) > counts) if wanted.size else np.zeros(0, dtype=np.int64)
-    if not over.size:
-        return wanted
-    out = wanted.copy()
-    for i in over.tolist():
-        for _ in range(int(out[i].sum() - counts[i])):
-            spare = out[i] - placed[i]
-            j = int(np.argmax(spare)) if spare.max() > 0 else int(np.argmax(out[i]))
-            out[i, j] -= 1
-    return out
+#: Rules that hold for every pod of a pool, so for a gang's too; the others (room for some pods) are the gang's rule.
+_PER_POOL = ("NoReadyNode", "NoEligibleNode", "TooLarge", "PoolCapacity", "NoMarginalUtility")
+
+
+def _as_gang(found: tuple[Blocker, ...], note: str | None) -> tuple[Blocker, ...]:
+    """A waiting gang's blockers (``note``: its ``GangNotPlaceable`` message from :func:`walras.planner.gang.enforce`,
+    None for any other job): the rules that keep every pod out of a pool stay (:data:`_PER_POOL`); the rules of a
+    pool that has room for some of its pods (the degree limit, cpu or memory, capacity, the market's side of one more
+    pod) are not what holds a gang back, so they become one ``GangNotPlaceable`` blocker, in the first such pool,
+    with the gang's numbers (how many its best pool can place and the rule that stops the next pod)."""
+    if not note:
+        return found
+    whole = [b for b in found if b.reason not in _PER_POOL]
+    if not whole:
+        return found
+    gang = Blocker(whole[0].pool, "GangNotPlaceable", max(b.replicas for b in whole), note)
+    return (gang, *(b for b in found if b.reason in _PER_POOL))
 
 
 def _gang_waiting(done: Concluded, note: str | None) -> Concluded:
