@@ -80,7 +80,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -258,6 +258,59 @@ def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> b
     return bool(np.all(free >= vec - 1e-9)) and (limit is None or count < limit)
 
 
+@dataclass(frozen=True)
+class _MarketSide:
+    """The holders' side of the ``Market`` rule in one pool (:meth:`_Work._holder_table`), per holder: its utility
+    now ``v0``, without one replica ``v1p`` (a planned pod: nothing lands), without it but landed ``v1l`` (a running
+    pod, :meth:`_Work._landing`), its restart cost ``r_v``, whether it has planned pods there and whether it has
+    running pods there that the Eviction API may remove (:meth:`_Work._evictable`)."""
+
+    v0: np.ndarray
+    v1p: np.ndarray
+    v1l: np.ndarray
+    r_v: np.ndarray
+    planned: np.ndarray
+    runs: np.ndarray
+
+
+@dataclass(frozen=True)
+class _HolderTable:
+    """Pool j's holders at one ``version`` of the plan (:meth:`_Work._holder_table`): their job ``rows`` (ascending),
+    ``priority`` and, in a ``Market`` pool outside the mechanism pools, their side of the rule (None elsewhere)."""
+
+    version: int
+    rows: np.ndarray
+    priority: np.ndarray
+    market: _MarketSide | None
+
+
+#: The relative margin of :func:`_market_mask` in the holders' favour (a holder it keeps is weighed exactly again).
+_MARGIN = 1e-9
+
+
+def _market_mask(waiting: tuple[float, float, float, float], side: _MarketSide) -> np.ndarray:
+    """Per holder, whether :func:`.queue.market_gain` may hold for its planned pods (no restart on either side) or
+    its running ones (both restart costs), for the waiting job's ``(w0, w1, H, r_w)`` (:meth:`_Work._gain`): the
+    same arithmetic on arrays, each inequality loosened by :data:`_MARGIN` relative, so a holder it refuses is one
+    ``market_gain`` refuses."""
+    w0, w1, horizon, r_w = waiting
+    n = side.v0.size
+    if not math.isfinite(w1):
+        return np.zeros(n, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        fin_p = np.isfinite(side.v0) & np.isfinite(side.v1p)
+        fin_l = np.isfinite(side.v0) & np.isfinite(side.v1l)
+        if not math.isfinite(w0):  # a starved job's first replica: an unbounded gain
+            return (fin_p & side.planned & (horizon > 0.0)) | (fin_l & side.runs & (horizon > r_w))
+        gain = w1 - w0
+        loss_p, loss_l = side.v0 - side.v1p, side.v0 - side.v1l
+        lhs_p, rhs_p = (horizon - 0.0) * gain - horizon * loss_p, 0.0 * loss_p
+        lhs_l, rhs_l = (horizon - r_w) * gain - horizon * loss_l, side.r_v * loss_l
+        ok_p = lhs_p > rhs_p - _MARGIN * (np.abs(lhs_p) + np.abs(rhs_p))
+        ok_l = lhs_l > rhs_l - _MARGIN * (np.abs(lhs_l) + np.abs(rhs_l))
+    return (fin_p & side.planned & ok_p) | (fin_l & side.runs & ok_l)
+
+
 @dataclass
 class _Victim:
     """A pod that may yield: ``running`` (evicted; it restarts) or a pod this plan only planned (``create``:
@@ -302,20 +355,44 @@ class _Work:
         previous = ctx.previous
         self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
             previous is not None) else set()
-        # memos of what :meth:`_victims` recomputes per claim: valid while nothing changes (``version`` counts the
-        # changes: every change of the actions, the node table, the throughputs or the victims taken goes through
-        # :meth:`_own`), so a claim that finds nothing reuses what the previous claims computed
+        # memos of what :meth:`_victims` recomputes per claim, each valid while what it reads is unchanged: every
+        # change of a job row's throughput, pods or placed counts stamps the row, every change of a node's room or a
+        # pool's placed counts stamps the pools the node is in (:meth:`_mark`, ``version`` counts the changes), and
+        # an entry recorded at a version is valid while the stamps it depends on are not later
         self.version = 0
+        self._row_stamp = np.zeros(n, dtype=np.int64)
+        self._pool_stamp = np.zeros(m, dtype=np.int64)
+        self._row_of = {info.key: v for v, info in enumerate(jobs)}
+        self._priority = np.array([info.job.priority for info in jobs], dtype=np.int64)
+        pools_at: defaultdict[int, set[int]] = defaultdict(set)
+        for j, pool in enumerate(pools):
+            for k in (*pool.members.tolist(), *pool.usable.tolist()):
+                pools_at[int(k)].add(j)
+        self._pools_at = {k: sorted(js) for k, js in pools_at.items()}
         self._static: dict[tuple[int, int], list[tuple[Pod, ObjectKey, bool]]] = {}
-        self._memo: dict[tuple[Any, ...], Any] = {}
-        self._memo_version = 0
+        self._static_pools: dict[int, list[int]] = {}
+        self._static_vectors: dict[tuple[Any, ...], np.ndarray] = {}
+        self._memo: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self._tables: dict[tuple[Any, ...], _HolderTable] = {}
 
     def wants(self, i: int) -> int:
         """Replicas job row i still waits for (beyond its placed and claimed ones)."""
         return self.ctx.objects.jobs[i].spec.replicas - int(self.placed[i].sum() + self.claimed[i].sum())
 
+    def _mark(self, rows: Iterable[int] = (), nodes: Iterable[int] = (), pools: Iterable[int] = ()) -> None:
+        """Record a change (after it is made) of the job rows ``rows`` (throughput, pods, placed counts), the room of
+        the nodes ``nodes`` and the placed counts of the pools ``pools``: the memos that read them are stale."""
+        self.version += 1
+        version = self.version
+        for v in rows:
+            self._row_stamp[v] = version
+        for k in nodes:
+            for j in self._pools_at.get(k, ()):
+                self._pool_stamp[j] = version
+        for j in pools:
+            self._pool_stamp[j] = version
+
     def _own(self) -> Actions:
-        self.version += 1  # every change goes through here: the memos of _victims are stale
         if not self.changed:
             src = self.actions
             placed: defaultdict[ObjectKey, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -338,6 +415,7 @@ class _Work:
             del plans[at]
         else:
             plans[at] = new
+        self._mark(rows=(self._row_of[key],))
 
     def _plan_of(self, v: int, name: str) -> PodPlan | None:
         for p in self.actions.pods.get(self.ctx.objects.jobs[v].key, []):
@@ -350,6 +428,7 @@ class _Work:
         placed[pool] = placed.get(pool, 0) + delta
         if placed[pool] <= 0:
             del placed[pool]
+        self._mark(rows=(self._row_of[key],), pools=(self.pool_index[pool],))
 
     def renew(self, i: int, plan: PodPlan, reason: str) -> None:
         """Carry a claim pod's reason forward, and ask again for the evictions of its victims still running."""
@@ -402,7 +481,7 @@ class _Work:
         """The pods of pool j that may yield to job row i, in the order they are taken (this plan's planned pods
         first, as nothing restarts; then lowest priority, smallest loss, most recently started, name). ``gives``:
         job i's new pod in a slower pool that it gives up for this one (its room counts free for the victims'
-        landing)."""
+        landing). Only the holders :meth:`_candidates` leaves are weighed one by one."""
         ctx = self.ctx
         jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
         table = self.outcome.table
@@ -415,34 +494,24 @@ class _Work:
         if gives is not None:
             step, k_given, vec_given = self._given(i, gives)
             bonus = (k_given, vec_given)
-        memo = self._fresh_memo()
-        w_priority = jobs[i].job.priority
-        # yields() can say yes only to a lower priority, or to an equal one under the Market rule outside the
-        # mechanism pools: other rows are skipped before their (costly) landing is searched
-        market = pool.spec.preemption.rule == "Market" and pool.spec.policy not in MECHANISM_POLICIES
-        for v in self._holders(j, memo):
+        for v in self._candidates(i, j, step, bonus):
             info = jobs[v]
-            if v == i or info.job.priority > w_priority or (info.job.priority == w_priority and not market):
-                continue
-            loss, planned = self._loss_planned(v, j, memo)
+            loss, planned = self._loss_planned(v, j)
             if planned:
                 why = yields(ctx, (i, v, j), self.utility, self.a, False, gives=step)
                 if why is not None:
                     for p in planned:
                         amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else \
                             info.spec.demand
-                        vec = table.vector(pod_vector(ctx.templates[v], info.spec, priced, amount))
                         out.append(_Victim((0, info.job.priority, loss, 0.0, p.name), v, p.name,
-                                           table.index[p.node], vec, False, why, plan=p))  # type: ignore[index]
+                                           table.index[p.node], self._vector(v, priced, amount), False, why,  # type: ignore[index]
+                                           plan=p))
             evictable = self._evictable(v, j)
             pods = [pod for pod, key, recent in evictable if key not in self.taken and not (waited and recent)] if (
                 self.taken or waited) else [pod for pod, _, _ in evictable]
             if not pods:
                 continue
-            lkey = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
-            landing = memo[lkey] if lkey in memo else memo.setdefault(lkey, self._landing(v, j, bonus))
-            lands = None if landing is None else (ctx.objects.pools[landing[0]].name,
-                                                  float(self.a[v, landing[0]]) / max(info.spec.replicas, 1))
+            lands = self._lands(v, j, bonus)
             why = yields(ctx, (i, v, j), self.utility, self.a, True, gives=step, lands=lands)
             if why is None:
                 continue
@@ -457,37 +526,128 @@ class _Work:
         out.sort(key=lambda victim: victim.key)
         return out
 
-    def _fresh_memo(self) -> dict[tuple[Any, ...], Any]:
-        """The memo of :meth:`_victims`, emptied when something changed since it was filled."""
-        if self._memo_version != self.version:
-            self._memo.clear()
-            self._memo_version = self.version
-        return self._memo
+    def _candidates(self, i: int, j: int, step: float, bonus: tuple[int, np.ndarray] | None) -> list[int]:
+        """The holders of pool j (:meth:`_holders`, in their order) that :func:`.queue.yields` may let yield to job
+        row i: every lower priority; an equal one only under the ``Market`` rule outside the mechanism pools, and
+        only where the rule's inequality holds for its planned pods (no restart) or its running ones (with its
+        landing, :meth:`_lands`), judged for all holders at once on arrays (:meth:`_holder_table`) by the same
+        arithmetic as :func:`.queue.market_gain`, with a margin of 1e-9 relative in the holders' favour: a holder
+        left out is one ``yields`` refuses; those kept are weighed again one by one."""
+        pool = self.ctx.objects.pools[j]
+        held = self._holder_table(j, bonus)
+        w_priority = self.ctx.objects.jobs[i].job.priority
+        keep = held.priority < w_priority
+        if held.market is not None:
+            equal = held.priority == w_priority
+            if equal.any():
+                keep |= equal & _market_mask(self._gain(i, j, step, pool.spec), held.market)
+        keep &= held.rows != i
+        return held.rows[keep].tolist()
 
-    def _holders(self, j: int, memo: dict[tuple[Any, ...], Any]) -> list[int]:
-        """The job rows with a replica placed in pool j that may yield at all (not held, preemptible, no gang)."""
-        key = ("holders", j)
-        got = memo.get(key)
-        if got is None:
-            jobs = self.ctx.objects.jobs
-            got = memo[key] = [v for v in np.flatnonzero(self.placed[:, j] > 0).tolist()
-                               if jobs[v].key not in self.held and may_yield(jobs[v])]
+    def _gain(self, i: int, j: int, step: float, spec: PoolSpec) -> tuple[float, float, float, float]:
+        """Waiting job row i's side of the ``Market`` rule for its next replica in pool j, as :func:`.queue.yields`
+        computes it: (utility before, after, the horizon ``H``, its restart cost ``r_w``)."""
+        w, utility = self.ctx.objects.jobs[i].spec, self.utility
+        t_w = float(utility.t[i])
+        after = t_w - step + self.a[i, j] / max(w.replicas, 1)
+        horizon = spec.preemption.horizon
+        if w.remaining_work is not None and after > 0:
+            horizon = min(horizon, w.remaining_work / after)
+        return utility.value(i, t_w), utility.value(i, after), horizon, utility.restart(i, w)
+
+    def _holder_table(self, j: int, bonus: tuple[int, np.ndarray] | None) -> _HolderTable:
+        """Pool j's holders (:meth:`_holders`) as arrays (:class:`_HolderTable`) at the throughputs and landings of
+        now: the table of an earlier claim with the rows whose inputs changed since (:meth:`_mark`: the row, or a
+        pool it may land in other than j) computed again."""
+        key = ("table", j) if bonus is None else ("table", j, bonus[0], bonus[1].tobytes())
+        old = self._tables.get(key)
+        if old is not None and old.version == self.version:
+            return old
+        pool = self.ctx.objects.pools[j]
+        rows = np.array(self._holders(j), dtype=np.int64)
+        priority = self._priority[rows]
+        if pool.spec.preemption.rule != "Market" or pool.spec.policy in MECHANISM_POLICIES:
+            got = self._tables[key] = _HolderTable(self.version, rows, priority, None)
+            return got
+        if old is None or old.market is None:
+            stale, at = np.ones(rows.size, dtype=bool), np.zeros(rows.size, dtype=np.int64)
+        else:
+            at = np.minimum(np.searchsorted(old.rows, rows), max(old.rows.size - 1, 0))
+            stale = (old.rows[at] != rows) if old.rows.size else np.ones(rows.size, dtype=bool)
+            landings = np.where(self.a[rows] > 0, self._pool_stamp, 0)
+            landings[:, j] = 0
+            # a row's landing counts only where it has running pods to evict (``runs``, fixed for the plan)
+            stale |= (self._row_stamp[rows] > old.version) | (
+                old.market.runs[at] & (landings.max(axis=1, initial=0) > old.version))
+        if old is None or old.market is None or not old.rows.size:
+            side = _MarketSide(*(np.empty(rows.size) for _ in range(4)), *(np.zeros(rows.size, dtype=bool)
+                                                                           for _ in range(2)))
+        else:
+            was = old.market
+            side = _MarketSide(was.v0[at], was.v1p[at], was.v1l[at], was.r_v[at], was.planned[at], was.runs[at])
+        self._side_rows(j, bonus, rows, stale, side)
+        got = self._tables[key] = _HolderTable(self.version, rows, priority, side)
         return got
 
-    def _loss_planned(self, v: int, j: int, memo: dict[tuple[Any, ...], Any]) -> tuple[float, list[PodPlan]]:
+    def _side_rows(self, j: int, bonus: tuple[int, np.ndarray] | None, rows: np.ndarray, stale: np.ndarray,
+                   side: _MarketSide) -> None:
+        """Fill the ``stale`` rows of ``side`` (:class:`_MarketSide`) for pool j at the throughputs and landings of
+        now, each value as :func:`.queue.yields` computes it."""
+        jobs, utility = self.ctx.objects.jobs, self.utility
+        for q in np.flatnonzero(stale).tolist():
+            v = int(rows[q])
+            spec = jobs[v].spec
+            t_v = float(utility.t[v])
+            drop = self.a[v, j] / max(spec.replicas, 1)
+            # a holder with no pod the Eviction API may remove yields only its planned pods: nothing lands
+            runs = bool(self._evictable(v, j))
+            lands = self._lands(v, j, bonus) if runs else None
+            side.v0[q] = utility.value(v, t_v)
+            side.v1p[q] = utility.value(v, t_v - drop + 0.0)
+            side.v1l[q] = utility.value(v, t_v - drop + (lands[1] if lands is not None else 0.0))
+            side.r_v[q] = utility.restart(v, spec)
+            side.planned[q] = bool(self._loss_planned(v, j)[1])
+            side.runs[q] = runs
+
+    def _lands(self, v: int, j: int, bonus: tuple[int, np.ndarray] | None) -> tuple[str, float] | None:
+        """Where job row v's replica of pool j restarts at once (:meth:`_landing`) as :func:`.queue.yields` takes
+        it: (pool name, ``a_vS' / N_v``), or None (memoised while v's other pools are unchanged)."""
+        key = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
+        got = self._memo.get(key)
+        if got is None or any(self._pool_stamp[s] > got[0] for s in self._pools_of(v) if s != j):
+            got = self._memo[key] = (self.version, self._landing(v, j, bonus))
+        landing = got[1]
+        if landing is None:
+            return None
+        return (self.ctx.objects.pools[landing[0]].name,
+                float(self.a[v, landing[0]]) / max(self.ctx.objects.jobs[v].spec.replicas, 1))
+
+    def _holders(self, j: int) -> list[int]:
+        """The job rows with a replica placed in pool j that may yield at all (not held, preemptible, no gang),
+        memoised while pool j's placed counts are unchanged."""
+        key = ("holders", j)
+        got = self._memo.get(key)
+        if got is None or self._pool_stamp[j] > got[0]:
+            jobs = self.ctx.objects.jobs
+            got = self._memo[key] = (self.version, [v for v in np.flatnonzero(self.placed[:, j] > 0).tolist()
+                                                    if jobs[v].key not in self.held and may_yield(jobs[v])])
+        return got[1]  # type: ignore[no-any-return]
+
+    def _loss_planned(self, v: int, j: int) -> tuple[float, list[PodPlan]]:
         """Job row v's loss of one replica in pool j, ``u_v(t_v) - u_v(t_v - a_vj / N_v)``, and its pods this plan
-        only planned there (``create`` on a node, not existing; none in a mechanism pool)."""
+        only planned there (``create`` on a node, not existing; none in a mechanism pool), memoised while row v is
+        unchanged."""
         key = ("loss", v, j)
-        got = memo.get(key)
-        if got is None:
+        got = self._memo.get(key)
+        if got is None or self._row_stamp[v] > got[0]:
             info, pool = self.ctx.objects.jobs[v], self.ctx.objects.pools[j]
             t_v = float(self.utility.t[v])
             loss = self.utility.value(v, t_v) - self.utility.value(v, t_v - self.a[v, j] / max(info.spec.replicas, 1))
             planned = [p for p in self.actions.pods.get(info.key, []) if p.action == "create" and not p.exists
                        and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
                 MECHANISM_POLICIES else []
-            got = memo[key] = (loss, planned)
-        return got
+            got = self._memo[key] = (self.version, (loss, planned))
+        return got[1]  # type: ignore[no-any-return]
 
     def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
         """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
@@ -518,11 +678,16 @@ class _Work:
         limit = pool.spec.degree_limit
         best: tuple[tuple[Any, ...], int, list[_Victim]] | None = None
         admitted = ctx.admitted[i]
-        for k, victims in sorted(by_node.items()):
+        # nodes by their first victim: a node's rank is at least (0, 1, (its first victim's key,), k), so once the
+        # best rank found is at most that, no later node can beat it
+        for k, victims in sorted(by_node.items(), key=lambda item: (item[1][0].key, item[0])):
+            if best is not None and (0, 1, (victims[0].key,), k) >= best[0]:
+                break
             if not admitted[k] or not table.usable[k]:
                 continue
             # now: the room free in this plan's reservations; later: with what this plan's evictions free once done
-            now_free, later_free = table.free[k].copy(), table.free[k] + self.freed[k]
+            now_free = table.alloc[k] - table.used[k]
+            later_free = now_free + self.freed[k]
             now_count = int(self.outcome.walras_count[k])
             later_count = now_count - int(self.slots[k])
             chosen: list[_Victim] = []
@@ -619,6 +784,7 @@ class _Work:
             self.placed[i, s] -= 1
             self._count(info.key, gives.pool, -1)
             self.utility.t[i] -= step
+            self._mark(rows=(i,), nodes=(k_given,), pools=(s,))
             count, why = actions.unplaced[info.key].get(pool.name, (0, ""))
             actions.unplaced[info.key][pool.name] = (count + 1, why or "InsufficientCapacity")
         for victim in chosen:
@@ -627,6 +793,7 @@ class _Work:
             self._count(vinfo.key, pool.name, -1)
             self.placed[victim.row, j] -= 1
             self.utility.t[victim.row] -= self.a[victim.row, j] / max(vinfo.spec.replicas, 1)
+            self._mark(rows=(victim.row,), pools=(j,))
             if victim.running:
                 assert victim.pod is not None
                 self._swap(vinfo.key, victim.plan, replace(
@@ -644,9 +811,11 @@ class _Work:
                 self._swap(vinfo.key, victim.plan, None)
                 table.used[k] -= victim.vector
                 self.outcome.walras_count[k] -= 1
+                self._mark(rows=(victim.row,), nodes=(k,))
                 count, why = actions.unplaced[vinfo.key].get(pool.name, (0, ""))
                 actions.unplaced[vinfo.key][pool.name] = (count + 1, why or "InsufficientCapacity")
         self.utility.t[i] += self.a[i, j] / max(spec.replicas, 1)
+        self._mark(rows=(i,))
         name = self._create(i, j, None if runs else k, vec)
         requests = {**spec.resource_text, pool.spec.resource: format_quantity(spec.demand)}
         if runs:
@@ -658,6 +827,7 @@ class _Work:
                                                   dict(requests), "create", False,
                                                   f"waits for preempted pods {claim_reason(node, victims)}"))
             self.claims[info.key] += 1
+            self._mark(rows=(i,))
             self.events.append(PlanEvent("FungibleJob", spec.namespace, spec.name, "Normal", "Preempting",
                                          f"Pod {name} waits on node {node} (pool {pool.name!r}) while "
                                          f"{', '.join(victims)} leave."))
@@ -685,6 +855,7 @@ class _Work:
             self._count(info.key, pool.name, +1)
             actions.pods[info.key].append(PodPlan(spec.namespace, name, spec.name, pool.name, table.names[k],
                                                   requests, dict(requests), "create", False))
+            self._mark(rows=(i,), nodes=(k,), pools=(j,))
         return name
 
     def _landing(self, v: int, skip: int = -1, bonus: tuple[int, np.ndarray] | None = None
@@ -692,39 +863,72 @@ class _Work:
         """Where one replica of job row v fits now (pool, node): its pools by throughput (not ``skip``, nor a
         mechanism pool), the admitted usable node with the most free priced resource (under the degree limit and
         spec.capacity), or None. ``bonus`` (node, vector): room that counts free on that node (a pod this plan gives
-        up)."""
+        up). Each pool's answer (:meth:`_room`) depends only on the pod's request vector, its admitted nodes and
+        ``bonus``, so jobs alike share it until the plan changes."""
         ctx = self.ctx
-        info = ctx.objects.jobs[v]
-        table = self.outcome.table
-        for j in sorted(np.flatnonzero(self.a[v] > 0).tolist(), key=lambda j: (-self.a[v, j], j)):
+        admitted = ctx.admitted[v]
+        extra = () if bonus is None else (bonus[0], bonus[1].tobytes())
+        for j in self._pools_of(v):
             pool = ctx.objects.pools[j]
-            nodes = pool.usable
-            if j == skip or nodes.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
+            if j == skip or pool.usable.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
                 continue
-            vec = table.vector(pod_vector(ctx.templates[v], info.spec, pool.spec.resource, info.spec.demand))
-            used, alloc = table.used[nodes].copy(), table.alloc[nodes]
-            count = self.outcome.walras_count[nodes].copy()
-            back = 0.0
-            at = np.flatnonzero(nodes == bonus[0]) if bonus is not None else np.zeros(0, dtype=np.int64)
-            if bonus is not None and at.size:
-                used[at[0]] -= bonus[1]
-                count[at[0]] -= 1
-                c = table.column.get(pool.spec.resource)
-                back = float(bonus[1][c]) if c is not None else 0.0
-            free = alloc - used
-            ok = ctx.admitted[v][nodes] & np.all(used + vec <= alloc + EPS * np.maximum(1.0, alloc), axis=1)
-            if pool.spec.degree_limit is not None:
-                ok &= count < pool.spec.degree_limit
-            c = table.column.get(pool.spec.resource)
-            if pool.spec.capacity is not None and c is not None and pool.members.size and \
-                    float(table.used[pool.members, c].sum()) - back + vec[c] > pool.spec.capacity + 1e-9:
-                continue
-            if not ok.any():
-                continue
-            room = free[:, c] if c is not None else np.zeros(nodes.size)
-            candidates = np.flatnonzero(ok)
-            return j, int(nodes[candidates[np.lexsort((candidates, -room[candidates]))[0]]])
+            vec = self._vector(v, pool.spec.resource)
+            key = ("room", j, vec.tobytes(), id(admitted), *extra)
+            got = self._memo.get(key)
+            if got is None or self._pool_stamp[j] > got[0]:
+                got = self._memo[key] = (self.version, self._room(j, vec, admitted, bonus))
+            if got[1] is not None:
+                return j, got[1]
         return None
+
+    def _pools_of(self, v: int) -> list[int]:
+        """Job row v's pools by throughput (highest first, then index); fixed for the plan."""
+        got = self._static_pools.get(v)
+        if got is None:
+            got = self._static_pools[v] = sorted(np.flatnonzero(self.a[v] > 0).tolist(),
+                                                 key=lambda j: (-self.a[v, j], j))
+        return got
+
+    def _vector(self, v: int, resource: str, amount: float | None = None) -> np.ndarray:
+        """The request vector of a pod of job row v in a pool that prices ``resource``, ``amount`` of it (the job's
+        ``demand`` when None); fixed for the plan."""
+        key = (v, resource, amount)
+        got = self._static_vectors.get(key)
+        if got is None:
+            info = self.ctx.objects.jobs[v]
+            got = self._static_vectors[key] = self.outcome.table.vector(pod_vector(
+                self.ctx.templates[v], info.spec, resource, info.spec.demand if amount is None else amount))
+            got.setflags(write=False)  # shared by the victims and landings of the plan
+        return got
+
+    def _room(self, j: int, vec: np.ndarray, admitted: np.ndarray, bonus: tuple[int, np.ndarray] | None
+              ) -> int | None:
+        """The node of pool j where a pod of request vector ``vec`` fits now (:meth:`_landing`), or None."""
+        pool = self.ctx.objects.pools[j]
+        table = self.outcome.table
+        nodes = pool.usable
+        used, alloc = table.used[nodes].copy(), table.alloc[nodes]
+        count = self.outcome.walras_count[nodes].copy()
+        back = 0.0
+        at = np.flatnonzero(nodes == bonus[0]) if bonus is not None else np.zeros(0, dtype=np.int64)
+        if bonus is not None and at.size:
+            used[at[0]] -= bonus[1]
+            count[at[0]] -= 1
+            c = table.column.get(pool.spec.resource)
+            back = float(bonus[1][c]) if c is not None else 0.0
+        free = alloc - used
+        ok = admitted[nodes] & np.all(used + vec <= alloc + EPS * np.maximum(1.0, alloc), axis=1)
+        if pool.spec.degree_limit is not None:
+            ok &= count < pool.spec.degree_limit
+        c = table.column.get(pool.spec.resource)
+        if pool.spec.capacity is not None and c is not None and pool.members.size and \
+                float(table.used[pool.members, c].sum()) - back + vec[c] > pool.spec.capacity + 1e-9:
+            return None
+        if not ok.any():
+            return None
+        room = free[:, c] if c is not None else np.zeros(nodes.size)
+        candidates = np.flatnonzero(ok)
+        return int(nodes[candidates[np.lexsort((candidates, -room[candidates]))[0]]])
 
     def _elsewhere(self, v: int, skip: int = -1) -> None:
         """Place one replica of job row v (whose planned pod yielded, or whose running pod moves) where it fits now
@@ -738,6 +942,7 @@ class _Work:
         self._create(v, j, k, table.vector(pod_vector(self.ctx.templates[v], info.spec, pool.spec.resource,
                                                       info.spec.demand)))
         self.utility.t[v] += self.a[v, j] / max(info.spec.replicas, 1)
+        self._mark(rows=(v,))
         self._unwait(info.key, pool.name)
 
     def _unwait(self, key: ObjectKey, pool: str) -> None:
