@@ -94,12 +94,15 @@ from walras.planner.quantity import format_quantity, parse_quantity
 from walras.planner.queue import (
     CLAIM,
     MECHANISM_POLICIES,
+    HolderSide,
     Valuation,
     claim_reason,
     claimed_nodes,
     gang,
+    market_mask,
     may_yield,
     queue_key,
+    waiting_side,
     yields,
 )
 from walras.planner.reconcile import new_pod_name, pod_base, removal
@@ -259,21 +262,6 @@ def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> b
 
 
 @dataclass(frozen=True)
-class _MarketSide:
-    """The holders' side of the ``Market`` rule in one pool (:meth:`_Work._holder_table`), per holder: its utility
-    now ``v0``, without one replica ``v1p`` (a planned pod: nothing lands), without it but landed ``v1l`` (a running
-    pod, :meth:`_Work._landing`), its restart cost ``r_v``, whether it has planned pods there and whether it has
-    running pods there that the Eviction API may remove (:meth:`_Work._evictable`)."""
-
-    v0: np.ndarray
-    v1p: np.ndarray
-    v1l: np.ndarray
-    r_v: np.ndarray
-    planned: np.ndarray
-    runs: np.ndarray
-
-
-@dataclass(frozen=True)
 class _HolderTable:
     """Pool j's holders at one ``version`` of the plan (:meth:`_Work._holder_table`): their job ``rows`` (ascending),
     ``priority`` and, in a ``Market`` pool outside the mechanism pools, their side of the rule (None elsewhere)."""
@@ -281,34 +269,7 @@ class _HolderTable:
     version: int
     rows: np.ndarray
     priority: np.ndarray
-    market: _MarketSide | None
-
-
-#: The relative margin of :func:`_market_mask` in the holders' favour (a holder it keeps is weighed exactly again).
-_MARGIN = 1e-9
-
-
-def _market_mask(waiting: tuple[float, float, float, float], side: _MarketSide) -> np.ndarray:
-    """Per holder, whether :func:`.queue.market_gain` may hold for its planned pods (no restart on either side) or
-    its running ones (both restart costs), for the waiting job's ``(w0, w1, H, r_w)`` (:meth:`_Work._gain`): the
-    same arithmetic on arrays, each inequality loosened by :data:`_MARGIN` relative, so a holder it refuses is one
-    ``market_gain`` refuses."""
-    w0, w1, horizon, r_w = waiting
-    n = side.v0.size
-    if not math.isfinite(w1):
-        return np.zeros(n, dtype=bool)
-    with np.errstate(invalid="ignore"):
-        fin_p = np.isfinite(side.v0) & np.isfinite(side.v1p)
-        fin_l = np.isfinite(side.v0) & np.isfinite(side.v1l)
-        if not math.isfinite(w0):  # a starved job's first replica: an unbounded gain
-            return (fin_p & side.planned & (horizon > 0.0)) | (fin_l & side.runs & (horizon > r_w))
-        gain = w1 - w0
-        loss_p, loss_l = side.v0 - side.v1p, side.v0 - side.v1l
-        lhs_p, rhs_p = (horizon - 0.0) * gain - horizon * loss_p, 0.0 * loss_p
-        lhs_l, rhs_l = (horizon - r_w) * gain - horizon * loss_l, side.r_v * loss_l
-        ok_p = lhs_p > rhs_p - _MARGIN * (np.abs(lhs_p) + np.abs(rhs_p))
-        ok_l = lhs_l > rhs_l - _MARGIN * (np.abs(lhs_l) + np.abs(rhs_l))
-    return (fin_p & side.planned & ok_p) | (fin_l & side.runs & ok_l)
+    market: HolderSide | None
 
 
 @dataclass
@@ -374,6 +335,12 @@ class _Work:
         self._static_vectors: dict[tuple[Any, ...], np.ndarray] = {}
         self._memo: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self._tables: dict[tuple[Any, ...], _HolderTable] = {}
+        # per pool, the version at which one of its room answers (:meth:`_room`) last turned from None to a node or
+        # back (what a landing reads), and the version at which they were last checked (:meth:`_rooms`)
+        self._room_stamp = np.zeros(m, dtype=np.int64)
+        self._rooms_checked = np.zeros(m, dtype=np.int64)
+        self._room_args: defaultdict[int, dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, Any]]] = \
+            defaultdict(dict)
 
     def wants(self, i: int) -> int:
         """Replicas job row i still waits for (beyond its placed and claimed ones)."""
@@ -533,36 +500,28 @@ class _Work:
         landing, :meth:`_lands`), judged for all holders at once on arrays (:meth:`_holder_table`) by the same
         arithmetic as :func:`.queue.market_gain`, with a margin of 1e-9 relative in the holders' favour: a holder
         left out is one ``yields`` refuses; those kept are weighed again one by one."""
-        pool = self.ctx.objects.pools[j]
+        pool, w = self.ctx.objects.pools[j], self.ctx.objects.jobs[i]
         held = self._holder_table(j, bonus)
-        w_priority = self.ctx.objects.jobs[i].job.priority
-        keep = held.priority < w_priority
+        keep = held.priority < w.job.priority
         if held.market is not None:
-            equal = held.priority == w_priority
+            equal = held.priority == w.job.priority
             if equal.any():
-                keep |= equal & _market_mask(self._gain(i, j, step, pool.spec), held.market)
+                waiting = waiting_side(self.utility, i, w.spec, float(self.a[i, j]), step, pool.spec)
+                keep |= equal & market_mask(waiting, held.market)
         keep &= held.rows != i
         return held.rows[keep].tolist()
-
-    def _gain(self, i: int, j: int, step: float, spec: PoolSpec) -> tuple[float, float, float, float]:
-        """Waiting job row i's side of the ``Market`` rule for its next replica in pool j, as :func:`.queue.yields`
-        computes it: (utility before, after, the horizon ``H``, its restart cost ``r_w``)."""
-        w, utility = self.ctx.objects.jobs[i].spec, self.utility
-        t_w = float(utility.t[i])
-        after = t_w - step + self.a[i, j] / max(w.replicas, 1)
-        horizon = spec.preemption.horizon
-        if w.remaining_work is not None and after > 0:
-            horizon = min(horizon, w.remaining_work / after)
-        return utility.value(i, t_w), utility.value(i, after), horizon, utility.restart(i, w)
 
     def _holder_table(self, j: int, bonus: tuple[int, np.ndarray] | None) -> _HolderTable:
         """Pool j's holders (:meth:`_holders`) as arrays (:class:`_HolderTable`) at the throughputs and landings of
         now: the table of an earlier claim with the rows whose inputs changed since (:meth:`_mark`: the row, or a
-        pool it may land in other than j) computed again."""
+        pool it may land in other than j, :meth:`_rooms`) computed again."""
         key = ("table", j) if bonus is None else ("table", j, bonus[0], bonus[1].tobytes())
         old = self._tables.get(key)
         if old is not None and old.version == self.version:
             return old
+        if bonus is not None:
+            got = self._tables[key] = self._bonus_table(j, bonus)
+            return got
         pool = self.ctx.objects.pools[j]
         rows = np.array(self._holders(j), dtype=np.int64)
         priority = self._priority[rows]
@@ -574,24 +533,46 @@ class _Work:
         else:
             at = np.minimum(np.searchsorted(old.rows, rows), max(old.rows.size - 1, 0))
             stale = (old.rows[at] != rows) if old.rows.size else np.ones(rows.size, dtype=bool)
-            landings = np.where(self.a[rows] > 0, self._pool_stamp, 0)
+            landings = np.where(self.a[rows] > 0, self._rooms(), 0)
             landings[:, j] = 0
             # a row's landing counts only where it has running pods to evict (``runs``, fixed for the plan)
             stale |= (self._row_stamp[rows] > old.version) | (
                 old.market.runs[at] & (landings.max(axis=1, initial=0) > old.version))
         if old is None or old.market is None or not old.rows.size:
-            side = _MarketSide(*(np.empty(rows.size) for _ in range(4)), *(np.zeros(rows.size, dtype=bool)
+            side = HolderSide(*(np.empty(rows.size) for _ in range(4)), *(np.zeros(rows.size, dtype=bool)
                                                                            for _ in range(2)))
         else:
             was = old.market
-            side = _MarketSide(was.v0[at], was.v1p[at], was.v1l[at], was.r_v[at], was.planned[at], was.runs[at])
+            side = HolderSide(was.v0[at], was.v1p[at], was.v1l[at], was.r_v[at], was.planned[at], was.runs[at])
         self._side_rows(j, bonus, rows, stale, side)
         got = self._tables[key] = _HolderTable(self.version, rows, priority, side)
         return got
 
+    def _bonus_table(self, j: int, bonus: tuple[int, np.ndarray]) -> _HolderTable:
+        """Pool j's holder table with the room of a pod the waiting job gives up (``bonus``: node, vector) counted
+        free for the landings: the table without it (:meth:`_holder_table`), the landed utility ``v1l`` computed
+        again only for the rows with running pods that may land in a pool holding that node (room only grows
+        there, and nowhere else changes)."""
+        base = self._holder_table(j, None)
+        side = base.market
+        if side is None:
+            return base
+        pools = [s for s in self._pools_at.get(bonus[0], ()) if s != j]
+        rows = base.rows
+        near = side.runs & (self.a[rows][:, pools] > 0).any(axis=1) if pools else np.zeros(rows.size, dtype=bool)
+        v1l = side.v1l.copy()
+        jobs, utility = self.ctx.objects.jobs, self.utility
+        for q in np.flatnonzero(near).tolist():
+            v = int(rows[q])
+            lands = self._lands(v, j, bonus)
+            t_v = float(utility.t[v])
+            drop = self.a[v, j] / max(jobs[v].spec.replicas, 1)
+            v1l[q] = utility.value(v, t_v - drop + (lands[1] if lands is not None else 0.0))
+        return _HolderTable(self.version, rows, base.priority, replace(side, v1l=v1l))
+
     def _side_rows(self, j: int, bonus: tuple[int, np.ndarray] | None, rows: np.ndarray, stale: np.ndarray,
-                   side: _MarketSide) -> None:
-        """Fill the ``stale`` rows of ``side`` (:class:`_MarketSide`) for pool j at the throughputs and landings of
+                   side: HolderSide) -> None:
+        """Fill the ``stale`` rows of ``side`` (:class:`HolderSide`) for pool j at the throughputs and landings of
         now, each value as :func:`.queue.yields` computes it."""
         jobs, utility = self.ctx.objects.jobs, self.utility
         for q in np.flatnonzero(stale).tolist():
@@ -611,10 +592,11 @@ class _Work:
 
     def _lands(self, v: int, j: int, bonus: tuple[int, np.ndarray] | None) -> tuple[str, float] | None:
         """Where job row v's replica of pool j restarts at once (:meth:`_landing`) as :func:`.queue.yields` takes
-        it: (pool name, ``a_vS' / N_v``), or None (memoised while v's other pools are unchanged)."""
+        it: (pool name, ``a_vS' / N_v``), or None (memoised while the room of v's other pools is, :meth:`_rooms`)."""
         key = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
         got = self._memo.get(key)
-        if got is None or any(self._pool_stamp[s] > got[0] for s in self._pools_of(v) if s != j):
+        rooms = self._rooms()
+        if got is None or any(rooms[s] > got[0] for s in self._pools_of(v) if s != j):
             got = self._memo[key] = (self.version, self._landing(v, j, bonus))
         landing = got[1]
         if landing is None:
@@ -631,7 +613,7 @@ class _Work:
             jobs = self.ctx.objects.jobs
             got = self._memo[key] = (self.version, [v for v in np.flatnonzero(self.placed[:, j] > 0).tolist()
                                                     if jobs[v].key not in self.held and may_yield(jobs[v])])
-        return got[1]  # type: ignore[no-any-return]
+        return got[1]
 
     def _loss_planned(self, v: int, j: int) -> tuple[float, list[PodPlan]]:
         """Job row v's loss of one replica in pool j, ``u_v(t_v) - u_v(t_v - a_vj / N_v)``, and its pods this plan
@@ -647,7 +629,7 @@ class _Work:
                        and p.node is not None and p.pool == pool.name] if pool.spec.policy not in \
                 MECHANISM_POLICIES else []
             got = self._memo[key] = (self.version, (loss, planned))
-        return got[1]  # type: ignore[no-any-return]
+        return got[1]
 
     def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
         """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
@@ -873,13 +855,36 @@ class _Work:
             if j == skip or pool.usable.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
                 continue
             vec = self._vector(v, pool.spec.resource)
-            key = ("room", j, vec.tobytes(), id(admitted), *extra)
-            got = self._memo.get(key)
-            if got is None or self._pool_stamp[j] > got[0]:
-                got = self._memo[key] = (self.version, self._room(j, vec, admitted, bonus))
-            if got[1] is not None:
-                return j, got[1]
+            k = self._room_of(j, ("room", j, vec.tobytes(), id(admitted), *extra), (vec, admitted, bonus))
+            if k is not None:
+                return j, k
         return None
+
+    def _room_of(self, j: int, key: tuple[Any, ...], args: tuple[np.ndarray, np.ndarray, Any]) -> int | None:
+        """:meth:`_room` of pool j for ``args`` (vector, admitted nodes, bonus), memoised under ``key`` while pool
+        j's nodes are unchanged; an answer computed again that turns from None to a node or back moves the pool's
+        room stamp (:meth:`_rooms`)."""
+        was = self._memo.get(key)
+        if was is not None and was[0] >= self._pool_stamp[j]:
+            return was[1]
+        now = self._memo[key] = (self.version, self._room(j, *args))
+        if was is None:
+            self._room_args[j][key] = args
+        elif (now[1] is None) != (was[1] is None):
+            self._room_stamp[j] = self.version
+        return now[1]
+
+    def _rooms(self) -> np.ndarray:
+        """Per pool, the version at which a room answer of it that a landing read (:meth:`_room`, memoised by
+        :meth:`_landing`) last turned from None to a node or back: each answer of a pool changed since it was
+        recorded is computed again here, and only where it flips is the pool's stamp moved (a landing reads only
+        which pool has room, not the node)."""
+        changed = np.flatnonzero(self._pool_stamp > self._rooms_checked)
+        for j in changed.tolist():
+            for key, args in self._room_args[j].items():
+                self._room_of(j, key, args)
+            self._rooms_checked[j] = self.version
+        return self._room_stamp
 
     def _pools_of(self, v: int) -> list[int]:
         """Job row v's pools by throughput (highest first, then index); fixed for the plan."""
