@@ -81,7 +81,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -156,7 +156,6 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
     if not n or not m or all(p.spec.preemption.rule == "Never" for p in pools):
         return Preempted({}, {}, (), actions, outcome, history)
     previous = claimed_nodes(ctx.previous)
-    plans_by_name = [{p.name: p for p in actions.pods.get(info.key, [])} for info in jobs]
     a = np.zeros((n, m))
     for i, info in enumerate(jobs):
         for j in np.flatnonzero(info.pools).tolist():
@@ -164,9 +163,12 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
     work = _Work(ctx, observed, outcome, actions, held, a)
     renewed: list[tuple[int, PodPlan, str]] = []  # (row, pending pod's plan, its claim reason) carried forward
     for i in range(n):
+        if not any(observed.pending[i]):
+            continue
+        plans_by_name = {p.name: p for p in actions.pods.get(jobs[i].key, [])}
         for j in range(m):
             for pod in observed.pending[i][j]:
-                plan = plans_by_name[i].get(pod.name)
+                plan = plans_by_name.get(pod.name)
                 if plan is not None and plan.node is None and plan.action == "keep":
                     work.claimed[i, j] += 1
                     claim = previous.get(pod.key)
@@ -183,8 +185,9 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
     spent = [0] * m
     for _ in range(PASSES):
         changed = False
-        waiting = [i for i, info in enumerate(jobs) if info.key not in held and info.spec.replicas > 0
-                   and not gang(info) and work.wants(i) > 0 and (a[i] > 0).any()]
+        wants = work.wanting()
+        waiting = [i for i in np.flatnonzero(wants > 0).tolist() if jobs[i].key not in held
+                   and jobs[i].spec.replicas > 0 and not gang(jobs[i]) and (a[i] > 0).any()]
         order = sorted(waiting, key=lambda i: queue_key(
             jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]), jobs[i].job.created,
             *jobs[i].key))
@@ -264,12 +267,74 @@ def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> b
 @dataclass(frozen=True)
 class _HolderTable:
     """Pool j's holders at one ``version`` of the plan (:meth:`_Work._holder_table`): their job ``rows`` (ascending),
-    ``priority`` and, in a ``Market`` pool outside the mechanism pools, their side of the rule (None elsewhere)."""
+    ``priority`` and, in a ``Market`` pool outside the mechanism pools, their side of the rule (None elsewhere);
+    ``floors`` memoises :meth:`floor`."""
 
     version: int
     rows: np.ndarray
     priority: np.ndarray
     market: HolderSide | None
+    floors: dict[tuple[float, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def floor(self, horizon: float, priority: int, row: int) -> tuple[float, float]:
+        """The smallest cost ``c_v`` a waiting job of ``priority`` at row ``row`` must beat under the ``Market``
+        rule with horizon ``H`` among the holders of the same priority other than ``row``, for a running pod
+        (``c_v = (H + r_v) l_v``, its landing counted) and for a planned one (``c_v = H l_v``, nothing restarts):
+        the rule holds for holder v only where ``(H - r_w) g_w`` (``H g_w``) exceeds ``c_v`` (:func:`.queue.
+        market_gain`), inf where no holder is eligible. Memoised per (``H``, priority): the two smallest of each,
+        so the waiting job's own row is left out."""
+        key = (horizon, priority)
+        got = self.floors.get(key)
+        if got is None:
+            side = self.market
+            assert side is not None
+            same = self.priority == priority
+            with np.errstate(invalid="ignore"):
+                fin = np.isfinite(side.v0)
+                run = same & side.runs & fin & np.isfinite(side.v1l)
+                plan = same & side.planned & fin & np.isfinite(side.v1p)
+                run_cost = (horizon + side.r_v) * (side.v0 - side.v1l)
+                plan_cost = horizon * (side.v0 - side.v1p)
+            got = self.floors[key] = (_two_smallest(run_cost, run, self.rows),
+                                      _two_smallest(plan_cost, plan, self.rows))
+        run_floor, plan_floor = got
+        return (float(run_floor[1, 1] if run_floor[0, 0] == row else run_floor[1, 0]),
+                float(plan_floor[1, 1] if plan_floor[0, 0] == row else plan_floor[1, 0]))
+
+
+def _two_smallest(cost: np.ndarray, ok: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The two smallest of ``cost`` where ``ok``, as a (2, 2) array: their rows (-1 where missing) and values (inf
+    where missing)."""
+    values = cost[ok]
+    order = np.argsort(values, kind="stable")[:2]
+    out = np.array([[-1.0, -1.0], [math.inf, math.inf]])
+    out[0, :order.size] = rows[ok][order]
+    out[1, :order.size] = values[order]
+    return out
+
+
+#: The relative margin of :func:`_may_gain`: far above :data:`.queue.MARGIN` and the rounding of the few operations
+#: behind either, so a claim it rules out is one whose :func:`.queue.market_mask` keeps no holder.
+_BOUND_MARGIN = 1e-6
+
+
+def _may_gain(waiting: tuple[float, float, float, float], floors: tuple[float, float]) -> bool:
+    """Whether some holder may yield to the waiting job ``(w0, w1, H, r_w)`` (:func:`.queue.waiting_side`) under
+    the ``Market`` rule, given the smallest costs it must beat (:meth:`_HolderTable.floor`: running, planned):
+    ``(H - r_w) g_w > c_v`` for the running floor or ``H g_w > c_v`` for the planned one, each loosened by
+    :data:`_BOUND_MARGIN` relative. ``f(c) = G - c + m (|G| + |c|)`` falls with ``c``, so where it is not positive
+    at the floor it is not for any holder, and the holders' rule (:func:`.queue.market_gain`, by
+    :func:`.queue.market_mask`) refuses every one: the claim finds no victim by the market."""
+    w0, w1, horizon, r_w = waiting
+    if not math.isfinite(w1):
+        return False  # market_gain: no gain can be counted
+    if not math.isfinite(w0):
+        return True  # a starved job's first replica: an unbounded gain, judged holder by holder
+    gain = w1 - w0
+    for big, floor in (((horizon - r_w) * gain, floors[0]), (horizon * gain, floors[1])):
+        if math.isfinite(floor) and big - floor > -_BOUND_MARGIN * (abs(big) + abs(floor)):
+            return True
+    return False
 
 
 @dataclass
@@ -300,8 +365,12 @@ class _Work:
         self.changed = False
         jobs, pools = ctx.objects.jobs, ctx.objects.pools
         n, m = len(jobs), len(pools)
-        self.placed = np.array([[actions.placed.get(info.key, {}).get(p.name, 0) for p in pools] for info in jobs],
-                               dtype=np.int64).reshape(n, m)
+        self.pool_index = {p.name: j for j, p in enumerate(pools)}
+        self.placed = np.zeros((n, m), dtype=np.int64)
+        for v, info in enumerate(jobs):
+            for name, count in actions.placed.get(info.key, {}).items():
+                if name in self.pool_index:
+                    self.placed[v, self.pool_index[name]] = count
         self.claimed = np.zeros((n, m), dtype=np.int64)
         big = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
         self.utility = Valuation(jobs, a, (a * self.placed).sum(axis=1) / big if n else np.zeros(0),
@@ -312,7 +381,6 @@ class _Work:
         self.preempted: defaultdict[ObjectKey, int] = defaultdict(int)
         self.claims: defaultdict[ObjectKey, int] = defaultdict(int)
         self.events: list[PlanEvent] = []
-        self.pool_index = {p.name: j for j, p in enumerate(pools)}
         previous = ctx.previous
         self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
             previous is not None) else set()
@@ -325,6 +393,9 @@ class _Work:
         self._pool_stamp = np.zeros(m, dtype=np.int64)
         self._row_of = {info.key: v for v, info in enumerate(jobs)}
         self._priority = np.array([info.job.priority for info in jobs], dtype=np.int64)
+        # the rows that may yield at all (not held, preemptible, no gang; fixed for the plan)
+        self._yieldable = np.array([info.key not in held and may_yield(info) for info in jobs], dtype=bool)
+        self._rooms_version = -1
         pools_at: defaultdict[int, set[int]] = defaultdict(set)
         for j, pool in enumerate(pools):
             for k in (*pool.members.tolist(), *pool.usable.tolist()):
@@ -332,6 +403,7 @@ class _Work:
         self._pools_at = {k: sorted(js) for k, js in pools_at.items()}
         self._static: dict[tuple[int, int], list[tuple[Pod, ObjectKey, bool]]] = {}
         self._static_pools: dict[int, list[int]] = {}
+        self._static_landing: dict[int, list[tuple[int, tuple[Any, ...], np.ndarray, np.ndarray]]] = {}
         self._static_vectors: dict[tuple[Any, ...], np.ndarray] = {}
         self._memo: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self._tables: dict[tuple[Any, ...], _HolderTable] = {}
@@ -341,6 +413,11 @@ class _Work:
         self._rooms_checked = np.zeros(m, dtype=np.int64)
         self._room_args: defaultdict[int, dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, Any]]] = \
             defaultdict(dict)
+
+    def wanting(self) -> np.ndarray:
+        """:meth:`wants` of every job row."""
+        replicas = np.array([info.spec.replicas for info in self.ctx.objects.jobs], dtype=np.int64)
+        return replicas - self.placed.sum(axis=1) - self.claimed.sum(axis=1)
 
     def wants(self, i: int) -> int:
         """Replicas job row i still waits for (beyond its placed and claimed ones)."""
@@ -422,7 +499,17 @@ class _Work:
     def slower(self, i: int, j: int) -> PodPlan | None:
         """Job row i's new pod of this plan (``create`` on a node, not running) in the pool of lowest throughput
         below ``a_ij`` (any pool it runs in when ``j`` is -1) that is not a mechanism pool, or None: the pod it
-        gives up to claim pool j (module docstring, "weighed against a free slower pool")."""
+        gives up to claim pool j (module docstring, "weighed against a free slower pool"); with ``j`` -1 memoised
+        while row i is unchanged (:meth:`_mark`)."""
+        if j < 0:
+            got = self._memo.get(("slower", i))
+            if got is None or self._row_stamp[i] > got[0]:
+                got = self._memo[("slower", i)] = (self.version, self._slower(i, j))
+            return got[1]
+        return self._slower(i, j)
+
+    def _slower(self, i: int, j: int) -> PodPlan | None:
+        """:meth:`slower`, computed."""
         pools = self.ctx.objects.pools
         top = float(self.a[i].max()) if j < 0 else float(self.a[i, j])
         best: tuple[float, str, PodPlan] | None = None
@@ -504,10 +591,9 @@ class _Work:
         held = self._holder_table(j, bonus)
         keep = held.priority < w.job.priority
         if held.market is not None:
-            equal = held.priority == w.job.priority
-            if equal.any():
-                waiting = waiting_side(self.utility, i, w.spec, float(self.a[i, j]), step, pool.spec)
-                keep |= equal & market_mask(waiting, held.market)
+            waiting = waiting_side(self.utility, i, w.spec, float(self.a[i, j]), step, pool.spec)
+            if (keep & (held.rows != i)).any() or _may_gain(waiting, held.floor(waiting[2], w.job.priority, i)):
+                keep |= (held.priority == w.job.priority) & market_mask(waiting, held.market)
         keep &= held.rows != i
         return held.rows[keep].tolist()
 
@@ -581,7 +667,7 @@ class _Work:
             t_v = float(utility.t[v])
             drop = self.a[v, j] / max(spec.replicas, 1)
             # a holder with no pod the Eviction API may remove yields only its planned pods: nothing lands
-            runs = bool(self._evictable(v, j))
+            runs = self._runs(v, j)
             lands = self._lands(v, j, bonus) if runs else None
             side.v0[q] = utility.value(v, t_v)
             side.v1p[q] = utility.value(v, t_v - drop + 0.0)
@@ -610,9 +696,8 @@ class _Work:
         key = ("holders", j)
         got = self._memo.get(key)
         if got is None or self._pool_stamp[j] > got[0]:
-            jobs = self.ctx.objects.jobs
-            got = self._memo[key] = (self.version, [v for v in np.flatnonzero(self.placed[:, j] > 0).tolist()
-                                                    if jobs[v].key not in self.held and may_yield(jobs[v])])
+            got = self._memo[key] = (self.version,
+                                     np.flatnonzero((self.placed[:, j] > 0) & self._yieldable).tolist())
         return got[1]
 
     def _loss_planned(self, v: int, j: int) -> tuple[float, list[PodPlan]]:
@@ -630,6 +715,15 @@ class _Work:
                 MECHANISM_POLICIES else []
             got = self._memo[key] = (self.version, (loss, planned))
         return got[1]
+
+    def _runs(self, v: int, j: int) -> bool:
+        """Whether :meth:`_evictable` of job row v in pool j is not empty (its first pod found is enough)."""
+        got = self._static.get((v, j))
+        if got is not None:
+            return bool(got)
+        table = self.outcome.table
+        return any(pod.node in table.index and pod.phase == "Running" and not pod.terminating
+                   and removal(pod, table) == "evict" for pod in self.observed.running[v][j])
 
     def _evictable(self, v: int, j: int) -> list[tuple[Pod, ObjectKey, bool]]:
         """Job row v's running pods in pool j that the Eviction API may remove at all (on a known node, Running,
@@ -651,10 +745,13 @@ class _Work:
         slower pool that this replica replaces (dropped when the claim is made)."""
         ctx = self.ctx
         info, pool = ctx.objects.jobs[i], ctx.objects.pools[j]
+        victims = self._victims(i, j, gives)
+        if not victims:
+            return None
         table = self.outcome.table
         vec = table.vector(pod_vector(ctx.templates[i], info.spec, pool.spec.resource, info.spec.demand))
         by_node: defaultdict[int, list[_Victim]] = defaultdict(list)
-        for victim in self._victims(i, j, gives):
+        for victim in victims:
             by_node[victim.node].append(victim)
         c = table.column.get(pool.spec.resource)
         limit = pool.spec.degree_limit
@@ -847,18 +944,31 @@ class _Work:
         spec.capacity), or None. ``bonus`` (node, vector): room that counts free on that node (a pod this plan gives
         up). Each pool's answer (:meth:`_room`) depends only on the pod's request vector, its admitted nodes and
         ``bonus``, so jobs alike share it until the plan changes."""
-        ctx = self.ctx
-        admitted = ctx.admitted[v]
         extra = () if bonus is None else (bonus[0], bonus[1].tobytes())
-        for j in self._pools_of(v):
-            pool = ctx.objects.pools[j]
-            if j == skip or pool.usable.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
+        for j, key, vec, admitted in self._landing_pools(v):
+            if j == skip:
                 continue
-            vec = self._vector(v, pool.spec.resource)
-            k = self._room_of(j, ("room", j, vec.tobytes(), id(admitted), *extra), (vec, admitted, bonus))
+            k = self._room_of(j, (*key, *extra), (vec, admitted, bonus))
             if k is not None:
                 return j, k
         return None
+
+    def _landing_pools(self, v: int) -> list[tuple[int, tuple[Any, ...], np.ndarray, np.ndarray]]:
+        """The pools job row v may land in (:meth:`_landing`: by throughput, not a mechanism pool, with usable
+        nodes), each with its room key, the replica's request vector there and v's admitted nodes; fixed for the
+        plan."""
+        got = self._static_landing.get(v)
+        if got is None:
+            ctx = self.ctx
+            admitted = ctx.admitted[v]
+            got = self._static_landing[v] = []
+            for j in self._pools_of(v):
+                pool = ctx.objects.pools[j]
+                if pool.usable.size == 0 or pool.spec.policy in MECHANISM_POLICIES:
+                    continue
+                vec = self._vector(v, pool.spec.resource)
+                got.append((j, ("room", j, vec.tobytes(), id(admitted)), vec, admitted))
+        return got
 
     def _room_of(self, j: int, key: tuple[Any, ...], args: tuple[np.ndarray, np.ndarray, Any]) -> int | None:
         """:meth:`_room` of pool j for ``args`` (vector, admitted nodes, bonus), memoised under ``key`` while pool
@@ -879,6 +989,9 @@ class _Work:
         :meth:`_landing`) last turned from None to a node or back: each answer of a pool changed since it was
         recorded is computed again here, and only where it flips is the pool's stamp moved (a landing reads only
         which pool has room, not the node)."""
+        if self._rooms_version == self.version:
+            return self._room_stamp  # nothing changed since the last check
+        self._rooms_version = self.version
         changed = np.flatnonzero(self._pool_stamp > self._rooms_checked)
         for j in changed.tolist():
             for key, args in self._room_args[j].items():
