@@ -117,6 +117,7 @@ def contested(ctx: PlanContext, observed: Observed, pairs: Collection[tuple[int,
     big_n = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
     utility = Valuation(jobs, a, (a * running).sum(axis=1) / big_n, arrays)
     priority = np.array([info.job.priority for info in jobs], dtype=np.int64)
+    yieldable = np.array([may_yield(info) for info in jobs], dtype=bool)
     holders: dict[int, tuple[np.ndarray, HolderSide | None]] = {}
     for i, j in sorted(pairs):
         pool, info = pools[j], jobs[i]
@@ -124,8 +125,8 @@ def contested(ctx: PlanContext, observed: Observed, pairs: Collection[tuple[int,
                 gang(info):
             continue
         if j not in holders:  # lower priorities first: they yield without a market test
-            rows = np.array(sorted((v for v in range(n) if running[v, j] > 0 and may_yield(jobs[v])),
-                                   key=lambda v: (jobs[v].job.priority, v)), dtype=np.int64)
+            rows = np.flatnonzero((running[:, j] > 0) & yieldable)
+            rows = rows[np.lexsort((rows, priority[rows]))]
             market = pool.spec.preemption.rule == "Market" and pool.spec.policy not in MECHANISM_POLICIES
             holders[j] = rows, _running_side(utility, jobs, a, rows, j) if market else None
         rows, side = holders[j]
