@@ -176,7 +176,7 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
                         renewed.append((i, plan, claim_reason(*claim)))
     for i, plan, reason in renewed:
         work.renew(i, plan, reason)
-    running_in = [sum(len(observed.running[i][j]) for i in range(n)) for j in range(m)]
+    running_in = observed.counts("running").sum(axis=0).tolist()
     caps = []
     for j, pool in enumerate(pools):
         per_plan, per_hour = budgets(pool.spec, running_in[j])
@@ -192,7 +192,7 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
             jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]), jobs[i].job.created,
             *jobs[i].key))
         for i in order:
-            for j in sorted(np.flatnonzero(a[i] > 0).tolist(), key=lambda j: (-a[i, j], j)):
+            for j in work._pools_of(i):
                 if pools[j].spec.preemption.rule == "Never":
                     continue
                 while work.wants(i) > 0:
@@ -207,7 +207,7 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
         for i in sorted(upgrading, key=lambda i: queue_key(
                 jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]),
                 jobs[i].job.created, *jobs[i].key)):
-            for j in sorted(np.flatnonzero(a[i] > 0).tolist(), key=lambda j: (-a[i, j], j)):
+            for j in work._pools_of(i):
                 if pools[j].spec.preemption.rule == "Never":
                     continue
                 while (gives := work.slower(i, j)) is not None:
@@ -381,9 +381,7 @@ class _Work:
         self.preempted: defaultdict[ObjectKey, int] = defaultdict(int)
         self.claims: defaultdict[ObjectKey, int] = defaultdict(int)
         self.events: list[PlanEvent] = []
-        previous = ctx.previous
-        self.recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
-            previous is not None) else set()
+        self._recent: set[tuple[str, str]] | None = None
         # memos of what :meth:`_victims` recomputes per claim, each valid while what it reads is unchanged: every
         # change of a job row's throughput, pods or placed counts stamps the row, every change of a node's room or a
         # pool's placed counts stamps the pools the node is in (:meth:`_mark`, ``version`` counts the changes), and
@@ -396,11 +394,11 @@ class _Work:
         # the rows that may yield at all (not held, preemptible, no gang; fixed for the plan)
         self._yieldable = np.array([info.key not in held and may_yield(info) for info in jobs], dtype=bool)
         self._rooms_version = -1
-        pools_at: defaultdict[int, set[int]] = defaultdict(set)
+        # per pool, the nodes it holds (members or usable): a change on a node stamps these pools
+        self._member = np.zeros((m, len(outcome.table.names)), dtype=bool)
         for j, pool in enumerate(pools):
-            for k in (*pool.members.tolist(), *pool.usable.tolist()):
-                pools_at[int(k)].add(j)
-        self._pools_at = {k: sorted(js) for k, js in pools_at.items()}
+            self._member[j, pool.members] = True
+            self._member[j, pool.usable] = True
         self._static: dict[tuple[int, int], list[tuple[Pod, ObjectKey, bool]]] = {}
         self._static_pools: dict[int, list[int]] = {}
         self._static_landing: dict[int, list[tuple[int, tuple[Any, ...], np.ndarray, np.ndarray]]] = {}
@@ -431,8 +429,7 @@ class _Work:
         for v in rows:
             self._row_stamp[v] = version
         for k in nodes:
-            for j in self._pools_at.get(k, ()):
-                self._pool_stamp[j] = version
+            self._pool_stamp[self._member[:, k]] = version
         for j in pools:
             self._pool_stamp[j] = version
 
@@ -643,7 +640,7 @@ class _Work:
         side = base.market
         if side is None:
             return base
-        pools = [s for s in self._pools_at.get(bonus[0], ()) if s != j]
+        pools = [s for s in np.flatnonzero(self._member[:, bonus[0]]).tolist() if s != j]
         rows = base.rows
         near = side.runs & (self.a[rows][:, pools] > 0).any(axis=1) if pools else np.zeros(rows.size, dtype=bool)
         v1l = side.v1l.copy()
@@ -715,6 +712,15 @@ class _Work:
                 MECHANISM_POLICIES else []
             got = self._memo[key] = (self.version, (loss, planned))
         return got[1]
+
+    @property
+    def recent(self) -> set[tuple[str, str]]:
+        """The pods the previous plan created or bound (computed on first use)."""
+        if self._recent is None:
+            previous = self.ctx.previous
+            self._recent = {(p.namespace, p.name) for p in previous.pods if p.action in ("create", "bind")} if (
+                previous is not None) else set()
+        return self._recent
 
     def _runs(self, v: int, j: int) -> bool:
         """Whether :meth:`_evictable` of job row v in pool j is not empty (its first pod found is enough)."""
