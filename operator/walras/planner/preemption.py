@@ -202,7 +202,7 @@ def preempt(ctx: PlanContext, observed: Observed, outcome: Outcome, actions: Act
                     spent[j] += got
                     changed = True
         # jobs this plan starts in a slower pool than one that is full: the new pod is weighed against a claim there
-        upgrading = [i for i, info in enumerate(jobs) if info.key not in held and not gang(info)
+        upgrading = [i for i in work.creating() if jobs[i].key not in held and not gang(jobs[i])
                      and work.slower(i, -1) is not None]
         for i in sorted(upgrading, key=lambda i: queue_key(
                 jobs[i].job.priority, jobs[i].spec.weight, _bids(work.utility, i, a[i], jobs[i]),
@@ -382,6 +382,7 @@ class _Work:
         self.claims: defaultdict[ObjectKey, int] = defaultdict(int)
         self.events: list[PlanEvent] = []
         self._recent: set[tuple[str, str]] | None = None
+        self._creating: np.ndarray | None = None
         # memos of what :meth:`_victims` recomputes per claim, each valid while what it reads is unchanged: every
         # change of a job row's throughput, pods or placed counts stamps the row, every change of a node's room or a
         # pool's placed counts stamps the pools the node is in (:meth:`_mark`, ``version`` counts the changes), and
@@ -411,6 +412,15 @@ class _Work:
         self._rooms_checked = np.zeros(m, dtype=np.int64)
         self._room_args: defaultdict[int, dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, Any]]] = \
             defaultdict(dict)
+
+    def creating(self) -> list[int]:
+        """The job rows that may have a new pod of this plan on a node (``create``, not existing), in row order: those
+        with one when the phase began, and those changed since (:meth:`_mark`); :meth:`slower` is None elsewhere."""
+        if self._creating is None:
+            self._creating = np.array([any(p.action == "create" and not p.exists and p.node is not None
+                                           for p in self.actions.pods.get(info.key, ()))
+                                       for info in self.ctx.objects.jobs], dtype=bool)
+        return np.flatnonzero(self._creating | (self._row_stamp > 0)).tolist()
 
     def wanting(self) -> np.ndarray:
         """:meth:`wants` of every job row."""
@@ -676,16 +686,34 @@ class _Work:
     def _lands(self, v: int, j: int, bonus: tuple[int, np.ndarray] | None) -> tuple[str, float] | None:
         """Where job row v's replica of pool j restarts at once (:meth:`_landing`) as :func:`.queue.yields` takes
         it: (pool name, ``a_vS' / N_v``), or None (memoised while the room of v's other pools is, :meth:`_rooms`)."""
-        key = ("landing", v, j) if bonus is None else ("landing", v, j, bonus[0], bonus[1].tobytes())
-        got = self._memo.get(key)
         rooms = self._rooms()
-        if got is None or any(rooms[s] > got[0] for s in self._pools_of(v) if s != j):
-            got = self._memo[key] = (self.version, self._landing(v, j, bonus))
-        landing = got[1]
-        if landing is None:
+        if bonus is None:  # the first two pools with room, whatever pool is left out: one memo for all of v's pools
+            got = self._memo.get(("landings", v))
+            if got is None or any(rooms[s] > got[0] for s in self._pools_of(v)):
+                got = self._memo[("landings", v)] = (self.version, self._open_pools(v))
+            s = next((s for s in got[1] if s != j), None)
+        else:
+            key = ("landing", v, j, bonus[0], bonus[1].tobytes())
+            got = self._memo.get(key)
+            if got is None or any(rooms[s] > got[0] for s in self._pools_of(v) if s != j):
+                landing = self._landing(v, j, bonus)
+                got = self._memo[key] = (self.version, None if landing is None else landing[0])
+            s = got[1]
+        if s is None:
             return None
-        return (self.ctx.objects.pools[landing[0]].name,
-                float(self.a[v, landing[0]]) / max(self.ctx.objects.jobs[v].spec.replicas, 1))
+        return (self.ctx.objects.pools[s].name, float(self.a[v, s]) / max(self.ctx.objects.jobs[v].spec.replicas, 1))
+
+    def _open_pools(self, v: int) -> tuple[int, ...]:
+        """The first two of job row v's landing pools (:meth:`_landing_pools`, in their order) with room now for
+        one of its replicas: :meth:`_landing` with any one pool left out lands in the first of them that is not
+        that pool."""
+        out: list[int] = []
+        for j, key, vec, admitted in self._landing_pools(v):
+            if self._room_of(j, key, (vec, admitted, None)) is not None:
+                out.append(j)
+                if len(out) == 2:
+                    break
+        return tuple(out)
 
     def _holders(self, j: int) -> list[int]:
         """The job rows with a replica placed in pool j that may yield at all (not held, preemptible, no gang),
