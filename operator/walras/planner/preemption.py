@@ -278,13 +278,24 @@ def _fits(vec: np.ndarray, limit: int | None, room: tuple[np.ndarray, int]) -> b
 class _HolderTable:
     """Pool j's holders at one ``version`` of the plan (:meth:`_Work._holder_table`): their job ``rows`` (ascending),
     ``priority`` and, in a ``Market`` pool outside the mechanism pools, their side of the rule (None elsewhere);
-    ``floors`` memoises :meth:`floor`."""
+    ``floors`` and ``lowers`` memoise :meth:`floor` and :meth:`lower`."""
 
     version: int
     rows: np.ndarray
     priority: np.ndarray
     market: HolderSide | None
     floors: dict[tuple[float, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    lowers: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def lower(self, priority: int, row: int) -> bool:
+        """Whether a holder other than row ``row`` has a priority below ``priority`` (memoised per priority: the
+        count of such holders and the first)."""
+        got = self.lowers.get(priority)
+        if got is None:
+            below = self.rows[self.priority < priority]
+            got = self.lowers[priority] = (int(below.size), int(below[0]) if below.size else -1)
+        count, first = got
+        return bool(count > 1 or (count == 1 and first != row))
 
     def floor(self, horizon: float, priority: int, row: int) -> tuple[float, float]:
         """The smallest cost ``c_v`` a waiting job of ``priority`` at row ``row`` must beat under the ``Market``
@@ -603,14 +614,22 @@ class _Work:
         only where the rule's inequality holds for its planned pods (no restart) or its running ones (with its
         landing, :meth:`_lands`), judged for all holders at once on arrays (:meth:`_holder_table`) by the same
         arithmetic as :func:`.queue.market_gain`, with a margin of 1e-9 relative in the holders' favour: a holder
-        left out is one ``yields`` refuses; those kept are weighed again one by one."""
+        left out is one ``yields`` refuses; those kept are weighed again one by one. Where no holder but i has a
+        lower priority and the pool's cheapest holders cannot yield (:meth:`_HolderTable.floor`, :func:`_may_gain`),
+        none is judged."""
         pool, w = self.ctx.objects.pools[j], self.ctx.objects.jobs[i]
         held = self._holder_table(j, bonus)
-        keep = held.priority < w.job.priority
+        lower = held.lower(w.job.priority, i)
         if held.market is not None:
             waiting = waiting_side(self.utility, i, w.spec, float(self.a[i, j]), step, pool.spec)
-            if (keep & (held.rows != i)).any() or _may_gain(waiting, held.floor(waiting[2], w.job.priority, i)):
-                keep |= (held.priority == w.job.priority) & market_mask(waiting, held.market)
+            if not lower and not _may_gain(waiting, held.floor(waiting[2], w.job.priority, i)):
+                return []  # no lower priority, and no holder of the same one can yield by the market
+            keep = (held.priority < w.job.priority) | (
+                (held.priority == w.job.priority) & market_mask(waiting, held.market))
+        elif not lower:
+            return []
+        else:
+            keep = held.priority < w.job.priority
         keep &= held.rows != i
         return held.rows[keep].tolist()
 
