@@ -527,14 +527,12 @@ class _Work:
     def slower(self, i: int, j: int) -> PodPlan | None:
         """Job row i's new pod of this plan (``create`` on a node, not running) in the pool of lowest throughput
         below ``a_ij`` (any pool it runs in when ``j`` is -1) that is not a mechanism pool, or None: the pod it
-        gives up to claim pool j (module docstring, "weighed against a free slower pool"); with ``j`` -1 memoised
-        while row i is unchanged (:meth:`_mark`)."""
-        if j < 0:
-            got = self._memo.get(("slower", i))
-            if got is None or self._row_stamp[i] > got[0]:
-                got = self._memo[("slower", i)] = (self.version, self._slower(i, j))
-            return got[1]
-        return self._slower(i, j)
+        gives up to claim pool j (module docstring, "weighed against a free slower pool"); memoised while row i is
+        unchanged (:meth:`_mark`)."""
+        got = self._memo.get(("slower", i, j))
+        if got is None or self._row_stamp[i] > got[0]:
+            got = self._memo[("slower", i, j)] = (self.version, self._slower(i, j))
+        return got[1]
 
     def _slower(self, i: int, j: int) -> PodPlan | None:
         """:meth:`slower`, computed."""
@@ -565,9 +563,8 @@ class _Work:
         job i's new pod in a slower pool that it gives up for this one (its room counts free for the victims'
         landing). Only the holders :meth:`_candidates` leaves are weighed one by one."""
         ctx = self.ctx
-        jobs, pool = ctx.objects.jobs, ctx.objects.pools[j]
+        jobs = ctx.objects.jobs
         table = self.outcome.table
-        priced = pool.spec.resource
         out: list[_Victim] = []
         previous = ctx.previous
         # a pod the previous plan placed while job i already waited was priced against it then (module docstring)
@@ -582,12 +579,8 @@ class _Work:
             if planned:
                 why = yields(ctx, (i, v, j), self.utility, self.a, False, gives=step)
                 if why is not None:
-                    for p in planned:
-                        amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else \
-                            info.spec.demand
-                        out.append(_Victim((0, info.job.priority, loss, 0.0, p.name), v, p.name,
-                                           table.index[p.node], self._vector(v, priced, amount), False, why,  # type: ignore[index]
-                                           plan=p))
+                    out.extend(_Victim((0, info.job.priority, loss, 0.0, name), v, name, k, vec, False, why, plan=plan)
+                               for name, k, vec, plan in self._planned_parts(v, j, planned))
             evictable = self._evictable(v, j)
             pods = [pod for pod, key, recent in evictable if key not in self.taken and not (waited and recent)] if (
                 self.taken or waited) else [pod for pod, _, _ in evictable]
@@ -607,6 +600,21 @@ class _Work:
                                    pod=pod, plan=plan, lands=lands is not None))
         out.sort(key=lambda victim: victim.key)
         return out
+
+    def _planned_parts(self, v: int, j: int, planned: list[PodPlan]) -> list[tuple[str, int, np.ndarray, PodPlan]]:
+        """Per planned pod of job row v in pool j (``planned``, :meth:`_loss_planned`'s list): its name, node,
+        request vector and plan; memoised with that list."""
+        got = self._memo.get(("parts", v, j))
+        if got is not None and got[1][0] is planned:
+            return got[1][1]
+        info, priced = self.ctx.objects.jobs[v], self.ctx.objects.pools[j].spec.resource
+        table = self.outcome.table
+        parts = []
+        for p in planned:
+            amount = parse_quantity(p.requests.get(priced, "0")) if priced in p.requests else info.spec.demand
+            parts.append((p.name, table.index[p.node], self._vector(v, priced, amount), p))  # type: ignore[index]
+        self._memo[("parts", v, j)] = (self.version, (planned, parts))
+        return parts
 
     def _candidates(self, i: int, j: int, step: float, bonus: tuple[int, np.ndarray] | None) -> list[int]:
         """The holders of pool j (:meth:`_holders`, in their order) that :func:`.queue.yields` may let yield to job
