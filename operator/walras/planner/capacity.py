@@ -173,15 +173,18 @@ def nominations(cluster: Cluster, previous: Nominations | None = None, now: floa
     previous plan's) whose nomination is cleared meanwhile, and that is still unbound and live, stays reserved on
     its node for :data:`NOMINATION_HOLD` seconds from when it was first reserved there (with a clock)."""
     before = previous or {}
+    out: dict[tuple[str, str], tuple[str, float | None]] = {}
+    # the foreign, unbound, live pods: the only ones that may be reserved (most clusters have none)
+    waiting = [pod for pod in cluster.pods
+               if pod.job is None and pod.node is None and not pod.terminal and not pod.terminating]
+    if not waiting:
+        return out
     nodes = {node.name for node in cluster.nodes}
     lowest: dict[str, int] = {}
     for pod in cluster.pods:
         if pod.job is not None and pod.node is not None and not pod.terminal:
             lowest[pod.node] = min(pod.priority, lowest.get(pod.node, pod.priority))
-    out: dict[tuple[str, str], tuple[str, float | None]] = {}
-    for pod in cluster.pods:
-        if pod.job is not None or pod.node is not None or pod.terminal or pod.terminating:
-            continue
+    for pod in waiting:
         node, since = pod.nominated, now
         held = before.get(pod.key)
         if held is not None and (node is None or node == held[0]):

@@ -24,16 +24,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from allocator.integral import Utility, utility_value
 from walras.planner.model import ObjectKey, Plan
 from walras.planner.results import JobInfo, Observed, PlanContext
-from walras.planner.spec import JobSpec, restart_cost
+from walras.planner.spec import JobSpec, PoolSpec, restart_cost
 
-__all__ = ["CLAIM", "MECHANISM_POLICIES", "QUEUE_ORDER", "Valuation", "claim_reason", "claimed_nodes", "contested",
-           "gang", "market_gain", "may_yield", "queue_key", "yields"]
+__all__ = ["CLAIM", "MARGIN", "MECHANISM_POLICIES", "QUEUE_ORDER", "HolderSide", "Valuation", "claim_reason",
+           "claimed_nodes", "contested", "gang", "market_gain", "market_mask", "may_yield", "queue_key", "waiting_side",
+           "yields"]
 
 #: Pools whose placement policy's own mechanism shares the capacity among equal priorities (fair: 002's
 #: mechanisms; colocation: 001's): there only PriorityClass order preempts, and a plan's new pods are not swapped.
@@ -97,7 +99,9 @@ def contested(ctx: PlanContext, observed: Observed, pairs: Collection[tuple[int,
     replica against the job's next one at what runs now (``arrays``: the jobs' utilities): the rounds offer such a
     pool to the job even when no pod of it fits now (:func:`walras.planner.rounds.run_rounds`), so its bid enters the
     market's prices; a pool whose rule lets no running pod yield to it is offered only where a pod fits, as before
-    (the job spills elsewhere)."""
+    (the job spills elsewhere). Per pool, the running jobs' side of the rule is computed once (:class:`HolderSide`)
+    and each waiting job is judged against all of them on arrays (:func:`market_mask`); :func:`yields` confirms
+    the holders the arrays keep."""
     objects = ctx.objects
     pools, jobs = objects.pools, objects.jobs
     n, m = len(jobs), len(pools)
@@ -112,20 +116,103 @@ def contested(ctx: PlanContext, observed: Observed, pairs: Collection[tuple[int,
             a[i, j] = info.spec.throughput.get(pools[j].name, 0.0)
     big_n = np.array([max(info.spec.replicas, 1) for info in jobs], dtype=np.float64)
     utility = Valuation(jobs, a, (a * running).sum(axis=1) / big_n, arrays)
-    holders: dict[int, list[int]] = {}
+    priority = np.array([info.job.priority for info in jobs], dtype=np.int64)
+    yieldable = np.array([may_yield(info) for info in jobs], dtype=bool)
+    holders: dict[int, tuple[np.ndarray, HolderSide | None]] = {}
     for i, j in sorted(pairs):
         pool, info = pools[j], jobs[i]
         if pool.spec.preemption.rule == "Never" or a[i, j] <= 0 or existing[i].sum() >= info.spec.replicas or \
                 gang(info):
             continue
         if j not in holders:  # lower priorities first: they yield without a market test
-            holders[j] = sorted((v for v in range(n) if running[v, j] > 0 and may_yield(jobs[v])),
-                                key=lambda v: (jobs[v].job.priority, v))
-        for v in holders[j]:
-            if v != i and yields(ctx, (i, v, j), utility, a, True):
-                out.add((i, j))
-                break
+            rows = np.flatnonzero((running[:, j] > 0) & yieldable)
+            rows = rows[np.lexsort((rows, priority[rows]))]
+            market = pool.spec.preemption.rule == "Market" and pool.spec.policy not in MECHANISM_POLICIES
+            holders[j] = rows, _running_side(utility, jobs, a, rows, j) if market else None
+        rows, side = holders[j]
+        others = rows != i
+        if (others & (priority[rows] < info.job.priority)).any():
+            out.add((i, j))
+            continue
+        if side is None:
+            continue
+        keep = others & (priority[rows] == info.job.priority) & market_mask(
+            waiting_side(utility, i, info.spec, float(a[i, j]), 0.0, pool.spec), side)
+        if any(yields(ctx, (i, v, j), utility, a, True) for v in rows[keep].tolist()):
+            out.add((i, j))
     return out
+
+
+def _running_side(utility: Valuation, jobs: tuple[JobInfo, ...], a: np.ndarray, rows: np.ndarray, j: int
+                  ) -> HolderSide:
+    """The running jobs ``rows``' side of the ``Market`` rule in pool j (:class:`HolderSide`): one replica each
+    lost, nothing landed, every row with running pods, each value as :func:`yields` computes it."""
+    size = rows.size
+    v0, v1, r_v = np.empty(size), np.empty(size), np.empty(size)
+    for q, v in enumerate(rows.tolist()):
+        spec = jobs[v].spec
+        t_v = float(utility.t[v])
+        v0[q] = utility.value(v, t_v)
+        v1[q] = utility.value(v, t_v - a[v, j] / max(spec.replicas, 1) + 0.0)
+        r_v[q] = utility.restart(v, spec)
+    return HolderSide(v0, v1, v1, r_v, np.zeros(size, dtype=bool), np.ones(size, dtype=bool))
+
+
+@dataclass(frozen=True)
+class HolderSide:
+    """The side of the ``Market`` rule of the jobs holding a pool (the victims' side of :func:`market_gain`), per
+    holder: its utility now ``v0``, without one replica ``v1p`` (a pod this plan only planned: nothing lands),
+    without it but restarted in free room elsewhere ``v1l`` (a running pod; :mod:`.preemption`'s landing), its
+    restart cost ``r_v``, whether it has planned pods there and whether it has running pods there that the
+    Eviction API may remove."""
+
+    v0: np.ndarray
+    v1p: np.ndarray
+    v1l: np.ndarray
+    r_v: np.ndarray
+    planned: np.ndarray
+    runs: np.ndarray
+
+
+#: The relative margin of :func:`market_mask` in the holders' favour (a holder it keeps is judged by
+#: :func:`yields` again).
+MARGIN = 1e-9
+
+
+def waiting_side(utility: Valuation, i: int, spec: JobSpec, a_ij: float, gives: float, pool: PoolSpec
+                 ) -> tuple[float, float, float, float]:
+    """Waiting job row i's (of spec ``spec``) side of the ``Market`` rule for its next replica in a pool of spec
+    ``pool`` (throughput ``a_ij``), as :func:`yields` computes it: (utility before, after, the horizon ``H``, its
+    restart cost ``r_w``); ``gives`` as in :func:`yields`."""
+    t_w = float(utility.t[i])
+    after = t_w - gives + a_ij / max(spec.replicas, 1)
+    horizon = pool.preemption.horizon
+    if spec.remaining_work is not None and after > 0:
+        horizon = min(horizon, spec.remaining_work / after)
+    return utility.value(i, t_w), utility.value(i, after), horizon, utility.restart(i, spec)
+
+
+def market_mask(waiting: tuple[float, float, float, float], side: HolderSide) -> np.ndarray:
+    """Per holder, whether :func:`market_gain` may hold for its planned pods (no restart on either side) or its
+    running ones (both restart costs), for the waiting job's ``(w0, w1, H, r_w)`` (:func:`waiting_side`): the same
+    arithmetic on arrays, each inequality loosened by :data:`MARGIN` relative, so a holder it refuses is one
+    ``market_gain`` refuses (002/004's objective test of the module :mod:`.preemption`, for all holders at once)."""
+    w0, w1, horizon, r_w = waiting
+    n = side.v0.size
+    if not math.isfinite(w1):
+        return np.zeros(n, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        fin_p = np.isfinite(side.v0) & np.isfinite(side.v1p)
+        fin_l = np.isfinite(side.v0) & np.isfinite(side.v1l)
+        if not math.isfinite(w0):  # a starved job's first replica: an unbounded gain
+            return (fin_p & side.planned & (horizon > 0.0)) | (fin_l & side.runs & (horizon > r_w))
+        gain = w1 - w0
+        loss_p, loss_l = side.v0 - side.v1p, side.v0 - side.v1l
+        lhs_p, rhs_p = (horizon - 0.0) * gain - horizon * loss_p, 0.0 * loss_p
+        lhs_l, rhs_l = (horizon - r_w) * gain - horizon * loss_l, side.r_v * loss_l
+        ok_p = lhs_p > rhs_p - MARGIN * (np.abs(lhs_p) + np.abs(rhs_p))
+        ok_l = lhs_l > rhs_l - MARGIN * (np.abs(lhs_l) + np.abs(rhs_l))
+    return (fin_p & side.planned & ok_p) | (fin_l & side.runs & ok_l)
 
 
 def may_yield(info: JobInfo) -> bool:
