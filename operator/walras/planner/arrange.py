@@ -64,10 +64,12 @@ def _arranged(ctx: PlanContext, work: Reservations, batches: list[tuple[Batch, P
             counts[c, kind[spec.colocation_type]] += 1.0
 
     table = work.table
+    names = {table.names[k] for k in machines.tolist()}
     for pod in ctx.cluster.pods:  # running (and bound) pods of the pool's jobs stay where they are
-        row = row_of.get((pod.namespace, pod.job or ""))
-        if row is not None and pod.node is not None and not pod.terminal:
-            fix(row, table.index.get(pod.node, -1))
+        if pod.node in names and pod.job is not None and not pod.terminal:
+            row = row_of.get((pod.namespace, pod.job))
+            if row is not None:
+                fix(row, table.index[pod.node])
     for batch, placed, _ in batches:  # so do the pods the pool's policy placed in this plan
         if batch.pool == j:
             for q, row in enumerate(batch.rows):
