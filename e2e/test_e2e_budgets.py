@@ -1,6 +1,8 @@
 """End to end, Budgets (docs/budgets.md): the real ``walras run`` (tenants on by default) against the real control
-plane, two tenants competing for the two GPU pools, one of which inflates its numbers (a linear job of weight 1e6 whose
-throughputs are multiplied by 1e8, within the schema's bound of 1e9): each tenant spends at most its share (within
+plane, two tenants competing for the two GPU pools, one of which inflates its numbers (its job, planned honestly
+first, becomes a linear job of weight 1e6 whose throughputs are multiplied by 1e8, within the schema's bound of 1e9):
+the inflating tenant holds no more GPUs than it held when honest (within one pod of rounding) and the honest tenant
+no fewer, each tenant spends at most its share (within
 one pod's price: the placed plan rounds the market's fractions to whole pods), the Budget's status shows its units,
 spend rate and spend, and the accumulated spend continues across a restart of the operator by (T5) from the status
 alone."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -38,7 +41,7 @@ def setup(cluster: Cluster) -> Iterator[Cluster]:
     honest = {"e2e-v100": 3.0, "e2e-k80": 1.0}
     docs = [json.dumps(budget), _job("honest-a", NS, honest, {"type": "log"}, 8),
             _job("honest-b", NS, {"e2e-v100": 2.0, "e2e-k80": 1.5}, {"type": "log"}, 8),
-            _job("greedy", GREEDY, {k: v * 1e8 for k, v in honest.items()}, {"type": "linear", "weight": 1e6}, 16)]
+            _job("greedy", GREEDY, honest, {"type": "log"}, 16)]  # honest first; the first test inflates it
     cluster.apply_text("\n---\n".join(docs))
     try:
         yield cluster
@@ -65,6 +68,50 @@ def _status(cluster: Cluster) -> dict[str, Any]:
 
 def _updated(status: dict[str, Any]) -> float:
     return datetime.fromisoformat(str(status["spentUpdated"]).replace("Z", "+00:00")).timestamp()
+
+
+def _units(text: str, budget: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("walras_budget_units{") and f'budget="{budget}"' in line:
+            pool = line.split('pool="', 1)[1].split('"', 1)[0]
+            out[pool] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _settled(cluster: Cluster, op: Operator) -> tuple[dict[str, float], dict[str, float]]:
+    """Both tenants' units per pool once the greedy job's current generation is planned and the metrics 5 s apart
+    agree (honest tenant, greedy tenant)."""
+    def planned() -> tuple[dict[str, float], dict[str, float]] | None:
+        job = cluster.get("fungiblejob", "greedy", "-n", GREEDY)
+        if (job.get("status") or {}).get("observedGeneration") != job["metadata"]["generation"]:
+            return None
+        first = op.metrics()
+        time.sleep(5.0)  # a few plans later
+        again = op.metrics()
+        now = _units(again, "team-e2e"), _units(again, f"namespace/{GREEDY}")
+        if not now[1] or (_units(first, "team-e2e"), _units(first, f"namespace/{GREEDY}")) != now:
+            return None
+        return now
+    return wait_until(planned, 120, "the greedy job planned and the units settled", interval=1.0)
+
+
+def test_inflating_its_numbers_gains_a_tenant_nothing(setup: Cluster) -> None:
+    cluster = setup
+    op = Operator(cluster, "direct").start()  # tenants on by default
+    try:
+        honest, greedy = _settled(cluster, op)
+        print(f"live, greedy planned honestly: team-e2e {honest}, namespace/{GREEDY} {greedy}")
+        patch = {"spec": {"throughput": {"e2e-v100": 3.0e8, "e2e-k80": 1.0e8},
+                          "utility": {"type": "linear", "weight": 1e6}}}
+        cluster.kc("patch", "fungiblejob", "greedy", "-n", GREEDY, "--type=merge", "-p", json.dumps(patch))
+        honest2, greedy2 = _settled(cluster, op)
+        print(f"live, greedy inflated (linear, weight 1e6, throughputs x 1e8): team-e2e {honest2}, "
+              f"namespace/{GREEDY} {greedy2}")
+        assert sum(greedy2.values()) <= sum(greedy.values()) + 1, (greedy, greedy2)
+        assert sum(honest2.values()) >= sum(honest.values()) - 1, (honest, honest2)
+    finally:
+        op.stop()
 
 
 def test_two_tenants_compete_and_inflating_gains_nothing_and_spend_survives_a_restart(setup: Cluster) -> None:

@@ -237,3 +237,48 @@ def capped_cluster(rng: np.random.Generator, caps: dict[str, float]) -> Snapshot
                                                pool("b", {"pool": "b"}, "throughput")),
                     jobs=tuple(jobs), budgets=(budget_doc("alpha", 3.0, ["alpha"], caps),
                                                budget_doc("beta", 1.0, ["beta"])))
+
+
+def equilibrium_violation(inst: Instance, X: np.ndarray, *, tol: float = 1e-3) -> float:
+    """How far ``X`` is from an allocation of the budget-constrained equilibrium (docs/budgets.md, T6), by an LP
+    (HiGHS) written apart from the planner: the least ``sum_i |spend_i - b_i| / sum b`` over prices ``p >= 0`` and
+    per-job multipliers ``beta_i, nu_i >= 0`` under which every job's ``x_i`` is its budget-constrained demand, i.e.
+    the LP optimality conditions of ``max a_i^T x, p^T D_i x <= b_i, 1^T x <= 1``: ``beta_i a_ij <= p_j d_ij + nu_i``
+    on every usable pool, with equality where ``x_ij > tol``; ``nu_i = 0`` unless ``1^T x_i >= 1 - tol``; ``p_j = 0``
+    unless pool j is full within ``tol``; spend ``<= b_i`` for a satiated job (on its best pool all the time), ``=
+    b_i`` (the mismatch) for any other. 0: ``X`` is an equilibrium allocation (prices exist), > 0: it is not."""
+    from scipy.optimize import linprog
+
+    A, D, b, R = inst.A(), inst.D(), inst.budgets(), np.array(inst.capacity)
+    n, m = A.shape
+    size = m + 4 * n  # p, beta, nu, spend excess, spend shortfall
+    bounds: list[tuple[float, float | None]] = [(0.0, None)] * size
+    t, best = (A * X).sum(axis=1), A.max(axis=1)
+    for j in range(m):
+        if (D[:, j] * X[:, j]).sum() < R[j] * (1 - tol):
+            bounds[j] = (0.0, 0.0)
+    ub: list[np.ndarray] = []
+    ub_rhs: list[float] = []
+    eq: list[np.ndarray] = []
+    eq_rhs: list[float] = []
+    for i in range(n):
+        if X[i].sum() < 1 - tol:
+            bounds[m + n + i] = (0.0, 0.0)
+        for j in range(m):
+            if A[i, j] <= 0:
+                continue
+            row = np.zeros(size)
+            row[m + i], row[j], row[m + n + i] = A[i, j] / best[i], -D[i, j], -1.0
+            (eq if X[i, j] > tol else ub).append(row)
+            (eq_rhs if X[i, j] > tol else ub_rhs).append(0.0)
+        row = np.zeros(size)
+        row[:m] = D[i] * X[i]
+        row[m + 2 * n + i], row[m + 3 * n + i] = -1.0, 1.0
+        satiated = t[i] >= best[i] * (1 - tol) and X[i].sum() >= 1 - tol
+        (ub if satiated else eq).append(row)
+        (ub_rhs if satiated else eq_rhs).append(float(b[i]))
+    cost = np.zeros(size)
+    cost[m + 2 * n:] = 1.0 / b.sum()
+    out = linprog(cost, A_ub=np.array(ub) if ub else None, b_ub=ub_rhs or None, A_eq=np.array(eq) if eq else None,
+                  b_eq=eq_rhs or None, bounds=bounds, method="highs")
+    return float(out.fun) if out.status == 0 else float("inf")

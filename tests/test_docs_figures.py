@@ -36,9 +36,9 @@ def test_the_budgets_figure_uses_the_pages_numbers(drawn: dict) -> None:
     page = draw.BUDGETS_PAGE.read_text()
     assert [t.name for t in tenants] == ["team-ml", "namespace/greedy", "namespace/web"]
     assert tenants[0].share == 2 and tenants[0].caps == {"v100": 4} and tenants[0].units["v100"] <= 4
-    assert prices == {"v100": 0.1875, "p100": 0.1489, "k80": 0.04486} and without == 8
+    assert prices == {"v100": 0.1866, "p100": 0.1481, "k80": 0.0446} and without == 8
     for t in tenants:
         assert f"{t.name} " in page
     assert "images/budgets-worked-example.svg" in page, "docs/budgets.md shows the figure"
     svg = drawn[draw.IMAGES / "budgets-worked-example.svg"].decode()
-    assert "price 0.1875/GPU-h" in svg and "cap 4" in svg
+    assert "price 0.1866/GPU-h" in svg and "cap 4" in svg
