@@ -66,10 +66,11 @@ def _arranged(ctx: PlanContext, work: Reservations, batches: list[tuple[Batch, P
     table = work.table
     names = {table.names[k] for k in machines.tolist()}
     for pod in ctx.cluster.pods:  # running (and bound) pods of the pool's jobs stay where they are
-        if pod.node in names and pod.job is not None and not pod.terminal:
+        node = pod.node
+        if node is not None and node in names and pod.job is not None and not pod.terminal:
             row = row_of.get((pod.namespace, pod.job))
             if row is not None:
-                fix(row, table.index[pod.node])
+                fix(row, table.index[node])
     for batch, placed, _ in batches:  # so do the pods the pool's policy placed in this plan
         if batch.pool == j:
             for q, row in enumerate(batch.rows):
