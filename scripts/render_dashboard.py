@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from walras_testbed.kubelet.controlplane import free_port
+from walras_testbed.kubelet.controlplane import free_port, http_get, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "walras-dashboard.json"
@@ -49,38 +48,6 @@ class Rendered:
     title: str
     series: int
     points: int
-
-
-def http_get(url: str, timeout: float = 10.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body: bytes = response.read()
-        return body
-
-
-def _wait(check: Any, what: str, deadline_s: float, procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} waiting for {what}:\n{out[-3000:]}")
-        try:
-            if check():
-                return
-        except (OSError, urllib.error.URLError):
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"timed out after {deadline_s} s waiting for {what}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def promql(expr: str) -> str:
@@ -191,7 +158,7 @@ def run(out: Path, seconds: float, prometheus: str = "prometheus") -> list[Rende
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONHASHSEED": "0"})
         procs = [demo]
         try:
-            _wait(lambda: b"walras_pool_price" in http_get(f"http://127.0.0.1:{metrics_port}/metrics"),
+            wait_for(lambda: b"walras_pool_price" in http_get(f"http://127.0.0.1:{metrics_port}/metrics"),
                   "walras demo --serve to expose /metrics", 120, procs)
             config = {
                 "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -205,13 +172,13 @@ def run(out: Path, seconds: float, prometheus: str = "prometheus") -> list[Rende
                  "--log.level=warn"], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             procs.append(server)
             base = f"http://127.0.0.1:{prometheus_port}"
-            _wait(lambda: http_get(f"{base}/-/ready").startswith(b"Prometheus"), "Prometheus to be ready", 60, procs)
+            wait_for(lambda: http_get(f"{base}/-/ready").startswith(b"Prometheus"), "Prometheus to be ready", 60, procs)
             start = time.time()
             time.sleep(seconds)
             return render(base, out, start, time.time())
         finally:
             for proc in reversed(procs):
-                _stop(proc)
+                stop_process(proc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,11 +30,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -45,6 +42,7 @@ from typing import Any
 import pytest
 import yaml
 from realtools import require
+from walras_testbed.kubelet.controlplane import free_port, http_get, stop_process, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "walras-rules.yaml"
@@ -73,47 +71,6 @@ OPERATORS = {
     "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
 }
 METRIC = re.compile(r"\bwalras_[a-z0-9_]+")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def http_get(url: str, timeout: float = 5.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body: bytes = response.read()
-        return body
-
-
-def wait_for(check: Any, what: str, deadline_s: float, procs: list[subprocess.Popen[bytes]]) -> Any:
-    deadline = time.monotonic() + deadline_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.poll() is not None:
-                output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise AssertionError(f"{proc.args!r} exited with {proc.returncode} while waiting for {what}:\n"
-                                     f"{output[-3000:]}")
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as exc:  # the process is still starting
-            last = exc
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {deadline_s} s waiting for {what} (last error: {last})")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def rule_expressions() -> list[tuple[str, str]]:
@@ -190,7 +147,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base
     finally:
         for proc in reversed(procs):
-            stop(proc)
+            stop_process(proc)
 
 
 def query(base: str, expr: str) -> dict[str, Any]:

@@ -77,6 +77,46 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def http_get(url: str, timeout: float = 10.0) -> bytes:
+    """The body of a GET of ``url`` (urllib's errors propagate)."""
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body
+
+
+def wait_for(check: Any, what: str, deadline_s: float, procs: Sequence[subprocess.Popen[bytes]] = ()) -> Any:
+    """``check()``'s first truthy result within ``deadline_s`` seconds, polled every 0.25 s (an exception counts as
+    not yet: the process is still starting); ``RuntimeError`` with the process's output if one of ``procs`` exits
+    first, or with the last error on timeout."""
+    deadline = time.monotonic() + deadline_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+                raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} while waiting for {what}:\n"
+                                   f"{output[-3000:]}")
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as exc:
+            last = exc
+        time.sleep(0.25)
+    raise RuntimeError(f"timed out after {deadline_s} s waiting for {what} (last error: {last})")
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to ``proc``, SIGKILL after 15 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
 @dataclass
 class Process:
     """One control-plane process in its own process group, its output in ``log``."""
